@@ -1,0 +1,65 @@
+"""Command-line options shared by `mlxchat`, `mlxchat ask` and `mlxchat bench`."""
+
+from __future__ import annotations
+
+import argparse
+
+from mlxcore.engine import KVConfig
+from mlxcore.errors import UsageError
+from mlxcore.launch import ModelChoice
+from mlxcore.params import GenerationParams
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", metavar="REF",
+                       help="hub repo id (org/name), local MLX folder, or embedded name (mini-target); "
+                            "default: a 4-bit Qwen3 from the hub, or the embedded demo model offline")
+    group.add_argument("--draft", metavar="REF", help="draft model for speculative decoding (same tokenizer)")
+    group.add_argument("--no-draft", action="store_true", help="decode without a draft model")
+    group.add_argument("--num-draft", type=int, default=8, metavar="K",
+                       help="most tokens the draft proposes per round (adaptive below that; default 8)")
+    group.add_argument("--kv", choices=("paged", "rotating", "standard"), default="paged",
+                       help="KV cache: paged (default; shares prefixes), rotating (fixed window), "
+                            "standard (mlx-lm's)")
+    group.add_argument("--max-kv", type=int, metavar="TOKENS",
+                       help="rotating: window size; paged: pool capacity (default: grow as needed)")
+    group.add_argument("--block-size", type=int, default=16, metavar="TOKENS", help="paged: tokens per block")
+
+
+def add_generation_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("generation")
+    group.add_argument("--system", metavar="TEXT", help="system prompt")
+    group.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
+    group.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (1 = off)")
+    group.add_argument("--top-k", type=int, default=0, help="keep only the k likeliest tokens (0 = off)")
+    group.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the top one (0 = off)")
+    group.add_argument("--max-tokens", type=int, default=512, help="longest reply in tokens (default 512)")
+    group.add_argument("--seed", type=int, help="random seed, for reproducible sampling")
+    group.add_argument("--think", dest="think", action="store_true", default=True,
+                       help="let the model think before it answers (default)")
+    group.add_argument("--no-think", dest="think", action="store_false", help="answer without thinking")
+
+
+def model_choice(args: argparse.Namespace) -> ModelChoice:
+    return ModelChoice(model=args.model, draft=args.draft, no_draft=args.no_draft)
+
+
+def kv_config(args: argparse.Namespace) -> KVConfig:
+    """The KV config the options ask for; UsageError when they don't fit."""
+    max_kv = args.max_kv
+    if args.kv == "rotating" and max_kv is None:
+        max_kv = 4096  # a window that holds a long chat and stays small
+    try:
+        return KVConfig(kind=args.kv, max_kv=max_kv, block_size=args.block_size)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def generation_params(args: argparse.Namespace) -> GenerationParams:
+    """GenerationParams from the options; UsageError when they don't fit."""
+    try:
+        return GenerationParams(temperature=args.temp, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+                                max_tokens=args.max_tokens, seed=args.seed)
+    except ValueError as error:
+        raise UsageError(str(error)) from None

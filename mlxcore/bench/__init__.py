@@ -1,0 +1,1 @@
+"""`mlxchat bench`: the Measures of DESIGN.md, each a ratio from one run."""

@@ -1,0 +1,72 @@
+"""Runs the benchmark rows and formats the table."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mlxcore.bench import speculative
+from mlxcore.bench.blas import blas_speedup
+from mlxcore.bench.decode import decode_vs_mlx_lm
+from mlxcore.kv import measure as kv_measure
+from mlxcore.loading import load_model
+
+
+@dataclass(frozen=True)
+class BenchSetup:
+    model: str = "mini-target"  # the embedded target: every row runs offline
+    draft: str = "mini-draft"
+    runs: int = 5  # paired runs per ratio; the median is reported
+
+
+Row = Callable[[BenchSetup], dict]
+
+# row key -> (what it measures, how to run it)
+ROWS: dict[str, tuple[str, Row]] = {
+    "decode_vs_mlx_lm": ("plain decode tok/s, mlxchat / mlx_lm.stream_generate",
+                         lambda s: decode_vs_mlx_lm(s.model, s.runs)),
+    "blas_speedup": ("prefill with optimized BLAS / with the bundled reference BLAS",
+                     lambda s: blas_speedup(s.model)),
+    "paged_kv_overhead": ("paged cache bytes / bytes of the 1,000 tokens it holds (block 16)",
+                          lambda s: kv_measure.paged_kv_overhead(load_model(s.model).model)),
+    "paged_branch_memory": ("bytes of 8 branches of a 1,000-token prefix, paged / standard forks",
+                            lambda s: kv_measure.branch_memory(load_model(s.model).model)),
+    "spec_speedup_greedy": ("speculative tok/s / plain tok/s, temperature 0",
+                            lambda s: speculative.spec_speedup_greedy(s.model, s.draft, s.runs)),
+    "spec_vs_mlx_lm_greedy": ("speculative tok/s, mlxchat / mlx-lm (its default k=2), temperature 0",
+                              lambda s: speculative.spec_vs_mlx_lm_greedy(s.model, s.draft, s.runs)),
+    "accept_vs_mlx_lm_t06": ("accepted drafts per round at temperature 0.6 (k=4 both), mlxchat / mlx-lm",
+                             lambda s: speculative.accept_vs_mlx_lm_t06(s.model, s.draft, max(2, s.runs // 2))),
+    "spec_worst_case": ("speculative / plain tok/s with an untrained draft",
+                        lambda s: speculative.spec_worst_case(s.model, s.draft, s.runs)),
+}
+
+
+def run_rows(names: list[str] | None, setup: BenchSetup,
+             on_row: Callable[[str, dict], None] | None = None) -> dict:
+    """Run the named rows (all by default); returns {"machine": ..., "rows": {name: result}}."""
+    unknown = [n for n in names or [] if n not in ROWS]
+    if unknown:
+        raise ValueError(f"unknown bench row(s) {', '.join(unknown)}; rows: {', '.join(ROWS)}")
+    results = {}
+    for name in names or list(ROWS):
+        results[name] = ROWS[name][1](setup)
+        if on_row:
+            on_row(name, results[name])
+    return {"machine": f"{platform.system()} {platform.machine()}", "setup": setup.__dict__, "rows": results}
+
+
+def format_row(name: str, result: dict) -> str:
+    value = result.get("value")
+    shown = "n/a" if value is None else f"{value:8.2f}"
+    detail = ", ".join(f"{k}={_short(v)}" for k, v in result.items() if k not in ("value", "ratios"))
+    return f"{name:<24} {shown:>8}   {ROWS[name][0]}\n{'':<35}({detail})"
+
+
+def _short(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return str(value)

@@ -1,0 +1,153 @@
+"""Draft-model speculative decoding: the draft proposes k tokens, the target checks them in one pass.
+
+Each round: the draft feeds the tokens it has not seen and proposes d_1..d_k;
+the target feeds [y, d_1..d_k] (y = the last emitted token) and scores k + 1
+positions; rejection sampling keeps d_1..d_n and picks one more token t. The
+target is rewound by k - n, the draft by k - 1 - n (when n = k the draft never
+fed d_k: it is fed next round). k comes from ``DraftLengthController``; k = 0
+is one plain target step. Whenever the generator stops, ``settle`` makes both
+caches hold exactly the prompt plus the emitted tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from mlxcore.draft_length import DraftLengthController
+from mlxcore.params import SamplingParams
+from mlxcore.rejection import verify, verify_greedy
+from mlxcore.sampling import KeyStream, distribution, draw
+
+
+@dataclass
+class SpecCounters:
+    proposed: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    target_passes: int = 0
+    accepted_by_position: list[int] = field(default_factory=list)
+
+
+class SpeculativeDecoder:
+    """Yields (token, logprob, from_draft) for one reply; see the module docstring."""
+
+    def __init__(self, target: nn.Module, draft: nn.Module, target_cache, draft_cache,
+                 params: SamplingParams, controller: DraftLengthController) -> None:
+        self.target, self.draft = target, draft
+        self.tcache, self.dcache = target_cache, draft_cache
+        self.params, self.controller = params, controller
+        self.keys = KeyStream(params.seed)
+        self.vocab = min(target.args.vocab_size, draft.args.vocab_size)  # padding rows may differ
+        self.counters = SpecCounters(accepted_by_position=[0] * controller.max_k)
+        self.emitted: list[int] = []  # every token the caches must end up holding (prompt + reply)
+
+    def run(self, prompt: list[int]) -> Iterator[tuple[int, float, bool]]:
+        """Both caches hold ``prompt[:-1]`` (or a prefix of it the draft lags on) when this starts."""
+        self.emitted = list(prompt)
+        try:
+            while True:
+                k = self.controller.choose()
+                yield from (self._round(k) if k else self._plain_step())
+        finally:
+            self.settle()
+
+    # one round -----------------------------------------------------------------
+
+    def _plain_step(self) -> Iterator[tuple[int, float, bool]]:
+        start = time.perf_counter()
+        logits = self._target_logits(self._unfed(self.tcache))[-1:]  # (1, V)
+        token, logprob = self._pick(logits)
+        mx.eval(token, logprob)
+        self.controller.observe_plain(time.perf_counter() - start)
+        self.counters.target_passes += 1
+        yield from self._emit([token.item()], [logprob.item()], 0)
+
+    def _round(self, k: int) -> Iterator[tuple[int, float, bool]]:
+        start = time.perf_counter()
+        drafted, q = self._propose(k)  # (k,) ids, (k, V) or None
+        drafted_at = time.perf_counter()
+        logits = self._target_logits(self._unfed(self.tcache) + drafted)[-(k + 1):]  # (k + 1, V)
+        n, t, logprobs = self._accept(logits, mx.array(drafted), q)
+        self.controller.observe_round(k, n, drafted_at - start, time.perf_counter() - drafted_at)
+        self._count(k, n)
+        self._rewind(self.tcache, k - n)
+        self._rewind(self.dcache, max(k - 1 - n, 0))
+        yield from self._emit(drafted[:n] + [t], logprobs, n)
+
+    def _propose(self, k: int) -> tuple[list[int], mx.array | None]:
+        """Draft k tokens one by one; the first pass also feeds what the draft has not seen."""
+        inputs, drafted, rows = self._unfed(self.dcache), [], []
+        for _ in range(k):
+            self.dcache.begin(inputs)
+            logits = self.draft(mx.array(inputs)[None], cache=self.dcache.layers)[0, -1, : self.vocab]
+            if self.params.greedy:
+                token = mx.argmax(logits)
+            else:
+                rows.append(distribution(logits, self.params))
+                token = draw(rows[-1], self.keys.next())
+            inputs = [token.item()]
+            drafted.append(inputs[0])
+        return drafted, (mx.stack(rows) if rows else None)
+
+    def _accept(self, logits: mx.array, drafted: mx.array, q: mx.array | None) -> tuple[int, int, list[float]]:
+        """(n accepted, next token, log-probabilities of the n + 1 emitted tokens)."""
+        if q is None:
+            n, t = verify_greedy(mx.argmax(logits, axis=-1), drafted)
+        else:
+            n, t = verify(distribution(logits, self.params), q, drafted, self.keys.next())
+        chosen = mx.concatenate([drafted, t[None]])  # (k + 1,): d_1..d_k, then t
+        chosen = mx.where(mx.arange(chosen.size) == n, t, chosen)  # t sits right after the accepted run
+        logprobs = mx.take_along_axis(logits, chosen[:, None], axis=-1)[:, 0] - mx.logsumexp(logits, axis=-1)
+        mx.eval(n, t, logprobs)
+        n_value = n.item()
+        return n_value, t.item(), logprobs[: n_value + 1].tolist()
+
+    def _pick(self, logits: mx.array) -> tuple[mx.array, mx.array]:
+        if self.params.greedy:
+            token = mx.argmax(logits, axis=-1)
+        else:
+            token = draw(distribution(logits, self.params), self.keys.next())
+        logprob = mx.take_along_axis(logits, token[:, None], axis=-1)[:, 0] - mx.logsumexp(logits, axis=-1)
+        return token[0], logprob[0]
+
+    # cache bookkeeping -----------------------------------------------------------
+
+    def _target_logits(self, inputs: list[int]) -> mx.array:
+        """Feed ``inputs`` to the target; logits (len(inputs), vocab)."""
+        self.tcache.begin(inputs)
+        return self.target(mx.array(inputs)[None], cache=self.tcache.layers)[0, :, : self.vocab]
+
+    def _unfed(self, cache) -> list[int]:
+        """Emitted tokens the cache does not hold yet (at least the last one while decoding)."""
+        return self.emitted[cache.offset:]
+
+    def _rewind(self, cache, n: int) -> None:
+        if n and cache.trim(n) != n:
+            raise RuntimeError(f"KV cache rewind by {n} failed")  # trim raises first; belt and braces
+
+    def _emit(self, tokens: list[int], logprobs: list[float], from_draft: int) -> Iterator[tuple[int, float, bool]]:
+        for i, (token, logprob) in enumerate(zip(tokens, logprobs)):
+            self.emitted.append(token)
+            yield token, logprob, i < from_draft
+
+    def _count(self, k: int, n: int) -> None:
+        c = self.counters
+        c.proposed, c.accepted, c.rounds, c.target_passes = c.proposed + k, c.accepted + n, c.rounds + 1, c.target_passes + 1
+        for j in range(n):
+            c.accepted_by_position[j] += 1
+
+    def settle(self) -> None:
+        """Make both caches hold exactly ``emitted``: trim what is ahead, feed what is behind."""
+        for model, cache in ((self.target, self.tcache), (self.draft, self.dcache)):
+            ahead = cache.offset - len(self.emitted)
+            if ahead > 0:
+                cache.trim(ahead)
+            missing = self._unfed(cache)
+            if missing:
+                cache.begin(missing)
+                mx.eval(getattr(model, "model", model)(mx.array(missing)[None], cache=cache.layers))

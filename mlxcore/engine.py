@@ -1,0 +1,174 @@
+"""The Engine: one target model (and optionally a draft) that turns prompt ids into token events."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from mlxcore.caches import Caches
+from mlxcore.decode_plain import TokenPicker, plain_decode
+from mlxcore.decode_speculative import SpeculativeDecoder
+from mlxcore.draft_length import DraftLengthController
+from mlxcore.errors import PromptError
+from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
+from mlxcore.kv.base import ModelCache
+from mlxcore.kv.model_cache import make_model_cache
+from mlxcore.params import GenerationParams
+from mlxcore.prefill import Progress, prefill
+from mlxcore.reply_text import ReplyText
+
+
+@dataclass(frozen=True)
+class KVConfig:
+    """Which KV cache the engine makes, and its geometry."""
+
+    kind: str = "paged"  # "paged" (block pool, prefix sharing), "rotating" (window) or "standard" (mlx-lm's)
+    max_kv: int | None = None  # rotating: window in tokens; paged: pool capacity in tokens (None = grow as needed)
+    block_size: int = 16  # paged: tokens per block
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("paged", "rotating", "standard"):
+            raise ValueError(f"unknown KV cache kind {self.kind!r}: choose paged, rotating or standard")
+        if self.kind == "rotating" and not self.max_kv:
+            raise ValueError("the rotating cache needs a window size (max_kv)")
+        if self.max_kv is not None and self.max_kv < 1:
+            raise ValueError(f"max_kv must be positive, not {self.max_kv}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be positive, not {self.block_size}")
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Engine:
+    """Generates token events from prompt ids on caches the caller owns.
+
+    The caller makes caches with ``new_caches`` and passes the same ones back on
+    the next call: ``generate`` keeps the longest prefix they already hold and
+    computes only the rest. With a draft model, decoding is speculative.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer=None, *, kv: KVConfig = KVConfig(),
+                 draft_model: nn.Module | None = None, num_draft: int = 8, context_length: int | None = None,
+                 fingerprint: str = "", draft_fingerprint: str = "") -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.draft_model = draft_model
+        self.fingerprint = fingerprint  # identifies the target's weights, config and tokenizer
+        self.draft_fingerprint = draft_fingerprint
+        self.kv = kv
+        self.context_length = context_length or getattr(getattr(model, "args", None), "max_position_embeddings", None)
+        self.eos_ids = set(tokenizer.eos_token_ids) if tokenizer is not None else set()
+        self.draft_control = DraftLengthController(max_k=num_draft)  # learns across replies
+        self.last_stats: GenerationStats | None = None
+        self._pools: dict[str, object] = {}  # paged block pool per model ("target", "draft")
+
+    def _new_model_cache(self, model: nn.Module, role: str) -> ModelCache:
+        cache = make_model_cache(model, kind=self.kv.kind, block_size=self.kv.block_size,
+                                 max_kv=self.kv.max_kv, pool=self._pools.get(role))
+        if getattr(cache, "pool", None) is not None:
+            self._pools[role] = cache.pool
+        return cache
+
+    def new_caches(self) -> Caches:
+        """Empty caches of the configured kind for the target (and the draft, if any)."""
+        draft = self._new_model_cache(self.draft_model, "draft") if self.draft_model is not None else None
+        return Caches(self._new_model_cache(self.model, "target"), draft)
+
+    def _check_prompt(self, prompt_ids: Sequence[int]) -> None:
+        if len(prompt_ids) == 0:
+            raise PromptError("The prompt is empty: type a message first.")
+        limit = None if self.kv.kind == "rotating" else self.context_length
+        if limit is not None and len(prompt_ids) >= limit:
+            raise PromptError(f"The prompt has {len(prompt_ids)} tokens, more than the model's context of "
+                              f"{limit}: shorten it, start a new chat, or use --kv rotating.")
+
+    def _reuse(self, caches: Caches, role: str, prompt_ids: list[int]) -> int:
+        """Trim the ``role`` cache to its longest common prefix with the prompt; return tokens kept.
+
+        Always leaves at least one token to compute. A cache that cannot rewind
+        that far (a wrapped rotating window) is replaced by an empty one.
+        """
+        cache: ModelCache = getattr(caches, role)
+        keep = min(common_prefix_length(cache.tokens, prompt_ids), len(prompt_ids) - 1)
+        if cache.offset - keep > cache.max_trim:
+            cache.release()
+            cache = self._new_model_cache(self.model if role == "target" else self.draft_model, role)
+            setattr(caches, role, cache)
+        cache.trim(cache.offset - keep)
+        if cache.offset == 0:
+            keep = cache.reuse_prefix(prompt_ids)
+        return keep
+
+    def _speculative(self, caches: Caches, params: GenerationParams) -> bool:
+        # The repetition penalty depends on every earlier token, drafted ones included: decode plainly then.
+        return self.draft_model is not None and caches.draft is not None and params.repetition_penalty == 1.0
+
+    def generate(self, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams = GenerationParams(),
+                 progress: Progress | None = None) -> Iterator[Event]:
+        """Yield a ``TokenEvent`` per emitted token, then one ``FinalEvent`` with the stats.
+
+        Stop iterating at any point: the caches then hold exactly the prompt plus
+        the tokens yielded so far (speculative decoding trims or feeds them as it stops).
+        """
+        self._check_prompt(prompt_ids)
+        prompt_ids = list(prompt_ids)
+        start = time.perf_counter()
+        mx.reset_peak_memory()
+        reused = self._reuse(caches, "target", prompt_ids)
+        prefill(self.model, caches.target, prompt_ids[reused:-1], params.prefill_chunk, progress)
+        stats = GenerationStats(prompt_tokens=len(prompt_ids), reused_tokens=reused,
+                                prefill_tokens=len(prompt_ids) - reused)
+        if not self._speculative(caches, params):
+            tokens = ((t, lp, False) for t, lp in plain_decode(self.model, caches.target, prompt_ids[-1],
+                                                                TokenPicker(params, prompt_ids)))
+            yield from self._emit(tokens, params, stats, start, None)
+            return
+        draft_reused = self._reuse(caches, "draft", prompt_ids)
+        prefill(self.draft_model, caches.draft, prompt_ids[draft_reused:-1], params.prefill_chunk)
+        decoder = SpeculativeDecoder(self.model, self.draft_model, caches.target, caches.draft, params,
+                                     self.draft_control)
+        self.draft_control.history = []
+        yield from self._emit(decoder.run(prompt_ids), params, stats, start, decoder)
+
+    def _emit(self, tokens: Iterator[tuple[int, float, bool]], params: GenerationParams,
+              stats: GenerationStats, start: float, decoder: SpeculativeDecoder | None) -> Iterator[Event]:
+        reply = ReplyText(self.tokenizer, self.eos_ids, params.stop, params.max_tokens)
+        first = last = start
+        finish = None
+        try:
+            for token, logprob, from_draft in tokens:
+                last = time.perf_counter()
+                if reply.count == 0:
+                    first = last
+                delta, finish = reply.add(token)
+                yield TokenEvent(token=token, text=delta, logprob=logprob, from_draft=from_draft,
+                                 finish_reason=finish)
+                if finish:
+                    break
+        finally:  # also when the consumer stops early: settle the caches, then say what was done
+            close = getattr(tokens, "close", None)
+            if close:
+                close()
+            self.last_stats = replace(
+                stats, prefill_seconds=first - start, ttft_seconds=first - start,
+                generated_tokens=reply.count, decode_seconds=last - first,
+                peak_memory_bytes=mx.get_peak_memory(), finish_reason=finish or "stopped",
+                **(self._spec_stats(decoder) if decoder else {"target_passes": reply.count}))
+        yield FinalEvent(finish_reason=finish, text=reply.text, stats=self.last_stats)
+
+    def _spec_stats(self, decoder: SpeculativeDecoder) -> dict:
+        c = decoder.counters
+        return {"draft_proposed": c.proposed, "draft_accepted": c.accepted, "target_passes": c.target_passes,
+                "accepted_by_position": tuple(c.accepted_by_position),
+                "draft_lengths": tuple(self.draft_control.history)}

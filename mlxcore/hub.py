@@ -1,0 +1,118 @@
+"""Hugging Face hub access: the cache folder, offline mode, downloads with progress.
+
+huggingface-hub reads HF_HUB_CACHE and HF_HUB_OFFLINE once, when it is imported.
+This module reads them (and MLXCHAT_OFFLINE) on every call and passes the
+result explicitly (``cache_dir=``, ``local_files_only=``), so setting them later,
+in the CLI or in a test, still takes effect.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from huggingface_hub import constants, snapshot_download, try_to_load_from_cache
+from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+from huggingface_hub.utils import tqdm as hf_tqdm
+from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS
+
+from mlxcore.errors import ModelLoadError
+from mlxcore.fingerprint import WEIGHTS_GLOB, one_line
+
+Progress = Callable[[int, int], None]
+"""Called with (bytes done, bytes total so far) while a download runs, from worker threads."""
+
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def is_repo_id(ref: str) -> bool:
+    """Whether ``ref`` has the shape of a hub repo id, "org/name"."""
+    return bool(REPO_ID.match(ref)) and ".." not in ref
+
+
+def env_flag(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to a true value ("1", "true", ...)."""
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def offline_by_env() -> bool:
+    """Whether the environment forbids network access: HF_HUB_OFFLINE or MLXCHAT_OFFLINE."""
+    return env_flag("HF_HUB_OFFLINE") or env_flag("TRANSFORMERS_OFFLINE") or env_flag("MLXCHAT_OFFLINE")
+
+
+def hub_cache_dir() -> Path:
+    """The hub cache folder as the environment says now (HF_HUB_CACHE, then HF_HOME/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path(constants.HF_HUB_CACHE)
+
+
+def cached_snapshot(repo_id: str) -> Path | None:
+    """The local snapshot folder of ``repo_id`` if its config and weights are cached, else None."""
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache_dir())
+    if not isinstance(found, str):
+        return None
+    folder = Path(found).parent
+    return folder if any(folder.glob(WEIGHTS_GLOB)) else None
+
+
+def download(repo_id: str, *, progress: Progress | None = None) -> Path:
+    """The local folder of ``repo_id``, downloading what is missing (mlx-lm's file patterns).
+
+    Progress goes to a bar on stderr, or to ``progress`` when given. Offline, only
+    the cache is used. Every failure is a ModelLoadError that says what to do.
+    """
+    offline = offline_by_env()
+    try:
+        folder = snapshot_download(repo_id, cache_dir=hub_cache_dir(), local_files_only=offline,
+                                   allow_patterns=DEFAULT_ALLOW_PATTERNS,
+                                   tqdm_class=_callback_tqdm(progress) if progress else None)
+    except (RepositoryNotFoundError, GatedRepoError) as error:
+        raise ModelLoadError(f"The hub has no model {repo_id!r}, or it is private or gated "
+                             "(log in with `hf auth login`); check the name.") from error
+    except LocalEntryNotFoundError as error:
+        raise _not_cached(repo_id, offline, error) from error
+    except Exception as error:  # network stacks differ by version (requests, httpx, xet): report any
+        raise ModelLoadError(f"Downloading {repo_id!r} failed ({one_line(error)}); "
+                             "check the network and the disk space, then try again.") from error
+    return Path(folder)
+
+
+def _not_cached(repo_id: str, offline: bool, error: Exception) -> ModelLoadError:
+    where = hub_cache_dir()
+    if offline:
+        return ModelLoadError(f"{repo_id!r} is not in the local hub cache ({where}) and downloads are off "
+                              "(HF_HUB_OFFLINE or MLXCHAT_OFFLINE); unset it and connect, "
+                              "or use an embedded model.")
+    cause = error.__cause__ or error  # huggingface-hub chains the network error
+    return ModelLoadError(f"Could not reach the hub to download {repo_id!r} ({type(cause).__name__}: "
+                          f"{one_line(cause)[:120]}) and it is not complete in the local cache ({where}); "
+                          "check the network, or use an embedded model.")
+
+
+def _callback_tqdm(progress: Progress) -> type[hf_tqdm]:
+    """A silent tqdm class that reports snapshot_download's byte counts to ``progress``."""
+    lock = threading.Lock()
+
+    class CallbackTqdm(hf_tqdm):
+        def __init__(self, *args, **kwargs):
+            # snapshot_download names the bar that sums the bytes written by all files.
+            self._reports = kwargs.get("name") == "huggingface_hub.snapshot_download"
+            self._done = int(kwargs.get("initial") or 0)
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+        def update(self, n: float | None = 1) -> bool | None:
+            if self._reports:
+                with lock:
+                    self._done += int(n or 0)
+                    progress(self._done, int(self.total or 0))
+            return super().update(n)
+
+    return CallbackTqdm

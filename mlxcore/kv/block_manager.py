@@ -1,0 +1,312 @@
+"""Tensor-free bookkeeping of the paged KV cache: blocks, block tables, prefix hashes.
+
+A pool of ``num_blocks`` blocks of ``block_size`` token slots each. Every
+sequence has a block table (its block ids in order) and its token ids. A block
+that is full gets a chained hash (parent block's hash + its own token ids); the
+hash -> block dict is the prefix cache, so a sequence with the same leading
+tokens attaches those blocks instead of recomputing them.
+
+Free blocks wait in one ordered dict that is also the eviction order: blocks
+without a hash (nothing worth keeping) at the front, hashed blocks at the back
+in the order they were freed. A sequence frees its blocks tail first, so the
+head of a prompt (the part most likely shared) is evicted last. Ids never used
+yet sit between the two: the pool hands out storage lazily, but fills it up to
+its capacity before it evicts cached prefixes.
+
+The three checks nano-vllm learnt the hard way: reusing a block removes its hash
+entry only if the entry still points at that block; a prefix hit never covers
+the last token (the model must compute at least one); a freed block revived by a
+hit keeps its hash.
+
+No MLX here: ``append`` returns an ``AppendPlan`` that says which blocks to copy
+(copy-on-write) and which slots to write; ``paged.py`` does the tensor work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mlxcore.kv.errors import CacheStateError, PoolExhaustedError, TrimError, UnknownSequenceError
+
+
+def chain_hash(parent: bytes | None, token_ids: Sequence[int]) -> bytes:
+    """The hash of a full block: its parent's hash (None for the first block) and its token ids."""
+    digest = hashlib.blake2b(parent or b"", digest_size=16)
+    digest.update(array("q", token_ids).tobytes())
+    return digest.digest()
+
+
+@dataclass
+class Block:
+    """One physical block: who uses it and, once full, which tokens it holds."""
+
+    block_id: int
+    ref_count: int = 0
+    hash: bytes | None = None  # chained hash; set when the block fills, kept after free
+    token_ids: tuple[int, ...] = ()  # the tokens behind ``hash``, compared on a prefix hit
+
+
+@dataclass(frozen=True)
+class WriteSegment:
+    """Appended tokens ``source .. source + length`` go to storage slots ``slot .. slot + length``."""
+
+    slot: int  # block_id * block_size + position inside the block
+    length: int
+    source: int
+
+
+@dataclass(frozen=True)
+class AppendPlan:
+    """What storage must do for one ``append``: copy blocks, then write the new tokens."""
+
+    start: int  # tokens the sequence held before the append
+    length: int  # tokens appended
+    copies: tuple[tuple[int, int], ...]  # (source block, destination block), copy-on-write
+    segments: tuple[WriteSegment, ...]
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """A snapshot of the pool for metrics."""
+
+    block_size: int
+    capacity_blocks: int  # the most blocks the pool may hand out
+    used_blocks: int  # blocks some sequence holds
+    free_blocks: int  # capacity_blocks - used_blocks
+    cached_blocks: int  # free blocks that still hold a hashed prefix
+    materialized_blocks: int  # blocks ever handed out (the storage the pool needs)
+    prefix_hit_tokens: int  # tokens attached by prefix hits since the pool was made
+
+
+@dataclass
+class _Sequence:
+    block_ids: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    version: int = 0  # bumped whenever block_ids changes; keys cached gather indices
+
+
+class BlockManager:
+    """Block pool, block tables and prefix cache of one model; see the module docstring."""
+
+    def __init__(self, block_size: int, num_blocks: int) -> None:
+        if block_size < 1 or num_blocks < 1:
+            raise ValueError("block_size and num_blocks must be at least 1.")
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self._blocks: list[Block] = []  # materialized blocks; id == index
+        self._free: OrderedDict[int, None] = OrderedDict()  # eviction order, front first
+        self._by_hash: dict[bytes, int] = {}
+        self._sequences: dict[int, _Sequence] = {}
+        self._next_sequence = 0
+        self._prefix_hit_tokens = 0
+
+    # sequences -----------------------------------------------------------
+
+    def new_sequence(self) -> int:
+        """Register an empty sequence; return its id."""
+        seq_id = self._next_sequence
+        self._next_sequence += 1
+        self._sequences[seq_id] = _Sequence()
+        return seq_id
+
+    def fork(self, seq_id: int) -> int:
+        """A new sequence sharing every block of ``seq_id`` (copy-on-write of its partial tail)."""
+        source = self._sequence(seq_id)
+        for block_id in source.block_ids:
+            self._blocks[block_id].ref_count += 1
+        child = self.new_sequence()
+        self._sequences[child] = _Sequence(list(source.block_ids), list(source.token_ids))
+        return child
+
+    def release(self, seq_id: int) -> None:
+        """Give back every block of ``seq_id``, tail first; the sequence stays, empty."""
+        seq = self._sequence(seq_id)
+        self._free_tail(seq, len(seq.block_ids))
+        seq.token_ids.clear()
+
+    def drop_sequence(self, seq_id: int) -> None:
+        """Release ``seq_id`` and forget it; unknown ids are ignored (used by finalizers)."""
+        if seq_id in self._sequences:
+            self.release(seq_id)
+            del self._sequences[seq_id]
+
+    def token_ids(self, seq_id: int) -> list[int]:
+        return self._sequence(seq_id).token_ids
+
+    def block_ids(self, seq_id: int) -> list[int]:
+        return self._sequence(seq_id).block_ids
+
+    def version(self, seq_id: int) -> int:
+        return self._sequence(seq_id).version
+
+    # growing and shrinking -------------------------------------------------
+
+    def reuse_prefix(self, seq_id: int, token_ids: Sequence[int]) -> int:
+        """Attach the cached full blocks that start ``token_ids``; return the tokens attached.
+
+        Only on an empty sequence. Never covers the last token, so the caller
+        always has at least one token to compute.
+        """
+        seq = self._sequence(seq_id)
+        if seq.token_ids:
+            raise CacheStateError("reuse_prefix needs an empty cache.")
+        parent: bytes | None = None
+        for start in range(0, (len(token_ids) - 1) // self.block_size * self.block_size, self.block_size):
+            chunk = tuple(token_ids[start:start + self.block_size])
+            parent = chain_hash(parent, chunk)
+            block_id = self._by_hash.get(parent)
+            if block_id is None or self._blocks[block_id].token_ids != chunk:
+                break
+            self._attach(seq, block_id, chunk)
+        reused = len(seq.token_ids)
+        self._prefix_hit_tokens += reused
+        return reused
+
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> AppendPlan:
+        """Add ``token_ids`` to the sequence; raise ``PoolExhaustedError`` (changing nothing) if they do not fit."""
+        seq = self._sequence(seq_id)
+        if not token_ids:
+            raise ValueError("append needs at least one token.")
+        start, size = len(seq.token_ids), self.block_size
+        tail_shared = start % size != 0 and self._blocks[seq.block_ids[-1]].ref_count > 1
+        needed = -(-(start + len(token_ids)) // size) - len(seq.block_ids) + tail_shared
+        if needed > self.available_blocks:
+            raise PoolExhaustedError(
+                f"The KV block pool is full: {len(token_ids)} more tokens need {needed} blocks, "
+                f"{self.available_blocks} are free. Free a session or raise the pool size.")
+        copies = self._prepare_tail(seq, tail_shared)
+        segments = self._place(seq, start, len(token_ids))
+        seq.token_ids.extend(token_ids)
+        self._hash_full_blocks(seq, start // size)
+        return AppendPlan(start, len(token_ids), copies, segments)
+
+    def correct_tail(self, seq_id: int, token_ids: Sequence[int]) -> None:
+        """Replace the last ``len(token_ids)`` ids (appended as placeholders) and re-hash their full blocks."""
+        seq = self._sequence(seq_id)
+        start = len(seq.token_ids) - len(token_ids)
+        if start < 0:
+            raise TrimError(f"Cannot correct {len(token_ids)} ids of a sequence of {len(seq.token_ids)}.")
+        seq.token_ids[start:] = token_ids
+        first = start // self.block_size
+        for index in range(first, len(seq.token_ids) // self.block_size):
+            self._unhash(self._blocks[seq.block_ids[index]])
+        self._hash_full_blocks(seq, first)
+
+    def trim(self, seq_id: int, n: int) -> None:
+        """Remove the last ``n`` tokens, releasing blocks that no longer hold any."""
+        seq = self._sequence(seq_id)
+        if not 0 <= n <= len(seq.token_ids):
+            raise TrimError(f"Cannot trim {n} tokens from a sequence of {len(seq.token_ids)}.")
+        del seq.token_ids[len(seq.token_ids) - n:]
+        keep_blocks = -(-len(seq.token_ids) // self.block_size)
+        self._free_tail(seq, len(seq.block_ids) - keep_blocks)
+
+    # metrics -------------------------------------------------------------
+
+    @property
+    def available_blocks(self) -> int:
+        """Blocks an append may still take: free ones plus ids never handed out."""
+        return len(self._free) + self.num_blocks - len(self._blocks)
+
+    @property
+    def materialized_blocks(self) -> int:
+        """Blocks ever handed out; storage must hold this many."""
+        return len(self._blocks)
+
+    def ref_count(self, block_id: int) -> int:
+        return self._blocks[block_id].ref_count
+
+    def stats(self) -> PoolStats:
+        used = len(self._blocks) - len(self._free)
+        cached = sum(1 for b in self._free if self._blocks[b].hash is not None)
+        return PoolStats(self.block_size, self.num_blocks, used, self.num_blocks - used, cached,
+                         len(self._blocks), self._prefix_hit_tokens)
+
+    # internals -------------------------------------------------------------
+
+    def _sequence(self, seq_id: int) -> _Sequence:
+        try:
+            return self._sequences[seq_id]
+        except KeyError:
+            raise UnknownSequenceError(f"The KV pool holds no sequence {seq_id}.") from None
+
+    def _attach(self, seq: _Sequence, block_id: int, chunk: tuple[int, ...]) -> None:
+        block = self._blocks[block_id]
+        if block.ref_count == 0:
+            del self._free[block_id]  # revived: it keeps its hash
+        block.ref_count += 1
+        seq.block_ids.append(block_id)
+        seq.version += 1
+        seq.token_ids.extend(chunk)
+
+    def _allocate(self) -> int:
+        """Take a block: a free unhashed one, else a fresh id, else evict the oldest cached prefix."""
+        front = next(iter(self._free), None)
+        if front is not None and self._blocks[front].hash is None:
+            del self._free[front]
+        elif len(self._blocks) < self.num_blocks:
+            front = len(self._blocks)
+            self._blocks.append(Block(front))
+        else:
+            assert front is not None, "append checked available_blocks"
+            del self._free[front]
+            self._unhash(self._blocks[front])
+        self._blocks[front].ref_count = 1
+        return front
+
+    def _unhash(self, block: Block) -> None:
+        # Another block may own this hash by now (same tokens written twice): leave its entry alone.
+        if block.hash is not None and self._by_hash.get(block.hash) == block.block_id:
+            del self._by_hash[block.hash]
+        block.hash, block.token_ids = None, ()
+
+    def _free_tail(self, seq: _Sequence, count: int) -> None:
+        for _ in range(count):
+            block = self._blocks[seq.block_ids.pop()]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._free[block.block_id] = None
+                if block.hash is None:
+                    self._free.move_to_end(block.block_id, last=False)
+        seq.version += count > 0
+
+    def _prepare_tail(self, seq: _Sequence, shared: bool) -> tuple[tuple[int, int], ...]:
+        """Make the partial tail block writable: copy it if shared, drop its stale hash if not."""
+        if len(seq.token_ids) % self.block_size == 0:
+            return ()
+        tail = seq.block_ids[-1]
+        if not shared:
+            self._unhash(self._blocks[tail])  # its tail slots are about to change
+            return ()
+        self._blocks[tail].ref_count -= 1
+        copy = self._allocate()
+        seq.block_ids[-1] = copy
+        seq.version += 1
+        return ((tail, copy),)
+
+    def _place(self, seq: _Sequence, start: int, length: int) -> tuple[WriteSegment, ...]:
+        size, segments, done = self.block_size, [], 0
+        while done < length:
+            position = start + done
+            if position % size == 0:
+                seq.block_ids.append(self._allocate())
+                seq.version += 1
+            run = min(size - position % size, length - done)
+            slot = seq.block_ids[position // size] * size + position % size
+            segments.append(WriteSegment(slot, run, done))
+            done += run
+        return tuple(segments)
+
+    def _hash_full_blocks(self, seq: _Sequence, first: int) -> None:
+        size = self.block_size
+        parent = self._blocks[seq.block_ids[first - 1]].hash if first else None
+        for index in range(first, len(seq.token_ids) // size):
+            block = self._blocks[seq.block_ids[index]]
+            chunk = tuple(seq.token_ids[index * size:(index + 1) * size])
+            block.hash, block.token_ids = chain_hash(parent, chunk), chunk
+            self._by_hash[block.hash] = block.block_id
+            parent = block.hash

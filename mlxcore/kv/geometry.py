@@ -1,0 +1,49 @@
+"""The shape of a model's KV cache, read from its config: layers, KV heads, head size, dtype."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from mlxcore.kv.errors import CacheShapeError
+
+
+@dataclass(frozen=True)
+class KVGeometry:
+    """What one token costs in one layer's cache, and how many layers there are."""
+
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: mx.Dtype  # the dtype attention computes in (the model's activation dtype)
+
+    @property
+    def token_bytes(self) -> int:
+        """Bytes of keys and values of one token across all layers."""
+        return 2 * self.num_layers * self.kv_heads * self.head_dim * self.dtype.size
+
+    def check(self, keys: mx.array, values: mx.array, where: str) -> None:
+        """Raise ``CacheShapeError`` unless keys/values are (1, kv_heads, L, head_dim) in ``dtype``."""
+        expected = (1, self.kv_heads, keys.shape[2] if keys.ndim == 4 else -1, self.head_dim)
+        for name, array in (("keys", keys), ("values", values)):
+            if array.shape != expected or array.dtype != self.dtype:
+                raise CacheShapeError(
+                    f"{where}: {name} of shape {tuple(array.shape)} and dtype {array.dtype}; this cache "
+                    f"holds (1, {self.kv_heads}, L, {self.head_dim}) in {self.dtype}.")
+
+
+def model_geometry(model: nn.Module) -> KVGeometry:
+    """The KV geometry of an mlx-lm model (Qwen3 and models with the same config names)."""
+    args = model.args
+    heads = args.num_attention_heads
+    head_dim = getattr(args, "head_dim", None) or args.hidden_size // heads
+    kv_heads = getattr(args, "num_key_value_heads", None) or heads
+    return KVGeometry(len(model.layers), kv_heads, head_dim, activation_dtype(model))
+
+
+def activation_dtype(model: nn.Module) -> mx.Dtype:
+    """The dtype of the model's activations: its embedding's (a quantized one's scales)."""
+    embed = model.model.embed_tokens
+    return getattr(embed, "scales", embed.weight).dtype

@@ -1,0 +1,57 @@
+"""Build a model's cache of any kind: ``make_model_cache(model, kind, ...)``.
+
+Usage, one forward pass::
+
+    cache = make_model_cache(model, "paged")
+    reused = cache.reuse_prefix(ids)          # paged: blocks other sequences already computed
+    cache.begin(ids[reused:])                  # before every forward pass
+    logits = model(mx.array([ids[reused:]]), cache=cache.layers)
+
+``ModelCache.from_state(model, tensors, meta, pool=None)`` rebuilds any kind from ``state_dict()``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import mlx.nn as nn
+
+from mlxcore.kv.base import ModelCache
+from mlxcore.kv.geometry import model_geometry
+from mlxcore.kv.paged import PagedCache
+from mlxcore.kv.paged_pool import BlockPool, make_block_pool
+from mlxcore.kv.rotating import RotatingCache
+from mlxcore.kv.standard import StandardCache
+from mlxcore.kv.window import Window
+
+Kind = Literal["standard", "paged", "rotating"]
+KINDS: tuple[str, ...] = ("standard", "paged", "rotating")
+DEFAULT_WINDOW = 4096
+
+__all__ = ["KINDS", "BlockPool", "Kind", "ModelCache", "make_block_pool", "make_model_cache"]
+
+
+def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: int = 16,
+                     max_blocks: int | None = None, max_kv: int | None = None, keep: int = 0,
+                     max_rewind: int = 16, pool: BlockPool | None = None,
+                     max_bytes: int | None = None) -> ModelCache:
+    """An empty cache for ``model``.
+
+    standard: mlx-lm's ``KVCache`` per layer; the other arguments are ignored.
+    paged: a sequence in ``pool`` (shared between caches of one model), or in a new
+      pool of ``block_size``-token blocks holding ``max_blocks`` blocks, else
+      ``max_kv`` tokens, else ``max_bytes`` bytes, else 65,536 tokens.
+    rotating: a window of ``max_kv`` tokens (default 4,096) that keeps the first
+      ``keep`` and can rewind ``max_rewind`` tokens after it wrapped.
+    """
+    if kind == "standard":
+        return StandardCache(model_geometry(model))
+    if kind == "paged":
+        if pool is None:
+            pool = make_block_pool(model, block_size=block_size, max_blocks=max_blocks,
+                                   max_kv=max_kv, max_bytes=max_bytes)
+        return PagedCache(pool)
+    if kind == "rotating":
+        window = Window(max_kv or DEFAULT_WINDOW, keep, max_rewind)
+        return RotatingCache(model_geometry(model), window)
+    raise ValueError(f"Unknown KV cache kind {kind!r}; choose one of {', '.join(KINDS)}.")

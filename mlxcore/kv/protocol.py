@@ -1,0 +1,41 @@
+"""The per-layer KV cache protocol that mlx-lm's models call.
+
+mlx-lm's Qwen3 attention calls ``update_and_fetch`` with the new keys and values
+and attends over what it returns; ``offset`` gives the RoPE position; the model
+asks the first layer's cache for ``make_mask``. Anything that follows this
+protocol can stand in for mlx-lm's ``KVCache``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import mlx.core as mx
+
+
+@runtime_checkable
+class LayerCache(Protocol):
+    offset: int  # tokens seen so far: the RoPE position of the next token
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        """Append keys/values of shape (B, n_kv_heads, L, head_dim); return all keys/values to attend over."""
+        ...
+
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
+        """The attention mask for ``N`` new queries ("causal", an array, or None)."""
+        ...
+
+    def is_trimmable(self) -> bool: ...
+
+    def trim(self, n: int) -> int:
+        """Remove the last ``n`` tokens; return how many were removed."""
+        ...
+
+    @property
+    def state(self) -> Any: ...
+
+    @property
+    def meta_state(self) -> Any: ...
+
+    @property
+    def nbytes(self) -> int: ...

@@ -1,0 +1,60 @@
+"""The ``standard`` kind: mlx-lm's own ``KVCache`` per layer, the reference the others match."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.nn as nn
+from mlx_lm.models.cache import KVCache
+
+from mlxcore.kv.base import RecordedTokens, Tensors, layer_tensors, saved_layer
+from mlxcore.kv.errors import CacheStateError
+from mlxcore.kv.geometry import KVGeometry, model_geometry
+
+_NAMES = ("keys", "values")
+
+
+class StandardLayerCache(KVCache):
+    """mlx-lm's ``KVCache`` unchanged, plus the ``meta_state`` the protocol lists (mlx-lm 0.32 dropped it)."""
+
+    @property
+    def meta_state(self) -> tuple[str, ...]:
+        return ("standard", str(self.offset))
+
+
+class StandardCache(RecordedTokens):
+    """One mlx-lm ``KVCache`` per layer; fork copies, ``reuse_prefix`` finds nothing."""
+
+    kind = "standard"
+
+    def __init__(self, geometry: KVGeometry) -> None:
+        self.geometry = geometry
+        self.layers: list[KVCache] = [StandardLayerCache() for _ in range(geometry.num_layers)]
+        self._ids: list[int] = []
+
+    def fork(self) -> StandardCache:
+        child = StandardCache(self.geometry)
+        child._ids = self.tokens
+        for mine, theirs in zip(self.layers, child.layers):
+            if mine.keys is not None:
+                # A slice is a new array: writes to either cache never reach the other.
+                theirs.state = (mine.keys[..., :mine.offset, :], mine.values[..., :mine.offset, :], mine.offset)
+        return child
+
+    def state_dict(self) -> tuple[Tensors, dict[str, Any]]:
+        arrays = [(c.keys[..., :c.offset, :], c.values[..., :c.offset, :]) for c in self.layers if c.offset]
+        return layer_tensors(_NAMES, arrays), {"kind": self.kind, "tokens": self.tokens}
+
+    @classmethod
+    def _restore(cls, model: nn.Module, tensors: Tensors, meta: dict[str, Any], pool: Any) -> StandardCache:
+        geometry = model_geometry(model)
+        cache = cls(geometry)
+        cache._ids = [int(t) for t in meta.get("tokens", [])]
+        if cache._ids:
+            for index, layer in enumerate(cache.layers):
+                keys, values = saved_layer(tensors, index, _NAMES)
+                geometry.check(keys, values, "saved standard KV state")
+                if keys.shape[2] != len(cache._ids):
+                    raise CacheStateError("Saved standard KV state: tensor length and token count differ.")
+                layer.state = (keys, values, keys.shape[2])
+        return cache

@@ -1,0 +1,50 @@
+"""Open an Engine from model references, with the default pair when none is given."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlxcore.engine import Engine, KVConfig
+from mlxcore.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """What the user asked for on the command line or in the TUI."""
+
+    model: str | None = None  # hub repo id, local folder or embedded name; None = the default pair
+    draft: str | None = None  # None = the default pair's draft when the default model is used
+    no_draft: bool = False  # decode plainly even when a draft is available
+
+
+@dataclass(frozen=True)
+class OpenedEngine:
+    engine: Engine
+    target_name: str
+    draft_name: str | None
+    note: str  # a line to show the user (e.g. why the embedded models are used), or ""
+
+
+def open_engine(choice: ModelChoice = ModelChoice(), kv: KVConfig = KVConfig(), progress=None,
+                num_draft: int = 8) -> OpenedEngine:
+    """Load the chosen target (and draft) and wrap them in an Engine; ``num_draft`` caps the draft length."""
+    if num_draft < 1:
+        raise UsageError(f"--num-draft must be at least 1, not {num_draft}")
+    from mlxcore.defaults import default_pair
+    from mlxcore.loading import check_draft_compatible, load_model
+
+    note = ""
+    target_ref, draft_ref = choice.model, choice.draft
+    if target_ref is None:
+        target_ref, default_draft, note = default_pair()
+        draft_ref = draft_ref or default_draft
+    if choice.no_draft:
+        draft_ref = None
+    target = load_model(target_ref, progress=progress)
+    draft = load_model(draft_ref, progress=progress) if draft_ref else None
+    if draft is not None:
+        check_draft_compatible(target, draft)
+    engine = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model if draft else None,
+                    num_draft=num_draft,
+                    fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "")
+    return OpenedEngine(engine, target.name, draft.name if draft else None, note)

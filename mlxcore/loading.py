@@ -1,0 +1,144 @@
+"""Load a model and its tokenizer from an embedded name, a local folder or a hub repo.
+
+mlx-lm builds the model and the tokenizer; this module finds the folder, checks
+it first so that broken files give one clear ModelLoadError instead of a
+traceback from json, safetensors or mlx, and computes the fingerprint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlxcore  # noqa: F401  (optimized BLAS before mlx)
+import mlx.nn as nn
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+from mlx_lm.utils import MODEL_REMAPPING
+from mlx_lm.utils import load_model as mlx_lm_load_model
+from mlx_lm.utils import load_tokenizer as mlx_lm_load_tokenizer
+
+from assets import MODELS_DIR
+from mlxcore.errors import ModelLoadError, TokenizerMismatchError
+from mlxcore.fingerprint import model_fingerprint, one_line, read_config
+from mlxcore.hub import Progress, download, is_repo_id
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to run, with what identifies it."""
+
+    model: nn.Module  # mlx-lm model: model(ids[None], cache=caches) -> logits
+    tokenizer: TokenizerWrapper  # mlx-lm's wrapper: encode, decode, chat template, eos_token_ids
+    fingerprint: str  # see mlxcore.fingerprint; session files record it
+    path: Path  # the folder the files were read from
+    config: dict[str, Any]  # config.json as mlx-lm completed it (quantization, eos ids)
+    name: str  # for display: the embedded name, the repo id or the folder name
+
+
+def load_model(ref: str, *, progress: Progress | None = None) -> LoadedModel:
+    """Load the model ``ref``: an embedded name, a local MLX folder, or a hub repo "org/name".
+
+    A repo is downloaded when not cached, with a bar on stderr or reports to
+    ``progress(bytes_done, bytes_total)``. Raises ModelLoadError with a one-line
+    message for anything missing, unreadable or inconsistent.
+    """
+    folder, name = resolve(ref, progress=progress)
+    fingerprint = model_fingerprint(folder)  # also checks config.json and the safetensors headers
+    _check_config(folder, read_config(folder))
+    model, config = _build_model(folder)
+    tokenizer = _load_tokenizer(folder, config)
+    return LoadedModel(model, tokenizer, fingerprint, folder, config, name)
+
+
+def embedded_names() -> list[str]:
+    """Names of the models that ship in assets/models."""
+    if not MODELS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in MODELS_DIR.iterdir() if (p / "config.json").is_file())
+
+
+def resolve(ref: str, *, progress: Progress | None = None) -> tuple[Path, str]:
+    """(local folder, display name) for ``ref``: embedded name, then existing path, then repo id."""
+    if not ref.strip():
+        raise ModelLoadError("No model given; name an embedded model, a folder or a hub repo.")
+    if ref in embedded_names():
+        return MODELS_DIR / ref, ref
+    path = Path(ref).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(f"{path} is a file; give the folder that holds config.json.")
+        return path.resolve(), path.resolve().name
+    if is_repo_id(ref):
+        return download(ref, progress=progress), ref
+    if any(sep in ref for sep in "/\\~") or ref.startswith("."):
+        raise ModelLoadError(f"There is no folder {path}; check the path.")
+    names = ", ".join(embedded_names()) or "none installed"
+    raise ModelLoadError(f"Unknown model {ref!r}: not an embedded model ({names}), a folder "
+                         "or a hub repo id like mlx-community/Qwen3-0.6B-4bit.")
+
+
+def check_draft_compatible(target: LoadedModel, draft: LoadedModel) -> None:
+    """Raise TokenizerMismatchError unless ``draft`` shares ``target``'s vocabulary and end tokens.
+
+    The embedding shapes may differ (padding rows); only the tokenizers are compared.
+    """
+    vocab_t, vocab_d = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    if vocab_t != vocab_d:
+        raise TokenizerMismatchError(
+            f"The draft {draft.name} cannot speed up {target.name}: their tokenizers differ "
+            f"({_vocab_difference(vocab_t, vocab_d)}); pick a draft from the same model family, "
+            "or run without a draft.")
+    eos_t, eos_d = set(target.tokenizer.eos_token_ids), set(draft.tokenizer.eos_token_ids)
+    if eos_t != eos_d:
+        raise TokenizerMismatchError(
+            f"The draft {draft.name} cannot speed up {target.name}: their end-of-text token ids differ "
+            f"({sorted(eos_t)} vs {sorted(eos_d)}); pick a draft from the same model family, "
+            "or run without a draft.")
+
+
+def _vocab_difference(target: dict[str, int], draft: dict[str, int]) -> str:
+    if len(target) != len(draft):
+        return f"{len(target)} tokens vs {len(draft)}"
+    changed = sorted(token for token, id_ in target.items() if draft.get(token) != id_)
+    example = changed[0]
+    return (f"{len(changed)} of {len(target)} tokens differ, e.g. {example!r} is "
+            f"{target[example]} in the target and {draft.get(example, 'missing')} in the draft")
+
+
+def _check_config(folder: Path, config: dict[str, Any]) -> None:
+    """Fail early, with a clear message, on a config.json mlx-lm cannot build a model from."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise ModelLoadError(f"{folder / 'config.json'} has no model_type; "
+                             "restore it or download the model again.")
+    module_name = f"mlx_lm.models.{MODEL_REMAPPING.get(model_type, model_type)}"
+    if importlib.util.find_spec(module_name) is None:
+        raise ModelLoadError(f"model_type {model_type!r} in {folder / 'config.json'} is not supported "
+                             "by the installed mlx-lm; use a Qwen3 model.")
+    try:
+        importlib.import_module(module_name).ModelArgs.from_dict(config)
+    except (TypeError, ValueError, KeyError, AttributeError) as error:
+        raise ModelLoadError(f"{folder / 'config.json'} does not describe a {model_type} model "
+                             f"({one_line(error)}); restore it or download the model again.") from error
+
+
+def _build_model(folder: Path) -> tuple[nn.Module, dict[str, Any]]:
+    try:
+        return mlx_lm_load_model(folder)
+    except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
+        raise ModelLoadError(f"The weights in {folder} do not fit its config.json or cannot be read "
+                             f"({one_line(error)[:300]}); download the model again.") from error
+
+
+def _load_tokenizer(folder: Path, config: dict[str, Any]) -> TokenizerWrapper:
+    if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer.model").is_file():
+        raise ModelLoadError(f"{folder} has no tokenizer (tokenizer.json); copy the tokenizer files "
+                             "from the original model or download it again.")
+    try:
+        return mlx_lm_load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
+    except (ValueError, TypeError, KeyError, OSError, AttributeError) as error:
+        raise ModelLoadError(f"The tokenizer in {folder} cannot be read ({one_line(error)[:300]}); "
+                             "copy it again from the original model.") from error

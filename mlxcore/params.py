@@ -1,0 +1,54 @@
+"""Generation parameters: what the user chooses for one reply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is chosen from the model's logits."""
+
+    temperature: float = 0.0  # 0 = greedy (argmax), no randomness at all
+    top_k: int = 0  # keep the k most likely tokens; 0 = off
+    top_p: float = 1.0  # keep the smallest set whose probability reaches p; 1 = off
+    min_p: float = 0.0  # drop tokens less likely than min_p x the top token's probability; 0 = off
+    repetition_penalty: float = 1.0  # >1 discourages tokens seen in the last `repetition_context`
+    repetition_context: int = 64  # how many recent tokens the penalty looks at
+    seed: int | None = None  # fixes the random draws; None = a fresh seed per reply
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be 0 (greedy) or positive, not {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be 0 (off) or a positive count, not {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], not {self.top_p}")
+        if not 0 <= self.min_p < 1:
+            raise ValueError(f"min_p must be in [0, 1), not {self.min_p}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be positive, not {self.repetition_penalty}")
+        if self.repetition_context < 0:
+            raise ValueError(f"repetition_context must be >= 0, not {self.repetition_context}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class GenerationParams(SamplingParams):
+    """Sampling plus when to stop and how to prefill."""
+
+    max_tokens: int = 512  # the reply ends after this many tokens
+    stop: tuple[str, ...] = field(default=())  # the reply ends when its text contains one of these
+    prefill_chunk: int = 512  # prompt tokens per forward pass while prefilling
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, not {self.max_tokens}")
+        if self.prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be at least 1, not {self.prefill_chunk}")
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must not be empty")

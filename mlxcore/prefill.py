@@ -1,0 +1,28 @@
+"""Chunked prefill: feed prompt tokens into a cache without computing logits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+
+Progress = Callable[[int, int], None]  # (prompt tokens done, prompt tokens in all)
+
+
+def prefill(model: nn.Module, cache, ids: Sequence[int], chunk: int, progress: Progress | None = None) -> None:
+    """Feed ``ids`` into ``cache`` in chunks of ``chunk`` tokens.
+
+    Runs the transformer body only (mlx-lm models keep it in ``model.model``), so
+    no vocabulary-sized logits are computed for tokens whose prediction nobody reads.
+    """
+    body = getattr(model, "model", model)
+    done = 0
+    while done < len(ids):
+        piece = list(ids[done : done + chunk])
+        cache.begin(piece)
+        hidden = body(mx.array(piece)[None], cache=cache.layers)  # (1, n, hidden)
+        mx.eval(hidden)  # evaluating the last layer's output materialises every layer's cache
+        done += len(piece)
+        if progress is not None:
+            progress(done, len(ids))

@@ -1,0 +1,160 @@
+"""ChatSession: a conversation with history, cache reuse across turns, regenerate, edit and fork."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from mlxcore.chat_template import render_chat
+from mlxcore.engine import Engine
+from mlxcore.errors import PromptError
+from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
+from mlxcore.params import GenerationParams
+from sessions.messages import Message
+
+
+class ChatSession:
+    """A conversation on one Engine.
+
+    Each turn templates the whole conversation; the Engine keeps the longest
+    prefix its caches already hold and computes only the rest, so turn 10 does
+    not recompute turns 1-9. Stopping a ``stream`` keeps the partial reply.
+    """
+
+    def __init__(self, engine: Engine, system: str | None = None, params: GenerationParams | None = None,
+                 *, enable_thinking: bool = True, use_draft: bool = True) -> None:
+        self.engine = engine
+        self.params = params or GenerationParams()
+        self.enable_thinking = enable_thinking
+        self.use_draft = use_draft and engine.draft_model is not None
+        self.messages: list[Message] = [Message("system", system)] if system else []
+        self.caches = engine.new_caches()
+        if not self.use_draft:
+            self.caches.draft = None
+        self.last_stats: GenerationStats | None = None
+        self.title: str | None = None  # shown in session lists; None = made from the first user message
+
+    # what the conversation holds --------------------------------------------------
+
+    @property
+    def history(self) -> list[Message]:
+        """The messages so far (system first, when there is one)."""
+        return list(self.messages)
+
+    @property
+    def system(self) -> str | None:
+        return self.messages[0].content if self.messages and self.messages[0].role == "system" else None
+
+    def display_title(self) -> str:
+        """The title, or the first user message's first line (shortened), or "New chat"."""
+        if self.title:
+            return self.title
+        first = next((m.content for m in self.messages if m.role == "user"), "")
+        line = first.strip().splitlines()[0] if first.strip() else ""
+        return (line[:47] + "...") if len(line) > 50 else (line or "New chat")
+
+    def set_system(self, text: str | None) -> None:
+        """Replace (or remove, with None or "") the system prompt; the history stays."""
+        rest = self.messages[1:] if self.system is not None else self.messages
+        self.messages = ([Message("system", text)] if text else []) + rest
+
+    def prompt_ids(self) -> list[int]:
+        """The token ids of the whole conversation, ready for the assistant's next reply."""
+        return render_chat(self.engine.tokenizer, [m.as_dict() for m in self.messages],
+                           enable_thinking=self.enable_thinking)
+
+    # turns ------------------------------------------------------------------------
+
+    def send(self, text: str) -> str:
+        """Add a user message and return the whole reply."""
+        return "".join(self.stream(text))
+
+    def stream(self, text: str) -> Iterator[str]:
+        """Add a user message and yield the reply's text as it is generated.
+
+        Stop iterating (``close()``) at any point: the partial reply becomes the
+        assistant message and the caches hold exactly its tokens.
+        """
+        if not text.strip():
+            raise PromptError("The message is empty: type something first.")
+        self.messages.append(Message("user", text))
+        return self._reply()
+
+    def regenerate(self) -> str:
+        return "".join(self.stream_regenerate())
+
+    def stream_regenerate(self) -> Iterator[str]:
+        """Replace the last assistant reply with a new one (the prefix before it comes from the cache)."""
+        if not self.messages or self.messages[-1].role != "assistant":
+            raise PromptError("There is no reply to regenerate yet.")
+        self.messages.pop()
+        return self._reply()
+
+    def edit_last_user(self, text: str) -> str:
+        return "".join(self.stream_edit_last_user(text))
+
+    def stream_edit_last_user(self, text: str) -> Iterator[str]:
+        """Replace the last user message (dropping the reply after it) and answer it again."""
+        users = [i for i, m in enumerate(self.messages) if m.role == "user"]
+        if not users:
+            raise PromptError("There is no message to edit yet.")
+        if not text.strip():
+            raise PromptError("The message is empty: type something first.")
+        self.messages = self.messages[: users[-1]] + [Message("user", text)]
+        return self._reply()
+
+    def fork(self) -> ChatSession:
+        """An independent copy of this conversation; with the paged cache it shares the cached blocks."""
+        twin = object.__new__(ChatSession)
+        twin.__dict__.update(self.__dict__)
+        twin.messages = list(self.messages)
+        twin.caches = self.caches.fork()
+        return twin
+
+    def clear(self) -> None:
+        """Forget the conversation but keep the system prompt (and its cached tokens)."""
+        self.messages = self.messages[:1] if self.system is not None else []
+
+    def stream_events(self, text: str) -> Iterator[Event]:
+        """Like ``stream``, but yields the Engine's events (token ids, draft flags, final stats)."""
+        if not text.strip():
+            raise PromptError("The message is empty: type something first.")
+        self.messages.append(Message("user", text))
+        return self._events()
+
+    def _reply(self) -> Iterator[str]:
+        events = self._events()
+        try:
+            for event in events:
+                if isinstance(event, TokenEvent) and event.text:
+                    yield event.text
+        finally:
+            events.close()  # stopping the text stream stops the generation at once
+
+    def _events(self) -> Iterator[Event]:
+        events = self.engine.generate(self.prompt_ids(), self.caches, self.params)
+        reply = ""
+        try:
+            for event in events:
+                if isinstance(event, TokenEvent):
+                    reply += event.text
+                elif isinstance(event, FinalEvent):
+                    reply = event.text
+                yield event
+        finally:  # a stopped reply is kept as it stands; the engine settled the caches
+            events.close()
+            self.last_stats = self.engine.last_stats
+            self.messages.append(Message("assistant", reply))
+
+    # files ------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        """Write the conversation and its caches to ``path`` atomically (see sessions.session_file)."""
+        from sessions.session_file import save_session
+        save_session(self, Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path, engine: Engine) -> ChatSession:
+        """Open a session file on ``engine``; a file made with another model rebuilds its cache."""
+        from sessions.session_file import load_session
+        return load_session(Path(path), engine)

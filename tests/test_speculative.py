@@ -1,0 +1,134 @@
+"""Speculative decoding: greedy output equals plain greedy output; caches exact at every stop; p is preserved."""
+
+import mlxcore  # noqa: F401
+import mlx.core as mx
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from mlxcore.engine import Engine, KVConfig
+from mlxcore.events import FinalEvent, TokenEvent
+from mlxcore.params import GenerationParams
+from mlxcore.sampling import distribution
+from mlxcore.params import SamplingParams
+from tiny_models import tiny_qwen3
+
+KINDS = [KVConfig(kind="standard"), KVConfig(kind="paged", block_size=8), KVConfig(kind="rotating", max_kv=48)]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_qwen3(seed=3, vocab_size=512)
+
+
+@pytest.fixture(scope="module")
+def drafts(target):
+    """A draft that agrees (the target itself), one that mostly disagrees (untrained, 1 layer)."""
+    return {"agrees": target, "disagrees": tiny_qwen3(seed=5, vocab_size=512, layers=1)}
+
+
+class FixedK:
+    """A draft-length controller that always drafts k (so tests exercise every round shape)."""
+
+    def __init__(self, k):
+        self.k, self.max_k, self.history = k, k, []
+
+    def choose(self):
+        self.history.append(self.k)
+        return self.k
+
+    def observe_round(self, *args):
+        pass
+
+    def observe_plain(self, *args):
+        pass
+
+
+def run(engine, prompt, n, caches=None, **params):
+    caches = caches or engine.new_caches()
+    events = list(engine.generate(prompt, caches, GenerationParams(max_tokens=n, **params)))
+    return [e.token for e in events if isinstance(e, TokenEvent)], caches, events
+
+
+def prompt_of(seed, length=20):
+    return np.random.default_rng(seed).integers(0, 512, length).tolist()
+
+
+@pytest.mark.parametrize("kv", KINDS, ids=lambda kv: kv.kind)
+@pytest.mark.parametrize("which", ["agrees", "disagrees"])
+@pytest.mark.parametrize("k", [None, 1, 5])
+def test_greedy_speculative_equals_plain(target, drafts, kv, which, k):
+    """Long enough to cross many 8-token blocks and to wrap the 48-token window several times."""
+    plain = Engine(target, None, kv=kv)
+    spec = Engine(target, None, kv=kv, draft_model=drafts[which])
+    if k:
+        spec.draft_control = FixedK(k)
+    prompt = prompt_of(1)
+    expected = run(plain, prompt, 160)[0]
+    tokens, caches, events = run(spec, prompt, 160)
+    assert tokens == expected
+    assert caches.target.offset == caches.draft.offset == len(prompt) + 160
+    if kv.kind != "rotating":
+        assert caches.target.tokens == caches.draft.tokens == prompt + tokens
+    stats = events[-1].stats
+    if which == "agrees" and k:
+        assert stats.draft_accepted == stats.draft_proposed > 0
+        assert any(e.from_draft for e in events[:-1])
+
+
+@pytest.mark.parametrize("kv", KINDS, ids=lambda kv: kv.kind)
+def test_stopping_at_any_event_leaves_both_caches_exact(target, drafts, kv):
+    spec = Engine(target, None, kv=kv, draft_model=drafts["agrees"])
+    spec.draft_control = FixedK(4)
+    prompt = prompt_of(2)
+    for stop_after in range(1, 13):
+        caches = spec.new_caches()
+        seen = []
+        for event in spec.generate(prompt, caches, GenerationParams(max_tokens=40)):
+            seen.append(event.token)
+            if len(seen) == stop_after:
+                break
+        assert caches.target.offset == caches.draft.offset == len(prompt) + stop_after, stop_after
+        if kv.kind != "rotating":
+            assert caches.target.tokens == caches.draft.tokens == prompt + seen
+
+
+def test_eos_stop_leaves_caches_exact(target, drafts):
+    spec = Engine(target, None, kv=KVConfig(kind="paged", block_size=8), draft_model=drafts["agrees"])
+    spec.draft_control = FixedK(6)
+    prompt = prompt_of(3)
+    reference = run(Engine(target, None), prompt, 30)[0]
+    spec.eos_ids = {reference[9]}
+    tokens, caches, events = run(spec, prompt, 30)
+    assert tokens == reference[: reference.index(reference[9]) + 1]
+    assert events[-1].finish_reason == "eos"
+    assert caches.target.tokens == caches.draft.tokens == prompt + tokens
+
+
+def test_next_turn_after_speculative_turn_reuses_both_caches(target, drafts):
+    spec = Engine(target, None, kv=KVConfig(kind="paged", block_size=8), draft_model=drafts["disagrees"])
+    prompt = prompt_of(4)
+    first, caches, _ = run(spec, prompt, 25)
+    follow = prompt + first + prompt_of(5, 6)
+    second, caches, events = run(spec, follow, 25, caches=caches)
+    assert events[-1].stats.reused_tokens == len(prompt) + len(first)
+    assert second == run(Engine(target, None), follow, 25)[0]
+
+
+def test_sampled_first_token_follows_the_target_distribution(target, drafts):
+    """1,500 seeded replies of one token drafted with k = 3 by a disagreeing draft: chi-square p > 0.001."""
+    spec = Engine(target, None, kv=KVConfig(kind="standard"), draft_model=drafts["disagrees"])
+    spec.draft_control = FixedK(3)
+    prompt = prompt_of(6, 8)
+    params = SamplingParams(temperature=0.8)
+    logits = target(mx.array([prompt]))[0, -1]
+    p = np.array(distribution(logits, params), dtype=np.float64)
+    p /= p.sum()
+    counts = np.zeros_like(p)
+    for seed in range(1500):
+        tokens = run(spec, prompt, 1, temperature=0.8, seed=seed)[0]
+        counts[tokens[0]] += 1
+    big = p * counts.sum() >= 5  # chi-square needs expected counts of 5 or more: pool the rest
+    observed = np.append(counts[big], counts[~big].sum())
+    expected = np.append(p[big], p[~big].sum()) * counts.sum()
+    assert chisquare(observed, expected).pvalue > 1e-3, (observed, expected)

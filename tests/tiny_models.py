@@ -1,0 +1,57 @@
+"""Tiny random-weight Qwen3 models, made in the test, for checks that need no trained weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlxcore  # noqa: F401  (optimized BLAS before mlx)
+import mlx.core as mx
+from mlx.utils import tree_flatten
+from mlx_lm.models import qwen3
+
+
+def tiny_config(vocab_size: int = 384, layers: int = 2, hidden: int = 64, heads: int = 4,
+                kv_heads: int = 2, head_dim: int = 16) -> dict:
+    """A Qwen3 config.json dict small enough to run in milliseconds."""
+    return {
+        "model_type": "qwen3",
+        "architectures": ["Qwen3ForCausalLM"],
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "intermediate_size": hidden * 3,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": vocab_size,
+        "max_position_embeddings": 32768,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,  # tied random embeddings make the model echo its input
+    }
+
+
+def tiny_qwen3(seed: int = 0, **config) -> qwen3.Model:
+    """A random-weight mlx-lm Qwen3 model; matrices scaled up so its logits are peaked, not flat."""
+    mx.random.seed(seed)
+    model = qwen3.Model(qwen3.ModelArgs.from_dict(tiny_config(**config)))
+    scaled = [(k, v * 2.0 if v.ndim == 2 and "embed" not in k else v)
+              for k, v in tree_flatten(model.parameters())]
+    model.load_weights(scaled)
+    mx.eval(model.parameters())
+    return model
+
+
+def write_model_folder(model: qwen3.Model, folder: Path, tokenizer_from: Path) -> Path:
+    """Save ``model`` in the MLX layout, with the tokenizer files copied from ``tokenizer_from``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = tiny_config(vocab_size=model.args.vocab_size, layers=model.args.num_hidden_layers,
+                         hidden=model.args.hidden_size, heads=model.args.num_attention_heads,
+                         kv_heads=model.args.num_key_value_heads, head_dim=model.args.head_dim)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        source = tokenizer_from / name
+        if source.exists():
+            (folder / name).write_text(source.read_text())
+    return folder
