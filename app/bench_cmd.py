@@ -7,17 +7,32 @@ import json
 import sys
 from pathlib import Path
 
-from mlxcore.bench.runner import BenchSetup, format_row, run_rows
+from mlxcore.bench.runner import ROWS, BenchSetup, Row, format_row, run_rows
 from mlxcore.errors import UsageError
+
+
+def all_rows() -> dict[str, tuple[str, Row]]:
+    """mlxcore's rows plus those of the layers above it (sessions, TUI)."""
+    from sessions.bench_restore import restore_ttft_vs_cold
+    from sessions.bench_turns import turn10_prefill_fraction
+
+    return ROWS | {
+        "turn10_prefill_fraction": ("tokens prefilled at turn 10 / tokens of the whole templated conversation",
+                                    lambda s: turn10_prefill_fraction(s.model, s.draft)),
+        "restore_ttft_vs_cold": ("first-token time after loading a saved 2,000+-token session / cold re-prefill",
+                                 lambda s: restore_ttft_vs_cold(s.model, s.draft, s.runs)),
+    }
 
 
 def run_bench(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise UsageError("--runs must be at least 1")
+    rows = all_rows()
     setup = BenchSetup(model=args.model or BenchSetup.model, draft=args.draft or BenchSetup.draft, runs=args.runs)
     print(f"{'row':<24} {'value':>8}   what", flush=True)
     try:
-        report = run_rows(args.only, setup, lambda name, r: print(format_row(name, r), flush=True))
+        report = run_rows(args.only, setup, lambda name, r: print(format_row(name, rows[name][0], r), flush=True),
+                          rows=rows)
     except ValueError as error:
         raise UsageError(str(error)) from None
     if args.json:

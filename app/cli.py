@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(ask)
     add_generation_options(ask)
 
+    from app.sessions_cmd import add_sessions_parser
+    add_sessions_parser(commands)
+
     bench = commands.add_parser("bench", help="measure mlxchat against mlx-lm on this machine",
                                 description="Run the benchmarks of DESIGN.md's Measures and print a table.")
     bench.add_argument("--json", metavar="FILE", help="also write the results to FILE as JSON")
@@ -51,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "ask":
             from app.ask import run_ask
             return run_ask(args)
+        if args.command == "sessions":
+            from app.sessions_cmd import run_sessions
+            return run_sessions(args)
         if args.command == "bench":
             from app.bench_cmd import run_bench
             return run_bench(args)

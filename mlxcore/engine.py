@@ -60,12 +60,14 @@ class Engine:
 
     def __init__(self, model: nn.Module, tokenizer=None, *, kv: KVConfig = KVConfig(),
                  draft_model: nn.Module | None = None, num_draft: int = 8, context_length: int | None = None,
-                 fingerprint: str = "", draft_fingerprint: str = "") -> None:
+                 fingerprint: str = "", draft_fingerprint: str = "", model_name: str = "",
+                 draft_name: str = "") -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.draft_model = draft_model
         self.fingerprint = fingerprint  # identifies the target's weights, config and tokenizer
         self.draft_fingerprint = draft_fingerprint
+        self.model_name, self.draft_name = model_name, draft_name  # for display and session files
         self.kv = kv
         self.context_length = context_length or getattr(getattr(model, "args", None), "max_position_embeddings", None)
         self.eos_ids = set(tokenizer.eos_token_ids) if tokenizer is not None else set()
@@ -76,6 +78,14 @@ class Engine:
     def _new_model_cache(self, model: nn.Module, role: str) -> ModelCache:
         cache = make_model_cache(model, kind=self.kv.kind, block_size=self.kv.block_size,
                                  max_kv=self.kv.max_kv, pool=self._pools.get(role))
+        if getattr(cache, "pool", None) is not None:
+            self._pools[role] = cache.pool
+        return cache
+
+    def restore_cache(self, role: str, tensors: dict, meta: dict) -> ModelCache:
+        """Rebuild the ``role`` ("target" or "draft") cache saved by ``ModelCache.state_dict``, in this engine's pool."""
+        model = self.model if role == "target" else self.draft_model
+        cache = ModelCache.from_state(model, tensors, meta, pool=self._pools.get(role))
         if getattr(cache, "pool", None) is not None:
             self._pools[role] = cache.pool
         return cache

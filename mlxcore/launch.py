@@ -46,5 +46,6 @@ def open_engine(choice: ModelChoice = ModelChoice(), kv: KVConfig = KVConfig(), 
         check_draft_compatible(target, draft)
     engine = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model if draft else None,
                     num_draft=num_draft,
-                    fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "")
+                    fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "",
+                    model_name=target.name, draft_name=draft.name if draft else "")
     return OpenedEngine(engine, target.name, draft.name if draft else None, note)

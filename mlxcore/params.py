@@ -42,7 +42,7 @@ class GenerationParams(SamplingParams):
 
     max_tokens: int = 512  # the reply ends after this many tokens
     stop: tuple[str, ...] = field(default=())  # the reply ends when its text contains one of these
-    prefill_chunk: int = 512  # prompt tokens per forward pass while prefilling
+    prefill_chunk: int = 128  # prompt tokens per forward pass while prefilling (CPU attention favours short chunks)
 
     def __post_init__(self) -> None:
         super().__post_init__()

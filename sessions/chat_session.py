@@ -33,6 +33,9 @@ class ChatSession:
             self.caches.draft = None
         self.last_stats: GenerationStats | None = None
         self.title: str | None = None  # shown in session lists; None = made from the first user message
+        self.store_id: str | None = None  # the session store's id once saved there (autosave)
+        self.created_at: float | None = None  # when first saved (epoch seconds)
+        self.restore_note: str | None = None  # after load: what the user should know (e.g. cache rebuilt)
 
     # what the conversation holds --------------------------------------------------
 
@@ -109,6 +112,7 @@ class ChatSession:
         twin.__dict__.update(self.__dict__)
         twin.messages = list(self.messages)
         twin.caches = self.caches.fork()
+        twin.store_id = twin.created_at = twin.restore_note = None  # a fork is a new session
         return twin
 
     def clear(self) -> None:

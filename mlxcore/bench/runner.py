@@ -43,25 +43,28 @@ ROWS: dict[str, tuple[str, Row]] = {
 }
 
 
-def run_rows(names: list[str] | None, setup: BenchSetup,
-             on_row: Callable[[str, dict], None] | None = None) -> dict:
-    """Run the named rows (all by default); returns {"machine": ..., "rows": {name: result}}."""
-    unknown = [n for n in names or [] if n not in ROWS]
+def run_rows(names: list[str] | None, setup: BenchSetup, on_row: Callable[[str, dict], None] | None = None,
+             rows: dict[str, tuple[str, Row]] = ROWS) -> dict:
+    """Run the named rows (all by default); returns {"machine": ..., "rows": {name: result}}.
+
+    ``rows`` lets higher layers (sessions, the TUI) add their own rows to mlxcore's.
+    """
+    unknown = [n for n in names or [] if n not in rows]
     if unknown:
-        raise ValueError(f"unknown bench row(s) {', '.join(unknown)}; rows: {', '.join(ROWS)}")
+        raise ValueError(f"unknown bench row(s) {', '.join(unknown)}; rows: {', '.join(rows)}")
     results = {}
-    for name in names or list(ROWS):
-        results[name] = ROWS[name][1](setup)
+    for name in names or list(rows):
+        results[name] = rows[name][1](setup)
         if on_row:
             on_row(name, results[name])
     return {"machine": f"{platform.system()} {platform.machine()}", "setup": setup.__dict__, "rows": results}
 
 
-def format_row(name: str, result: dict) -> str:
+def format_row(name: str, what: str, result: dict) -> str:
     value = result.get("value")
-    shown = "n/a" if value is None else f"{value:8.2f}"
-    detail = ", ".join(f"{k}={_short(v)}" for k, v in result.items() if k not in ("value", "ratios"))
-    return f"{name:<24} {shown:>8}   {ROWS[name][0]}\n{'':<35}({detail})"
+    shown = "n/a" if value is None else f"{value:8.3f}"
+    detail = ", ".join(f"{k}={_short(v)}" for k, v in result.items() if k not in ("value", "ratios", "key"))
+    return f"{name:<24} {shown:>8}   {what}\n{'':<35}({detail})"
 
 
 def _short(value: object) -> str:

@@ -1,0 +1,69 @@
+"""`mlxchat sessions ls|show|rm|export|rename`: the stored sessions, without loading a model."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the store imports mlx: only when a sessions command runs, not to build --help
+    from sessions.store import SessionInfo
+
+
+def add_sessions_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the `sessions` command and its sub-commands to the CLI's sub-parsers."""
+    parser = subparsers.add_parser("sessions", help="list, show, rename, delete or export saved sessions",
+                                   description="Manage the sessions saved in mlxchat's data folder "
+                                               "($MLXCHAT_HOME/sessions when set).")
+    parser.add_argument("--store", metavar="DIR", type=Path, default=None,
+                        help="the folder of the session files (default: mlxchat's data folder)")
+    actions = parser.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
+    actions.add_parser("ls", help="list the sessions, most recent first").add_argument(
+        "search", nargs="?", default=None, help="only sessions whose title contains this text")
+    actions.add_parser("show", help="print a session's details and transcript").add_argument("id")
+    actions.add_parser("rm", help="delete a session").add_argument("id")
+    export = actions.add_parser("export", help="write a session as a Markdown transcript")
+    export.add_argument("id")
+    export.add_argument("-o", "--output", metavar="FILE", type=Path, default=None,
+                        help="write to FILE instead of stdout")
+    rename = actions.add_parser("rename", help="set a session's title")
+    rename.add_argument("id")
+    rename.add_argument("title")
+    return parser
+
+
+def run_sessions(args: argparse.Namespace) -> int:
+    """Run one `sessions` sub-command; errors are raised as ``MlxchatError`` for the CLI to print."""
+    from sessions.store import SessionStore
+
+    store = SessionStore(args.store)
+    command = args.sessions_command
+    if command == "ls":
+        infos = store.search(args.search) if args.search else store.list()
+        print("\n".join(_row(info) for info in infos) if infos else f"No saved sessions in {store.root}.")
+    elif command == "show":
+        info = store.info(args.id)
+        print(f"id: {info.id}\nfile: {info.path}\nmodel: {info.model}\nmessages: {info.messages}\n")
+        sys.stdout.write(store.export_markdown(args.id))
+    elif command == "rm":
+        store.delete(args.id)
+        print(f"Deleted session {args.id}.")
+    elif command == "export":
+        text = store.export_markdown(args.id)
+        if args.output is None:
+            sys.stdout.write(text)
+        else:
+            args.output.write_text(text, encoding="utf-8")
+            print(f"Wrote {args.output}.")
+    elif command == "rename":
+        print(f"{args.id}: {store.rename(args.id, args.title).title}")
+    return 0
+
+
+def _row(info: SessionInfo) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.updated))
+    if info.broken:
+        return f"{info.id}  {when}  BROKEN: {info.broken}"
+    return f"{info.id}  {when}  {info.messages:>3} msgs  {info.model}  {info.title}"

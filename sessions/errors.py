@@ -1,0 +1,15 @@
+"""Errors of session files and the session store."""
+
+from mlxcore.errors import MlxchatError
+
+
+class SessionFileError(MlxchatError):
+    """A session file cannot be read or written: it says which file and what is wrong.
+
+    Raised before anything changes: a session being loaded is not built, the
+    file being read is left as it was.
+    """
+
+
+class SessionNotFoundError(MlxchatError):
+    """The session store holds no session with the id asked for."""

@@ -1,0 +1,165 @@
+"""The session file container: fixed preamble, JSON header, safetensors payload, checksum.
+
+Layout (integers little-endian)::
+
+    magic            16 bytes   b"MLXCHAT-SESSION\\n"
+    header_length     8 bytes   u64, at most MAX_HEADER_BYTES
+    header_sha256    32 bytes   of the header bytes (lets a store list sessions without reading tensors)
+    header            N bytes   UTF-8 JSON object (see file_header.py)
+    payload           ...       a complete safetensors file (see safetensors_payload.py)
+    file_sha256      32 bytes   of every byte before it
+
+Any changed, missing or added byte fails a size check or a checksum, so the
+parsers behind it only ever see bytes this module wrote (or a forgery, which
+they still validate). Writes are atomic: temporary file, fsync, rename, fsync.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from sessions.errors import SessionFileError
+
+MAGIC = b"MLXCHAT-SESSION\n"
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+_PREAMBLE = len(MAGIC) + 8 + 32
+_DIGEST = 32
+_CHUNK = 1 << 20
+
+
+def encode_header(header: dict[str, Any]) -> bytes:
+    """The header as the UTF-8 JSON bytes the file holds."""
+    data = json.dumps(header, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    if len(data) > MAX_HEADER_BYTES:
+        raise SessionFileError(f"The session header would take {len(data):,} bytes, over the limit of "
+                               f"{MAX_HEADER_BYTES:,}: the conversation is too long to save.")
+    return data
+
+
+def write_file(path: Path, header: bytes, payload: Iterable[bytes]) -> None:
+    """Write a session file to ``path`` atomically: a crash leaves the previous file (or none)."""
+    path = Path(path)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temp, "wb") as out:
+            digest = hashlib.sha256()
+            for piece in _pieces(header, payload):
+                out.write(piece)
+                digest.update(piece)
+            out.write(digest.digest())
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except OSError as error:
+        raise SessionFileError(f"Cannot write {path}: {error.strerror or error}.") from error
+    finally:
+        temp.unlink(missing_ok=True)
+    _fsync_folder(path.parent)
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a session file, checked against its own checksum (tensors not read)."""
+    with _open(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        return _parse_json(path, _read_checked_header(path, f, size))
+
+
+def read_file(path: Path) -> tuple[dict[str, Any], bytes]:
+    """(header, payload bytes) of a session file, after every size and checksum check passed."""
+    with _open(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        header = _read_checked_header(path, f, size)
+        payload_length = size - _PREAMBLE - len(header) - _DIGEST
+        payload = _read_exactly(path, f, payload_length)
+        stored = _read_exactly(path, f, _DIGEST)
+    digest = hashlib.sha256(_preamble(header))
+    digest.update(header)
+    digest.update(payload)
+    if digest.digest() != stored:
+        raise SessionFileError(f"{path} is damaged: its contents do not match their checksum "
+                               "(truncated, or changed after it was saved).")
+    return _parse_json(path, header), payload
+
+
+# internals -------------------------------------------------------------------------------------
+
+def _pieces(header: bytes, payload: Iterable[bytes]) -> Iterable[bytes]:
+    yield _preamble(header)
+    yield header
+    yield from payload
+
+
+def _preamble(header: bytes) -> bytes:
+    return MAGIC + struct.pack("<Q", len(header)) + hashlib.sha256(header).digest()
+
+
+def _open(path: Path) -> BinaryIO:
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise SessionFileError(f"There is no session file {path}.") from None
+    except IsADirectoryError:
+        raise SessionFileError(f"{path} is a folder, not a session file.") from None
+    except OSError as error:
+        raise SessionFileError(f"Cannot read {path}: {error.strerror or error}.") from error
+
+
+def _read_checked_header(path: Path, f: BinaryIO, size: int) -> bytes:
+    """Check the preamble, then read the header (its length is checked before it is read)."""
+    start = f.read(_PREAMBLE)
+    if not MAGIC.startswith(start[: len(MAGIC)]):  # a short prefix of MAGIC is a truncated file
+        raise SessionFileError(f"{path} is not an mlxchat session file (it does not start like one).")
+    if size < _PREAMBLE + _DIGEST:
+        raise SessionFileError(f"{path} is truncated: {size} bytes, too short for a session file.")
+    (length,) = struct.unpack("<Q", start[len(MAGIC): len(MAGIC) + 8])
+    if length > MAX_HEADER_BYTES:
+        raise SessionFileError(f"{path} declares a header of {length:,} bytes, over the limit of "
+                               f"{MAX_HEADER_BYTES:,}: it is corrupted or not a session file.")
+    if _PREAMBLE + length + _DIGEST > size:
+        raise SessionFileError(f"{path} is truncated: its header needs {length:,} bytes, "
+                               f"the file holds {size:,} in all.")
+    header = _read_exactly(path, f, length)
+    if hashlib.sha256(header).digest() != start[len(MAGIC) + 8:]:
+        raise SessionFileError(f"{path} is corrupted: its header does not match its checksum.")
+    return header
+
+
+def _read_exactly(path: Path, f: BinaryIO, n: int) -> bytes:
+    data = f.read(n)
+    if len(data) != n:  # the file shrank while being read
+        raise SessionFileError(f"{path} is truncated: it ended while being read.")
+    return data
+
+
+def _parse_json(path: Path, header: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(header.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise SessionFileError(f"{path} has a header that is not valid JSON ({error}).") from None
+    if not isinstance(data, dict):
+        raise SessionFileError(f"{path} has a header that is not a JSON object.")
+    return data
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable (POSIX); some platforms cannot open folders."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

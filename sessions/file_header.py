@@ -1,0 +1,221 @@
+"""The JSON header of a session file: built from a session, and read back with every field checked.
+
+``read_saved_session`` turns an untrusted dict into a ``SavedSession`` or
+raises ``SessionFileError`` naming the field; nothing is built from a header
+that did not pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+from typing import Any
+
+from mlxcore.kv.geometry import KVGeometry
+from mlxcore.kv.window import Window
+from mlxcore.params import GenerationParams
+from sessions.errors import SessionFileError
+from sessions.json_fields import (Fields, is_bool, is_count, is_count_list, is_number, is_optional_text,
+                                  is_positive, is_text, is_time, show)
+from sessions.messages import ROLES, Message
+from sessions.safetensors_payload import DTYPES, dtype_name
+
+FORMAT = "mlxchat-session"
+VERSION = 1
+KINDS = ("standard", "paged", "rotating")
+ROLES_SAVED = ("target", "draft")
+
+
+@dataclass(frozen=True)
+class SavedCache:
+    """One model's cache as the header describes it."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: str  # safetensors name: "F32", "F16", "BF16"
+    tokens: tuple[int, ...]  # the ids the cache holds
+    state: dict[str, int]  # the kind's counters (paged: block_size; rotating: offset, high, window)
+
+    def tensor_shapes(self, kind: str, role: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Name -> (dtype, shape) of every tensor this cache must have in the payload."""
+        if kind == "rotating":
+            length = min(self.state["high"], Window(*(self.state[k] for k in _WINDOW)).slots)
+        else:
+            length = len(self.tokens)
+        if not length:
+            return {}
+        shape = (1, self.kv_heads, length, self.head_dim)
+        return {f"{role}.{i}.{name}": (self.dtype, shape) for i in range(self.layers) for name in ("keys", "values")}
+
+    def meta(self, kind: str) -> dict[str, Any]:
+        """The metadata ``ModelCache.from_state`` takes."""
+        return {"kind": kind, "tokens": list(self.tokens), **self.state}
+
+    def fits(self, geometry: KVGeometry) -> bool:
+        return (self.layers, self.kv_heads, self.head_dim, self.dtype) == (
+            geometry.num_layers, geometry.kv_heads, geometry.head_dim, dtype_name(geometry.dtype))
+
+
+@dataclass(frozen=True)
+class SavedSession:
+    """Everything a session file's header says, checked."""
+
+    version: int
+    created: float  # seconds since the epoch
+    updated: float
+    title: str | None
+    model_name: str
+    model_fingerprint: str
+    draft_name: str | None  # None: saved without a draft model
+    draft_fingerprint: str | None
+    params: GenerationParams
+    enable_thinking: bool
+    use_draft: bool
+    system: str | None
+    history: tuple[Message, ...]  # after the system prompt
+    cache_kind: str
+    target: SavedCache | None  # None: no cache saved
+    draft: SavedCache | None
+
+    def tensor_shapes(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
+        for role in ROLES_SAVED:
+            cache = getattr(self, role)
+            if cache is not None:
+                shapes |= cache.tensor_shapes(self.cache_kind, role)
+        return shapes
+
+
+# building -------------------------------------------------------------------------------------
+
+def build_header(*, created: float, title: str | None, model: tuple[str, str], draft: tuple[str, str] | None,
+                 params: GenerationParams, enable_thinking: bool, use_draft: bool, messages: list[Message],
+                 kind: str, caches: dict[str, tuple[KVGeometry, dict[str, Any]]]) -> dict[str, Any]:
+    """The header dict. ``caches`` maps "target"/"draft" to (geometry, ``state_dict`` metadata)."""
+    system = messages[0].content if messages and messages[0].role == "system" else None
+    history = messages[1:] if system is not None else messages
+    return {
+        "format": FORMAT, "version": VERSION, "created": created, "updated": time.time(), "title": title,
+        "model": {"name": model[0], "fingerprint": model[1]},
+        "draft": {"name": draft[0], "fingerprint": draft[1]} if draft else None,
+        "params": {f.name: list(v) if isinstance(v := getattr(params, f.name), tuple) else v
+                   for f in fields(params)},
+        "enable_thinking": enable_thinking, "use_draft": use_draft, "system": system,
+        "history": [m.as_dict() for m in history],
+        "cache": {"kind": kind, **{role: _cache_header(*caches[role]) if role in caches else None
+                                   for role in ROLES_SAVED}},
+    }
+
+
+def _cache_header(geometry: KVGeometry, meta: dict[str, Any]) -> dict[str, Any]:
+    return {"layers": geometry.num_layers, "kv_heads": geometry.kv_heads, "head_dim": geometry.head_dim,
+            "dtype": dtype_name(geometry.dtype), "tokens": [int(t) for t in meta["tokens"]],
+            "state": {k: v for k, v in meta.items() if k not in ("kind", "tokens")}}
+
+
+# reading --------------------------------------------------------------------------------------
+
+_WINDOW = ("max_size", "keep", "max_rewind")
+_STATE_KEYS = {"standard": (), "paged": ("block_size",), "rotating": ("offset", "high", *_WINDOW)}
+
+
+def read_saved_session(data: dict[str, Any], where: str) -> SavedSession:
+    """Check every field of a header dict; ``SessionFileError`` saying which is wrong."""
+    top = Fields(data, where)
+    _check_format(top, where)
+    model = top.sub("model")
+    draft = None if top.data.get("draft") is None else top.sub("draft")
+    cache = top.sub("cache")
+    kind = cache.get("kind", lambda v: v in KINDS, f"one of {', '.join(KINDS)}")
+    saved = SavedSession(
+        version=VERSION, created=top.get("created", is_time, "a time"),
+        updated=top.get("updated", is_time, "a time"),
+        title=top.get("title", is_optional_text, "text or null"),
+        model_name=model.get("name", is_text, "text"), model_fingerprint=model.get("fingerprint", is_text, "text"),
+        draft_name=draft.get("name", is_text, "text") if draft else None,
+        draft_fingerprint=draft.get("fingerprint", is_text, "text") if draft else None,
+        params=_read_params(top.sub("params"), where),
+        enable_thinking=top.get("enable_thinking", is_bool, "true or false"),
+        use_draft=top.get("use_draft", is_bool, "true or false"),
+        system=top.get("system", is_optional_text, "text or null"),
+        history=_read_history(top.get("history", lambda v: isinstance(v, list), "a list"), where),
+        cache_kind=kind,
+        target=_read_cache(cache, "target", kind, where), draft=_read_cache(cache, "draft", kind, where))
+    if saved.draft is not None and saved.draft_fingerprint is None:
+        raise SessionFileError(f"{where}: the header has a draft cache but no draft model.")
+    return saved
+
+
+def _check_format(top: Fields, where: str) -> None:
+    if top.data.get("format") != FORMAT:
+        raise SessionFileError(f"{where}: not an mlxchat session (format {show(top.data.get('format'))}).")
+    version = top.get("version", is_count, "a whole number")
+    if version > VERSION:
+        raise SessionFileError(f"{where} was saved by a newer mlxchat (session format {version}; this one "
+                               f"reads {VERSION}): update mlxchat to open it.")
+    if version < 1:
+        raise SessionFileError(f"{where}: session format version {version} does not exist.")
+
+
+def _read_params(params: Fields, where: str) -> GenerationParams:
+    known = {f.name: f for f in fields(GenerationParams)}
+    unknown = sorted(set(params.data) - set(known))
+    if unknown:
+        raise SessionFileError(f"{where}: unknown generation parameter {unknown[0]!r}.")
+    values = {}
+    for name, value in params.data.items():
+        check, what = _PARAM_TYPES.get(name, (is_number, "a number"))
+        values[name] = tuple(params.get(name, check, what)) if name == "stop" else params.get(name, check, what)
+    try:
+        return GenerationParams(**values)
+    except (TypeError, ValueError) as error:
+        raise SessionFileError(f"{where}: the saved generation parameters are invalid: {error}.") from None
+
+
+def _read_history(items: list[Any], where: str) -> tuple[Message, ...]:
+    history = []
+    for number, item in enumerate(items, 1):
+        message = Fields(item, where, f"message {number} of the history")
+        role = message.get("role", lambda v: v in ROLES and v != "system", "user, assistant or tool")
+        history.append(Message(role, message.get("content", is_text, "text")))
+    return tuple(history)
+
+
+def _read_cache(cache: Fields, role: str, kind: str, where: str) -> SavedCache | None:
+    if cache.data.get(role) is None:
+        return None
+    c = cache.sub(role)
+    state = c.sub("state")
+    saved = SavedCache(
+        layers=c.get("layers", is_positive, "a positive whole number"),
+        kv_heads=c.get("kv_heads", is_positive, "a positive whole number"),
+        head_dim=c.get("head_dim", is_positive, "a positive whole number"),
+        dtype=c.get("dtype", lambda v: v in DTYPES, f"one of {', '.join(DTYPES)}"),
+        tokens=tuple(c.get("tokens", is_count_list, "a list of token ids")),
+        state={key: state.get(key, is_count, "a whole number") for key in _STATE_KEYS[kind]})
+    _check_state(saved, kind, f"{where}: the {role} cache")
+    return saved
+
+
+def _check_state(cache: SavedCache, kind: str, where: str) -> None:
+    s = cache.state
+    if kind == "paged" and s["block_size"] < 1:
+        raise SessionFileError(f"{where} has a block size of 0.")
+    if kind == "rotating":
+        try:
+            Window(*(s[k] for k in _WINDOW))
+        except ValueError as error:
+            raise SessionFileError(f"{where} has an impossible window: {error}") from None
+        if s["offset"] != len(cache.tokens) or s["offset"] > s["high"]:
+            raise SessionFileError(f"{where}: its offsets and its token count disagree.")
+
+
+_PARAM_TYPES = {
+    "top_k": (is_count, "a whole number"),
+    "repetition_context": (is_count, "a whole number"),
+    "max_tokens": (is_count, "a whole number"),
+    "prefill_chunk": (is_count, "a whole number"),
+    "seed": (lambda v: v is None or is_count(v), "a whole number or null"),
+    "stop": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of text"),
+}

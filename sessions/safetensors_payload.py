@@ -1,0 +1,120 @@
+"""Tensors <-> the bytes of a safetensors file, written and read here with full validation.
+
+Own reader and writer (the format is an 8-byte length, a JSON index and raw
+little-endian data) so that bfloat16 caches round-trip through numpy as raw
+16-bit words, and so that a malformed payload gives a ``SessionFileError``
+saying what is wrong rather than whatever a parser happens to raise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from sessions.errors import SessionFileError
+
+MAX_INDEX_BYTES = 16 * 1024 * 1024
+MAX_DIM = 2**31 - 1  # MLX shapes are 32-bit
+MAX_NDIM = 8
+
+# safetensors dtype name -> (numpy dtype of the raw words, MLX dtype)
+DTYPES: dict[str, tuple[np.dtype, mx.Dtype]] = {
+    "F32": (np.dtype("<f4"), mx.float32),
+    "F16": (np.dtype("<f2"), mx.float16),
+    "BF16": (np.dtype("<u2"), mx.bfloat16),  # numpy has no bfloat16: keep the raw words
+}
+_NAMES = {mlx_dtype: name for name, (_, mlx_dtype) in DTYPES.items()}
+
+
+def dtype_name(dtype: mx.Dtype) -> str:
+    """The safetensors name of an MLX dtype ("F32", "F16", "BF16"); ``SessionFileError`` for others."""
+    if dtype not in _NAMES:
+        raise SessionFileError(f"Cannot save a KV cache of dtype {dtype}: only float32, float16 and bfloat16.")
+    return _NAMES[dtype]
+
+
+def encode_tensors(tensors: dict[str, mx.array]) -> Iterator[bytes]:
+    """The safetensors bytes of ``tensors``, piece by piece (one tensor in memory at a time)."""
+    index: dict[str, Any] = {}
+    offset = 0
+    for name in sorted(tensors):
+        array = tensors[name]
+        kind = dtype_name(array.dtype)
+        size = array.size * DTYPES[kind][0].itemsize
+        index[name] = {"dtype": kind, "shape": list(array.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(index, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the format aligns the data to 8 bytes
+    yield struct.pack("<Q", len(text))
+    yield text
+    for name in sorted(tensors):
+        yield _raw_bytes(tensors[name])
+
+
+def _raw_bytes(array: mx.array) -> bytes:
+    kind = dtype_name(array.dtype)
+    raw = array.view(mx.uint16) if kind == "BF16" else array
+    return np.ascontiguousarray(np.array(raw), dtype=DTYPES[kind][0]).tobytes()
+
+
+def decode_tensors(payload: bytes, where: str) -> dict[str, mx.array]:
+    """The tensors of a safetensors payload; ``SessionFileError`` naming ``where`` if malformed."""
+    if len(payload) < 8:
+        raise SessionFileError(f"{where}: the tensor data is truncated.")
+    (length,) = struct.unpack("<Q", payload[:8])
+    if length > MAX_INDEX_BYTES or 8 + length > len(payload):
+        raise SessionFileError(f"{where}: the tensor index declares {length:,} bytes, which do not fit.")
+    try:
+        index = json.loads(payload[8:8 + length].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise SessionFileError(f"{where}: the tensor index is not valid JSON.") from None
+    if not isinstance(index, dict):
+        raise SessionFileError(f"{where}: the tensor index is not a JSON object.")
+    index.pop("__metadata__", None)
+    data = memoryview(payload)[8 + length:]
+    entries = {name: _entry(name, spec, where) for name, spec in index.items()}
+    _check_layout(entries, len(data), where)
+    return {name: _array(data, *entry) for name, entry in entries.items()}
+
+
+def _entry(name: str, spec: Any, where: str) -> tuple[str, tuple[int, ...], int, int]:
+    """(dtype name, shape, start, end) of one index entry, checked."""
+    bad = f"{where}: tensor {name!r} is described wrongly in the index"
+    if not isinstance(spec, dict) or spec.get("dtype") not in DTYPES:
+        raise SessionFileError(f"{bad} (dtype {spec.get('dtype') if isinstance(spec, dict) else spec!r}).")
+    shape, offsets = spec.get("shape"), spec.get("data_offsets")
+    if not (isinstance(shape, list) and len(shape) <= MAX_NDIM and all(_is_int(d, MAX_DIM) for d in shape)):
+        raise SessionFileError(f"{bad} (shape {shape!r}).")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o, 2**63) for o in offsets)):
+        raise SessionFileError(f"{bad} (data offsets {offsets!r}).")
+    start, end = offsets
+    if end - start != math.prod(shape) * DTYPES[spec["dtype"]][0].itemsize:
+        raise SessionFileError(f"{bad}: its byte range does not fit its shape and dtype.")
+    return spec["dtype"], tuple(shape), start, end
+
+
+def _check_layout(entries: dict[str, tuple[str, tuple[int, ...], int, int]], size: int, where: str) -> None:
+    """The byte ranges must tile the data exactly: no gaps, no overlaps, nothing left over."""
+    position = 0
+    for _, _, start, end in sorted(entries.values(), key=lambda e: (e[2], e[3])):
+        if start != position:
+            raise SessionFileError(f"{where}: the tensor data has gaps or overlaps.")
+        position = end
+    if position != size:
+        raise SessionFileError(f"{where}: the tensor data is {size:,} bytes, the index describes {position:,}.")
+
+
+def _array(data: memoryview, kind: str, shape: tuple[int, ...], start: int, end: int) -> mx.array:
+    words, mlx_dtype = DTYPES[kind]
+    array = mx.array(np.frombuffer(data[start:end], dtype=words).reshape(shape))
+    return array.view(mlx_dtype) if kind == "BF16" else array
+
+
+def _is_int(value: Any, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit

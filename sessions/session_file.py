@@ -1,0 +1,144 @@
+"""Save a ChatSession to one file and open it again: ``save_session`` and ``load_session``.
+
+The file (see file_format.py) holds a JSON header (file_header.py) and the
+target's and draft's cache tensors (safetensors_payload.py). Loading checks the
+whole file first, then builds the session; a file made with another model, or
+with another kind of KV cache, restores its conversation and leaves the cache
+to be rebuilt by the next turn's prefill, saying so in ``session.restore_note``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import mlx.core as mx
+
+from mlxcore.engine import Engine
+from mlxcore.kv.base import ModelCache
+from mlxcore.kv.errors import CacheShapeError, CacheStateError
+from mlxcore.kv.geometry import model_geometry
+from sessions.errors import SessionFileError
+from sessions.file_format import encode_header, read_file, write_file
+from sessions.file_header import ROLES_SAVED, SavedSession, build_header, read_saved_session
+from sessions.safetensors_payload import decode_tensors, dtype_name, encode_tensors
+
+if TYPE_CHECKING:
+    from sessions.chat_session import ChatSession
+
+
+def save_session(session: ChatSession, path: Path) -> None:
+    """Write ``session`` (conversation, settings, caches) to ``path`` atomically."""
+    tensors: dict[str, mx.array] = {}
+    caches: dict[str, tuple[Any, dict[str, Any]]] = {}
+    for role in ROLES_SAVED:
+        cache: ModelCache | None = getattr(session.caches, role)
+        if cache is not None:
+            arrays, meta = cache.state_dict()
+            tensors |= {f"{role}.{name}": array for name, array in arrays.items()}
+            caches[role] = (cache.geometry, meta)
+    engine = session.engine
+    created = getattr(session, "created_at", None) or time.time()
+    header = build_header(
+        created=created, title=session.title, model=(_name(engine, "model_name"), engine.fingerprint),
+        draft=(_name(engine, "draft_name"), engine.draft_fingerprint) if engine.draft_model is not None else None,
+        params=session.params, enable_thinking=session.enable_thinking, use_draft=session.use_draft,
+        messages=session.messages, kind=session.caches.target.kind, caches=caches)
+    write_file(Path(path), encode_header(header), encode_tensors(tensors))
+    session.created_at = created
+
+
+def load_session(path: Path, engine: Engine) -> ChatSession:
+    """Open the session file ``path`` on ``engine``; ``SessionFileError`` if it is not a valid one.
+
+    Everything is read and checked before the session is built. ``restore_note``
+    on the result is a line for the user when part of the cache is rebuilt, else None.
+    """
+    where = str(path)
+    header, payload = read_file(Path(path))
+    saved = read_saved_session(header, where)
+    tensors = decode_tensors(payload, where)
+    check_tensors(saved, tensors, where)
+    restore, notes = restore_plan(saved, engine, Path(path).name)
+    for role in restore:
+        model = engine.model if role == "target" else engine.draft_model
+        if not getattr(saved, role).fits(model_geometry(model)):
+            raise SessionFileError(f"{where}: its {role} cache does not fit the model it was saved with "
+                                   "(same fingerprint, other shape): the file is inconsistent.")
+    return _build_session(saved, engine, tensors, restore, " ".join(notes) or None, where)
+
+
+def check_tensors(saved: SavedSession, tensors: dict[str, mx.array], where: str) -> None:
+    """The payload must hold exactly the tensors the header describes, in their shapes and dtypes."""
+    expected = saved.tensor_shapes()
+    for name in sorted(set(tensors) | set(expected)):
+        if name not in tensors:
+            raise SessionFileError(f"{where}: the cache tensor {name!r} is missing.")
+        if name not in expected:
+            raise SessionFileError(f"{where}: unexpected tensor {name!r} (the header does not describe it).")
+        found = (dtype_name(tensors[name].dtype), tuple(tensors[name].shape))
+        if found != expected[name]:
+            raise SessionFileError(f"{where}: tensor {name!r} is {found[0]} {found[1]}, "
+                                   f"the header says {expected[name][0]} {expected[name][1]}.")
+
+
+def restore_plan(saved: SavedSession, engine: Engine, name: str) -> tuple[list[str], list[str]]:
+    """Which saved caches fit ``engine`` (["target", "draft"] or fewer), and notes on the others."""
+    if saved.cache_kind != engine.kv.kind or not _window_fits(saved, engine):
+        was = f"the {saved.cache_kind} KV cache" if saved.cache_kind != engine.kv.kind else "another cache window"
+        return [], [f"{name} was saved with {was}: the cache will be rebuilt on the next turn."]
+    restore, notes = [], []
+    if saved.target is not None:
+        if saved.model_fingerprint == engine.fingerprint:
+            restore.append("target")
+        else:
+            notes.append(f"{name} was saved with another model ({saved.model_name or saved.model_fingerprint}): "
+                         "the conversation is restored and its cache will be rebuilt on the next turn.")
+    if saved.draft is not None and engine.draft_model is not None and saved.use_draft:
+        if saved.draft_fingerprint == engine.draft_fingerprint:
+            restore.append("draft")
+        else:
+            notes.append("It was saved with another draft model: the draft's cache will be rebuilt.")
+    return restore, notes
+
+
+def _window_fits(saved: SavedSession, engine: Engine) -> bool:
+    if saved.cache_kind != "rotating" or saved.target is None:
+        return True
+    return saved.target.state["max_size"] == engine.kv.max_kv
+
+
+def _build_session(saved: SavedSession, engine: Engine, tensors: dict[str, mx.array], restore: list[str],
+                   note: str | None, where: str) -> ChatSession:
+    from sessions.chat_session import ChatSession
+
+    # A file saved without a draft model did not choose plain decoding: use the engine's draft.
+    use_draft = saved.use_draft or saved.draft_fingerprint is None
+    session = ChatSession(engine, saved.system, saved.params, enable_thinking=saved.enable_thinking,
+                          use_draft=use_draft)
+    session.messages.extend(saved.history)
+    session.title, session.created_at, session.restore_note = saved.title, saved.created, note
+    restored: list[ModelCache] = []
+    try:
+        for role in restore:  # the plan names the draft only when this session decodes with it
+            cache = _restore_cache(engine, role, saved, tensors)
+            restored.append(cache)
+            getattr(session.caches, role).release()
+            setattr(session.caches, role, cache)
+    except (CacheStateError, CacheShapeError) as error:
+        for cache in restored:
+            cache.release()
+        raise SessionFileError(f"{where}: its cache cannot be restored: {error}") from None
+    return session
+
+
+def _restore_cache(engine: Engine, role: str, saved: SavedSession, tensors: dict[str, mx.array]) -> ModelCache:
+    """Rebuild one cache; paged caches join the engine's block pool (sharing prefix blocks)."""
+    prefix = f"{role}."
+    own = {name[len(prefix):]: array for name, array in tensors.items() if name.startswith(prefix)}
+    return engine.restore_cache(role, own, getattr(saved, role).meta(saved.cache_kind))
+
+
+def _name(engine: Engine, attribute: str) -> str:
+    return str(getattr(engine, attribute) or "")

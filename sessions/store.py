@@ -1,0 +1,185 @@
+"""The session store: one session file per conversation in the platform's data folder.
+
+``SessionStore().save(session)`` (autosave) gives the session an id the first
+time and rewrites the same file afterwards; ``list`` reads headers only, and a
+file it cannot read is listed as broken instead of failing the listing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+from mlxcore.engine import Engine
+from sessions.errors import SessionFileError, SessionNotFoundError
+from sessions.export import transcript_markdown
+from sessions.file_format import encode_header, read_file, read_header, write_file
+from sessions.file_header import SavedSession, read_saved_session
+from sessions.messages import Message
+from sessions.session_file import load_session, save_session
+
+if TYPE_CHECKING:
+    from sessions.chat_session import ChatSession
+
+SUFFIX = ".mlxchat"
+STALE_SECONDS = 3600
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What a session list shows about one stored session."""
+
+    id: str
+    title: str
+    path: Path
+    updated: float  # seconds since the epoch (the file's time when it is broken)
+    messages: int  # messages in the history, the system prompt not counted
+    model: str  # the model's name, else its fingerprint
+    broken: str | None = None  # why the file cannot be opened, or None
+
+
+def default_root() -> Path:
+    """``$MLXCHAT_HOME/sessions``, else the platform's per-user data folder + ``mlxchat/sessions``."""
+    if os.environ.get("MLXCHAT_HOME"):
+        return Path(os.environ["MLXCHAT_HOME"]).expanduser() / "sessions"
+    home = Path.home()
+    if sys.platform == "darwin":
+        base = home / "Library" / "Application Support"
+    elif sys.platform == "win32":
+        base = Path(os.environ.get("APPDATA") or home / "AppData" / "Roaming")
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or home / ".local" / "share")
+    return base / "mlxchat" / "sessions"
+
+
+class SessionStore:
+    """Stored sessions under ``root`` (default: ``default_root()``), one ``<id>.mlxchat`` file each."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(root) if root is not None else default_root()
+
+    def new_id(self) -> str:
+        """A fresh id: the time (so ids sort by creation) and a random suffix."""
+        while True:
+            session_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+            if not self._file(session_id).exists():
+                return session_id
+
+    def path_for(self, session_id: str) -> Path:
+        """The file of ``session_id`` (which need not exist yet)."""
+        if not _ID.fullmatch(session_id):
+            raise SessionNotFoundError(f"{session_id!r} is not a session id (see `mlxchat sessions ls`).")
+        return self._file(session_id)
+
+    def list(self) -> list[SessionInfo]:
+        """Every stored session, most recently updated first (headers only; broken files included)."""
+        if not self.root.is_dir():
+            return []
+        infos = [self._info(path.name[: -len(SUFFIX)], path) for path in self.root.glob(f"*{SUFFIX}")
+                 if _ID.fullmatch(path.name[: -len(SUFFIX)])]
+        return sorted(infos, key=lambda info: (info.updated, info.id), reverse=True)
+
+    def info(self, session_id: str) -> SessionInfo:
+        """What ``list`` says about one session."""
+        return self._info(session_id, self._existing(session_id))
+
+    def search(self, text: str) -> list[SessionInfo]:
+        """Sessions whose title contains ``text`` (ignoring case), most recent first."""
+        needle = text.casefold()
+        return [info for info in self.list() if needle in info.title.casefold()]
+
+    def save(self, session: ChatSession, session_id: str | None = None) -> SessionInfo:
+        """Write ``session`` under ``session_id``, else the id it was saved or loaded with, else a new one."""
+        session_id = session_id or session.store_id or self.new_id()
+        path = self.path_for(session_id)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._remove_stale_temps(path)
+        save_session(session, path)
+        session.store_id = session_id
+        return self.info(session_id)
+
+    def load(self, session_id: str, engine: Engine) -> ChatSession:
+        """Open a stored session on ``engine`` (see ``load_session``); later ``save`` calls update it."""
+        session = load_session(self._existing(session_id), engine)
+        session.store_id = session_id
+        return session
+
+    def rename(self, session_id: str, title: str) -> SessionInfo:
+        """Set a session's title (rewrites its header atomically; the caches are copied as they are)."""
+        if not title.strip():
+            raise SessionFileError("A session title cannot be empty.")
+        path = self._existing(session_id)
+        header, payload = read_file(path)
+        read_saved_session(header, str(path))  # never rewrite a file that does not pass
+        header["title"] = " ".join(title.split())
+        write_file(path, encode_header(header), [payload])
+        return self.info(session_id)
+
+    def delete(self, session_id: str) -> None:
+        """Remove a stored session's file."""
+        path = self._existing(session_id)
+        try:
+            path.unlink()
+        except OSError as error:
+            raise SessionFileError(f"Cannot delete {path}: {error.strerror or error}.") from error
+
+    def export_markdown(self, session: str | ChatSession) -> str:
+        """A Markdown transcript of a stored session (by id) or of a live ``ChatSession``."""
+        if not isinstance(session, str):
+            return transcript_markdown(session.display_title(), session.history,
+                                       model=session.engine.model_name or "")
+        path = self._existing(session)
+        saved = read_saved_session(read_header(path), str(path))
+        messages = ([Message("system", saved.system)] if saved.system else []) + list(saved.history)
+        return transcript_markdown(_title(saved), messages, model=_model(saved), updated=saved.updated)
+
+    # internals ------------------------------------------------------------------------------
+
+    def _file(self, session_id: str) -> Path:
+        return self.root / f"{session_id}{SUFFIX}"
+
+    def _existing(self, session_id: str) -> Path:
+        path = self.path_for(session_id)
+        if not path.is_file():
+            raise SessionNotFoundError(f"There is no session {session_id!r} in {self.root} "
+                                       "(see `mlxchat sessions ls`).")
+        return path
+
+    def _remove_stale_temps(self, path: Path) -> None:
+        """Delete what a save killed half way left behind (an hour old: no save takes that long)."""
+        for temp in self.root.glob(f".{path.name}.*.tmp"):
+            if _mtime(temp) < time.time() - STALE_SECONDS:
+                temp.unlink(missing_ok=True)
+
+    def _info(self, session_id: str, path: Path) -> SessionInfo:
+        try:
+            saved = read_saved_session(read_header(path), str(path))
+        except SessionFileError as error:
+            return SessionInfo(session_id, session_id, path, _mtime(path), 0, "", broken=str(error))
+        return SessionInfo(session_id, _title(saved), path, saved.updated, len(saved.history), _model(saved))
+
+
+def _title(saved: SavedSession) -> str:
+    from sessions.chat_session import ChatSession
+
+    # The same rule a live session shows (title, else the first user message): it reads only these two.
+    return ChatSession.display_title(SimpleNamespace(title=saved.title, messages=list(saved.history)))
+
+
+def _model(saved: SavedSession) -> str:
+    return saved.model_name or saved.model_fingerprint
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
