@@ -19,6 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxcore.draft_length import DraftLengthController
+from mlxcore.kv.base import PENDING
 from mlxcore.params import SamplingParams
 from mlxcore.rejection import verify, verify_greedy
 from mlxcore.sampling import KeyStream, distribution, draw
@@ -68,34 +69,44 @@ class SpeculativeDecoder:
         yield from self._emit([token.item()], [logprob.item()], 0)
 
     def _round(self, k: int) -> Iterator[tuple[int, float, bool]]:
+        """Draft, verify and accept with one synchronisation: every pass is queued lazily."""
         start = time.perf_counter()
-        drafted, q = self._propose(k)  # (k,) ids, (k, V) or None
-        drafted_at = time.perf_counter()
-        logits = self._target_logits(self._unfed(self.tcache) + drafted)[-(k + 1):]  # (k + 1, V)
-        n, t, logprobs = self._accept(logits, mx.array(drafted), q)
-        self.controller.observe_round(k, n, drafted_at - start, time.perf_counter() - drafted_at)
+        drafted, q = self._propose(k)  # (k,) lazy ids, (k, V) or None
+        fed = self._unfed(self.tcache)
+        self.tcache.begin(fed + [PENDING] * k)  # the drafted ids are known after the sync below
+        inputs = mx.concatenate([mx.array(fed), drafted])[None]
+        logits = self.target(inputs, cache=self.tcache.layers)[0, -(k + 1):, : self.vocab]  # (k + 1, V)
+        n, t, logprobs = self._accept(logits, drafted, q)
+        ids = drafted.tolist()
+        self.tcache.correct_tail(ids)
+        if k > 1:
+            self.dcache.correct_tail(ids[: k - 1])
+        self.controller.observe_round(k, n, time.perf_counter() - start)
         self._count(k, n)
         self._rewind(self.tcache, k - n)
         self._rewind(self.dcache, max(k - 1 - n, 0))
-        yield from self._emit(drafted[:n] + [t], logprobs, n)
+        yield from self._emit(ids[:n] + [t], logprobs, n)
 
-    def _propose(self, k: int) -> tuple[list[int], mx.array | None]:
-        """Draft k tokens one by one; the first pass also feeds what the draft has not seen."""
-        inputs, drafted, rows = self._unfed(self.dcache), [], []
-        for _ in range(k):
-            self.dcache.begin(inputs)
-            logits = self.draft(mx.array(inputs)[None], cache=self.dcache.layers)[0, -1, : self.vocab]
+    def _propose(self, k: int) -> tuple[mx.array, mx.array | None]:
+        """Queue k draft passes; the first also feeds what the draft has not seen. Nothing is evaluated."""
+        fed = self._unfed(self.dcache)
+        self.dcache.begin(fed)
+        inputs, tokens, rows = mx.array(fed)[None], [], []
+        for i in range(k):
+            if i:
+                self.dcache.begin([PENDING])
+            logits = self.draft(inputs, cache=self.dcache.layers)[0, -1, : self.vocab]
             if self.params.greedy:
                 token = mx.argmax(logits)
             else:
                 rows.append(distribution(logits, self.params))
                 token = draw(rows[-1], self.keys.next())
-            inputs = [token.item()]
-            drafted.append(inputs[0])
-        return drafted, (mx.stack(rows) if rows else None)
+            tokens.append(token)
+            inputs = token.reshape(1, 1)
+        return mx.stack(tokens), (mx.stack(rows) if rows else None)
 
     def _accept(self, logits: mx.array, drafted: mx.array, q: mx.array | None) -> tuple[int, int, list[float]]:
-        """(n accepted, next token, log-probabilities of the n + 1 emitted tokens)."""
+        """(n accepted, next token, log-probabilities of the n + 1 emitted tokens), after one evaluation."""
         if q is None:
             n, t = verify_greedy(mx.argmax(logits, axis=-1), drafted)
         else:
@@ -103,7 +114,7 @@ class SpeculativeDecoder:
         chosen = mx.concatenate([drafted, t[None]])  # (k + 1,): d_1..d_k, then t
         chosen = mx.where(mx.arange(chosen.size) == n, t, chosen)  # t sits right after the accepted run
         logprobs = mx.take_along_axis(logits, chosen[:, None], axis=-1)[:, 0] - mx.logsumexp(logits, axis=-1)
-        mx.eval(n, t, logprobs)
+        mx.eval(n, t, logprobs, drafted)
         n_value = n.item()
         return n_value, t.item(), logprobs[: n_value + 1].tolist()
 

@@ -1,33 +1,50 @@
 """Adaptive draft length: choose k to maximise committed tokens per second, or 0 to decode plainly.
 
 Measured, not assumed: the acceptance rate at each draft position (given the
-previous ones were accepted), the seconds of one draft step, of a verify pass
-over k + 1 tokens, and of a plain target step. Expected tokens per round with k
-drafts is 1 + sum_{j<=k} prod_{i<=j} a_i; its time is k x draft step + verify(k).
+earlier ones were accepted), the seconds of a plain target step P, and the
+marginal seconds c that each drafted token adds to a round (its draft pass plus
+one more position in the verify pass), so a round of k costs about P + c k.
+Expected tokens per round are 1 + sum_{j<=k} prod_{i<=j} a_i.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 
 @dataclass
 class DraftLengthController:
     max_k: int = 8  # the largest draft length ever chosen (--num-draft)
-    weight: float = 0.15  # how fast the moving averages follow new measurements
+    weight: float = 0.15  # how fast the acceptance averages follow new rounds
     probe_every: int = 24  # while decoding plainly, try one speculative round after this many tokens
     fixed: int | None = None  # always draft exactly this many (benchmarks that compare at equal k)
     accept: list[float] = field(default_factory=list)  # a_j: P(draft j accepted | drafts before it accepted)
-    draft_step: float | None = None  # seconds per draft token
-    plain_step: float | None = None  # seconds per plain target token
-    verify: dict[int, float] = field(default_factory=dict)  # k -> seconds of a verify pass over k + 1 tokens
-    plain_run: int = 0  # plain tokens since the last speculative round
+    window: int = 15  # timings are medians of this many recent samples: robust to a stray slow step
+    refresh_every: int = 64  # while drafting, take one plain step after this many rounds to re-measure P
+    plain_samples: deque = field(default_factory=deque)  # recent seconds of a plain target step
+    draft_samples: deque = field(default_factory=deque)  # recent seconds each drafted token added to a round
+    plain_run: int = 0  # plain steps since the last speculative round
+    round_run: int = 0  # speculative rounds since the last plain step
     history: list[int] = field(default_factory=list)  # k chosen for each round (0 = plain step)
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
             raise ValueError(f"the draft length cap must be at least 1, not {self.max_k}")
-        self.accept = self.accept or [0.8] * self.max_k  # optimistic start: try drafting first
+        self.accept = self.accept or [0.8] * self.max_k  # optimistic start: try drafting early
+        self.plain_samples = deque(self.plain_samples, maxlen=self.window)
+        self.draft_samples = deque(self.draft_samples, maxlen=self.window)
+
+    @property
+    def plain_step(self) -> float | None:
+        """P: seconds of one plain target step (median of recent samples)."""
+        return statistics.median(self.plain_samples) if self.plain_samples else None
+
+    @property
+    def per_draft(self) -> float | None:
+        """c: seconds each drafted token adds to a round (median of recent samples)."""
+        return statistics.median(self.draft_samples) if self.draft_samples else None
 
     def choose(self) -> int:
         """The draft length for the next round; 0 means one plain decoding step."""
@@ -40,8 +57,10 @@ class DraftLengthController:
             return self.fixed
         if self.plain_step is None:
             return 0  # measure a plain step first: it is the baseline every k must beat
-        if self.draft_step is None:
+        if self.per_draft is None:
             return min(4, self.max_k)
+        if self.round_run >= self.refresh_every:
+            return 0
         k, rate = self.best()
         if rate > 1.0 / self.plain_step or self.plain_run >= self.probe_every:
             return k
@@ -49,8 +68,7 @@ class DraftLengthController:
 
     def best(self) -> tuple[int, float]:
         """(k, expected tokens per second) of the best draft length by the current estimates."""
-        rates = [(self.expected_tokens(k) / self.round_seconds(k), k) for k in range(1, self.max_k + 1)]
-        rate, k = max(rates)
+        rate, k = max((self.expected_tokens(k) / self.round_seconds(k), k) for k in range(1, self.max_k + 1))
         return k, rate
 
     def expected_tokens(self, k: int) -> float:
@@ -61,28 +79,21 @@ class DraftLengthController:
         return total
 
     def round_seconds(self, k: int) -> float:
-        return k * (self.draft_step or 0.0) + self.verify_seconds(k)
-
-    def verify_seconds(self, k: int) -> float:
-        """Measured if k was tried; else a straight line through the nearest measured k (or the plain step)."""
-        if k in self.verify:
-            return self.verify[k]
-        known = sorted(self.verify.items(), key=lambda item: abs(item[0] - k))
-        base_k, base = known[0] if known else (0, self.plain_step or 1.0)
-        per_token = (base / (base_k + 1)) * 0.15  # extra positions in one pass cost much less than a pass
-        return base + (k - base_k) * per_token
+        return (self.plain_step or 0.0) + k * (self.per_draft or 0.0)
 
     def observe_plain(self, seconds: float) -> None:
-        self.plain_step = self._avg(self.plain_step, seconds)
+        self.plain_samples.append(seconds)
         self.plain_run += 1
+        self.round_run = 0
 
-    def observe_round(self, k: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
-        """Record one speculative round: k drafted, ``accepted`` kept, and how long each part took."""
+    def observe_round(self, k: int, accepted: int, seconds: float) -> None:
+        """Record one speculative round: k drafted, ``accepted`` kept, ``seconds`` from start to verdict."""
         for j in range(min(accepted + 1, k)):  # positions after the first rejection were not tested
             self.accept[j] = self._avg(self.accept[j], 1.0 if j < accepted else 0.0)
-        self.draft_step = self._avg(self.draft_step, draft_seconds / k)
-        self.verify[k] = self._avg(self.verify.get(k), verify_seconds)
+        if self.plain_step is not None:
+            self.draft_samples.append(max(seconds - self.plain_step, 0.0) / k)
         self.plain_run = 0
+        self.round_run += 1
 
     def _avg(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.weight * (new - old)

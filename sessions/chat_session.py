@@ -8,6 +8,7 @@ from pathlib import Path
 from mlxcore.chat_template import render_chat
 from mlxcore.engine import Engine
 from mlxcore.errors import PromptError
+from mlxcore.kv.errors import CacheStateError
 from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
 from mlxcore.params import GenerationParams
 from sessions.messages import Message
@@ -135,7 +136,21 @@ class ChatSession:
         finally:
             events.close()  # stopping the text stream stops the generation at once
 
+    def _keep_system_in_window(self) -> None:
+        """Rotating caches always keep the system prompt's tokens (settable until the window first fills)."""
+        if self.engine.kv.kind != "rotating" or self.system is None:
+            return
+        keep = len(render_chat(self.engine.tokenizer, [self.messages[0].as_dict()], enable_thinking=False,
+                               add_generation_prompt=False))
+        for cache in (self.caches.target, self.caches.draft):
+            try:
+                if cache is not None:
+                    cache.keep = keep
+            except CacheStateError:
+                pass  # the window already filled: the keep it had stays (documented in mlxcore.kv.rotating)
+
     def _events(self) -> Iterator[Event]:
+        self._keep_system_in_window()
         events = self.engine.generate(self.prompt_ids(), self.caches, self.params)
         reply = ""
         try:
