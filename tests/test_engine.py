@@ -111,3 +111,34 @@ def test_empty_and_too_long_prompts_are_prompt_errors(model):
         next(engine.generate([], engine.new_caches()))
     with pytest.raises(PromptError, match="context"):
         next(engine.generate(list(range(64)), engine.new_caches()))
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    from assets import MODELS_DIR
+    if not (MODELS_DIR / "mini-target").exists():
+        pytest.skip("embedded models not built")
+    from mlxcore.loading import load_model
+    return load_model("mini-target")
+
+
+@pytest.mark.parametrize("question,thinking,n", [("What is 12 + 7?", True, 80), ("Reverse the word stone.", False, 40),
+                                                 ("Sort 9, 2, 5.", True, 120), ("Hello!", False, 8)])
+def test_embedded_target_matches_mlx_lm_stream_generate(embedded, question, thinking, n):
+    """Tokens and final cache contents equal mlx_lm.stream_generate's on the shipped model and template."""
+    from mlx_lm import stream_generate
+
+    from mlxcore.chat_template import render_chat
+    ids = render_chat(embedded.tokenizer, [{"role": "user", "content": question}], enable_thinking=thinking)
+    ref_cache = make_prompt_cache(embedded.model)
+    ref = [r.token for r in stream_generate(embedded.model, embedded.tokenizer, ids, max_tokens=n,
+                                            prompt_cache=ref_cache)]
+    for kind in ("standard", "paged"):
+        engine = Engine(embedded.model, embedded.tokenizer, kv=KVConfig(kind=kind))
+        tokens, cache, events = our_tokens(engine, ids, n)
+        assert tokens == ref, kind
+        assert cache.offset == ref_cache[0].offset == len(ids) + len(tokens)
+        for i, (ours, theirs) in enumerate(zip(cache.target.layers, ref_cache)):
+            for name, a, b in zip(("keys", "values"), ours.state, theirs.state):
+                np.testing.assert_allclose(np.array(a[..., : cache.offset, :]), np.array(b[..., : cache.offset, :]),
+                                           atol=1e-4, err_msg=f"{kind}: layer {i} {name} differ")
