@@ -1,0 +1,35 @@
+"""`python -m recipe build` retrains everything (corpus to assets/models/); `python -m recipe evaluate` measures it."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m recipe", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="generate the corpus, train both models, export to assets/models/")
+    build.add_argument("--quick", action="store_true", help="a few-minute smoke build (low accuracy)")
+    build.add_argument("--device", default="cpu", help="torch device for training (default: cpu)")
+    build.add_argument("--no-export", action="store_true", help="stop after training (checkpoints in recipe/work/hf)")
+    sub.add_parser("export", help="convert recipe/work/hf checkpoints into assets/models/")
+    evaluate = sub.add_parser("evaluate", help="accuracy, draft acceptance, sizes and speeds")
+    evaluate.add_argument("--tasks", type=int, default=400, help="held-out tasks to check (each thinking on and off)")
+    args = parser.parse_args()
+    if args.command == "build":
+        from recipe.build import build as run_build
+        from recipe.config import FULL, QUICK
+
+        run_build(QUICK if args.quick else FULL, args.device, not args.no_export)
+    elif args.command == "export":
+        from recipe.build import export_all
+
+        export_all()
+    else:
+        from recipe.evaluate import main as run_evaluate
+
+        run_evaluate(args.tasks)
+
+
+if __name__ == "__main__":
+    main()

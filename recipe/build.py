@@ -1,0 +1,80 @@
+"""The whole retrain: corpus, tokenizer, target, draft, export."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import jinja2
+
+from recipe import corpus
+from recipe.config import DRAFT, MODELS, SEED, TARGET, VOCAB_SIZE, WORK, Budget
+from recipe.template import CHAT_TEMPLATE
+from recipe.tokenizer import save_tokenizer, train_tokenizer
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def make_corpus(budget: Budget) -> tuple[list[dict], list[dict]]:
+    """Write train.jsonl and heldout.jsonl; prove no held-out prompt occurs in training."""
+    train = corpus.generate(SEED, budget.train_conversations, heldout=False)
+    heldout = corpus.generate(SEED + 1, budget.heldout_conversations, heldout=True)
+    corpus.write_jsonl(train, WORK / "train.jsonl")
+    corpus.write_jsonl(heldout, WORK / "heldout.jsonl")
+    seen = {json.dumps(c.messages[:-1]) for c in train}
+    leaked = sum(json.dumps(c.messages[:-1]) in seen for c in heldout)
+    if leaked:
+        raise RuntimeError(f"{leaked} held-out conversations also occur in the training data")
+    return corpus.read_jsonl(WORK / "train.jsonl"), corpus.read_jsonl(WORK / "heldout.jsonl")
+
+
+def make_tokenizer(train: list[dict]) -> Path:
+    template = jinja2.Environment().from_string(CHAT_TEMPLATE)
+    texts = [template.render(messages=c["messages"]) for c in train]
+    folder = WORK / "tokenizer"
+    save_tokenizer(train_tokenizer(texts, VOCAB_SIZE), folder)
+    return folder
+
+
+def build(budget: Budget, device: str = "cpu", export_models: bool = True) -> None:
+    """Corpus, tokenizer, target, draft (checkpoints under recipe/work/hf/), then the MLX export."""
+    # Imported here so that corpus and tokenizer steps need no torch.
+    from transformers import PreTrainedTokenizerFast
+
+    from recipe.data import to_example
+    from recipe.train import new_model, train
+
+    start = time.time()
+    WORK.mkdir(parents=True, exist_ok=True)
+    train_convs, _ = make_corpus(budget)
+    log(f"corpus: {len(train_convs)} training conversations")
+    tok_dir = make_tokenizer(train_convs)
+    tok = PreTrainedTokenizerFast.from_pretrained(str(tok_dir))
+    examples = [to_example(tok, c) for c in train_convs]
+    log(f"tokens: {sum(len(e.prompt) + len(e.reply) for e in examples)}")
+    # The draft learns the same replies as the target; distilling it from the target's
+    # distributions was tried and did not raise greedy acceptance, so it is not done.
+    for name, shape, plan in (("mini-target", TARGET, budget.target), ("mini-draft", DRAFT, budget.draft)):
+        model = new_model(shape, SEED)
+        log(f"training {name}: {sum(p.numel() for p in model.parameters())} parameters")
+        train(model, examples, plan, SEED, WORK / f"{name}.log", device)
+        model.to("cpu").save_pretrained(WORK / "hf" / name)
+        tok.save_pretrained(WORK / "hf" / name)
+    log(f"trained in {(time.time() - start) / 60:.1f} minutes")
+    if export_models:
+        export_all()
+        log(f"done in {(time.time() - start) / 60:.1f} minutes")
+
+
+def export_all() -> None:
+    """recipe/work/hf/ checkpoints -> assets/models/ (mlx-lm's converter; needs no torch)."""
+    from recipe.export import export
+
+    hf, tok_dir = WORK / "hf", WORK / "tokenizer"
+    log("exporting")
+    export(hf / "mini-target", MODELS / "mini-target", tok_dir)
+    export(hf / "mini-draft", MODELS / "mini-draft", tok_dir)
+    export(hf / "mini-target", MODELS / "mini-target-4bit", tok_dir, quantize=True)
