@@ -88,7 +88,7 @@ class SpeculativeDecoder:
         yield from self._emit(ids[:n] + [t], logprobs, n)
 
     def _propose(self, k: int) -> tuple[mx.array, mx.array | None]:
-        """Queue k draft passes; the first also feeds what the draft has not seen. Nothing is evaluated."""
+        """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously."""
         fed = self._unfed(self.dcache)
         self.dcache.begin(fed)
         inputs, tokens, rows = mx.array(fed)[None], [], []
@@ -101,6 +101,7 @@ class SpeculativeDecoder:
             else:
                 rows.append(distribution(logits, self.params))
                 token = draw(rows[-1], self.keys.next())
+            mx.async_eval(token)  # start computing while the next pass is being built
             tokens.append(token)
             inputs = token.reshape(1, 1)
         return mx.stack(tokens), (mx.stack(rows) if rows else None)
