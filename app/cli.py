@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_options(parser)
     add_generation_options(parser)
+    parser.add_argument("--session", metavar="FILE", help="open (or start) the chat saved in FILE")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     ask = commands.add_parser("ask", help="answer one prompt on stdout",

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from mlxcore.engine import KVConfig
+from mlxcore.configs import KVConfig, ModelChoice
 from mlxcore.errors import UsageError
-from mlxcore.launch import ModelChoice
 from mlxcore.params import GenerationParams
 
 

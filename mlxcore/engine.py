@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import mlx.core as mx
 import mlx.nn as nn
 
 from mlxcore.caches import Caches
+from mlxcore.configs import KVConfig
 from mlxcore.decode_plain import TokenPicker, plain_decode
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.draft_length import DraftLengthController
@@ -20,34 +21,7 @@ from mlxcore.kv.model_cache import make_model_cache
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, prefill
 from mlxcore.reply_text import ReplyText
-
-
-@dataclass(frozen=True)
-class KVConfig:
-    """Which KV cache the engine makes, and its geometry."""
-
-    kind: str = "paged"  # "paged" (block pool, prefix sharing), "rotating" (window) or "standard" (mlx-lm's)
-    max_kv: int | None = None  # rotating: window in tokens; paged: pool capacity in tokens (None = grow as needed)
-    block_size: int = 16  # paged: tokens per block
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("paged", "rotating", "standard"):
-            raise ValueError(f"unknown KV cache kind {self.kind!r}: choose paged, rotating or standard")
-        if self.kind == "rotating" and not self.max_kv:
-            raise ValueError("the rotating cache needs a window size (max_kv)")
-        if self.max_kv is not None and self.max_kv < 1:
-            raise ValueError(f"max_kv must be positive, not {self.max_kv}")
-        if self.block_size < 1:
-            raise ValueError(f"block_size must be positive, not {self.block_size}")
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+from mlxcore.sequences import common_prefix_length
 
 
 class Engine:

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxcore.engine import Engine, KVConfig
+from mlxcore.configs import KVConfig, ModelChoice
+from mlxcore.engine import Engine
 from mlxcore.errors import UsageError
-
-
-@dataclass(frozen=True)
-class ModelChoice:
-    """What the user asked for on the command line or in the TUI."""
-
-    model: str | None = None  # hub repo id, local folder or embedded name; None = the default pair
-    draft: str | None = None  # None = the default pair's draft when the default model is used
-    no_draft: bool = False  # decode plainly even when a draft is available
 
 
 @dataclass(frozen=True)

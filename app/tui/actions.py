@@ -1,0 +1,208 @@
+"""What the user can do: each action turns into a command for the engine host, or a dialog first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on
+
+from app.tui import protocol as p
+from app.tui.screens.dialogs import ConfirmDialog, TextDialog
+from app.tui.screens.help import HelpScreen
+from app.tui.screens.settings import SettingsScreen
+from app.tui.text_parts import code_blocks, split_reply
+from app.tui.widgets.message_view import MessageView
+from app.tui.widgets.prompt_input import PromptInput
+from app.tui.widgets.sidebar import Sidebar
+
+
+class ChatActions:
+    """Mixed into ChatApp: the user's intents. Uses ChatApp's client, state, chat, prompt and status."""
+
+    client: Any
+    state: p.Conversation | None
+    generating: bool
+    _thinking_shown = False
+
+    def _busy(self) -> bool:
+        """True (and says so) while a reply is being generated."""
+        if self.generating:
+            self.notify("A reply is being written: wait, or press Esc to stop it.", severity="warning")
+        return self.generating
+
+    def _generate(self, command: Any) -> None:
+        self.generating = True
+        self.collector.hold()
+        self.chat.follow()
+        self.status.generating_started()
+        self.client.send(command)
+
+    # sending ------------------------------------------------------------------------------
+
+    async def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
+        if self._busy():
+            self.prompt.load_text(event.text)
+            return
+        await self.chat.sync(self.chat.records + [("user", event.text)])  # shown at once, not after the engine
+        self._generate(p.Send(event.text))
+
+    def action_stop(self) -> None:
+        if self.generating:
+            self.client.send(p.Stop())
+        else:
+            self.prompt.focus()
+
+    def action_regenerate(self) -> None:
+        if self._busy():
+            return
+        if not self.state or not self.state.messages or self.state.messages[-1][0] != "assistant":
+            self.notify("There is no reply to regenerate yet.", severity="warning")
+            return
+        self._generate(p.Regenerate())
+
+    def action_edit_last(self) -> None:
+        users = [content for role, content in (self.state.messages if self.state else ()) if role == "user"]
+        if self._busy() or not users:
+            return
+        self.push_screen(TextDialog("Edit your last message", users[-1]), self._edited)
+
+    def _edited(self, text: str | None) -> None:
+        if text and text.strip():
+            self._generate(p.EditLast(text))
+
+    # the chat -----------------------------------------------------------------------------
+
+    def action_new_chat(self) -> None:
+        if not self._busy():
+            self.client.send(p.Chat("new"))
+            self.prompt.focus()
+
+    def action_fork(self) -> None:
+        if not self._busy():
+            self.client.send(p.Chat("fork"))
+            self.notify("Forked: you are now in the copy.")
+
+    def action_clear(self) -> None:
+        if not self._busy():
+            self.client.send(p.Chat("clear"))
+
+    def action_save(self) -> None:
+        if not self._busy():
+            self.client.send(p.Chat("save"))
+
+    def action_rename(self) -> None:
+        if self.state and self.state.session_id:
+            self._ask_rename(self.state.session_id, self.state.title)
+        else:
+            self.notify("Send a message first: a chat is saved (and can be renamed) after its first reply.")
+
+    def _ask_rename(self, session_id: str, title: str) -> None:
+        def renamed(text: str | None) -> None:
+            if text is not None and text.strip():
+                self.client.send(p.ManageSession("rename", session_id, title=text.strip()))
+        self.push_screen(TextDialog("Rename chat", title), renamed)
+
+    def action_delete(self) -> None:
+        if self.state and self.state.session_id and not self._busy():
+            self._ask_delete(self.state.session_id, self.state.title)
+
+    def _ask_delete(self, session_id: str, title: str) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.client.send(p.ManageSession("delete", session_id))
+        self.push_screen(ConfirmDialog(f"Delete the chat “{title}”? This cannot be undone."), answered)
+
+    def action_export(self) -> None:
+        if self.state:
+            self.client.send(p.ManageSession("export", self.state.session_id or ""))
+
+    # settings -------------------------------------------------------------------------------
+
+    def action_toggle_thinking(self) -> None:
+        if self.state and not self._busy():
+            self.client.send(p.Configure(think=not self.state.think))
+            self.notify("Thinking " + ("off" if self.state.think else "on") + " for the next replies.")
+
+    def action_toggle_thinking_blocks(self) -> None:
+        self._thinking_shown = not self._thinking_shown
+        for view in self.query(MessageView):
+            view.set_thinking_expanded(self._thinking_shown)
+
+    def action_settings(self) -> None:
+        if self.state and not self._busy():
+            self.push_screen(SettingsScreen(self.state), self._configured)
+
+    def _configured(self, command: p.Configure | None) -> None:
+        if command is not None:
+            self.client.send(command)
+            self.notify("Settings applied to the next replies.")
+
+    def action_switch_model(self) -> None:
+        if self._busy():
+            return
+
+        def chosen(ref: str | None) -> None:
+            if ref and ref.strip():
+                self.ready = False
+                self.status.loading(f"Loading {ref.strip()}…")
+                self.open_command = p.Open(**{**self.open_command.__dict__, "model": ref.strip(), "draft": None})
+                self.client.send(self.open_command)
+        self.push_screen(TextDialog("Switch model", self.open_command.model or "",
+                                    "A hub repo (org/name), a local MLX folder, or mini-target. "
+                                    "The chat continues on the new model."), chosen)
+
+    # view -------------------------------------------------------------------------------------
+
+    def action_toggle_sidebar(self) -> None:
+        sidebar = self.query_one(Sidebar)
+        sidebar.display = not sidebar.display
+        if sidebar.display:
+            self.client.send(p.ListSessions())
+            self.query_one("#session-list").focus()
+        else:
+            self.prompt.focus()
+
+    def action_follow(self) -> None:
+        self.chat.follow()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    # copying ----------------------------------------------------------------------------------
+
+    def _last_answer(self) -> str | None:
+        replies = [c for role, c in (self.state.messages if self.state else ()) if role == "assistant"]
+        return split_reply(replies[-1])[1].strip() if replies else None
+
+    def action_copy_reply(self) -> None:
+        self._copy(self._last_answer(), "the last reply")
+
+    def action_copy_code(self) -> None:
+        blocks = code_blocks(self._last_answer() or "")
+        self._copy(blocks[-1] if blocks else None, "the last code block")
+
+    @on(MessageView.CopyRequest)
+    def _copy_request(self, event: MessageView.CopyRequest) -> None:
+        self._copy(event.text, f"the {event.what}")
+
+    def _copy(self, text: str | None, what: str) -> None:
+        if not text:
+            self.notify(f"Nothing to copy: there is no {what.removeprefix('the ')} yet.", severity="warning")
+            return
+        self.copy_to_clipboard(text)  # OSC 52: works over SSH in terminals that allow it
+        self.notify(f"Copied {what} ({len(text)} characters).")
+
+    # sidebar ------------------------------------------------------------------------------------
+
+    def on_sidebar_chosen(self, event: Sidebar.Chosen) -> None:
+        if not self._busy() and (not self.state or event.session_id != self.state.session_id):
+            self.client.send(p.OpenSession(event.session_id))
+
+    def on_sidebar_search(self, event: Sidebar.Search) -> None:
+        self.client.send(p.ListSessions(event.query))
+
+    def on_sidebar_manage(self, event: Sidebar.Manage) -> None:
+        if event.action == "delete":
+            self._ask_delete(event.session_id, event.title)
+        else:
+            self._ask_rename(event.session_id, event.title)

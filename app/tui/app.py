@@ -1,0 +1,178 @@
+"""The chat App: shows what the engine host reports, sends it what the user asks for."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from textual.app import App, SystemCommand
+from textual.css.query import NoMatches
+from textual.message import Message
+from textual.screen import Screen
+
+from app.tui import protocol as p
+from app.tui.actions import ChatActions
+from app.tui.chat_screen import ChatScreen
+from app.tui.commands import ACTIONS
+from app.tui.engine_client import EngineClient
+from app.tui.gc_pauses import CollectorHold
+from app.tui.screens.dialogs import ErrorDialog
+from app.tui.screens.download import DownloadScreen
+from app.tui.widgets.chat_log import ChatLog
+from app.tui.widgets.prompt_input import PromptInput
+from app.tui.widgets.sidebar import Sidebar
+from app.tui.widgets.status_line import StatusLine
+
+
+class EngineEvent(Message):
+    """An event from the engine host, delivered on the UI's event loop."""
+
+    def __init__(self, event: Any) -> None:
+        super().__init__()
+        self.event = event
+
+
+class ChatApp(ChatActions, App[int]):
+    """mlxchat's terminal chat."""
+
+    CSS_PATH = Path(__file__).with_name("theme.tcss")
+    TITLE = "mlxchat"
+
+    def __init__(self, open_command: p.Open, *, engine_mode: str = "process", show_figures: bool = True,
+                 show_sidebar: bool = True) -> None:
+        super().__init__()
+        self.open_command = open_command
+        self.show_figures = show_figures  # False in snapshot tests: no timings, ages or memory on screen
+        self.show_sidebar = show_sidebar
+        self.client = EngineClient(lambda event: self.post_message(EngineEvent(event)), mode=engine_mode)
+        self.state: p.Conversation | None = None
+        self.ready = False
+        self.generating = False
+        self.completion_lags: list[float] = []  # seconds from last token sent to reply complete on screen
+        self.replies_done = 0
+        self.updates = 0  # Conversation events received
+        self.updates_at_done = 0  # ... when the last reply ended (the chat is settled once updates passes it)
+        self._download: DownloadScreen | None = None
+        self.collector = CollectorHold()
+
+    def get_default_screen(self) -> Screen:
+        return ChatScreen(self.show_figures, self.show_sidebar)
+
+    def on_ready(self) -> None:
+        """The screen is up: start the engine host (its events need the widgets)."""
+        gc.freeze()  # what is loaded so far lives as long as the app (see gc_pauses)
+        self.client.start()
+        self.client.send(self.open_command)
+
+    async def action_quit(self) -> None:
+        await asyncio.to_thread(self.client.close)
+        self.exit(0)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for action in ACTIONS:
+            yield SystemCommand(action.title, action.help, partial(self.run_action, action.action))
+
+    # widgets --------------------------------------------------------------------------
+
+    @property
+    def chat(self) -> ChatLog:
+        return self.query_one(ChatLog)
+
+    @property
+    def status(self) -> StatusLine:
+        return self.query_one(StatusLine)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    # engine events ----------------------------------------------------------------------
+
+    async def on_engine_event(self, message: EngineEvent) -> None:
+        handler = getattr(self, "_engine_" + type(message.event).__name__.lower(), None)
+        try:
+            if handler is not None:
+                await handler(message.event)
+        except NoMatches:
+            pass  # the chat screen is gone: the app is closing
+
+    async def _engine_progress(self, event: p.Progress) -> None:
+        if self.ready:
+            return
+        if self._download is None:
+            self._download = DownloadScreen(self.open_command.model or "the default model")
+            self.push_screen(self._download, self._download_closed)
+        self._download.progress(event.done, event.total)
+
+    async def _engine_ready(self, event: p.Ready) -> None:
+        self.ready = True
+        if self._download is not None and self._download.is_current:
+            self._download.dismiss(False)
+        self._download = None
+        self.status.model = event.target + (f" + {event.draft}" if event.draft else "")
+        self.sub_title = self.status.model
+        self.status.show_idle()
+        if event.note:
+            self.notify(event.note, title="Model")
+
+    async def _engine_conversation(self, event: p.Conversation) -> None:
+        await self.chat.sync(list(event.messages))
+        self.state = event
+        self.updates += 1
+        self.title = f"mlxchat · {event.title}"
+        self.query_one(Sidebar).current = event.session_id
+
+    async def _engine_chunk(self, event: p.Chunk) -> None:
+        live = self.chat.live or await self.chat.start_reply()
+        await live.append(event.thinking, event.answer)
+        self.status.generating_progress(event.pieces)
+
+    async def _engine_done(self, event: p.Done) -> None:
+        if self.chat.live is not None:
+            await self.chat.live.finish()
+        self.completion_lags.append(time.monotonic() - event.last_token_time)
+        self.generating = False
+        self.replies_done += 1
+        self.updates_at_done = self.updates
+        self.status.finished(event.stats, event.finish_reason)
+        self.call_after_refresh(self.collector.release)  # once the finished reply is on screen
+
+    async def _engine_sessions(self, event: p.Sessions) -> None:
+        sidebar = self.query_one(Sidebar)
+        sidebar.show(event.rows, self.state.session_id if self.state else sidebar.current)
+
+    async def _engine_notice(self, event: p.Notice) -> None:
+        self.notify(event.text, severity=event.severity)
+
+    async def _engine_exported(self, event: p.Exported) -> None:
+        self.notify(f"Exported to {event.path}", title="Export")
+
+    async def _engine_failure(self, event: p.Failure) -> None:
+        if event.fatal:
+            self.ready = False
+            self.status.loading(f"{event.title}: see the dialog")
+        elif self.state is not None and not self.ready:  # a failed model switch: the old model stays
+            self.ready = True
+            self.status.show_idle()
+        self.push_screen(ErrorDialog(event.title, event.message, event.fatal), self._failure_closed)
+
+    def _failure_closed(self, quit_now: bool | None) -> None:
+        if quit_now:
+            self.run_worker(self.action_quit())
+
+    def _download_closed(self, cancelled: bool | None) -> None:
+        self._download = None
+        if cancelled and not self.ready:  # ending the engine process stops the download at once
+            self.client.kill()
+            self.client.start()
+            # mlxcore.defaults' embedded pair, named here so that the UI process stays off mlxcore
+            self.open_command = p.Open(**{**self.open_command.__dict__, "model": "mini-target",
+                                          "draft": None if self.open_command.no_draft else "mini-draft"})
+            self.client.send(self.open_command)
+            self.notify("Download cancelled: using the embedded demonstration models.", title="Model")

@@ -1,0 +1,187 @@
+"""The messages between the TUI and its engine host: small, frozen, picklable.
+
+The UI sends commands; the engine host (a child process, or a thread in
+benchmarks) owns the Engine, the ChatSession and the session store, and
+answers with events. Nothing here imports mlx, so the UI process stays free
+of model work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# commands: UI -> engine ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Open:
+    """Load the models and start a chat (a new one, a stored one, or a session file)."""
+
+    model: str | None = None  # None = the default pair
+    draft: str | None = None
+    no_draft: bool = False
+    kv: str = "paged"
+    max_kv: int | None = None
+    block_size: int = 16
+    params: dict[str, Any] = field(default_factory=dict)  # GenerationParams fields
+    system: str | None = None
+    think: bool = True
+    messages: tuple[tuple[str, str], ...] = ()  # start the new chat with these (role, content) messages
+    session_file: str | None = None  # open this file (mlxchat --session FILE)
+    session_id: str | None = None  # or this stored session
+    ignore_eos: bool = False  # benchmarks only: always generate max_tokens
+    flush_seconds: float = 0.2  # how often generated text is sent to the UI (each send costs a layout)
+
+
+@dataclass(frozen=True)
+class Send:
+    text: str
+
+
+@dataclass(frozen=True)
+class Regenerate:
+    pass
+
+
+@dataclass(frozen=True)
+class EditLast:
+    text: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Stop the reply being generated; the partial reply is kept."""
+
+
+@dataclass(frozen=True)
+class Configure:
+    """Change the chat's settings; None leaves a setting as it is."""
+
+    params: dict[str, Any] | None = None
+    system: str | None = None  # "" removes the system prompt
+    think: bool | None = None
+    use_draft: bool | None = None
+
+
+@dataclass(frozen=True)
+class Chat:
+    """Structural changes: "new", "fork", "clear", "save"."""
+
+    action: str
+
+
+@dataclass(frozen=True)
+class OpenSession:
+    session_id: str
+
+
+@dataclass(frozen=True)
+class ManageSession:
+    """Store operations on any session: "rename" (with title), "delete", "export" (with path)."""
+
+    action: str
+    session_id: str
+    title: str | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class ListSessions:
+    query: str = ""
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+Command = (Open | Send | Regenerate | EditLast | Stop | Configure | Chat | OpenSession | ManageSession
+           | ListSessions | Shutdown)
+
+# events: engine -> UI -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Download progress of a hub model."""
+
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Ready:
+    target: str
+    draft: str | None
+    note: str  # e.g. why the embedded models are used; "" when nothing to say
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """The whole state of the open chat, sent after every change of its shape."""
+
+    session_id: str | None
+    title: str
+    messages: tuple[tuple[str, str], ...]  # (role, content); assistant content keeps <think>...</think>
+    params: dict[str, Any]
+    system: str | None
+    think: bool
+    use_draft: bool
+    has_draft: bool
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Reply text generated since the last chunk (batched, a few per second)."""
+
+    thinking: str
+    answer: str
+    pieces: int = 0  # text pieces generated since the last chunk (about one per token)
+
+
+@dataclass(frozen=True)
+class Done:
+    """A reply ended: finished, stopped, or failed part way."""
+
+    finish_reason: str
+    stats: dict[str, Any]  # GenerationStats fields plus prefill_tps, decode_tps, acceptance
+    last_token_time: float  # time.monotonic() when the last chunk was sent (same clock in both processes)
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    session_id: str
+    title: str
+    updated: float
+    messages: int
+    broken: bool
+
+
+@dataclass(frozen=True)
+class Sessions:
+    query: str
+    rows: tuple[SessionRow, ...]
+
+
+@dataclass(frozen=True)
+class Notice:
+    text: str
+    severity: str = "information"  # "information", "warning" or "error"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Something the user must know about, with what to do; fatal when there is no engine to use."""
+
+    title: str
+    message: str
+    fatal: bool = False
+
+
+@dataclass(frozen=True)
+class Exported:
+    path: str
+
+
+Event = Progress | Ready | Conversation | Chunk | Done | Sessions | Notice | Failure | Exported

@@ -1,0 +1,69 @@
+"""Relay one reply from a ChatSession stream to the UI in batches, and stop it when asked."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+from app.tui.protocol import Chunk, Done, Stop
+from sessions.thinking import ThinkingSplitter
+
+FLUSH_SECONDS = 0.2  # five updates a second: smooth to the eye, and each costs a layout pass in the UI
+
+
+def relay_reply(chunks: Iterator[str], send: Callable[[Any], None], poll: Callable[[], Any | None],
+                defer: Callable[[Any], None], flush_seconds: float = FLUSH_SECONDS) -> float:
+    """Send ``chunks`` as batched Chunk events until they end or a Stop arrives; return the last send time.
+
+    Other commands that arrive meanwhile go to ``defer`` (handled after the reply).
+    Closing the iterator keeps the partial reply, as ChatSession defines.
+    """
+    splitter = ThinkingSplitter()
+    thinking, answer = [], []
+    last_flush = time.monotonic()
+    try:
+        for text in chunks:
+            t, a = splitter.feed(text)
+            thinking.append(t)
+            answer.append(a)
+            now = time.monotonic()
+            if now - last_flush >= flush_seconds:
+                send(Chunk("".join(thinking), "".join(answer), len(thinking)))
+                thinking.clear()
+                answer.clear()
+                last_flush = now
+            if _stop_asked(poll, defer):
+                break
+    finally:
+        close = getattr(chunks, "close", None)
+        if close:
+            close()
+    t, a = splitter.finish()
+    send(Chunk("".join(thinking) + t, "".join(answer) + a, len(thinking)))
+    return time.monotonic()
+
+
+def _stop_asked(poll: Callable[[], Any | None], defer: Callable[[Any], None]) -> bool:
+    while (command := poll()) is not None:
+        if isinstance(command, Stop):
+            return True
+        defer(command)
+    return False
+
+
+def stats_dict(stats: Any, context_length: int | None) -> dict[str, Any]:
+    """GenerationStats as plain data for the UI, with the derived rates."""
+    if stats is None:
+        return {}
+    return asdict(stats) | {"prefill_tps": stats.prefill_tps, "decode_tps": stats.decode_tps,
+                            "acceptance": stats.acceptance, "context_length": context_length}
+
+
+def done_event(stats: Any, context_length: int | None, last_token_time: float, failed: bool = False) -> Done:
+    """The Done event for a reply; ``failed`` when it ended with an error (its stats are then not shown)."""
+    data = {} if failed else stats_dict(stats, context_length)
+    reason = "error" if failed else data.get("finish_reason", "stopped")
+    return Done(finish_reason=reason, stats=data, last_token_time=last_token_time)
+

@@ -1,0 +1,73 @@
+"""Settings of the open chat: system prompt, sampling, max tokens, draft and thinking."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static, Switch, TextArea
+
+from app.tui.protocol import Configure, Conversation
+
+NUMBER_FIELDS = (("temperature", "Temperature (0 = greedy)", float), ("top_p", "Top-p (1 = off)", float),
+                 ("max_tokens", "Max tokens per reply", int))
+
+
+class SettingsScreen(ModalScreen[Configure | None]):
+    """Edits the chat's settings; dismisses with a Configure command, or None when cancelled."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+s", "apply", "Apply", priority=True)]
+
+    def __init__(self, state: Conversation) -> None:
+        super().__init__(classes="dialog")
+        self.state = state
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog-box -wide", id="settings"):
+            yield Label("Chat settings", classes="dialog-title")
+            with VerticalScroll(id="settings-fields"):
+                for name, label, _ in NUMBER_FIELDS:
+                    with Horizontal(classes="field"):
+                        yield Label(label)
+                        yield Input(str(self.state.params.get(name, "")), id=f"set-{name}")
+                with Horizontal(classes="field"):
+                    yield Label("Speculative decoding (draft model)")
+                    yield Switch(self.state.use_draft, id="set-draft", disabled=not self.state.has_draft)
+                with Horizontal(classes="field"):
+                    yield Label("Thinking before answering")
+                    yield Switch(self.state.think, id="set-think")
+                yield Label("System prompt")
+                yield TextArea(self.state.system or "", id="set-system", soft_wrap=True)
+            yield Static("", id="settings-error")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Cancel", id="cancel")
+                yield Button("Apply (ctrl+s)", id="apply", variant="primary")
+
+    def read(self) -> Configure:
+        """The settings as entered; ValueError names a field that is not a number."""
+        params: dict[str, Any] = {}
+        for name, label, kind in NUMBER_FIELDS:
+            raw = self.query_one(f"#set-{name}", Input).value.strip()
+            try:
+                params[name] = kind(raw)
+            except ValueError:
+                raise ValueError(f"{label}: {raw!r} is not a {'whole ' if kind is int else ''}number") from None
+        draft = self.query_one("#set-draft", Switch).value
+        return Configure(params=params, system=self.query_one("#set-system", TextArea).text,
+                         think=self.query_one("#set-think", Switch).value,
+                         use_draft=draft if self.state.has_draft else None)
+
+    def action_apply(self) -> None:
+        try:
+            self.dismiss(self.read())
+        except ValueError as error:
+            self.query_one("#settings-error", Static).update(str(error))
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "apply":
+            self.action_apply()
+        else:
+            self.dismiss(None)

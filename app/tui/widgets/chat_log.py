@@ -1,0 +1,122 @@
+"""The scrolling list of messages: follows new text at the bottom, mounts only the recent messages.
+
+Only the last WINDOW messages are mounted; older ones come back a page at a
+time when the reader scrolls to the top, and are unmounted again once the
+reader is back at the bottom. Layout cost stays flat however long the chat.
+"""
+
+from __future__ import annotations
+
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from app.tui.widgets.message_view import MessageView
+from mlxcore.sequences import common_prefix_length
+
+WINDOW = 12  # messages kept mounted while following the bottom (about two screens)
+PAGE = 8  # messages mounted per scroll to the top
+
+
+class ChatLog(VerticalScroll):
+    """Messages of the open chat, oldest first."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.records: list[tuple[str, str]] = []  # every message (role, content) of the chat
+        self.first_mounted = 0  # index in records of the first mounted MessageView
+        self.live: MessageView | None = None  # the reply being streamed
+
+    def compose(self):
+        yield Static("", classes="earlier")
+
+    def on_mount(self) -> None:
+        self.anchor()
+
+    @property
+    def views(self) -> list[MessageView]:
+        return list(self.query(MessageView))
+
+    # the conversation ------------------------------------------------------------------
+
+    async def sync(self, messages: list[tuple[str, str]]) -> None:
+        """Show ``messages``: keep the views that still match, replace the rest (no full re-render)."""
+        if self.live is not None and not self.live.streaming:
+            self._adopt_live(messages)
+        keep = common_prefix_length(self.records, messages)
+        if keep < self.first_mounted:
+            keep = 0  # the change is above what is mounted: show the chat afresh
+        await self.remove_children(self.views[max(keep - self.first_mounted, 0):])
+        if keep == 0:
+            self.first_mounted = max(len(messages) - WINDOW, 0)
+        self.records = list(messages)
+        new = [MessageView(role, content) for role, content in messages[max(keep, self.first_mounted):]]
+        if new:
+            await self.mount_all(new)
+        await self._trim_when_following()
+        self._update_earlier()
+
+    def _adopt_live(self, messages: list[tuple[str, str]]) -> None:
+        """The finished streamed reply stands for the stored one: no re-render when the text matches."""
+        index = len(self.records) - 1
+        if 0 <= index < len(messages) and messages[index][0] == "assistant":
+            shown = self.live
+            if (shown.thinking.strip(), shown.answer.strip()) == tuple(
+                    s.strip() for s in _split(messages[index][1])):
+                self.records[index] = messages[index]
+        self.live = None
+
+    async def start_reply(self) -> MessageView:
+        """Mount an empty assistant message to stream into."""
+        self.live = MessageView("assistant", streaming=True)
+        self.records.append(("assistant", ""))
+        await self.mount(self.live)
+        return self.live
+
+    # virtualisation ---------------------------------------------------------------------
+
+    async def _trim_when_following(self) -> None:
+        views = self.views
+        if len(views) <= WINDOW + PAGE or not self._following():
+            return
+        extra = len(views) - WINDOW
+        for view in views[:extra]:
+            await view.remove()
+        self.first_mounted += extra
+
+    def _following(self) -> bool:
+        return self.is_anchored and not self._anchor_released
+
+    async def show_earlier(self) -> None:
+        """Mount the previous page of messages above the first mounted one, keeping the view still."""
+        if self.first_mounted == 0:
+            return
+        start = max(self.first_mounted - PAGE, 0)
+        views = self.views
+        new = [MessageView(role, content) for role, content in self.records[start:self.first_mounted]]
+        await self.mount_all(new, before=views[0] if views else None)
+        self.first_mounted = start
+        self._update_earlier()
+        if views:
+            self.call_after_refresh(self.scroll_to_widget, views[0], top=True, animate=False)
+
+    def _update_earlier(self) -> None:
+        marker = self.query_one(".earlier", Static)
+        marker.display = self.first_mounted > 0
+        marker.update(f"↑ {self.first_mounted} earlier messages: scroll up to show them")
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if new <= 0 and old > 0 and self.first_mounted > 0:
+            self.run_worker(self.show_earlier(), exclusive=True, group="earlier")
+
+    # following --------------------------------------------------------------------------
+
+    def follow(self) -> None:
+        """Jump to the bottom and follow new text again."""
+        self._anchor_released = False
+        self.anchor()
+
+
+def _split(content: str) -> tuple[str, str]:
+    from app.tui.text_parts import split_reply
+    return split_reply(content)

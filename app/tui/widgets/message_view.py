@@ -1,0 +1,101 @@
+"""One chat message: a role label, a collapsible thinking block (replies), and the text as Markdown."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Collapsible, Label, Markdown
+from textual.widgets.markdown import MarkdownStream
+
+from app.tui.text_parts import code_blocks, split_reply, word_count
+
+ROLE_LABELS = {"user": "You", "assistant": "Assistant", "tool": "Tool"}
+
+
+class MessageView(Vertical, can_focus=True):
+    """Shows one message; a reply can be streamed into it without re-rendering what is already there."""
+
+    BINDINGS = [
+        Binding("c,y", "copy", "Copy message"),
+        *[Binding(str(n), f"copy_code({n})", f"Copy code block {n}", show=False) for n in range(1, 10)],
+    ]
+
+    class CopyRequest(Message):
+        """The user asked to copy some text of this message."""
+
+        def __init__(self, text: str, what: str) -> None:
+            super().__init__()
+            self.text, self.what = text, what
+
+    def __init__(self, role: str, content: str = "", *, streaming: bool = False) -> None:
+        super().__init__(classes=f"message -{role}")
+        self.role = role
+        self.thinking, self.answer = split_reply(content) if role == "assistant" else ("", content)
+        self.streaming = streaming
+        self._streams: list[MarkdownStream] = []
+
+    def compose(self) -> ComposeResult:
+        yield Label(ROLE_LABELS.get(self.role, self.role), classes="role")
+        if self.role == "assistant":
+            block = Collapsible(Markdown(self.thinking.strip(), classes="thinking-text"),
+                                title=self._thinking_title(), collapsed=True, classes="thinking")
+            block.display = bool(self.thinking.strip()) or self.streaming
+            yield block
+        yield Markdown(self.answer, classes="answer")
+
+    @property
+    def content(self) -> str:
+        """The message as shown: thinking (if any) and answer."""
+        return self.answer if not self.thinking else f"<think>{self.thinking}</think>\n\n{self.answer}"
+
+    def _thinking_title(self) -> str:
+        words = word_count(self.thinking)
+        if self.streaming and not self.answer:
+            return f"Thinking… {words} words" if words else "Thinking…"
+        return f"Thought for {words} words"
+
+    # streaming ------------------------------------------------------------------------------
+
+    async def append(self, thinking: str, answer: str) -> None:
+        """Add a batch of generated text (streams keep Markdown parsing incremental)."""
+        if not self._streams:
+            self._streams = [Markdown.get_stream(self.query_one(".thinking-text", Markdown)),
+                             Markdown.get_stream(self.query_one(".answer", Markdown))]
+        if thinking:
+            self.thinking += thinking
+            await self._streams[0].write(thinking)
+        if answer:
+            self.answer += answer
+            await self._streams[1].write(answer)
+        self._update_thinking_block()
+
+    async def finish(self) -> None:
+        """The reply ended: flush the streams and settle the thinking block's title."""
+        self.streaming = False
+        for stream in self._streams:
+            await stream.stop()
+        self._streams = []
+        self._update_thinking_block()
+
+    def _update_thinking_block(self) -> None:
+        block = self.query_one(".thinking", Collapsible)
+        block.display = bool(self.thinking.strip())
+        block.title = self._thinking_title()
+
+    def set_thinking_expanded(self, expanded: bool) -> None:
+        if self.role == "assistant":
+            self.query_one(".thinking", Collapsible).collapsed = not expanded
+
+    # copying ------------------------------------------------------------------------------
+
+    def action_copy(self) -> None:
+        self.post_message(self.CopyRequest(self.answer, "message"))
+
+    def action_copy_code(self, number: int) -> None:
+        blocks = code_blocks(self.answer)
+        if number > len(blocks):
+            self.notify(f"This message has {len(blocks)} code block(s).", severity="warning")
+            return
+        self.post_message(self.CopyRequest(blocks[number - 1], f"code block {number}"))

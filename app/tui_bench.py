@@ -1,0 +1,160 @@
+"""Bench row `tui_decode_vs_headless`: decode speed while the TUI streams a long reply, over `mlxchat ask`'s.
+
+Both sides generate the same reply to the same prompt (60 earlier messages and
+a question, greedy, end-of-text ignored so that the reply is ``reply_tokens``
+long), back to back in one run; the value is the median of the paired ratios.
+The TUI side also reports how long after the last token the reply was complete
+on screen, and the worst event-loop stall while it streamed (a key press waits
+at most that long).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import statistics
+import time
+from typing import Any
+
+from app.tui.protocol import Open
+
+QUESTION = "Tell me a long story about a lighthouse keeper."
+SIZE = (120, 40)
+
+
+def earlier_messages(count: int = 60) -> tuple[tuple[str, str], ...]:
+    """A chat of ``count`` short messages with some Markdown (lists, code), as users have on screen."""
+    messages = []
+    for i in range(count // 2):
+        messages.append(("user", f"Question {i}: what does step {i} do?"))
+        body = f"Step {i} adds **{i}** to the total.\n\n- first it reads\n- then it adds"
+        if i % 5 == 0:
+            body += f"\n\n```python\ntotal += {i}\n```"
+        messages.append(("assistant", body))
+    return tuple(messages)
+
+
+def headless_decode_tps(engine: Any, messages: tuple[tuple[str, str], ...], params: Any) -> float:
+    """`mlxchat ask`'s path: a ChatSession holding ``messages``, the question streamed as text to a sink."""
+    import contextlib
+
+    from app.ask import print_text
+    from sessions.chat_session import ChatSession
+    from sessions.messages import Message
+
+    session = ChatSession(engine, params=params)
+    session.messages = [Message(role, content) for role, content in messages]
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        events = session.stream_events(QUESTION)
+        try:
+            print_text(events, show_thinking=True)
+        finally:
+            events.close()
+    session.caches.release()
+    return session.last_stats.decode_tps
+
+
+class StallMeter:
+    """The worst lateness of a 10 ms timer on the running event loop, counted while ``active()`` holds."""
+
+    def __init__(self, active: Any, period: float = 0.01) -> None:
+        self.active, self.period = active, period
+        self.worst, self.late_100ms, self.ticks = 0.0, 0, 0
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            counting = self.active()
+            start = time.perf_counter()
+            await asyncio.sleep(self.period)
+            if counting and self.active():
+                late = time.perf_counter() - start - self.period
+                self.worst = max(self.worst, late)
+                self.late_100ms += late > 0.1
+                self.ticks += 1
+
+    def stop(self) -> float:
+        self._task.cancel()
+        return self.worst
+
+
+async def tui_run(command: Open, mode: str, timeout: float = 600.0) -> dict[str, float]:
+    """One TUI reply: decode tok/s (engine's figure), completion lag and worst stall while streaming."""
+    from app.tui.app import ChatApp
+
+    app = ChatApp(command, engine_mode=mode)
+    async with app.run_test(size=SIZE) as pilot:
+        deadline = time.monotonic() + timeout
+        while not (app.ready and app.state is not None):
+            await _tick(pilot, deadline)
+        meter = StallMeter(lambda: app.generating)
+        meter.start()
+        cpu, wall = time.process_time(), time.perf_counter()
+        app.prompt.load_text(QUESTION)
+        await pilot.press("enter")
+        while app.replies_done < 1:
+            await _tick(pilot, deadline)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        worst = meter.stop()
+        while app.updates <= app.updates_at_done:  # the saved chat arrived: nothing left in flight
+            await _tick(pilot, deadline)
+        return {"decode_tps": app.status.stats["decode_tps"], "lag_s": app.completion_lags[-1],
+                "stall_s": worst, "stalls_over_100ms": meter.late_100ms, "ui_cpu_share": cpu / wall,
+                "tokens": app.status.stats["generated_tokens"], "mounted_messages": len(app.chat.views)}
+
+
+async def _tick(pilot: Any, deadline: float) -> None:
+    if time.monotonic() > deadline:
+        raise TimeoutError("the TUI benchmark did not finish in time")
+    await asyncio.sleep(0.05)  # not pilot.pause: the harness should not add work to the UI
+
+
+def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int = 60, mode: str = "process",
+                           model: str = "mini-target", draft: str | None = "mini-draft",
+                           flush_seconds: float = 0.2) -> dict[str, Any]:
+    """Run the paired measurement; "value" is the median ratio TUI decode tok/s / headless decode tok/s.
+
+    ``mode`` "process" is the TUI as shipped; "thread" runs the same engine host on a thread of the UI
+    process, and ``flush_seconds`` 0 sends every token, for comparing the designs.
+    """
+    from mlxcore.launch import ModelChoice, open_engine
+    from mlxcore.params import GenerationParams
+
+    params = GenerationParams(temperature=0.0, max_tokens=reply_tokens)
+    history = earlier_messages(earlier)
+    engine = open_engine(ModelChoice(model, draft, no_draft=draft is None)).engine
+    engine.eos_ids = set()  # the same long reply on both sides
+    command = Open(model=model, draft=draft, no_draft=draft is None, params={"temperature": 0.0,
+                   "max_tokens": reply_tokens}, messages=history, ignore_eos=True, flush_seconds=flush_seconds)
+    pairs = []
+    for run in range(runs):  # alternate the order: other load on the machine drifts over time
+        if run % 2:
+            tui = asyncio.run(tui_run(command, mode))
+            headless = headless_decode_tps(engine, history, params)
+        else:
+            headless = headless_decode_tps(engine, history, params)
+            tui = asyncio.run(tui_run(command, mode))
+        pairs.append((headless, tui))
+    ratios = [t["decode_tps"] / h for h, t in pairs]
+    return {"value": statistics.median(ratios), "ratios": ratios, "mode": mode,
+            "headless_tps": statistics.median(h for h, _ in pairs),
+            "tui_tps": statistics.median(t["decode_tps"] for _, t in pairs),
+            "completion_lag_s": max(t["lag_s"] for _, t in pairs),
+            "worst_stall_s": max(t["stall_s"] for _, t in pairs),
+            "stalls_over_100ms": sum(t["stalls_over_100ms"] for _, t in pairs),
+            "ui_cpu_share": statistics.median(t["ui_cpu_share"] for _, t in pairs),
+            "reply_tokens": min(t["tokens"] for _, t in pairs), "earlier_messages": earlier,
+            "flush_seconds": command.flush_seconds,
+            "mounted_messages": pairs[-1][1]["mounted_messages"]}
+
+
+if __name__ == "__main__":  # python -m app.tui_bench [process|thread[:FLUSH_SECONDS]] ...
+    import json
+    import sys
+    for spec in sys.argv[1:] or ["process"]:
+        chosen, _, flush = spec.partition(":")
+        print(json.dumps(tui_decode_vs_headless(mode=chosen, flush_seconds=float(flush or 0.2))), flush=True)

@@ -1,0 +1,34 @@
+"""What the user chooses before a model runs: which models, which KV cache. No MLX here,
+so the UI process can build and check these without loading MLX."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """What the user asked for on the command line or in the TUI."""
+
+    model: str | None = None  # hub repo id, local folder or embedded name; None = the default pair
+    draft: str | None = None  # None = the default pair's draft when the default model is used
+    no_draft: bool = False  # decode plainly even when a draft is available
+
+
+@dataclass(frozen=True)
+class KVConfig:
+    """Which KV cache the engine makes, and its geometry."""
+
+    kind: str = "paged"  # "paged" (block pool, prefix sharing), "rotating" (window) or "standard" (mlx-lm's)
+    max_kv: int | None = None  # rotating: window in tokens; paged: pool capacity in tokens (None = grow as needed)
+    block_size: int = 16  # paged: tokens per block
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("paged", "rotating", "standard"):
+            raise ValueError(f"unknown KV cache kind {self.kind!r}: choose paged, rotating or standard")
+        if self.kind == "rotating" and not self.max_kv:
+            raise ValueError("the rotating cache needs a window size (max_kv)")
+        if self.max_kv is not None and self.max_kv < 1:
+            raise ValueError(f"max_kv must be positive, not {self.max_kv}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be positive, not {self.block_size}")

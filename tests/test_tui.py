@@ -1,0 +1,206 @@
+"""Pilot tests of the chat TUI on the embedded models: send, stop, regenerate, sessions, settings, errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.tui.protocol import Open
+from app.tui.screens.dialogs import ErrorDialog
+from app.tui.screens.settings import SettingsScreen
+from app.tui.text_parts import split_reply
+from app.tui.widgets.message_view import MessageView
+from mlxcore.launch import ModelChoice, open_engine
+from mlxcore.params import GenerationParams
+from sessions.chat_session import ChatSession
+from sessions.store import SessionStore
+from test_tui_helpers import (DRAFT, SIZE, TARGET, make_app, needs_embedded, send, settle, wait_for,
+                              wait_ready)
+
+pytestmark = [needs_embedded, pytest.mark.slow]
+QUESTION = "What is 12 + 7?"
+
+
+@pytest.fixture(autouse=True)
+def store_home(tmp_path, monkeypatch):
+    """Each test gets its own empty session store."""
+    monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def reference_reply(text: str, max_tokens: int = 48) -> str:
+    """What ChatSession itself answers (greedy), headless."""
+    engine = open_engine(ModelChoice(TARGET, DRAFT)).engine
+    session = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=max_tokens))
+    return session.send(text)
+
+
+def test_reply_streams_in_and_equals_chat_session():
+    """In the real engine process: the streamed reply on screen is ChatSession's reply."""
+    async def scenario():
+        app = make_app(mode="process", flush_seconds=0.01)
+        chunks = []
+        original = app._engine_chunk
+
+        async def counting(event):
+            chunks.append(event)
+            await original(event)
+        app._engine_chunk = counting
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await pilot.press(*"Hi")
+            app.prompt.load_text(QUESTION)
+            await pilot.press("enter")
+            await settle(pilot, app, 1)
+            view = app.query(MessageView).last()
+            return app.state.messages, view.thinking, view.answer, chunks
+    messages, thinking, answer, chunks = asyncio.run(scenario())
+    expected = reference_reply(QUESTION)
+    assert messages == (("user", QUESTION), ("assistant", expected))
+    want_thinking, want_answer = split_reply(expected)
+    assert (thinking.strip(), answer.strip()) == (want_thinking.strip(), want_answer.strip())
+    assert len(chunks) >= 2, "the reply should arrive in several batches, not at once"
+
+
+def test_escape_stops_the_reply_and_keeps_it():
+    async def scenario():
+        app = make_app(max_tokens=3000, ignore_eos=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            app.prompt.load_text("Tell me a long story.")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.chat.live is not None and app.chat.live.content, what="text")
+            await pilot.press("escape")
+            await settle(pilot, app, 1)
+            return app.state.messages, app.status.stats
+    messages, stats = asyncio.run(scenario())
+    assert stats["finish_reason"] == "stopped"
+    assert 0 < stats["generated_tokens"] < 3000
+    assert messages[-1][0] == "assistant" and messages[-1][1], "the partial reply is kept"
+
+
+def test_regenerate_replaces_the_reply_from_the_cache():
+    async def scenario():
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await send(pilot, app, QUESTION)
+            first = app.state.messages
+            await pilot.press("ctrl+r")
+            await settle(pilot, app, 2)
+            return first, app.state.messages, app.status.stats, len(app.query(MessageView))
+    first, second, stats, views = asyncio.run(scenario())
+    assert second == first, "greedy: the regenerated reply is the same"
+    assert views == 2
+    assert stats["reused_tokens"] > 0, "the prompt before the reply comes from the cache"
+
+
+def test_save_quit_reopen_and_continue(store_home):
+    async def first_run():
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await send(pilot, app, QUESTION)
+            await pilot.press("ctrl+s")
+            await pilot.press("ctrl+q")
+            return app.state.messages, app.state.session_id, app.return_value
+
+    messages, session_id, code = asyncio.run(first_run())
+    assert code == 0 and session_id is not None
+    assert [info.id for info in SessionStore().list()] == [session_id]
+
+    async def second_run():
+        app = make_app(session_id=session_id)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await wait_for(pilot, lambda: app.state.messages == messages, what="the reopened chat")
+            shown = len(app.query(MessageView))
+            await send(pilot, app, "And 3 + 4?")
+            return shown, app.state.messages, app.status.stats
+    shown, after, stats = asyncio.run(second_run())
+    assert shown == 2
+    assert after[:2] == messages and after[2] == ("user", "And 3 + 4?")
+    engine = open_engine(ModelChoice(TARGET, DRAFT)).engine
+    unbroken = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=48))
+    unbroken.send(QUESTION)
+    unbroken.send("And 3 + 4?")
+    assert after == tuple((m.role, m.content) for m in unbroken.history)
+    assert stats["reused_tokens"] == unbroken.last_stats.reused_tokens > 0, \
+        "the reopened session reuses its saved cache as much as one that never closed"
+
+
+def test_switch_sessions_from_the_sidebar():
+    async def scenario():
+        app = make_app(max_tokens=16)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await send(pilot, app, "First chat")
+            first_id = app.state.session_id
+            await pilot.press("ctrl+n")
+            await wait_for(pilot, lambda: app.state.session_id is None, what="a new chat")
+            await send(pilot, app, "Second chat")
+            await wait_for(pilot, lambda: app.query_one("#session-list").option_count == 2, what="two rows")
+            await pilot.press("ctrl+b", "ctrl+b")  # hide and show: focuses the list
+            listing = app.query_one("#session-list")
+            index = [listing.get_option_at_index(i).id for i in range(2)].index(first_id)
+            listing.highlighted = index
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.state.session_id == first_id, what="the first chat")
+            return app.state.messages, [v.answer for v in app.query(MessageView)]
+    messages, shown = asyncio.run(scenario())
+    assert messages[0] == ("user", "First chat")
+    assert shown[0] == "First chat" and len(shown) == 2
+
+
+def test_settings_change_max_tokens():
+    async def scenario():
+        app = make_app(ignore_eos=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await pilot.press("f4")
+            await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen), what="the settings")
+            field = app.screen.query_one("#set-max_tokens")
+            field.value = "5"
+            await pilot.press("ctrl+s")
+            await wait_for(pilot, lambda: app.state.params["max_tokens"] == 5, what="the new setting")
+            await send(pilot, app, QUESTION)
+            return app.status.stats
+    stats = asyncio.run(scenario())
+    assert stats["generated_tokens"] == 5 and stats["finish_reason"] == "length"
+
+
+def test_corrupted_session_file_shows_a_dialog(tmp_path):
+    bad = tmp_path / "broken.mlxchat"
+    bad.write_bytes(b"this is not a session file")
+
+    async def scenario():
+        app = make_app(session_file=str(bad))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog), what="the error dialog")
+            dialog = app.screen
+            await pilot.press("enter")
+            await wait_ready(pilot, app)
+            await send(pilot, app, QUESTION)  # the app goes on with a new chat
+            return dialog.title_text, dialog.message, app.state.messages
+    title, message, messages = asyncio.run(scenario())
+    assert title == "Session file cannot be opened"
+    assert str(bad) in message or "broken" in message
+    assert len(messages) == 2
+
+
+def test_copy_last_reply_and_code_block():
+    async def scenario():
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await send(pilot, app, QUESTION)
+            await pilot.press("ctrl+o")
+            copied = app.clipboard
+            return copied, app.state.messages[-1][1]
+    copied, reply = asyncio.run(scenario())
+    assert copied == split_reply(reply)[1].strip()
+
+
+def test_open_command_is_an_open():
+    assert isinstance(make_app().open_command, Open)

@@ -1,0 +1,165 @@
+"""Pilot tests of the TUI's other paths: long chats, following, actions, downloads and errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.tui.app import EngineEvent
+from app.tui.protocol import Progress
+from app.tui.screens.dialogs import ErrorDialog, TextDialog
+from app.tui.screens.download import DownloadScreen
+from app.tui.widgets.chat_log import WINDOW
+from app.tui.widgets.message_view import MessageView
+from app.tui_bench import earlier_messages
+from test_tui_helpers import SIZE, make_app, needs_embedded, send, settle, wait_for, wait_ready
+
+pytestmark = [needs_embedded, pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def store_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)  # exports land here
+
+
+def test_long_chat_mounts_only_recent_messages_and_pages_back():
+    async def scenario():
+        app = make_app(messages=earlier_messages(60))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await wait_for(pilot, lambda: len(app.chat.records) == 60, what="the chat")
+            mounted = len(app.query(MessageView))
+            await app.chat.show_earlier()
+            await pilot.pause()
+            return mounted, len(app.query(MessageView)), app.chat.first_mounted
+    mounted, after, first = asyncio.run(scenario())
+    assert mounted == WINDOW
+    assert after > mounted and first == 60 - after
+
+
+def test_view_follows_only_at_the_bottom():
+    async def scenario():
+        app = make_app(messages=earlier_messages(16), max_tokens=400, ignore_eos=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            app.prompt.load_text("Tell me a story.")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.chat.live is not None and len(app.chat.live.answer) > 20,
+                           what="some text")
+            app.chat.scroll_to(y=0, animate=False)  # the reader scrolls up
+            await pilot.pause()
+            held = app.chat.scroll_y
+            await wait_for(pilot, lambda: app.replies_done == 1, what="the end of the reply")
+            await pilot.pause()
+            after_reply = app.chat.scroll_y
+            await pilot.press("ctrl+end")
+            await pilot.pause(0.2)
+            return held, after_reply, app.chat.scroll_y, app.chat.max_scroll_y
+    held, after_reply, resumed, bottom = asyncio.run(scenario())
+    assert after_reply == held, "the view must not move while the reader is scrolled up"
+    assert resumed == bottom > held
+
+
+def test_edit_fork_export_and_palette(tmp_path):
+    async def scenario():
+        app = make_app(max_tokens=24)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await send(pilot, app, "What is 2 + 2?")
+            await pilot.press("ctrl+l")
+            await wait_for(pilot, lambda: isinstance(app.screen, TextDialog), what="the edit dialog")
+            app.screen.query_one("#dialog-text").load_text("What is 3 + 3?")
+            await pilot.press("ctrl+s")
+            await settle(pilot, app, 2)
+            edited = app.state.messages
+            original_id = app.state.session_id
+            await pilot.press("ctrl+f")
+            await wait_for(pilot, lambda: app.state.session_id not in (None, original_id), what="the fork")
+            forked = app.state
+            await pilot.press("f3")
+            await wait_for(pilot, lambda: list(tmp_path.glob("*.md")), what="the export")
+            await send(pilot, app, "And 1 + 1?")  # the fork goes on from the shared cache
+            titles = {command.title for command in app.get_system_commands(app.screen)}
+            return edited, forked, app.status.stats, titles
+    edited, forked, stats, titles = asyncio.run(scenario())
+    assert [m[0] for m in edited] == ["user", "assistant"] and edited[0][1] == "What is 3 + 3?"
+    assert forked.messages == edited and forked.title.endswith("(fork)")
+    assert stats["reused_tokens"] > 0
+    text = next(tmp_path.glob("*.md")).read_text()
+    assert "What is 3 + 3?" in text
+    assert {"New chat", "Regenerate", "Fork chat", "Export to Markdown", "Settings", "Switch model"} <= titles
+
+
+def test_download_screen_shows_progress_and_cancel_falls_back_to_embedded():
+    async def scenario():
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            app.ready = False  # as while a hub model downloads
+            app.post_message(EngineEvent(Progress(25 * 2**20, 100 * 2**20)))
+            await wait_for(pilot, lambda: isinstance(app.screen, DownloadScreen), what="the download screen")
+            await pilot.pause()
+            bar = app.screen.query_one("#download-bar")
+            shown = (bar.progress, bar.total)
+            await pilot.press("escape")
+            await wait_ready(pilot, app)
+            return shown, app.open_command.model, [n.message for n in app._notifications]
+    shown, model, notes = asyncio.run(scenario())
+    assert shown == (25 * 2**20, 100 * 2**20)
+    assert model == "mini-target"
+    assert any("embedded" in note for note in notes)
+
+
+def test_model_that_fails_to_load_shows_a_dialog_with_quit():
+    async def scenario():
+        app = make_app(model="no-such-model", draft=None)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog), what="the error dialog")
+            dialog = app.screen
+            app.screen.query_one("#quit").press()
+            await wait_for(pilot, lambda: app.return_value is not None, what="the app to quit")
+            return dialog.title_text, dialog.message, app.return_value
+    title, message, code = asyncio.run(scenario())
+    assert title == "Model cannot be loaded"
+    assert "no-such-model" in message and "--model" in message
+    assert code == 0
+
+
+def test_full_cache_pool_is_a_dialog_and_the_chat_goes_on():
+    async def scenario():
+        app = make_app(kv="paged", max_kv=48, max_tokens=200, ignore_eos=True, draft=None, no_draft=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            app.prompt.load_text("Tell me a long story.")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog), what="the error dialog")
+            dialog = app.screen
+            await pilot.press("escape")
+            await settle(pilot, app, 1)
+            return dialog.title_text, dialog.message, app.generating
+    title, message, generating = asyncio.run(scenario())
+    assert title == "Cache memory is full"
+    assert "ctrl+n" in message and not generating
+
+
+def test_input_newlines_and_history():
+    async def scenario():
+        app = make_app(max_tokens=8)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await pilot.press("a", "ctrl+j", "b")
+            typed = app.prompt.text
+            await pilot.press("enter")
+            await settle(pilot, app, 1)
+            await send(pilot, app, "second")
+            await pilot.press("up")
+            newest = app.prompt.text
+            await pilot.press("up")
+            older = app.prompt.text
+            await pilot.press("down", "down")
+            return typed, newest, older, app.prompt.text, app.state.messages[0]
+    typed, newest, older, back, first = asyncio.run(scenario())
+    assert typed == "a\nb" and first == ("user", "a\nb")
+    assert (newest, older, back) == ("second", "a\nb", "")
