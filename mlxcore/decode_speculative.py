@@ -5,8 +5,9 @@ the target feeds [y, d_1..d_k] (y = the last emitted token) and scores k + 1
 positions; rejection sampling keeps d_1..d_n and picks one more token t. The
 target is rewound by k - n, the draft by k - 1 - n (when n = k the draft never
 fed d_k: it is fed next round). k comes from ``DraftLengthController``; k = 0
-is one plain target step. Whenever the generator stops, ``settle`` makes both
-caches hold exactly the prompt plus the emitted tokens.
+decodes plainly (pipelined) until the controller asks for a round again.
+Whenever the generator stops, ``settle`` makes both caches hold exactly the
+prompt plus the emitted tokens.
 """
 
 from __future__ import annotations
@@ -51,27 +52,57 @@ class SpeculativeDecoder:
         """Both caches hold ``prompt[:-1]`` (or a prefix of it the draft lags on) when this starts."""
         self.emitted = list(prompt)
         try:
+            k = self.controller.choose()
             while True:
-                k = self.controller.choose()
-                yield from (self._round(k) if k else self._plain_step())
+                if k:
+                    yield from self._round(k)
+                    k = self.controller.choose()
+                else:
+                    k = yield from self._plain_run()
         finally:
             self.settle()
 
     # one round -----------------------------------------------------------------
 
-    def _plain_step(self) -> Iterator[tuple[int, float, bool]]:
-        start = time.perf_counter()
-        logits = self._target_logits(self._unfed(self.tcache))[-1:]  # (1, V)
-        token, logprob = self._pick(logits)
-        mx.eval(token, logprob)
-        self.controller.observe_plain(time.perf_counter() - start)
-        self.counters.target_passes += 1
-        yield from self._emit([token.item()], [logprob.item()], 0)
+    def _plain_run(self) -> Iterator[tuple[int, float, bool]]:
+        """Plain target steps, pipelined like ``plain_decode``, until the controller asks for a round.
+
+        Returns the draft length it asked for. The pass of each token is queued
+        before its value is read; the last token of the run is emitted unfed, so
+        the round that follows starts from the usual state (target holds all but it).
+        """
+        fed = self._unfed(self.tcache)
+        token, logprob = self._pick(self._target_logits(fed)[-1:])
+        mx.async_eval(token, logprob)
+        last = time.perf_counter()
+        while True:
+            k = self.controller.choose()
+            if not k:  # go on: queue the next pass before reading this token
+                self.tcache.begin([PENDING])
+                logits = self.target(token.reshape(1, 1), cache=self.tcache.layers)[0, -1:, : self.vocab]
+                next_token, next_logprob = self._pick(logits)
+                mx.async_eval(next_token, next_logprob)
+            value = token.item()
+            if not k:
+                self.tcache.correct_tail([value])
+            now = time.perf_counter()
+            self.controller.observe_plain(now - last)  # steady-state seconds per token
+            last = now
+            self.counters.target_passes += 1
+            yield from self._emit([value], [logprob.item()], 0)
+            if k:
+                return k
+            token, logprob = next_token, next_logprob
 
     def _round(self, k: int) -> Iterator[tuple[int, float, bool]]:
         """Draft, verify and accept with one synchronisation: every pass is queued lazily."""
+        self._catch_up_draft()
         start = time.perf_counter()
         drafted, q = self._propose(k)  # (k,) lazy ids, (k, V) or None
+        draft_seconds = None
+        if self.controller.draft_timing_due():  # now and then: one more sync, to learn what a draft pass costs
+            mx.eval(drafted)
+            draft_seconds = time.perf_counter() - start
         fed = self._unfed(self.tcache)
         self.tcache.begin(fed + [PENDING] * k)  # the drafted ids are known after the sync below
         inputs = mx.concatenate([mx.array(fed), drafted])[None]
@@ -81,11 +112,22 @@ class SpeculativeDecoder:
         self.tcache.correct_tail(ids)
         if k > 1:
             self.dcache.correct_tail(ids[: k - 1])
-        self.controller.observe_round(k, n, time.perf_counter() - start)
+        self.controller.observe_round(k, n, time.perf_counter() - start, draft_seconds)
         self._count(k, n)
         self._rewind(self.tcache, k - n)
         self._rewind(self.dcache, max(k - 1 - n, 0))
         yield from self._emit(ids[:n] + [t], logprobs, n)
+
+    def _catch_up_draft(self) -> None:
+        """Feed the draft what it missed during plain steps, before (and not timed as part of) a round.
+
+        The controller times rounds to learn what each drafted token costs; a
+        catch-up folded into that would make drafting look expensive for good.
+        """
+        missed = self._unfed(self.dcache)[:-1]
+        if len(missed) > 1:
+            self.dcache.begin(missed)
+            mx.eval(self.draft.model(mx.array(missed)[None], cache=self.dcache.layers))
 
     def _propose(self, k: int) -> tuple[mx.array, mx.array | None]:
         """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously."""

@@ -1,10 +1,11 @@
 """Adaptive draft length: choose k to maximise committed tokens per second, or 0 to decode plainly.
 
 Measured, not assumed: the acceptance rate at each draft position (given the
-earlier ones were accepted), the seconds of a plain target step P, and the
-marginal seconds c that each drafted token adds to a round (its draft pass plus
-one more position in the verify pass), so a round of k costs about P + c k.
-Expected tokens per round are 1 + sum_{j<=k} prod_{i<=j} a_i.
+earlier ones were accepted), the seconds of a plain target step P, the seconds
+D of one draft pass (timed now and then in a round that synchronises after
+drafting) and the fixed seconds F of a round beyond its drafts (the verify pass
+and the synchronisation), so a round of k costs about F + D k. Expected tokens
+per round are 1 + sum_{j<=k} prod_{i<=j} a_i.
 """
 
 from __future__ import annotations
@@ -18,23 +19,31 @@ from dataclasses import dataclass, field
 class DraftLengthController:
     max_k: int = 8  # the largest draft length ever chosen (--num-draft)
     weight: float = 0.15  # how fast the acceptance averages follow new rounds
-    probe_every: int = 24  # while decoding plainly, try one speculative round after this many tokens
+    probe_every: int = 24  # while decoding plainly, try one speculative round after this many tokens...
+    max_probe_every: int = 384  # ...doubling the wait after each probe that does not pay, up to this
     fixed: int | None = None  # always draft exactly this many (benchmarks that compare at equal k)
     accept: list[float] = field(default_factory=list)  # a_j: P(draft j accepted | drafts before it accepted)
     window: int = 15  # timings are medians of this many recent samples: robust to a stray slow step
     refresh_every: int = 64  # while drafting, take one plain step after this many rounds to re-measure P
     plain_samples: deque = field(default_factory=deque)  # recent seconds of a plain target step
-    draft_samples: deque = field(default_factory=deque)  # recent seconds each drafted token added to a round
+    draft_samples: deque = field(default_factory=deque)  # recent seconds of one draft pass (D)
+    fixed_samples: deque = field(default_factory=deque)  # recent seconds of a round beyond its drafts (F)
+    time_draft_every: int = 32  # rounds between two timings of the draft passes
     plain_run: int = 0  # plain steps since the last speculative round
     round_run: int = 0  # speculative rounds since the last plain step
+    untimed_rounds: int = 0  # rounds since the draft passes were last timed
     history: list[int] = field(default_factory=list)  # k chosen for each round (0 = plain step)
+    probe_wait: int = 0  # plain steps before the next probe (starts at probe_every)
+    _best: tuple[int, float] | None = field(default=None, repr=False)  # best() until the next round
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
             raise ValueError(f"the draft length cap must be at least 1, not {self.max_k}")
         self.accept = self.accept or [0.8] * self.max_k  # optimistic start: try drafting early
+        self.probe_wait = self.probe_wait or self.probe_every
         self.plain_samples = deque(self.plain_samples, maxlen=self.window)
         self.draft_samples = deque(self.draft_samples, maxlen=self.window)
+        self.fixed_samples = deque(self.fixed_samples, maxlen=self.window)
 
     @property
     def plain_step(self) -> float | None:
@@ -43,8 +52,17 @@ class DraftLengthController:
 
     @property
     def per_draft(self) -> float | None:
-        """c: seconds each drafted token adds to a round (median of recent samples)."""
+        """D: seconds of one draft pass (median of recent samples)."""
         return statistics.median(self.draft_samples) if self.draft_samples else None
+
+    @property
+    def round_fixed(self) -> float | None:
+        """F: seconds of a round beyond its draft passes (median of recent samples)."""
+        return statistics.median(self.fixed_samples) if self.fixed_samples else None
+
+    def draft_timing_due(self) -> bool:
+        """Whether the coming round should synchronise after drafting, to time the draft passes."""
+        return not self.draft_samples or self.untimed_rounds >= self.time_draft_every
 
     def choose(self) -> int:
         """The draft length for the next round; 0 means one plain decoding step."""
@@ -62,14 +80,20 @@ class DraftLengthController:
         if self.round_run >= self.refresh_every:
             return 0
         k, rate = self.best()
-        if rate > 1.0 / self.plain_step or self.plain_run >= self.probe_every:
+        if rate > 1.0 / self.plain_step:
+            self.probe_wait = self.probe_every  # drafting pays: probe promptly if that changes
+            return k
+        if self.plain_run >= self.probe_wait:  # a probe: the draft may do better on this text
+            self.probe_wait = min(2 * self.probe_wait, self.max_probe_every)
             return k
         return 0
 
     def best(self) -> tuple[int, float]:
         """(k, expected tokens per second) of the best draft length by the current estimates."""
-        rate, k = max((self.expected_tokens(k) / self.round_seconds(k), k) for k in range(1, self.max_k + 1))
-        return k, rate
+        if self._best is None:  # round estimates change only with rounds: plain steps reuse it
+            rate, k = max((self.expected_tokens(k) / self.round_seconds(k), k) for k in range(1, self.max_k + 1))
+            self._best = (k, rate)
+        return self._best
 
     def expected_tokens(self, k: int) -> float:
         total, run = 1.0, 1.0
@@ -79,19 +103,29 @@ class DraftLengthController:
         return total
 
     def round_seconds(self, k: int) -> float:
-        return (self.plain_step or 0.0) + k * (self.per_draft or 0.0)
+        fixed = self.round_fixed if self.round_fixed is not None else self.plain_step or 0.0
+        return fixed + k * (self.per_draft or 0.0)
 
     def observe_plain(self, seconds: float) -> None:
         self.plain_samples.append(seconds)
         self.plain_run += 1
         self.round_run = 0
 
-    def observe_round(self, k: int, accepted: int, seconds: float) -> None:
-        """Record one speculative round: k drafted, ``accepted`` kept, ``seconds`` from start to verdict."""
+    def observe_round(self, k: int, accepted: int, seconds: float, draft_seconds: float | None = None) -> None:
+        """Record one round: k drafted, ``accepted`` kept, ``seconds`` from start to verdict.
+
+        ``draft_seconds``: the time its k draft passes took, when this round was timed.
+        """
+        self._best = None
         for j in range(min(accepted + 1, k)):  # positions after the first rejection were not tested
             self.accept[j] = self._avg(self.accept[j], 1.0 if j < accepted else 0.0)
-        if self.plain_step is not None:
-            self.draft_samples.append(max(seconds - self.plain_step, 0.0) / k)
+        if draft_seconds is not None:
+            self.draft_samples.append(draft_seconds / k)
+            self.untimed_rounds = 0
+        else:
+            self.untimed_rounds += 1
+        if self.per_draft is not None:
+            self.fixed_samples.append(max(seconds - k * self.per_draft, 0.0))
         self.plain_run = 0
         self.round_run += 1
 

@@ -10,6 +10,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxcore.caches import Caches
+from mlxcore.compiled_forward import CompiledForward
 from mlxcore.configs import KVConfig
 from mlxcore.decode_plain import TokenPicker, plain_decode
 from mlxcore.decode_speculative import SpeculativeDecoder
@@ -39,6 +40,9 @@ class Engine:
         self.model = model
         self.tokenizer = tokenizer
         self.draft_model = draft_model
+        # Decode steps and verification run through these (same logits, fewer kernel launches).
+        self.target_forward = CompiledForward(model)
+        self.draft_forward = CompiledForward(draft_model) if draft_model is not None else None
         self.fingerprint = fingerprint  # identifies the target's weights, config and tokenizer
         self.draft_fingerprint = draft_fingerprint
         self.model_name, self.draft_name = model_name, draft_name  # for display and session files
@@ -114,13 +118,13 @@ class Engine:
         stats = GenerationStats(prompt_tokens=len(prompt_ids), reused_tokens=reused,
                                 prefill_tokens=len(prompt_ids) - reused)
         if not self._speculative(caches, params):
-            tokens = ((t, lp, False) for t, lp in plain_decode(self.model, caches.target, prompt_ids[-1],
+            tokens = ((t, lp, False) for t, lp in plain_decode(self.target_forward, caches.target, prompt_ids[-1],
                                                                 TokenPicker(params, prompt_ids)))
             yield from self._emit(tokens, params, stats, start, None)
             return
         draft_reused = self._reuse(caches, "draft", prompt_ids)
         prefill(self.draft_model, caches.draft, prompt_ids[draft_reused:-1], params.prefill_chunk)
-        decoder = SpeculativeDecoder(self.model, self.draft_model, caches.target, caches.draft, params,
+        decoder = SpeculativeDecoder(self.target_forward, self.draft_forward, caches.target, caches.draft, params,
                                      self.draft_control)
         self.draft_control.history = []
         yield from self._emit(decoder.run(prompt_ids), params, stats, start, decoder)

@@ -3,8 +3,12 @@
 from mlxcore.draft_length import DraftLengthController
 
 
-def run(controller, rounds, plain_seconds, per_draft_seconds, accepts):
-    """Feed the controller a simulated machine: a round of k costs P + c k; `accepts(k)` drafts are kept."""
+def run(controller, rounds, plain_seconds, per_draft_seconds, accepts, round_overhead=0.0):
+    """Feed the controller a simulated machine.
+
+    A plain step costs P; a round of k costs P + overhead + c k (its drafts take
+    c k, timed when the controller asks); ``accepts(k)`` drafts are kept.
+    """
     chosen = []
     for _ in range(rounds):
         k = controller.choose()
@@ -12,7 +16,9 @@ def run(controller, rounds, plain_seconds, per_draft_seconds, accepts):
         if k == 0:
             controller.observe_plain(plain_seconds)
         else:
-            controller.observe_round(k, accepts(k), plain_seconds + per_draft_seconds * k)
+            timed = controller.draft_timing_due()
+            controller.observe_round(k, accepts(k), plain_seconds + round_overhead + per_draft_seconds * k,
+                                     per_draft_seconds * k if timed else None)
     return chosen
 
 
@@ -53,3 +59,43 @@ def test_moderate_acceptance_picks_a_middle_length():
 
 def test_fixed_length_is_kept():
     assert set(run(DraftLengthController(max_k=8, fixed=3), 20, 0.004, 0.001, lambda k: 0)) == {3}
+
+
+def test_failed_probes_back_off():
+    """A draft that never agrees: probes come less and less often, up to the cap."""
+    controller = DraftLengthController(max_k=8, probe_every=24, max_probe_every=384)
+    chosen = run(controller, 3000, 0.004, 0.001, lambda k: 0)
+    probes = [i for i, k in enumerate(chosen) if k > 0 and i > 50]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] >= 384 and gaps[0] < 100
+    assert chosen[-1000:].count(0) > 0.99 * 1000
+
+
+def test_probe_that_pays_brings_drafting_back():
+    """The text changes: a draft that never agreed starts agreeing, and the next probe notices."""
+    controller = DraftLengthController(max_k=8)
+    run(controller, 1000, 0.004, 0.0004, lambda k: 0)
+    chosen = run(controller, 800, 0.004, 0.0004, lambda k: k)
+    assert chosen[-50:].count(0) <= 2
+
+
+def test_round_overhead_is_not_charged_to_the_drafts():
+    """Rounds cost a fixed extra (a synchronised verify pass): a cheap, agreeing draft still gets long drafts."""
+    controller = DraftLengthController(max_k=8)
+    chosen = run(controller, 200, 0.004, 0.0005, lambda k: k, round_overhead=0.004)
+    assert chosen[-50:].count(8) >= 49  # and at most one plain step that re-measures P
+    assert abs(controller.per_draft - 0.0005) < 1e-9 and abs(controller.round_fixed - 0.008) < 1e-9
+
+
+def test_draft_passes_are_timed_now_and_then():
+    controller = DraftLengthController(max_k=4, time_draft_every=10)
+    timed = 0
+    for _ in range(100):
+        k = controller.choose()
+        if k == 0:
+            controller.observe_plain(0.004)
+            continue
+        due = controller.draft_timing_due()
+        timed += due
+        controller.observe_round(k, k, 0.006, 0.001 * k if due else None)
+    assert 5 <= timed <= 12

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
+from mlxcore.draft_length import DraftLengthController
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import FinalEvent, TokenEvent
 from mlxcore.params import GenerationParams
@@ -27,21 +28,23 @@ def drafts(target):
     return {"agrees": target, "disagrees": tiny_qwen3(seed=5, vocab_size=512, layers=1)}
 
 
-class FixedK:
-    """A draft-length controller that always drafts k (so tests exercise every round shape)."""
+class ScriptedK(DraftLengthController):
+    """Cycles through draft lengths with plain runs (k = 0) between rounds: every transition is exercised."""
 
-    def __init__(self, k):
-        self.k, self.max_k, self.history = k, k, []
+    SCRIPT = (0, 0, 3, 0, 1, 1, 0, 0, 0, 5, 2, 0)
 
-    def choose(self):
-        self.history.append(self.k)
-        return self.k
+    def __init__(self):
+        super().__init__(max_k=max(self.SCRIPT), time_draft_every=2)
+        self.step = 0
 
-    def observe_round(self, *args):
-        pass
+    def _choose(self):
+        self.step += 1
+        return self.SCRIPT[(self.step - 1) % len(self.SCRIPT)]
 
-    def observe_plain(self, *args):
-        pass
+
+def controller(k):
+    """Always k (so tests exercise every round shape), or the script above."""
+    return ScriptedK() if k == "scripted" else DraftLengthController(max_k=k, fixed=k, time_draft_every=2)
 
 
 def run(engine, prompt, n, caches=None, **params):
@@ -56,13 +59,13 @@ def prompt_of(seed, length=20):
 
 @pytest.mark.parametrize("kv", KINDS, ids=lambda kv: kv.kind)
 @pytest.mark.parametrize("which", ["agrees", "disagrees"])
-@pytest.mark.parametrize("k", [None, 1, 5])
+@pytest.mark.parametrize("k", [None, 1, 5, "scripted"])
 def test_greedy_speculative_equals_plain(target, drafts, kv, which, k):
     """Long enough to cross many 8-token blocks and to wrap the 48-token window several times."""
     plain = Engine(target, None, kv=kv)
     spec = Engine(target, None, kv=kv, draft_model=drafts[which])
     if k:
-        spec.draft_control = FixedK(k)
+        spec.draft_control = controller(k)
     prompt = prompt_of(1)
     expected = run(plain, prompt, 160)[0]
     tokens, caches, events = run(spec, prompt, 160)
@@ -71,17 +74,18 @@ def test_greedy_speculative_equals_plain(target, drafts, kv, which, k):
     if kv.kind != "rotating":
         assert caches.target.tokens == caches.draft.tokens == prompt + tokens
     stats = events[-1].stats
-    if which == "agrees" and k:
+    if which == "agrees" and k and k != "scripted":
         assert stats.draft_accepted == stats.draft_proposed > 0
         assert any(e.from_draft for e in events[:-1])
 
 
 @pytest.mark.parametrize("kv", KINDS, ids=lambda kv: kv.kind)
-def test_stopping_at_any_event_leaves_both_caches_exact(target, drafts, kv):
+@pytest.mark.parametrize("k", [4, "scripted"])
+def test_stopping_at_any_event_leaves_both_caches_exact(target, drafts, kv, k):
     spec = Engine(target, None, kv=kv, draft_model=drafts["agrees"])
-    spec.draft_control = FixedK(4)
+    spec.draft_control = controller(k)
     prompt = prompt_of(2)
-    for stop_after in range(1, 13):
+    for stop_after in range(1, 25):
         caches = spec.new_caches()
         seen = []
         for event in spec.generate(prompt, caches, GenerationParams(max_tokens=40)):
@@ -95,7 +99,7 @@ def test_stopping_at_any_event_leaves_both_caches_exact(target, drafts, kv):
 
 def test_eos_stop_leaves_caches_exact(target, drafts):
     spec = Engine(target, None, kv=KVConfig(kind="paged", block_size=8), draft_model=drafts["agrees"])
-    spec.draft_control = FixedK(6)
+    spec.draft_control = controller(6)
     prompt = prompt_of(3)
     reference = run(Engine(target, None), prompt, 30)[0]
     spec.eos_ids = {reference[9]}
@@ -118,7 +122,7 @@ def test_next_turn_after_speculative_turn_reuses_both_caches(target, drafts):
 def test_sampled_first_token_follows_the_target_distribution(target, drafts):
     """1,500 seeded replies of one token drafted with k = 3 by a disagreeing draft: chi-square p > 0.001."""
     spec = Engine(target, None, kv=KVConfig(kind="standard"), draft_model=drafts["disagrees"])
-    spec.draft_control = FixedK(3)
+    spec.draft_control = controller(3)
     prompt = prompt_of(6, 8)
     params = SamplingParams(temperature=0.8)
     logits = target(mx.array([prompt]))[0, -1]

@@ -1,0 +1,106 @@
+"""A faster forward pass for decoding Qwen3-layout models: mlx-lm's own layers, fused by ``mx.compile``.
+
+A decode step of a small model is mostly kernel launches (norms, RoPE, SwiGLU,
+residuals are each several small ops on MLX's CPU backend). Between two KV-cache
+updates nothing touches the cache, so each layer runs as two compiled functions
+(before and after attention) around the cache update and attention, which stay
+exactly mlx-lm's. The logits are bit for bit the model's own (tests compare them).
+
+Only short inputs take this path (decode steps, speculative verification): each
+new input length compiles new kernels. Prefill chunks go through the model as is.
+``MLXCHAT_COMPILE=0`` turns it off; so does a platform where compiling fails.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.base import create_attention_mask, scaled_dot_product_attention
+
+MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer inputs run uncompiled
+_LAYER_PARTS = ("input_layernorm", "post_attention_layernorm", "self_attn", "mlp")
+_ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "rope", "n_heads", "n_kv_heads", "scale")
+
+
+@lru_cache(maxsize=1)
+def compile_works() -> bool:
+    """Whether ``mx.compile`` runs here (on Linux it needs a C++ compiler at run time)."""
+    if os.environ.get("MLXCHAT_COMPILE", "1") == "0":
+        return False
+    try:
+        mx.eval(mx.compile(lambda x: mx.exp(x) * 2 + 1)(mx.ones(4)))
+        return True
+    except Exception:  # no toolchain, sandboxed temp folder...: decode uncompiled
+        return False
+
+
+def has_qwen3_layout(model: nn.Module) -> bool:
+    """True when ``model`` is laid out like mlx-lm's Qwen3 (the layers this module fuses)."""
+    if getattr(getattr(model, "args", None), "model_type", None) != "qwen3":
+        return False
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if not layers or not hasattr(inner, "embed_tokens") or not hasattr(inner, "norm"):
+        return False
+    return all(all(hasattr(layer, p) for p in _LAYER_PARTS)
+               and all(hasattr(layer.self_attn, p) for p in _ATTENTION_PARTS) for layer in layers)
+
+
+class _FusedLayer:
+    """One decoder layer as compiled 'before attention' and 'after attention' functions."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        attn = layer.self_attn
+        self.scale = attn.scale
+
+        def before(h: mx.array, offset: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+            b, n, _ = h.shape
+            x = layer.input_layernorm(h)
+            q = attn.q_norm(attn.q_proj(x).reshape(b, n, attn.n_heads, -1)).transpose(0, 2, 1, 3)
+            k = attn.k_norm(attn.k_proj(x).reshape(b, n, attn.n_kv_heads, -1)).transpose(0, 2, 1, 3)
+            v = attn.v_proj(x).reshape(b, n, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
+            return attn.rope(q, offset=offset), attn.rope(k, offset=offset), v
+
+        def after(h: mx.array, attended: mx.array) -> mx.array:
+            b, n, _ = h.shape
+            h = h + attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))
+            return h + layer.mlp(layer.post_attention_layernorm(h))
+
+        self.before, self.after = mx.compile(before), mx.compile(after)
+
+    def __call__(self, h: mx.array, offset: mx.array, mask: Any, cache: Any) -> mx.array:
+        q, k, v = self.before(h, offset)
+        k, v = cache.update_and_fetch(k, v)
+        return self.after(h, scaled_dot_product_attention(q, k, v, cache=cache, scale=self.scale, mask=mask))
+
+
+class CompiledForward:
+    """Called like the model, ``forward(inputs, cache=layers)`` -> logits; see the module docstring.
+
+    ``model`` and ``args`` are the wrapped model's, so decoders can use either.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.wrapped = model
+        self.model = getattr(model, "model", model)
+        self.args = getattr(model, "args", None)
+        self.enabled = has_qwen3_layout(model) and compile_works()
+        if self.enabled:
+            self._layers = [_FusedLayer(layer) for layer in self.model.layers]
+            inner, lm_head = self.model, None if self.args.tie_word_embeddings else model.lm_head
+            self._head = mx.compile(lambda h: inner.embed_tokens.as_linear(inner.norm(h)) if lm_head is None
+                                    else lm_head(inner.norm(h)))
+
+    def __call__(self, inputs: mx.array, cache: list | None = None) -> mx.array:
+        if not self.enabled or cache is None or inputs.shape[1] > MAX_COMPILED_TOKENS:
+            return self.wrapped(inputs, cache=cache)
+        h = self.model.embed_tokens(inputs)
+        mask = create_attention_mask(h, cache[0])
+        offset = mx.array(cache[0].offset, dtype=mx.int32)  # an array: one compiled graph for every position
+        for layer, layer_cache in zip(self._layers, cache):
+            h = layer(h, offset, mask, layer_cache)
+        return self._head(h)

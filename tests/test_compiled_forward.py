@@ -1,0 +1,82 @@
+"""The compiled decode forward gives the model's own logits, bit for bit, on every cache kind."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+
+from mlxcore.compiled_forward import MAX_COMPILED_TOKENS, CompiledForward, compile_works, has_qwen3_layout
+from mlxcore.kv.model_cache import make_model_cache
+from mlxcore.loading import load_model
+from tests.tiny_models import tiny_qwen3
+
+pytestmark = pytest.mark.skipif(not compile_works(), reason="mx.compile does not run on this machine")
+
+# Lengths a decoder feeds: prompt chunk, single steps, verification blocks of several sizes.
+SCHEDULE = [7, 1, 1, 5, 1, 9, 1, 1, 3, 1, 2, 1]
+
+
+def _feed_both(model: nn.Module, kind: str, schedule: list[int], trims: bool = False, **cache_args) -> None:
+    """Feed the same tokens to the model and to its compiled forward, each on its own cache; compare."""
+    forward = CompiledForward(model)
+    assert forward.enabled
+    plain_cache = make_model_cache(model, kind, **cache_args)
+    fast_cache = make_model_cache(model, kind, **cache_args)
+    token = 3
+    for step, n in enumerate(schedule):
+        ids = [(token + 7 * i) % model.args.vocab_size for i in range(n)]
+        for cache in (plain_cache, fast_cache):
+            cache.begin(ids)
+        expected = model(mx.array([ids]), cache=plain_cache.layers)
+        got = forward(mx.array([ids]), cache=fast_cache.layers)
+        assert mx.array_equal(expected, got).item(), f"logits differ at step {step} ({kind}, {n} tokens)"
+        token = int(mx.argmax(expected[0, -1]).item())
+        if trims and n > 2:  # a rejected draft: rewind both the same way
+            plain_cache.trim(n - 2)
+            fast_cache.trim(n - 2)
+    (plain_tensors, plain_meta), (fast_tensors, fast_meta) = plain_cache.state_dict(), fast_cache.state_dict()
+    assert plain_meta == fast_meta and plain_tensors.keys() == fast_tensors.keys()
+    assert all(mx.array_equal(plain_tensors[k], fast_tensors[k]).item() for k in plain_tensors)
+
+
+@pytest.mark.parametrize("kind", ["standard", "paged"])
+def test_tiny_qwen3_logits_and_caches_equal(kind):
+    _feed_both(tiny_qwen3(seed=1), kind, SCHEDULE * 3, trims=True)
+
+
+def test_rotating_cache_after_wrap_equal():
+    _feed_both(tiny_qwen3(seed=2), "rotating", SCHEDULE * 4, trims=True, max_kv=24, keep=4)
+
+
+@pytest.mark.parametrize("name", ["mini-target", "mini-draft", "mini-target-4bit"])
+def test_embedded_models_equal(name):
+    _feed_both(load_model(name).model, "paged", SCHEDULE * 2)
+
+
+def test_long_inputs_take_the_models_own_path():
+    model = tiny_qwen3(seed=3)
+    calls = []
+    forward = CompiledForward(model)
+    forward.wrapped = lambda inputs, cache=None: calls.append(inputs.shape) or model(inputs, cache=cache)
+    cache = make_model_cache(model, "standard")
+    forward(mx.zeros((1, MAX_COMPILED_TOKENS + 1), dtype=mx.int32), cache=cache.layers)
+    forward(mx.zeros((1, 1), dtype=mx.int32), cache=cache.layers)
+    assert calls == [(1, MAX_COMPILED_TOKENS + 1)]
+
+
+def test_other_architectures_are_left_alone(monkeypatch):
+    model = tiny_qwen3(seed=4)
+    monkeypatch.setattr(model.args, "model_type", "llama")
+    assert not has_qwen3_layout(model)
+    assert not CompiledForward(model).enabled
+
+
+def test_switched_off_by_environment(monkeypatch):
+    monkeypatch.setenv("MLXCHAT_COMPILE", "0")
+    compile_works.cache_clear()
+    try:
+        assert not CompiledForward(tiny_qwen3(seed=5)).enabled
+    finally:
+        monkeypatch.delenv("MLXCHAT_COMPILE")
+        compile_works.cache_clear()
