@@ -43,7 +43,8 @@ def open_session(args: argparse.Namespace, engine) -> ChatSession:
 def run_ask(args: argparse.Namespace) -> int:
     prompt = read_prompt(args)
     generation_params(args)  # bad options fail before the model loads
-    opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft)
+    opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft,
+                         notice=lambda text: print(f"mlxchat: {text}", file=sys.stderr, flush=True))
     if opened.note:
         print(f"mlxchat: {opened.note}", file=sys.stderr)
     session = open_session(args, opened.engine)

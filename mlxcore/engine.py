@@ -53,6 +53,12 @@ class Engine:
         self.last_stats: GenerationStats | None = None
         self._pools: dict[str, object] = {}  # paged block pool per model ("target", "draft")
 
+    def warm_up(self) -> None:
+        """Compile the decode kernels of both models before the first reply (see ``CompiledForward.warm_up``)."""
+        for forward in (self.target_forward, self.draft_forward):
+            if forward is not None:
+                forward.warm_up()
+
     def _new_model_cache(self, model: nn.Module, role: str) -> ModelCache:
         cache = make_model_cache(model, kind=self.kv.kind, block_size=self.kv.block_size,
                                  max_kv=self.kv.max_kv, pool=self._pools.get(role))

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from mlxcore.configs import KVConfig, ModelChoice
 from mlxcore.engine import Engine
 from mlxcore.errors import UsageError
+
+SLOW_WARM_UP_S = 1.5  # say what is happening when the kernel warm-up takes longer than this
+SLOW_WARM_UP_NOTE = ("compiling decode kernels for this machine (first start only, up to a minute; "
+                     "MLXCHAT_COMPILE=0 skips it)")
 
 
 @dataclass(frozen=True)
@@ -18,8 +23,12 @@ class OpenedEngine:
 
 
 def open_engine(choice: ModelChoice = ModelChoice(), kv: KVConfig = KVConfig(), progress=None,
-                num_draft: int = 8) -> OpenedEngine:
-    """Load the chosen target (and draft) and wrap them in an Engine; ``num_draft`` caps the draft length."""
+                num_draft: int = 8, notice=None) -> OpenedEngine:
+    """Load the chosen target (and draft) and wrap them in an Engine; ``num_draft`` caps the draft length.
+
+    ``progress(done, total)`` follows a download; ``notice(text)`` is told when the
+    kernel warm-up is slow (it is called from a timer thread and must not use MLX).
+    """
     if num_draft < 1:
         raise UsageError(f"--num-draft must be at least 1, not {num_draft}")
     from mlxcore.defaults import default_pair
@@ -40,4 +49,18 @@ def open_engine(choice: ModelChoice = ModelChoice(), kv: KVConfig = KVConfig(), 
                     num_draft=num_draft,
                     fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "",
                     model_name=target.name, draft_name=draft.name if draft else "")
+    warm_up(engine, notice)
     return OpenedEngine(engine, target.name, draft.name if draft else None, note)
+
+
+def warm_up(engine: Engine, notice=None) -> None:
+    """Compile the engine's decode kernels, telling ``notice`` if that takes a while."""
+    timer = threading.Timer(SLOW_WARM_UP_S, notice, args=(SLOW_WARM_UP_NOTE,)) if notice else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        engine.warm_up()
+    finally:
+        if timer is not None:
+            timer.cancel()

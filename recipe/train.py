@@ -70,7 +70,8 @@ def train(model: Qwen3ForCausalLM, examples: list[Example], plan: TrainPlan, see
 
 
 def _loss(model, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    logits = model(input_ids=ids).logits[:, :-1]          # (B, T-1, V)
     target = labels[:, 1:]                                # (B, T-1)
     mask = target != -100
-    return torch.nn.functional.cross_entropy(logits[mask], target[mask])
+    # The output head runs on reply positions only: the same loss, without logits nobody learns from.
+    hidden = model.model(input_ids=ids).last_hidden_state[:, :-1][mask]
+    return torch.nn.functional.cross_entropy(model.lm_head(hidden), target[mask])

@@ -80,3 +80,41 @@ def test_switched_off_by_environment(monkeypatch):
     finally:
         monkeypatch.delenv("MLXCHAT_COMPILE")
         compile_works.cache_clear()
+
+
+class _CountingNorm(nn.Module):
+    """Wraps a layer's input norm; its Python body runs only while mx.compile traces."""
+
+    def __init__(self, norm: nn.Module, traced: list) -> None:
+        super().__init__()
+        self.norm, self.traced = norm, traced
+
+    def __call__(self, x: mx.array) -> mx.array:
+        self.traced.append(x.shape[1])
+        return self.norm(x)
+
+
+def test_warm_up_traces_decode_and_verification_lengths_once():
+    model = tiny_qwen3(seed=6)
+    traced: list[int] = []
+    model.model.layers[0].input_layernorm = _CountingNorm(model.model.layers[0].input_layernorm, traced)
+    forward = CompiledForward(model)
+    forward.warm_up()
+    assert traced == [1, 2]
+    cache = make_model_cache(model, "paged")  # a real decode afterwards, on another cache kind: no new trace
+    for ids in ([5], [6, 7], [8]):
+        cache.begin(ids)
+        mx.eval(forward(mx.array([ids]), cache=cache.layers))
+    assert traced == [1, 2]
+
+
+def test_warm_up_leaves_engine_state_alone():
+    from mlxcore.engine import Engine
+    from mlxcore.params import GenerationParams
+    engine = Engine(tiny_qwen3(seed=7), draft_model=tiny_qwen3(seed=8))
+    before = vars(engine.draft_control).copy()
+    engine.warm_up()
+    assert vars(engine.draft_control) == before and engine._pools == {}
+    caches = engine.new_caches()
+    list(engine.generate([1, 2, 3], caches, GenerationParams(max_tokens=6)))
+    assert caches.target.offset == caches.draft.offset == 3 + engine.last_stats.generated_tokens

@@ -78,7 +78,8 @@ class EngineServer(StoreCommands):
         self._on_listsessions(p.ListSessions())
         kv = KVConfig(kind=command.kv, max_kv=command.max_kv, block_size=command.block_size)
         choice = ModelChoice(model=command.model, draft=command.draft, no_draft=command.no_draft)
-        opened = open_engine(choice, kv, progress=self._progress_reporter())
+        opened = open_engine(choice, kv, progress=self._progress_reporter(),
+                             notice=lambda text: self.send(p.Notice(text[0].upper() + text[1:])))
         if command.ignore_eos:
             opened.engine.eos_ids = set()
         self.flush_seconds = command.flush_seconds
