@@ -31,10 +31,14 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise UsageError("--runs must be at least 1")
     rows = all_rows()
+    only = [name.strip() for value in args.only or [] for name in value.split(",") if name.strip()] or None
+    unknown = [name for name in only or [] if name not in rows]
+    if unknown:  # checked before the header, so a typo costs nothing
+        raise UsageError(f"unknown bench row(s) {', '.join(unknown)}; rows: {', '.join(rows)}")
     setup = BenchSetup(model=args.model or BenchSetup.model, draft=args.draft or BenchSetup.draft, runs=args.runs)
     print(f"{'row':<24} {'value':>8}   what", flush=True)
     try:
-        report = run_rows(args.only, setup, lambda name, r: print(format_row(name, rows[name][0], r), flush=True),
+        report = run_rows(only, setup, lambda name, r: print(format_row(name, rows[name][0], r), flush=True),
                           rows=rows)
     except ValueError as error:
         raise UsageError(str(error)) from None

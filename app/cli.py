@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="also write the results to FILE as JSON")
     bench.add_argument("--runs", type=int, default=5, help="paired runs per ratio (the median is reported)")
     bench.add_argument("--only", metavar="ROW", action="append",
-                       help="run only this row (repeatable), e.g. --only decode_vs_mlx_lm")
+                       help="run only these rows (repeatable, or comma-separated), e.g. --only decode_vs_mlx_lm,blas_speedup")
     bench.add_argument("--model", metavar="REF", default=None, help="target model (default: mini-target, embedded)")
     bench.add_argument("--draft", metavar="REF", default=None, help="draft model (default: mini-draft, embedded)")
     return parser

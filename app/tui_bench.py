@@ -11,9 +11,13 @@ at most that long).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
+import os
 import statistics
+import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from app.tui.protocol import Open
@@ -34,10 +38,23 @@ def earlier_messages(count: int = 60) -> tuple[tuple[str, str], ...]:
     return tuple(messages)
 
 
+@contextlib.contextmanager
+def scratch_home() -> Iterator[str]:
+    """MLXCHAT_HOME pointed at a temporary folder, so the chats the TUI autosaves stay out of the user's store."""
+    previous = os.environ.get("MLXCHAT_HOME")
+    with tempfile.TemporaryDirectory(prefix="mlxchat-bench-") as folder:
+        os.environ["MLXCHAT_HOME"] = folder  # the engine process inherits it
+        try:
+            yield folder
+        finally:
+            if previous is None:
+                os.environ.pop("MLXCHAT_HOME", None)
+            else:
+                os.environ["MLXCHAT_HOME"] = previous
+
+
 def headless_decode_tps(engine: Any, messages: tuple[tuple[str, str], ...], params: Any) -> float:
     """`mlxchat ask`'s path: a ChatSession holding ``messages``, the question streamed as text to a sink."""
-    import contextlib
-
     from app.ask import print_text
     from sessions.chat_session import ChatSession
     from sessions.messages import Message
@@ -131,14 +148,15 @@ def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int
     command = Open(model=model, draft=draft, no_draft=draft is None, params={"temperature": 0.0,
                    "max_tokens": reply_tokens}, messages=history, ignore_eos=True, flush_seconds=flush_seconds)
     pairs = []
-    for run in range(runs):  # alternate the order: other load on the machine drifts over time
-        if run % 2:
-            tui = asyncio.run(tui_run(command, mode))
-            headless = headless_decode_tps(engine, history, params)
-        else:
-            headless = headless_decode_tps(engine, history, params)
-            tui = asyncio.run(tui_run(command, mode))
-        pairs.append((headless, tui))
+    with scratch_home():
+        for run in range(runs):  # alternate the order: other load on the machine drifts over time
+            if run % 2:
+                tui = asyncio.run(tui_run(command, mode))
+                headless = headless_decode_tps(engine, history, params)
+            else:
+                headless = headless_decode_tps(engine, history, params)
+                tui = asyncio.run(tui_run(command, mode))
+            pairs.append((headless, tui))
     ratios = [t["decode_tps"] / h for h, t in pairs]
     return {"value": statistics.median(ratios), "ratios": ratios, "mode": mode,
             "headless_tps": statistics.median(h for h, _ in pairs),

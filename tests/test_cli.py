@@ -50,6 +50,7 @@ def test_prompt_from_stdin():
     (["ask", "--top-p", "0", "hi"], "top_p"),
     (["ask", "--num-draft", "0", "hi"], "num-draft"),
     (["bench", "--only", "nonsense"], "nonsense"),
+    (["bench", "--only", "paged_kv_overhead,nonsense"], "nonsense"),
 ])
 def test_user_mistakes_give_one_line_and_status_2(args, message):
     result = mlxchat(*args)

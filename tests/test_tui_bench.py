@@ -1,0 +1,23 @@
+"""The TUI benchmark's autosaved chats go to a scratch folder, never to the user's session store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.tui_bench import scratch_home
+from sessions.store import default_root
+
+
+def test_bench_sessions_stay_out_of_the_users_store(monkeypatch, tmp_path):
+    monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / "user"))
+    with scratch_home() as folder:
+        assert default_root() == Path(folder) / "sessions"
+        assert not str(default_root()).startswith(str(tmp_path))
+    assert default_root() == tmp_path / "user" / "sessions" and not Path(folder).exists()
+
+
+def test_no_home_before_means_none_after(monkeypatch):
+    monkeypatch.delenv("MLXCHAT_HOME", raising=False)
+    with scratch_home():
+        pass
+    assert "mlxchat-bench-" not in str(default_root())
