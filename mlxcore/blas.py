@@ -5,18 +5,27 @@ for float32 matmuls. Loading OpenBLAS with RTLD_GLOBAL *before* ``mlx.core`` is
 first imported makes the dynamic linker resolve MLX's BLAS symbols to it.
 Set ``MLXCHAT_BLAS=reference`` to keep the bundled one (the bench does, to
 measure the difference).
+
+OpenBLAS splits each product over all cores. That pays for prefill's big
+products, but decode multiplies one to a few token vectors: there, waking and
+joining threads costs more than it saves (measured ~15% slower decode on 2
+cores), and the idle core is left to the TUI. So ``parallel_products()`` gives
+prefill every thread and single-threaded products come back when it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
+from collections.abc import Iterator
 
 # OpenBLAS first: a bare libblas.so.3 may be the (slow) netlib reference.
 _CANDIDATES = ("libopenblas.so.0", "libblas.so.3")
 
 loaded_library: str | None = None
+_threads: tuple | None = None  # (set_num_threads, get_num_threads, all threads) when the library is OpenBLAS
 
 
 def preload_optimized_blas() -> str | None:
@@ -34,5 +43,41 @@ def preload_optimized_blas() -> str | None:
         except OSError:
             continue
         loaded_library = name
+        _take_thread_control(name)
         return name
     return None
+
+
+def _take_thread_control(name: str) -> None:
+    """Remember OpenBLAS's thread count (OPENBLAS_NUM_THREADS applies) and start single-threaded."""
+    global _threads
+    library = ctypes.CDLL(name)
+    try:
+        setter, getter = library.openblas_set_num_threads, library.openblas_get_num_threads
+    except AttributeError:
+        return  # another optimized BLAS: leave its threading alone
+    setter.argtypes, getter.restype = [ctypes.c_int], ctypes.c_int
+    _threads = (setter, getter, getter())
+    setter(1)
+
+
+def blas_threads() -> int | None:
+    """The number of threads OpenBLAS uses now (None when it is not the loaded BLAS)."""
+    return _threads[1]() if _threads else None
+
+
+@contextlib.contextmanager
+def parallel_products() -> Iterator[None]:
+    """Matrix products inside use every thread (prefill); outside, one.
+
+    Change the count only with nothing in flight: callers evaluate their work before leaving.
+    """
+    if _threads is None:
+        yield
+        return
+    setter, _, every = _threads
+    setter(every)
+    try:
+        yield
+    finally:
+        setter(1)

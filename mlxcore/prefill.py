@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
+from mlxcore.blas import parallel_products
+
 Progress = Callable[[int, int], None]  # (prompt tokens done, prompt tokens in all)
 
 
@@ -16,13 +18,17 @@ def prefill(model: nn.Module, cache, ids: Sequence[int], chunk: int, progress: P
     Runs the transformer body only (mlx-lm models keep it in ``model.model``), so
     no vocabulary-sized logits are computed for tokens whose prediction nobody reads.
     """
+    if not ids:
+        return
     body = getattr(model, "model", model)
     done = 0
-    while done < len(ids):
-        piece = list(ids[done : done + chunk])
-        cache.begin(piece)
-        hidden = body(mx.array(piece)[None], cache=cache.layers)  # (1, n, hidden)
-        mx.eval(hidden)  # evaluating the last layer's output materialises every layer's cache
-        done += len(piece)
-        if progress is not None:
-            progress(done, len(ids))
+    mx.synchronize()  # a reply's last pipelined step may still be running single-threaded
+    with parallel_products():
+        while done < len(ids):
+            piece = list(ids[done : done + chunk])
+            cache.begin(piece)
+            hidden = body(mx.array(piece)[None], cache=cache.layers)  # (1, n, hidden)
+            mx.eval(hidden)  # evaluating the last layer's output materialises every layer's cache
+            done += len(piece)
+            if progress is not None:
+                progress(done, len(ids))

@@ -39,5 +39,5 @@ def blas_speedup(model_ref: str, lengths: tuple[int, ...] = (128, 256, 512), hea
         result[f"seconds_{tokens}"] = [round(fast_s, 4), round(slow_s, 4)]
         result["blas"] = fast["blas"]
     result["value"] = result[f"ratio_{headline}"]
-    result["headline_tokens"] = headline
+    result["headline_tokens"], result["repeats"] = headline, repeats
     return result

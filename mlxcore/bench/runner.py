@@ -27,7 +27,7 @@ ROWS: dict[str, tuple[str, Row]] = {
     "decode_vs_mlx_lm": ("plain decode tok/s, mlxchat / mlx_lm.stream_generate",
                          lambda s: decode_vs_mlx_lm(s.model, s.runs)),
     "blas_speedup": ("prefill with optimized BLAS / with the bundled reference BLAS",
-                     lambda s: blas_speedup(s.model)),
+                     lambda s: blas_speedup(s.model, repeats=max(3, 2 * s.runs))),
     "paged_kv_overhead": ("paged cache bytes / bytes of the 1,000 tokens it holds (block 16)",
                           lambda s: kv_measure.paged_kv_overhead(load_model(s.model).model)),
     "paged_branch_memory": ("bytes of 8 branches of a 1,000-token prefix, paged / standard forks",

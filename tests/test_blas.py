@@ -1,0 +1,56 @@
+"""The optimized BLAS: loaded before MLX, every thread for prefill's products, one for decode's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import mlxcore.blas as blas
+from mlxcore.engine import Engine, KVConfig
+from mlxcore.params import GenerationParams
+from mlxcore.prefill import prefill
+from tiny_models import tiny_qwen3
+
+needs_openblas = pytest.mark.skipif(blas.blas_threads() is None, reason="OpenBLAS is not installed here")
+
+PROBE = ("import json, mlxcore.blas as b; "
+         "print(json.dumps([b.loaded_library, b.blas_threads(), b._threads and b._threads[2]]))")
+
+
+def _probe(**env: str) -> list:
+    out = subprocess.run([sys.executable, "-c", PROBE], env=dict(os.environ, **env), capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@needs_openblas
+def test_prefill_uses_every_thread_and_decode_one():
+    model = tiny_qwen3()
+    engine = Engine(model, None, kv=KVConfig(kind="paged"))
+    caches = engine.new_caches()
+    during: list[int] = []
+    assert blas.blas_threads() == 1
+    prefill(model, caches.target, list(range(40)), chunk=16, progress=lambda done, total: during.append(
+        blas.blas_threads()))
+    assert during == [blas._threads[2]] * 3  # three chunks, each with every thread
+    assert blas.blas_threads() == 1
+    events = list(engine.generate(list(range(30)), caches, GenerationParams(max_tokens=4)))
+    assert events[-1].stats.generated_tokens == 4
+    assert blas.blas_threads() == 1  # after a whole reply too
+
+
+@needs_openblas
+def test_thread_count_from_the_environment_is_the_parallel_one():
+    library, now, every = _probe(OPENBLAS_NUM_THREADS="2")
+    assert library is not None and (now, every) == (1, 2)
+
+
+def test_reference_blas_is_left_alone():
+    library, now, every = _probe(MLXCHAT_BLAS="reference")
+    assert (library, now, every) == (None, None, None)
+    with blas.parallel_products():  # harmless whatever is loaded
+        pass
