@@ -3,6 +3,9 @@
 Both sides generate the same reply to the same prompt (60 earlier messages and
 a question, greedy, end-of-text ignored so that the reply is ``reply_tokens``
 long), back to back in one run; the value is the median of the paired ratios.
+Each side runs in a fresh process, as `mlxchat ask` and the TUI's engine do: a
+headless run in the bench's own process, after TUI runs there, measured ~11%
+slower than in a new one, which flattered the TUI.
 The TUI side also reports how long after the last token the reply was complete
 on screen, and the worst event-loop stall while it streamed (a key press waits
 at most that long).
@@ -15,6 +18,8 @@ import contextlib
 import io
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -130,6 +135,23 @@ async def _tick(pilot: Any, deadline: float) -> None:
     await asyncio.sleep(0.05)  # not pilot.pause: the harness should not add work to the UI
 
 
+def headless_in_new_process(model: str, draft: str | None, reply_tokens: int, earlier: int) -> float:
+    """`headless_decode_tps` in a new Python process (``python -m app.tui_bench --headless ...``)."""
+    argv = [sys.executable, "-m", "app.tui_bench", "--headless", model, draft or "", str(reply_tokens), str(earlier)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _headless_main(model: str, draft: str, reply_tokens: str, earlier: str) -> None:
+    from mlxcore.launch import ModelChoice, open_engine
+    from mlxcore.params import GenerationParams
+
+    engine = open_engine(ModelChoice(model, draft or None, no_draft=not draft)).engine
+    engine.eos_ids = set()  # the same long reply on both sides
+    params = GenerationParams(temperature=0.0, max_tokens=int(reply_tokens))
+    print(headless_decode_tps(engine, earlier_messages(int(earlier)), params))
+
+
 def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int = 60, mode: str = "process",
                            model: str = "mini-target", draft: str | None = "mini-draft",
                            flush_seconds: float = 0.2) -> dict[str, Any]:
@@ -138,13 +160,7 @@ def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int
     ``mode`` "process" is the TUI as shipped; "thread" runs the same engine host on a thread of the UI
     process, and ``flush_seconds`` 0 sends every token, for comparing the designs.
     """
-    from mlxcore.launch import ModelChoice, open_engine
-    from mlxcore.params import GenerationParams
-
-    params = GenerationParams(temperature=0.0, max_tokens=reply_tokens)
     history = earlier_messages(earlier)
-    engine = open_engine(ModelChoice(model, draft, no_draft=draft is None)).engine
-    engine.eos_ids = set()  # the same long reply on both sides
     command = Open(model=model, draft=draft, no_draft=draft is None, params={"temperature": 0.0,
                    "max_tokens": reply_tokens}, messages=history, ignore_eos=True, flush_seconds=flush_seconds)
     pairs = []
@@ -152,9 +168,9 @@ def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int
         for run in range(runs):  # alternate the order: other load on the machine drifts over time
             if run % 2:
                 tui = asyncio.run(tui_run(command, mode))
-                headless = headless_decode_tps(engine, history, params)
+                headless = headless_in_new_process(model, draft, reply_tokens, earlier)
             else:
-                headless = headless_decode_tps(engine, history, params)
+                headless = headless_in_new_process(model, draft, reply_tokens, earlier)
                 tui = asyncio.run(tui_run(command, mode))
             pairs.append((headless, tui))
     ratios = [t["decode_tps"] / h for h, t in pairs]
@@ -172,7 +188,10 @@ def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int
 
 if __name__ == "__main__":  # python -m app.tui_bench [process|thread[:FLUSH_SECONDS]] ...
     import json
-    import sys
+
+    if sys.argv[1:2] == ["--headless"]:
+        _headless_main(*sys.argv[2:6])
+        sys.exit()
     for spec in sys.argv[1:] or ["process"]:
         chosen, _, flush = spec.partition(":")
         print(json.dumps(tui_decode_vs_headless(mode=chosen, flush_seconds=float(flush or 0.2))), flush=True)

@@ -21,3 +21,10 @@ def test_no_home_before_means_none_after(monkeypatch):
     with scratch_home():
         pass
     assert "mlxchat-bench-" not in str(default_root())
+
+
+def test_headless_side_runs_in_a_new_process_on_the_embedded_model():
+    from app.tui_bench import headless_in_new_process
+
+    tps = headless_in_new_process("mini-target", None, reply_tokens=24, earlier=4)
+    assert tps > 0
