@@ -23,6 +23,11 @@ def read_prompt(args: argparse.Namespace) -> str:
     return prompt
 
 
+def _say(text: str) -> None:
+    """A note for the user on stderr, so that stdout stays the reply alone."""
+    print(f"mlxchat: {text}", file=sys.stderr, flush=True)
+
+
 def open_session(args: argparse.Namespace, engine) -> ChatSession:
     """The session in --session FILE if it exists, else a new one; the options apply to it."""
     path = Path(args.session) if args.session else None
@@ -30,7 +35,7 @@ def open_session(args: argparse.Namespace, engine) -> ChatSession:
         session = ChatSession.load(path, engine)
         note = getattr(session, "restore_note", "")
         if note:
-            print(f"mlxchat: {note}", file=sys.stderr)
+            _say(note)
         if args.system is not None:
             session.set_system(args.system)
     else:
@@ -43,10 +48,9 @@ def open_session(args: argparse.Namespace, engine) -> ChatSession:
 def run_ask(args: argparse.Namespace) -> int:
     prompt = read_prompt(args)
     generation_params(args)  # bad options fail before the model loads
-    opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft,
-                         notice=lambda text: print(f"mlxchat: {text}", file=sys.stderr, flush=True))
+    opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft, notice=_say)
     if opened.note:
-        print(f"mlxchat: {opened.note}", file=sys.stderr)
+        _say(opened.note)
     session = open_session(args, opened.engine)
     events = session.stream_events(prompt)
     try:

@@ -8,8 +8,8 @@ measure the difference).
 
 OpenBLAS splits each product over all cores. That pays for prefill's big
 products, but decode multiplies one to a few token vectors: there, waking and
-joining threads costs more than it saves (measured ~15% slower decode on 2
-cores), and the idle core is left to the TUI. So ``parallel_products()`` gives
+joining threads costs more than it saves (decode measured 9-11% faster with
+one thread on 2 cores), and the idle core is left to the TUI. So ``parallel_products()`` gives
 prefill every thread and single-threaded products come back when it ends.
 """
 
@@ -70,11 +70,15 @@ def blas_threads() -> int | None:
 def parallel_products() -> Iterator[None]:
     """Matrix products inside use every thread (prefill); outside, one.
 
-    Change the count only with nothing in flight: callers evaluate their work before leaving.
+    The count changes only with nothing in flight: work queued before is waited
+    for here, and callers evaluate their own work before leaving.
     """
     if _threads is None:
         yield
         return
+    import mlx.core as mx  # imported late: this module must load before MLX does
+
+    mx.synchronize()  # a reply's last pipelined decode step may still be running single-threaded
     setter, _, every = _threads
     setter(every)
     try:

@@ -120,4 +120,3 @@ class CompiledForward:
         cache = make_prompt_cache(self.wrapped)
         for n in WARM_UP_LENGTHS:
             mx.eval(self(mx.zeros((1, n), dtype=mx.int32), cache=cache))
-

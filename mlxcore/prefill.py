@@ -22,7 +22,6 @@ def prefill(model: nn.Module, cache, ids: Sequence[int], chunk: int, progress: P
         return
     body = getattr(model, "model", model)
     done = 0
-    mx.synchronize()  # a reply's last pipelined step may still be running single-threaded
     with parallel_products():
         while done < len(ids):
             piece = list(ids[done : done + chunk])
