@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from textual.widgets import Markdown
 
 from app.tui.protocol import Open
 from app.tui.screens.dialogs import ErrorDialog
@@ -54,12 +55,14 @@ def test_reply_streams_in_and_equals_chat_session():
             await pilot.press("enter")
             await settle(pilot, app, 1)
             view = app.query(MessageView).last()
-            return app.state.messages, view.thinking, view.answer, chunks
-    messages, thinking, answer, chunks = asyncio.run(scenario())
+            shown = (view.query_one(".thinking-text", Markdown).source, view.query_one(".answer", Markdown).source)
+            return app.state.messages, view.thinking, view.answer, chunks, shown
+    messages, thinking, answer, chunks, shown = asyncio.run(scenario())
     expected = reference_reply(QUESTION)
     assert messages == (("user", QUESTION), ("assistant", expected))
     want_thinking, want_answer = split_reply(expected)
     assert (thinking.strip(), answer.strip()) == (want_thinking.strip(), want_answer.strip())
+    assert (shown[0].strip(), shown[1].strip()) == (want_thinking.strip(), want_answer.strip())  # on screen
     assert len(chunks) >= 2, "the reply should arrive in several batches, not at once"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -10,6 +12,8 @@ from textual.widgets import Collapsible, Label, Markdown
 from textual.widgets.markdown import MarkdownStream
 
 from app.tui.text_parts import code_blocks, split_reply, word_count
+
+TITLE_SECONDS = 1.0  # a live "Thinking… N words" title changes at most this often
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "tool": "Tool"}
 
@@ -34,7 +38,9 @@ class MessageView(Vertical, can_focus=True):
         self.role = role
         self.thinking, self.answer = split_reply(content) if role == "assistant" else ("", content)
         self.streaming = streaming
-        self._streams: list[MarkdownStream] = []
+        self._thinking_stream: MarkdownStream | None = None  # only while the open block streams
+        self._answer_stream: MarkdownStream | None = None
+        self._title_time = 0.0  # when the thinking block's title last changed
 
     def compose(self) -> ComposeResult:
         yield Label(ROLE_LABELS.get(self.role, self.role), classes="role")
@@ -57,29 +63,51 @@ class MessageView(Vertical, can_focus=True):
         return f"Thought for {words} words"
 
     # streaming ------------------------------------------------------------------------------
+    # Every change of a widget's text costs the whole screen a layout pass, so a streamed reply
+    # changes as little as it can: a collapsed thinking block only counts words (its text is
+    # written when it is opened or the reply ends), its title changes at most once a second.
 
     async def append(self, thinking: str, answer: str) -> None:
         """Add a batch of generated text (streams keep Markdown parsing incremental)."""
-        if not self._streams:
-            self._streams = [Markdown.get_stream(self.query_one(".thinking-text", Markdown)),
-                             Markdown.get_stream(self.query_one(".answer", Markdown))]
         if thinking:
             self.thinking += thinking
-            await self._streams[0].write(thinking)
+            if self._thinking_stream is not None:
+                await self._thinking_stream.write(thinking)
         if answer:
+            if self._answer_stream is None:
+                self._answer_stream = Markdown.get_stream(self.query_one(".answer", Markdown))
             self.answer += answer
-            await self._streams[1].write(answer)
-        self._update_thinking_block()
+            await self._answer_stream.write(answer)
+        self._update_thinking_block(thinking and not answer)
 
     async def finish(self) -> None:
-        """The reply ended: flush the streams and settle the thinking block's title."""
+        """The reply ended: flush the streams, show all thinking and settle the block's title."""
         self.streaming = False
-        for stream in self._streams:
-            await stream.stop()
-        self._streams = []
+        for stream in (self._thinking_stream, self._answer_stream):
+            if stream is not None:
+                await stream.stop()
+        self._thinking_stream = self._answer_stream = None
+        markdown = self.query_one(".thinking-text", Markdown)
+        if markdown.source != self.thinking.strip():
+            await markdown.update(self.thinking.strip())
         self._update_thinking_block()
 
-    def _update_thinking_block(self) -> None:
+    async def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
+        """Opened while thinking streams: show what came so far, then stream the rest into it."""
+        event.stop()
+        if self.streaming and self._thinking_stream is None:
+            markdown = self.query_one(".thinking-text", Markdown)
+            shown = self.thinking
+            await markdown.update(shown)
+            self._thinking_stream = Markdown.get_stream(markdown)
+            if self.thinking != shown:  # batches that arrived while it updated
+                await self._thinking_stream.write(self.thinking[len(shown):])
+
+    def _update_thinking_block(self, throttled: bool = False) -> None:
+        now = time.monotonic()
+        if throttled and now - self._title_time < TITLE_SECONDS:
+            return
+        self._title_time = now
         block = self.query_one(".thinking", Collapsible)
         block.display = bool(self.thinking.strip())
         block.title = self._thinking_title()

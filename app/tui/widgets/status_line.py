@@ -50,7 +50,7 @@ class StatusLine(Static):
             return
         elapsed = max(time.monotonic() - self._started, 1e-6)
         self.update(f"{self.model} · generating… {self._tokens} tokens, {self._tokens / elapsed:.1f} tok/s "
-                    "(Esc stops)")
+                    "(Esc stops)", layout=False)  # one row, always: no layout pass for the whole screen
 
     def finished(self, stats: dict[str, Any], reason: str) -> None:
         self.stats = stats

@@ -1,0 +1,68 @@
+"""MessageView streaming: a closed thinking block renders nothing until it is opened or the reply ends."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.app import App
+from textual.widgets import Markdown
+
+from app.tui.widgets.message_view import MessageView
+
+
+class OneMessage(App):
+    def compose(self):
+        yield MessageView("assistant", streaming=True)
+
+
+async def _until(pilot, condition) -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await pilot.pause(0.01)
+    raise AssertionError("condition not reached")
+
+
+def test_closed_thinking_waits_open_thinking_streams_and_finish_shows_all():
+    async def scenario():
+        app = OneMessage()
+        async with app.run_test() as pilot:
+            view = app.query_one(MessageView)
+            thinking = view.query_one(".thinking-text", Markdown)
+            answer = view.query_one(".answer", Markdown)
+            await view.append("First I add", "")
+            await pilot.pause()
+            closed = thinking.source
+            view.set_thinking_expanded(True)
+            await _until(pilot, lambda: thinking.source == "First I add")
+            await view.append(" the ones.", "")
+            await _until(pilot, lambda: thinking.source == "First I add the ones.")
+            await view.append("\n", "The sum is 9.")
+            await view.finish()
+            await pilot.pause()
+            block_title = str(view.query_one(".thinking").title)
+            return closed, thinking.source, answer.source, view.content, block_title
+    closed, shown_thinking, shown_answer, content, title = asyncio.run(scenario())
+    assert closed == ""
+    assert (shown_thinking, shown_answer) == ("First I add the ones.", "The sum is 9.")
+    assert content == "<think>First I add the ones.\n</think>\n\nThe sum is 9."
+    assert title == "Thought for 5 words"
+
+
+def test_thinking_that_stays_closed_is_shown_once_the_reply_ends():
+    async def scenario():
+        app = OneMessage()
+        async with app.run_test() as pilot:
+            view = app.query_one(MessageView)
+            thinking = view.query_one(".thinking-text", Markdown)
+            for piece in ("Count ", "the ", "letters."):
+                await view.append(piece, "")
+            await pilot.pause()
+            during = thinking.source
+            await view.append("", "Six.")
+            await view.finish()
+            view.set_thinking_expanded(True)
+            await pilot.pause()
+            return during, thinking.source
+    during, after = asyncio.run(scenario())
+    assert during == "" and after == "Count the letters."
