@@ -12,6 +12,7 @@ from textual.widgets import Collapsible, Label, Markdown
 from textual.widgets.markdown import MarkdownStream
 
 from app.tui.text_parts import code_blocks, split_reply, word_count
+from app.tui.widgets.steady_markdown import SteadyMarkdown
 
 TITLE_SECONDS = 1.0  # a live "Thinking… N words" title changes at most this often
 
@@ -45,11 +46,11 @@ class MessageView(Vertical, can_focus=True):
     def compose(self) -> ComposeResult:
         yield Label(ROLE_LABELS.get(self.role, self.role), classes="role")
         if self.role == "assistant":
-            block = Collapsible(Markdown(self.thinking.strip(), classes="thinking-text"),
+            block = Collapsible(SteadyMarkdown(self.thinking.strip(), classes="thinking-text"),
                                 title=self._thinking_title(), collapsed=True, classes="thinking")
             block.display = bool(self.thinking.strip()) or self.streaming
             yield block
-        yield Markdown(self.answer, classes="answer")
+        yield SteadyMarkdown(self.answer, classes="answer")
 
     @property
     def content(self) -> str:
