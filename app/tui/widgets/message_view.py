@@ -79,7 +79,7 @@ class MessageView(Vertical, can_focus=True):
                 self._answer_stream = Markdown.get_stream(self.query_one(".answer", Markdown))
             self.answer += answer
             await self._answer_stream.write(answer)
-        self._update_thinking_block(thinking and not answer)
+        self._update_thinking_block(throttled=bool(thinking) and not answer)
 
     async def finish(self) -> None:
         """The reply ended: flush the streams, show all thinking and settle the block's title."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from textual.content import Content
 from textual.widgets import Markdown
-from textual.widgets._markdown import MarkdownParagraph
+
+MarkdownParagraph = Markdown.BLOCKS["paragraph_open"]  # Textual's paragraph block (not exported by name)
 
 
 class SteadyParagraph(MarkdownParagraph):
