@@ -66,7 +66,8 @@ class MessageView(Vertical, can_focus=True):
     # streaming ------------------------------------------------------------------------------
     # Every change of a widget's text costs the whole screen a layout pass, so a streamed reply
     # changes as little as it can: a collapsed thinking block only counts words (its text is
-    # written when it is opened or the reply ends), its title changes at most once a second.
+    # written when it is opened or the reply ends), its title changes at most once a second, and
+    # the growing text claims lines a few at a time (SteadyMarkdown.growing).
 
     async def append(self, thinking: str, answer: str) -> None:
         """Add a batch of generated text (streams keep Markdown parsing incremental)."""
@@ -76,7 +77,10 @@ class MessageView(Vertical, can_focus=True):
                 await self._thinking_stream.write(thinking)
         if answer:
             if self._answer_stream is None:
-                self._answer_stream = Markdown.get_stream(self.query_one(".answer", Markdown))
+                self.query_one(".thinking-text", SteadyMarkdown).stop_growing()  # thinking is over
+                markdown = self.query_one(".answer", SteadyMarkdown)
+                markdown.growing = True
+                self._answer_stream = Markdown.get_stream(markdown)
             self.answer += answer
             await self._answer_stream.write(answer)
         self._update_thinking_block(throttled=bool(thinking) and not answer)
@@ -88,6 +92,8 @@ class MessageView(Vertical, can_focus=True):
             if stream is not None:
                 await stream.stop()
         self._thinking_stream = self._answer_stream = None
+        for markdown in self.query(SteadyMarkdown):
+            markdown.stop_growing()
         markdown = self.query_one(".thinking-text", Markdown)
         if markdown.source != self.thinking.strip():
             await markdown.update(self.thinking.strip())
@@ -97,8 +103,9 @@ class MessageView(Vertical, can_focus=True):
         """Opened while thinking streams: show what came so far, then stream the rest into it."""
         event.stop()
         if self.streaming and self._thinking_stream is None:
-            markdown = self.query_one(".thinking-text", Markdown)
+            markdown = self.query_one(".thinking-text", SteadyMarkdown)
             shown = self.thinking
+            markdown.growing = not self.answer
             await markdown.update(shown)
             self._thinking_stream = Markdown.get_stream(markdown)
             if self.thinking != shown:  # batches that arrived while it updated
