@@ -129,8 +129,7 @@ class ChatApp(ChatActions, App[int]):
         self.query_one(Sidebar).current = event.session_id
 
     async def _engine_chunk(self, event: p.Chunk) -> None:
-        live = self.chat.live or await self.chat.start_reply()
-        await live.append(event.thinking, event.answer)
+        await self.chat.stream(event.thinking, event.answer)
         self.status.generating_progress(event.pieces)
 
     async def _engine_done(self, event: p.Done) -> None:

@@ -2,7 +2,9 @@
 
 Only the last WINDOW messages are mounted; older ones come back a page at a
 time when the reader scrolls to the top, and are unmounted again once the
-reader is back at the bottom. Layout cost stays flat however long the chat.
+reader is back at the bottom. While a long reply streams below them, messages
+more than SCREENS screens above the bottom are unmounted too: every layout pass
+arranges every mounted widget. Layout cost stays flat however long the chat.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from mlxcore.sequences import common_prefix_length
 
 WINDOW = 12  # messages kept mounted while following the bottom (about two screens)
 PAGE = 8  # messages mounted per scroll to the top
+SCREENS = 2  # while a reply streams and the view follows it, what stays mounted above the bottom
 
 
 class ChatLog(VerticalScroll):
@@ -72,6 +75,12 @@ class ChatLog(VerticalScroll):
         await self.mount(self.live)
         return self.live
 
+    async def stream(self, thinking: str, answer: str) -> None:
+        """Add a batch of the reply being generated (starting it if needed)."""
+        live = self.live or await self.start_reply()
+        await live.append(thinking, answer)
+        await self._trim_above_screens()
+
     # virtualisation ---------------------------------------------------------------------
 
     async def _trim_when_following(self) -> None:
@@ -82,6 +91,28 @@ class ChatLog(VerticalScroll):
         for view in views[:extra]:
             await view.remove()
         self.first_mounted += extra
+
+    async def _trim_above_screens(self) -> None:
+        """While following, unmount the messages more than SCREENS screens above the bottom.
+
+        It waits until they add up to a whole screen, so that a growing reply unmounts
+        them a screen at a time, not one per update.
+        """
+        screen = self.scrollable_content_region.height
+        if not screen or not self._following():
+            return
+        views, below = self.views, 0
+        for index in range(len(views) - 1, 0, -1):
+            below += views[index].outer_size.height
+            if below >= SCREENS * screen:
+                break
+        else:
+            return
+        drop = views[:index]
+        if sum(view.outer_size.height for view in drop) >= screen:
+            await self.remove_children(drop)
+            self.first_mounted += len(drop)
+            self._update_earlier()
 
     def _following(self) -> bool:
         return self.is_anchored and not self._anchor_released
