@@ -37,7 +37,8 @@ class ChatLog(VerticalScroll):
 
     @property
     def views(self) -> list[MessageView]:
-        return list(self.query(MessageView))
+        # the children, not a CSS query: a query matches selectors on every descendant (~6 ms here)
+        return [child for child in self.children if isinstance(child, MessageView)]
 
     # the conversation ------------------------------------------------------------------
 

@@ -42,15 +42,18 @@ class MessageView(Vertical, can_focus=True):
         self._thinking_stream: MarkdownStream | None = None  # only while the open block streams
         self._answer_stream: MarkdownStream | None = None
         self._title_time = 0.0  # when the thinking block's title last changed
+        # the parts, kept at hand: a query walks every block of a long reply on each update
+        self._answer_markdown = SteadyMarkdown(self.answer, classes="answer")
+        self._thinking_markdown = SteadyMarkdown(self.thinking.strip(), classes="thinking-text")
+        self._block = Collapsible(self._thinking_markdown, title=self._thinking_title(), collapsed=True,
+                                  classes="thinking")
 
     def compose(self) -> ComposeResult:
         yield Label(ROLE_LABELS.get(self.role, self.role), classes="role")
         if self.role == "assistant":
-            block = Collapsible(SteadyMarkdown(self.thinking.strip(), classes="thinking-text"),
-                                title=self._thinking_title(), collapsed=True, classes="thinking")
-            block.display = bool(self.thinking.strip()) or self.streaming
-            yield block
-        yield SteadyMarkdown(self.answer, classes="answer")
+            self._block.display = bool(self.thinking.strip()) or self.streaming
+            yield self._block
+        yield self._answer_markdown
 
     @property
     def content(self) -> str:
@@ -75,15 +78,16 @@ class MessageView(Vertical, can_focus=True):
             self.thinking += thinking
             if self._thinking_stream is not None:
                 await self._thinking_stream.write(thinking)
+        started = bool(answer) and self._answer_stream is None
+        if started:
+            self._thinking_markdown.stop_growing()  # thinking is over
+            self._answer_markdown.growing = True
+            self._answer_stream = Markdown.get_stream(self._answer_markdown)
         if answer:
-            if self._answer_stream is None:
-                self.query_one(".thinking-text", SteadyMarkdown).stop_growing()  # thinking is over
-                markdown = self.query_one(".answer", SteadyMarkdown)
-                markdown.growing = True
-                self._answer_stream = Markdown.get_stream(markdown)
             self.answer += answer
             await self._answer_stream.write(answer)
-        self._update_thinking_block(throttled=bool(thinking) and not answer)
+        if thinking or started:
+            self._update_thinking_block(throttled=not answer)
 
     async def finish(self) -> None:
         """The reply ended: flush the streams, show all thinking and settle the block's title."""
@@ -92,18 +96,17 @@ class MessageView(Vertical, can_focus=True):
             if stream is not None:
                 await stream.stop()
         self._thinking_stream = self._answer_stream = None
-        for markdown in self.query(SteadyMarkdown):
-            markdown.stop_growing()
-        markdown = self.query_one(".thinking-text", Markdown)
-        if markdown.source != self.thinking.strip():
-            await markdown.update(self.thinking.strip())
+        self._answer_markdown.stop_growing()
+        self._thinking_markdown.stop_growing()
+        if self._thinking_markdown.source != self.thinking.strip():
+            await self._thinking_markdown.update(self.thinking.strip())
         self._update_thinking_block()
 
     async def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
         """Opened while thinking streams: show what came so far, then stream the rest into it."""
         event.stop()
         if self.streaming and self._thinking_stream is None:
-            markdown = self.query_one(".thinking-text", SteadyMarkdown)
+            markdown = self._thinking_markdown
             shown = self.thinking
             markdown.growing = not self.answer
             await markdown.update(shown)
@@ -116,13 +119,12 @@ class MessageView(Vertical, can_focus=True):
         if throttled and now - self._title_time < TITLE_SECONDS:
             return
         self._title_time = now
-        block = self.query_one(".thinking", Collapsible)
-        block.display = bool(self.thinking.strip())
-        block.title = self._thinking_title()
+        self._block.display = bool(self.thinking.strip())
+        self._block.title = self._thinking_title()
 
     def set_thinking_expanded(self, expanded: bool) -> None:
         if self.role == "assistant":
-            self.query_one(".thinking", Collapsible).collapsed = not expanded
+            self._block.collapsed = not expanded
 
     # copying ------------------------------------------------------------------------------
 
