@@ -129,6 +129,43 @@ async def tui_run(command: Open, mode: str, timeout: float = 600.0) -> dict[str,
                 "tokens": app.status.stats["generated_tokens"], "mounted_messages": len(app.chat.views)}
 
 
+def engine_only_run(command: Open, timeout: float = 600.0) -> dict[str, float]:
+    """The control: the TUI's engine process generating the same reply with no UI (events are dropped).
+
+    Paired against `mlxchat ask`'s path like the TUI, it shows what the measurement gives when
+    nothing renders: the host's own noise and any cost of the engine process itself.
+    """
+    import threading
+
+    from app.tui import protocol as p
+    from app.tui.engine_client import EngineClient
+
+    ready, done, seen = threading.Event(), threading.Event(), {}
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, (p.Ready, p.Failure)):
+            seen.setdefault("first", event)
+            ready.set()
+        if isinstance(event, (p.Done, p.Failure)):
+            seen["last"] = event
+            done.set()
+
+    client = EngineClient(on_event, mode="process")
+    client.start()
+    try:
+        client.send(command)
+        if not ready.wait(timeout) or isinstance(seen["first"], p.Failure):
+            raise RuntimeError(f"the engine did not open: {seen.get('first')}")
+        client.send(p.Send(QUESTION))
+        if not done.wait(timeout) or isinstance(seen["last"], p.Failure):
+            raise RuntimeError(f"the engine did not answer: {seen.get('last')}")
+    finally:
+        client.close()
+    stats = seen["last"].stats
+    return {"decode_tps": stats["decode_tps"], "lag_s": 0.0, "stall_s": 0.0, "stalls_over_100ms": 0,
+            "ui_cpu_share": 0.0, "tokens": stats["generated_tokens"], "mounted_messages": 0}
+
+
 async def _tick(pilot: Any, deadline: float) -> None:
     if time.monotonic() > deadline:
         raise TimeoutError("the TUI benchmark did not finish in time")
@@ -158,20 +195,24 @@ def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int
     """Run the paired measurement; "value" is the median ratio TUI decode tok/s / headless decode tok/s.
 
     ``mode`` "process" is the TUI as shipped; "thread" runs the same engine host on a thread of the UI
-    process, and ``flush_seconds`` 0 sends every token, for comparing the designs.
+    process, and ``flush_seconds`` 0 sends every token, for comparing the designs; "none" is the
+    control with no UI at all (`engine_only_run`).
     """
     history = earlier_messages(earlier)
     command = Open(model=model, draft=draft, no_draft=draft is None, params={"temperature": 0.0,
                    "max_tokens": reply_tokens}, messages=history, ignore_eos=True, flush_seconds=flush_seconds)
+    def side_run() -> dict[str, float]:
+        return engine_only_run(command) if mode == "none" else asyncio.run(tui_run(command, mode))
+
     pairs = []
     with scratch_home():
         for run in range(runs):  # alternate the order: other load on the machine drifts over time
             if run % 2:
-                tui = asyncio.run(tui_run(command, mode))
+                tui = side_run()
                 headless = headless_in_new_process(model, draft, reply_tokens, earlier)
             else:
                 headless = headless_in_new_process(model, draft, reply_tokens, earlier)
-                tui = asyncio.run(tui_run(command, mode))
+                tui = side_run()
             pairs.append((headless, tui))
     ratios = [t["decode_tps"] / h for h, t in pairs]
     return {"value": statistics.median(ratios), "ratios": ratios, "mode": mode,
@@ -186,7 +227,7 @@ def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int
             "mounted_messages": pairs[-1][1]["mounted_messages"]}
 
 
-if __name__ == "__main__":  # python -m app.tui_bench [process|thread[:FLUSH_SECONDS]] ...
+if __name__ == "__main__":  # python -m app.tui_bench [process|thread|none[:FLUSH_SECONDS]] ...
     import json
 
     if sys.argv[1:2] == ["--headless"]:

@@ -28,3 +28,14 @@ def test_headless_side_runs_in_a_new_process_on_the_embedded_model():
 
     tps = headless_in_new_process("mini-target", None, reply_tokens=24, earlier=4)
     assert tps > 0
+
+
+def test_control_run_generates_the_reply_in_the_engine_process_with_no_ui(monkeypatch, tmp_path):
+    from app.tui.protocol import Open
+    from app.tui_bench import earlier_messages, engine_only_run
+
+    monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path))
+    command = Open(model="mini-target", draft=None, no_draft=True, params={"temperature": 0.0, "max_tokens": 24},
+                   messages=earlier_messages(4), ignore_eos=True)
+    run = engine_only_run(command, timeout=120)
+    assert run["tokens"] == 24 and run["decode_tps"] > 0
