@@ -163,3 +163,14 @@ def test_input_newlines_and_history():
     typed, newest, older, back, first = asyncio.run(scenario())
     assert typed == "a\nb" and first == ("user", "a\nb")
     assert (newest, older, back) == ("second", "a\nb", "")
+
+
+def test_the_engine_process_ends_with_the_app():
+    async def scenario():
+        app = make_app(mode="process")
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            during = app.client.alive
+        return during, app.client.alive  # the app ended without ctrl+q (as a test or an error ends it)
+    during, after = asyncio.run(scenario())
+    assert during and not after

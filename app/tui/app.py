@@ -73,6 +73,10 @@ class ChatApp(ChatActions, App[int]):
         await asyncio.to_thread(self.client.close)
         self.exit(0)
 
+    async def on_unmount(self) -> None:
+        """However the app ends (a test's end, an error), the engine process ends with it, not later."""
+        await asyncio.to_thread(self.client.close)
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for action in ACTIONS:
