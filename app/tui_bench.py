@@ -201,6 +201,7 @@ def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int
     history = earlier_messages(earlier)
     command = Open(model=model, draft=draft, no_draft=draft is None, params={"temperature": 0.0,
                    "max_tokens": reply_tokens}, messages=history, ignore_eos=True, flush_seconds=flush_seconds)
+
     def side_run() -> dict[str, float]:
         return engine_only_run(command) if mode == "none" else asyncio.run(tui_run(command, mode))
 

@@ -70,11 +70,10 @@ class ChatApp(ChatActions, App[int]):
         self.client.send(self.open_command)
 
     async def action_quit(self) -> None:
-        await asyncio.to_thread(self.client.close)
-        self.exit(0)
+        self.exit(0)  # on_unmount ends the engine
 
     async def on_unmount(self) -> None:
-        """However the app ends (a test's end, an error), the engine process ends with it, not later."""
+        """However the app ends (ctrl+q, a test's end, an error), the engine process ends with it, not later."""
         await asyncio.to_thread(self.client.close)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

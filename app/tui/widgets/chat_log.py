@@ -102,15 +102,17 @@ class ChatLog(VerticalScroll):
         screen = self.scrollable_content_region.height
         if not screen or not self._following():
             return
-        views, below = self.views, 0
+        views = self.views
+        heights = [view.outer_size.height for view in views]
+        below = 0
         for index in range(len(views) - 1, 0, -1):
-            below += views[index].outer_size.height
+            below += heights[index]
             if below >= SCREENS * screen:
                 break
         else:
             return
-        drop = views[:index]
-        if sum(view.outer_size.height for view in drop) >= screen:
+        if sum(heights[:index]) >= screen:
+            drop = views[:index]
             await self.remove_children(drop)
             self.first_mounted += len(drop)
             self._update_earlier()
