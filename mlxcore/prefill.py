@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import mlx.core as mx
 import mlx.nn as nn
 
 from mlxcore.blas import parallel_products
+from mlxcore.cpu_prefill import cpu_prefill_body, uses_cpu_prefill
 
 Progress = Callable[[int, int], None]  # (prompt tokens done, prompt tokens in all)
 
@@ -17,16 +19,20 @@ def prefill(model: nn.Module, cache, ids: Sequence[int], chunk: int, progress: P
 
     Runs the transformer body only (mlx-lm models keep it in ``model.model``), so
     no vocabulary-sized logits are computed for tokens whose prediction nobody reads.
+    On the CPU, Qwen3 models take ``cpu_prefill_body`` (a cheaper exp; see there).
     """
     if not ids:
         return
-    body = getattr(model, "model", model)
+    if uses_cpu_prefill(model, cache.layers):
+        body = partial(cpu_prefill_body, model)
+    else:
+        body = getattr(model, "model", model)
     done = 0
     with parallel_products():
         while done < len(ids):
             piece = list(ids[done : done + chunk])
             cache.begin(piece)
-            hidden = body(mx.array(piece)[None], cache=cache.layers)  # (1, n, hidden)
+            hidden = body(mx.array(piece)[None], cache.layers)  # (1, n, hidden)
             mx.eval(hidden)  # evaluating the last layer's output materialises every layer's cache
             done += len(piece)
             if progress is not None:
