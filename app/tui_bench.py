@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from app.tui.protocol import Open
+from app.tui.protocol import FLUSH_SECONDS, Open
 
 QUESTION = "Tell me a long story about a lighthouse keeper."
 SIZE = (120, 40)
@@ -191,7 +191,7 @@ def _headless_main(model: str, draft: str, reply_tokens: str, earlier: str) -> N
 
 def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int = 60, mode: str = "process",
                            model: str = "mini-target", draft: str | None = "mini-draft",
-                           flush_seconds: float = 0.2) -> dict[str, Any]:
+                           flush_seconds: float = FLUSH_SECONDS) -> dict[str, Any]:
     """Run the paired measurement; "value" is the median ratio TUI decode tok/s / headless decode tok/s.
 
     ``mode`` "process" is the TUI as shipped; "thread" runs the same engine host on a thread of the UI
@@ -236,4 +236,4 @@ if __name__ == "__main__":  # python -m app.tui_bench [process|thread|none[:FLUS
         sys.exit()
     for spec in sys.argv[1:] or ["process"]:
         chosen, _, flush = spec.partition(":")
-        print(json.dumps(tui_decode_vs_headless(mode=chosen, flush_seconds=float(flush or 0.2))), flush=True)
+        print(json.dumps(tui_decode_vs_headless(mode=chosen, flush_seconds=float(flush or FLUSH_SECONDS))), flush=True)

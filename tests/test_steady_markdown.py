@@ -11,7 +11,7 @@ from textual.widgets import Markdown
 from app.tui.widgets.steady_markdown import GROW_LINES, SteadyMarkdown
 
 WORDS = ("The quick brown fox jumps over the lazy dog while the cat watches from the warm window sill "
-         "and the bird sings a long song about rain").split()
+         "and the bird sings a long song about rain").split() * 2  # long enough for two steps of GROW_LINES
 
 
 class SideBySide(App):

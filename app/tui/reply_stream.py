@@ -7,10 +7,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
-from app.tui.protocol import Chunk, Done, Stop
+from app.tui.protocol import FLUSH_SECONDS, Chunk, Done, Stop
 from sessions.thinking import ThinkingSplitter
-
-FLUSH_SECONDS = 0.2  # five updates a second: smooth to the eye, and each costs a layout pass in the UI
 
 
 def relay_reply(chunks: Iterator[str], send: Callable[[Any], None], poll: Callable[[], Any | None],
