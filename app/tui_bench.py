@@ -217,6 +217,7 @@ def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int
             pairs.append((headless, tui))
     ratios = [t["decode_tps"] / h for h, t in pairs]
     return {"value": statistics.median(ratios), "ratios": ratios, "mode": mode,
+            "pairs_tps": [(round(h, 1), round(t["decode_tps"], 1)) for h, t in pairs],  # (headless, TUI), in run order
             "headless_tps": statistics.median(h for h, _ in pairs),
             "tui_tps": statistics.median(t["decode_tps"] for _, t in pairs),
             "completion_lag_s": max(t["lag_s"] for _, t in pairs),
