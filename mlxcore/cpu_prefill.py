@@ -22,6 +22,11 @@ from mlx_lm.models.base import create_attention_mask
 from mlxcore.compiled_forward import has_qwen3_layout
 from mlxcore.fast_exp import fast_silu, fast_softmax
 
+# Attention scores per block of query rows: 2**17 float32 (512 KiB) stay in a core's L2 cache through
+# softmax's passes. Measured against MLX's attention at 128 queries: 0.4-0.8 of its time from 128 to
+# 2,816 keys; with the whole score matrix as one block, 1.3-1.7 times its time beyond 512 keys.
+SCORES_PER_BLOCK = 1 << 17
+
 
 def uses_cpu_prefill(model: nn.Module, cache_layers: list) -> bool:
     """Whether ``cpu_prefill_body`` applies to this model and these caches."""
@@ -34,15 +39,28 @@ def _causal_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx
     """Softmax attention; query i sees keys up to S - L + i (the queries are the last L positions).
 
     q: (1, heads, L, dim); k, v: (1, kv_heads, S, dim); grouped heads share a kv head.
+    The queries go in blocks of rows whose scores stay in the CPU's cache across softmax's
+    passes (each row's softmax is its own, so blocks change no value).
     """
-    b, heads, n, dim = q.shape
+    n, s = q.shape[2], k.shape[2]
+    rows = max(1, SCORES_PER_BLOCK // (q.shape[1] * s))
+    if rows >= n:
+        return _attention_rows(q, k, v, scale, 0, n)
+    return mx.concatenate([_attention_rows(q[:, :, i:i + rows], k, v, scale, i, n)
+                           for i in range(0, n, rows)], axis=2)
+
+
+def _attention_rows(q: mx.array, k: mx.array, v: mx.array, scale: float, first: int, n: int) -> mx.array:
+    """Rows ``first``.. of the L = ``n`` queries; q: (1, heads, rows, dim)."""
+    b, heads, rows, dim = q.shape
     kv_heads, s = k.shape[1], k.shape[2]
-    q = (q * scale).reshape(b, kv_heads, heads // kv_heads * n, dim)  # (1, kv_heads, group * L, dim)
-    scores = (q @ k.swapaxes(-1, -2)).reshape(b, kv_heads, heads // kv_heads, n, s)
-    visible = mx.arange(s)[None] <= mx.arange(n)[:, None] + (s - n)  # (L, S)
+    group = heads // kv_heads
+    q = (q * scale).reshape(b, kv_heads, group * rows, dim)  # (1, kv_heads, group * rows, dim)
+    scores = (q @ k.swapaxes(-1, -2)).reshape(b, kv_heads, group, rows, s)
+    visible = mx.arange(s)[None] <= mx.arange(first, first + rows)[:, None] + (s - n)  # (rows, S)
     scores = mx.where(visible, scores, -mx.inf)
-    weights = fast_softmax(scores).reshape(b, kv_heads, heads // kv_heads * n, s)
-    return (weights @ v).reshape(b, heads, n, dim)
+    weights = fast_softmax(scores).reshape(b, kv_heads, group * rows, s)
+    return (weights @ v).reshape(b, heads, rows, dim)
 
 
 def _layer(layer: nn.Module, h: mx.array, mask: Any, cache: Any) -> mx.array:

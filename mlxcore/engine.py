@@ -12,11 +12,13 @@ import mlx.nn as nn
 from mlxcore.caches import Caches
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.configs import KVConfig
+from mlxcore.cpu_prefill import uses_cpu_prefill
 from mlxcore.decode_plain import TokenPicker, plain_decode
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.errors import PromptError
 from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
+from mlxcore.fast_exp import warm_up as warm_up_fast_exp
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.model_cache import make_model_cache
 from mlxcore.params import GenerationParams
@@ -54,10 +56,13 @@ class Engine:
         self._pools: dict[str, object] = {}  # paged block pool per model ("target", "draft")
 
     def warm_up(self) -> None:
-        """Compile the decode kernels of both models before the first reply (see ``CompiledForward.warm_up``)."""
+        """Compile the decode kernels of both models, and prefill's exp on the CPU, before the first reply
+        (see ``CompiledForward.warm_up`` and ``fast_exp.warm_up``)."""
         for forward in (self.target_forward, self.draft_forward):
             if forward is not None:
                 forward.warm_up()
+        if uses_cpu_prefill(self.model, []):
+            warm_up_fast_exp()
 
     def _new_model_cache(self, model: nn.Module, role: str) -> ModelCache:
         cache = make_model_cache(model, kind=self.kv.kind, block_size=self.kv.block_size,
