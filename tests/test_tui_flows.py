@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -39,7 +40,23 @@ def test_long_chat_mounts_only_recent_messages_and_pages_back():
     assert after > mounted and first == 60 - after
 
 
-def test_view_follows_only_at_the_bottom():
+@pytest.fixture
+def paced_replies(monkeypatch):
+    """Replies arrive at most one chunk per 5 ms, so a test can act mid-reply on a machine of any speed."""
+    from app.tui import engine_server
+
+    def paced(chunks):
+        try:
+            for chunk in chunks:
+                time.sleep(0.005)
+                yield chunk
+        finally:
+            chunks.close()  # a stopped reply is closed as the relay would close it
+    relay = engine_server.relay_reply
+    monkeypatch.setattr(engine_server, "relay_reply", lambda chunks, *rest: relay(paced(chunks), *rest))
+
+
+def test_view_follows_only_at_the_bottom(paced_replies):
     async def scenario():
         app = make_app(messages=earlier_messages(16), max_tokens=400, ignore_eos=True)
         async with app.run_test(size=SIZE) as pilot:
