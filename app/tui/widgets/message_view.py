@@ -12,6 +12,7 @@ from textual.widgets import Collapsible, Label, Markdown
 from textual.widgets.markdown import MarkdownStream
 
 from app.tui.text_parts import code_blocks, split_reply, word_count
+from app.tui.widgets.steady_collapsible import SteadyCollapsible
 from app.tui.widgets.steady_markdown import SteadyMarkdown
 
 TITLE_SECONDS = 1.0  # a live "Thinking… N words" title changes at most this often
@@ -45,7 +46,7 @@ class MessageView(Vertical, can_focus=True):
         # the parts, kept at hand: a query walks every block of a long reply on each update
         self._answer_markdown = SteadyMarkdown(self.answer, classes="answer")
         self._thinking_markdown = SteadyMarkdown(self.thinking.strip(), classes="thinking-text")
-        self._block = Collapsible(self._thinking_markdown, title=self._thinking_title(), collapsed=True,
+        self._block = SteadyCollapsible(self._thinking_markdown, title=self._thinking_title(), collapsed=True,
                                   classes="thinking")
 
     def compose(self) -> ComposeResult:
@@ -69,7 +70,8 @@ class MessageView(Vertical, can_focus=True):
     # streaming ------------------------------------------------------------------------------
     # Every change of a widget's text costs the whole screen a layout pass, so a streamed reply
     # changes as little as it can: a collapsed thinking block only counts words (its text is
-    # written when it is opened or the reply ends), its title changes at most once a second, and
+    # written when it is opened or the reply ends), its title changes at most once a second (with
+    # no layout pass unless its width changes), and
     # the growing text claims lines a few at a time (SteadyMarkdown.growing).
 
     async def append(self, thinking: str, answer: str) -> None:
