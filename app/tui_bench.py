@@ -3,9 +3,10 @@
 Both sides generate the same reply to the same prompt (60 earlier messages and
 a question, greedy, end-of-text ignored so that the reply is ``reply_tokens``
 long), back to back in one run; the value is the median of the paired ratios.
-Each side runs in a fresh process, as `mlxchat ask` and the TUI's engine do: a
+Each run is a new process, as users start `mlxchat ask` and `mlxchat`: a
 headless run in the bench's own process, after TUI runs there, measured ~11%
-slower than in a new one, which flattered the TUI.
+slower than in a new one, and the bench's process carries whatever the rows
+before this one left in it.
 The TUI side also reports how long after the last token the reply was complete
 on screen, and the worst event-loop stall while it streamed (a key press waits
 at most that long).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
 import statistics
 import subprocess
@@ -23,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.tui.protocol import FLUSH_SECONDS, Open
@@ -172,49 +175,71 @@ async def _tick(pilot: Any, deadline: float) -> None:
     await asyncio.sleep(0.05)  # not pilot.pause: the harness should not add work to the UI
 
 
-def headless_in_new_process(model: str, draft: str | None, reply_tokens: int, earlier: int) -> float:
-    """`headless_decode_tps` in a new Python process (``python -m app.tui_bench --headless ...``)."""
-    argv = [sys.executable, "-m", "app.tui_bench", "--headless", model, draft or "", str(reply_tokens), str(earlier)]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+@dataclass(frozen=True)
+class Workload:
+    """The reply both sides generate: greedy, end-of-text ignored, after ``earlier`` messages."""
+
+    model: str = "mini-target"
+    draft: str | None = "mini-draft"
+    reply_tokens: int = 2000
+    earlier: int = 60
+    flush_seconds: float = FLUSH_SECONDS  # how often the engine sends text to the UI
+
+    def open_command(self) -> Open:
+        return Open(model=self.model, draft=self.draft, no_draft=self.draft is None,
+                    params={"temperature": 0.0, "max_tokens": self.reply_tokens},
+                    messages=earlier_messages(self.earlier), ignore_eos=True, flush_seconds=self.flush_seconds)
 
 
-def _headless_main(model: str, draft: str, reply_tokens: str, earlier: str) -> None:
+SIDES = ("headless", "process", "thread", "none")  # `mlxchat ask`'s path; the TUI as shipped, ...; no UI
+
+
+def run_side(side: str, workload: Workload) -> dict[str, float]:
+    """One reply on one side, in this process."""
+    if side == "headless":
+        return {"decode_tps": _headless_tps(workload)}
+    if side == "none":
+        return engine_only_run(workload.open_command())
+    return asyncio.run(tui_run(workload.open_command(), side))
+
+
+def side_in_new_process(side: str, workload: Workload) -> dict[str, float]:
+    """``run_side`` in a new Python process, as users start `mlxchat ask` and `mlxchat`.
+
+    Nothing an earlier run left in a process (loaded models, a grown heap, threads) is on
+    either side: a headless run in the bench's own process measured ~11% slower after TUI runs there.
+    """
+    argv = [sys.executable, "-m", "app.tui_bench", "--side", side, json.dumps(asdict(workload))]
+    out = subprocess.run(argv, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"the {side} side failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _headless_tps(workload: Workload) -> float:
     from mlxcore.launch import ModelChoice, open_engine
     from mlxcore.params import GenerationParams
 
-    engine = open_engine(ModelChoice(model, draft or None, no_draft=not draft)).engine
+    choice = ModelChoice(workload.model, workload.draft, no_draft=workload.draft is None)
+    engine = open_engine(choice).engine
     engine.eos_ids = set()  # the same long reply on both sides
-    params = GenerationParams(temperature=0.0, max_tokens=int(reply_tokens))
-    print(headless_decode_tps(engine, earlier_messages(int(earlier)), params))
+    params = GenerationParams(temperature=0.0, max_tokens=workload.reply_tokens)
+    return headless_decode_tps(engine, earlier_messages(workload.earlier), params)
 
 
-def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int = 60, mode: str = "process",
-                           model: str = "mini-target", draft: str | None = "mini-draft",
-                           flush_seconds: float = FLUSH_SECONDS) -> dict[str, Any]:
+def tui_decode_vs_headless(runs: int = 5, mode: str = "process", workload: Workload = Workload()) -> dict[str, Any]:
     """Run the paired measurement; "value" is the median ratio TUI decode tok/s / headless decode tok/s.
 
     ``mode`` "process" is the TUI as shipped; "thread" runs the same engine host on a thread of the UI
-    process, and ``flush_seconds`` 0 sends every token, for comparing the designs; "none" is the
-    control with no UI at all (`engine_only_run`).
+    process, and a ``workload`` with ``flush_seconds`` 0 sends every token, for comparing the designs;
+    "none" is the control with no UI at all (`engine_only_run`). Each run is a new process.
     """
-    history = earlier_messages(earlier)
-    command = Open(model=model, draft=draft, no_draft=draft is None, params={"temperature": 0.0,
-                   "max_tokens": reply_tokens}, messages=history, ignore_eos=True, flush_seconds=flush_seconds)
-
-    def side_run() -> dict[str, float]:
-        return engine_only_run(command) if mode == "none" else asyncio.run(tui_run(command, mode))
-
     pairs = []
     with scratch_home():
         for run in range(runs):  # alternate the order: other load on the machine drifts over time
-            if run % 2:
-                tui = side_run()
-                headless = headless_in_new_process(model, draft, reply_tokens, earlier)
-            else:
-                headless = headless_in_new_process(model, draft, reply_tokens, earlier)
-                tui = side_run()
-            pairs.append((headless, tui))
+            order = ("headless", mode) if run % 2 == 0 else (mode, "headless")
+            sides = {side: side_in_new_process(side, workload) for side in order}
+            pairs.append((sides["headless"]["decode_tps"], sides[mode]))
     ratios = [t["decode_tps"] / h for h, t in pairs]
     return {"value": statistics.median(ratios), "ratios": ratios, "mode": mode,
             "pairs_tps": [(round(h, 1), round(t["decode_tps"], 1)) for h, t in pairs],  # (headless, TUI), in run order
@@ -224,17 +249,16 @@ def tui_decode_vs_headless(runs: int = 5, reply_tokens: int = 2000, earlier: int
             "worst_stall_s": max(t["stall_s"] for _, t in pairs),
             "stalls_over_100ms": sum(t["stalls_over_100ms"] for _, t in pairs),
             "ui_cpu_share": statistics.median(t["ui_cpu_share"] for _, t in pairs),
-            "reply_tokens": min(t["tokens"] for _, t in pairs), "earlier_messages": earlier,
-            "flush_seconds": command.flush_seconds,
+            "reply_tokens": min(t["tokens"] for _, t in pairs), "earlier_messages": workload.earlier,
+            "flush_seconds": workload.flush_seconds,
             "mounted_messages": pairs[-1][1]["mounted_messages"]}
 
 
 if __name__ == "__main__":  # python -m app.tui_bench [process|thread|none[:FLUSH_SECONDS]] ...
-    import json
-
-    if sys.argv[1:2] == ["--headless"]:
-        _headless_main(*sys.argv[2:6])
+    if sys.argv[1:2] == ["--side"]:
+        print(json.dumps(run_side(sys.argv[2], Workload(**json.loads(sys.argv[3])))))
         sys.exit()
     for spec in sys.argv[1:] or ["process"]:
         chosen, _, flush = spec.partition(":")
-        print(json.dumps(tui_decode_vs_headless(mode=chosen, flush_seconds=float(flush or FLUSH_SECONDS))), flush=True)
+        result = tui_decode_vs_headless(mode=chosen, workload=Workload(flush_seconds=float(flush or FLUSH_SECONDS)))
+        print(json.dumps(result), flush=True)

@@ -23,11 +23,15 @@ def test_no_home_before_means_none_after(monkeypatch):
     assert "mlxchat-bench-" not in str(default_root())
 
 
-def test_headless_side_runs_in_a_new_process_on_the_embedded_model():
-    from app.tui_bench import headless_in_new_process
+def test_each_side_runs_in_a_new_process_on_the_embedded_model(monkeypatch, tmp_path):
+    from app.tui_bench import Workload, side_in_new_process
 
-    tps = headless_in_new_process("mini-target", None, reply_tokens=24, earlier=4)
-    assert tps > 0
+    monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path))
+    workload = Workload(draft=None, reply_tokens=24, earlier=4)
+    assert side_in_new_process("headless", workload)["decode_tps"] > 0
+    tui = side_in_new_process("process", workload)
+    assert tui["tokens"] == 24 and tui["decode_tps"] > 0 and tui["mounted_messages"] == 4 + 2  # the earlier ones, the question, the reply
+    assert 0 < tui["ui_cpu_share"] < 2 and tui["lag_s"] >= 0
 
 
 def test_control_run_generates_the_reply_in_the_engine_process_with_no_ui(monkeypatch, tmp_path):
