@@ -191,11 +191,9 @@ class Workload:
                     messages=earlier_messages(self.earlier), ignore_eos=True, flush_seconds=self.flush_seconds)
 
 
-SIDES = ("headless", "process", "thread", "none")  # `mlxchat ask`'s path; the TUI as shipped, ...; no UI
-
-
 def run_side(side: str, workload: Workload) -> dict[str, float]:
-    """One reply on one side, in this process."""
+    """One reply on one side, in this process: "headless" (`mlxchat ask`'s path), "process" (the TUI
+    as shipped), "thread" (its engine on a thread of the UI process) or "none" (the engine, no UI)."""
     if side == "headless":
         return {"decode_tps": _headless_tps(workload)}
     if side == "none":
