@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -13,7 +14,11 @@ from mlxcore.errors import PromptError
 from mlxcore.events import FinalEvent, TokenEvent
 from mlxcore.launch import open_engine
 from sessions.chat_session import ChatSession
+from sessions.errors import SessionSaveError
+from sessions.store_lock import SessionLock
 from sessions.thinking import ThinkingSplitter
+
+LONG_PROMPT_TOKENS = 1024  # a prefill this long says so on stderr (it takes a while on a big model)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -29,7 +34,7 @@ def _say(text: str) -> None:
 
 
 def open_session(args: argparse.Namespace, engine) -> ChatSession:
-    """The session in --session FILE if it exists, else a new one; the options apply to it."""
+    """The session in --session FILE if it exists (keeping its settings), else a new one; options given override."""
     path = Path(args.session) if args.session else None
     if path is not None and path.exists():
         session = ChatSession.load(path, engine)
@@ -40,8 +45,9 @@ def open_session(args: argparse.Namespace, engine) -> ChatSession:
             session.set_system(args.system)
     else:
         session = ChatSession(engine, system=args.system, use_draft=not args.no_draft)
-    session.params = generation_params(args)
-    session.enable_thinking = args.think
+    session.params = generation_params(args, session.params)
+    if args.think is not None:
+        session.enable_thinking = args.think
     return session
 
 
@@ -51,15 +57,31 @@ def run_ask(args: argparse.Namespace) -> int:
     opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft, notice=_say)
     if opened.note:
         _say(opened.note)
-    session = open_session(args, opened.engine)
-    events = session.stream_events(prompt)
-    try:
-        (print_json if args.json else print_text)(events, show_thinking=args.show_thinking)
-    finally:
-        events.close()
-        if args.session:
-            session.save(args.session)
+    # A chat window (or another ask) writing the same file would lose one of the two turns.
+    with SessionLock.acquire(Path(args.session), mark_open=True) if args.session else nullcontext():
+        session = open_session(args, opened.engine)
+        session.prefill_progress = _say_long_prefill
+        before = list(session.messages)
+        events = session.stream_events(prompt)
+        try:
+            (print_json if args.json else print_text)(events, show_thinking=args.show_thinking)
+        finally:
+            events.close()  # a reply cut short (ctrl+c) is kept as it stands; one with no token adds nothing
+            if args.session and session.messages != before:  # a refused prompt leaves the file as it was
+                _save(session, args.session)
     return 0
+
+
+def _say_long_prefill(done: int, total: int) -> None:
+    if done == 0 and total >= LONG_PROMPT_TOKENS:
+        _say(f"reading the prompt ({total:,} tokens)…")
+
+
+def _save(session: ChatSession, path: str) -> None:
+    try:
+        session.save(path)
+    except SessionSaveError as error:
+        raise SessionSaveError(f"This turn was not saved to the session. {error}") from None
 
 
 def print_text(events, show_thinking: bool) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from typing import Any
 
 from mlxcore.configs import KVConfig, ModelChoice
 from mlxcore.errors import UsageError
@@ -27,17 +29,19 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_generation_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("generation")
+    group = parser.add_argument_group(
+        "generation", "With --session, a saved chat keeps its own settings; the options given here override them.")
     group.add_argument("--system", metavar="TEXT", help="system prompt")
-    group.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
-    group.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (1 = off)")
-    group.add_argument("--top-k", type=int, default=0, help="keep only the k likeliest tokens (0 = off)")
-    group.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the top one (0 = off)")
-    group.add_argument("--max-tokens", type=int, default=512, help="longest reply in tokens (default 512)")
+    group.add_argument("--temp", type=float, help="temperature; 0 = greedy (default 0)")
+    group.add_argument("--top-p", type=float, help="nucleus sampling threshold (default 1 = off)")
+    group.add_argument("--top-k", type=int, help="keep only the k likeliest tokens (default 0 = off)")
+    group.add_argument("--min-p", type=float, help="drop tokens below min-p x the top one (default 0 = off)")
+    group.add_argument("--max-tokens", type=int, help="longest reply in tokens (default 512)")
     group.add_argument("--seed", type=int, help="random seed, for reproducible sampling")
-    group.add_argument("--think", dest="think", action="store_true", default=True,
+    group.add_argument("--think", dest="think", action="store_true", default=None,
                        help="let the model think before it answers (default)")
-    group.add_argument("--no-think", dest="think", action="store_false", help="answer without thinking")
+    group.add_argument("--no-think", dest="think", action="store_false", default=None,
+                       help="answer without thinking")
 
 
 def model_choice(args: argparse.Namespace) -> ModelChoice:
@@ -55,10 +59,18 @@ def kv_config(args: argparse.Namespace) -> KVConfig:
         raise UsageError(str(error)) from None
 
 
-def generation_params(args: argparse.Namespace) -> GenerationParams:
-    """GenerationParams from the options; UsageError when they don't fit."""
+_PARAM_OPTIONS = {"temp": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                  "max_tokens": "max_tokens", "seed": "seed"}  # option dest -> GenerationParams field
+
+
+def given_params(args: argparse.Namespace) -> dict[str, Any]:
+    """The generation parameters given on the command line (GenerationParams field -> value)."""
+    return {name: getattr(args, dest) for dest, name in _PARAM_OPTIONS.items() if getattr(args, dest) is not None}
+
+
+def generation_params(args: argparse.Namespace, base: GenerationParams | None = None) -> GenerationParams:
+    """``base`` (default: the defaults) with the options given; UsageError when they don't fit."""
     try:
-        return GenerationParams(temperature=args.temp, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-                                max_tokens=args.max_tokens, seed=args.seed)
+        return dataclasses.replace(base or GenerationParams(), **given_params(args))
     except ValueError as error:
         raise UsageError(str(error)) from None

@@ -66,4 +66,5 @@ def _row(info: SessionInfo) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.updated))
     if info.broken:
         return f"{info.id}  {when}  BROKEN: {info.broken}"
-    return f"{info.id}  {when}  {info.messages:>3} msgs  {info.model}  {info.title}"
+    where = "  (open in an mlxchat window)" if info.open_elsewhere else ""
+    return f"{info.id}  {when}  {info.messages:>3} msgs  {info.model}  {info.title}{where}"

@@ -61,7 +61,7 @@ def scratch_home() -> Iterator[str]:
                 os.environ["MLXCHAT_HOME"] = previous
 
 
-def headless_decode_tps(engine: Any, messages: tuple[tuple[str, str], ...], params: Any) -> float:
+def headless_decode(engine: Any, messages: tuple[tuple[str, str], ...], params: Any) -> dict[str, float]:
     """`mlxchat ask`'s path: a ChatSession holding ``messages``, the question streamed as text to a sink."""
     from app.ask import print_text
     from sessions.chat_session import ChatSession
@@ -77,7 +77,8 @@ def headless_decode_tps(engine: Any, messages: tuple[tuple[str, str], ...], para
         finally:
             events.close()
     session.caches.release()
-    return session.last_stats.decode_tps
+    stats = session.last_stats
+    return {"decode_tps": stats.decode_tps, "decode_seconds": stats.decode_seconds, "tokens": stats.generated_tokens}
 
 
 class StallMeter:
@@ -127,9 +128,11 @@ async def tui_run(command: Open, mode: str, timeout: float = 600.0) -> dict[str,
         worst = meter.stop()
         while app.updates <= app.updates_at_done:  # the saved chat arrived: nothing left in flight
             await _tick(pilot, deadline)
-        return {"decode_tps": app.status.stats["decode_tps"], "lag_s": app.completion_lags[-1],
+        stats = app.status.stats
+        return {"decode_tps": stats["decode_tps"], "decode_seconds": stats["decode_seconds"],
+                "lag_s": app.completion_lags[-1],
                 "stall_s": worst, "stalls_over_100ms": meter.late_100ms, "ui_cpu_share": cpu / wall,
-                "tokens": app.status.stats["generated_tokens"], "mounted_messages": len(app.chat.views)}
+                "tokens": stats["generated_tokens"], "mounted_messages": len(app.chat.views)}
 
 
 def engine_only_run(command: Open, timeout: float = 600.0) -> dict[str, float]:
@@ -165,7 +168,8 @@ def engine_only_run(command: Open, timeout: float = 600.0) -> dict[str, float]:
     finally:
         client.close()
     stats = seen["last"].stats
-    return {"decode_tps": stats["decode_tps"], "lag_s": 0.0, "stall_s": 0.0, "stalls_over_100ms": 0,
+    return {"decode_tps": stats["decode_tps"], "decode_seconds": stats["decode_seconds"], "lag_s": 0.0,
+            "stall_s": 0.0, "stalls_over_100ms": 0,
             "ui_cpu_share": 0.0, "tokens": stats["generated_tokens"], "mounted_messages": 0}
 
 
@@ -195,7 +199,7 @@ def run_side(side: str, workload: Workload) -> dict[str, float]:
     """One reply on one side, in this process: "headless" (`mlxchat ask`'s path), "process" (the TUI
     as shipped), "thread" (its engine on a thread of the UI process) or "none" (the engine, no UI)."""
     if side == "headless":
-        return {"decode_tps": _headless_tps(workload)}
+        return _headless_run(workload)
     if side == "none":
         return engine_only_run(workload.open_command())
     return asyncio.run(tui_run(workload.open_command(), side))
@@ -214,7 +218,7 @@ def side_in_new_process(side: str, workload: Workload) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _headless_tps(workload: Workload) -> float:
+def _headless_run(workload: Workload) -> dict[str, float]:
     from mlxcore.launch import ModelChoice, open_engine
     from mlxcore.params import GenerationParams
 
@@ -222,7 +226,7 @@ def _headless_tps(workload: Workload) -> float:
     engine = open_engine(choice).engine
     engine.eos_ids = set()  # the same long reply on both sides
     params = GenerationParams(temperature=0.0, max_tokens=workload.reply_tokens)
-    return headless_decode_tps(engine, earlier_messages(workload.earlier), params)
+    return headless_decode(engine, earlier_messages(workload.earlier), params)
 
 
 def tui_decode_vs_headless(runs: int = 5, mode: str = "process", workload: Workload = Workload()) -> dict[str, Any]:

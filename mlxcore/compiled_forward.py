@@ -8,12 +8,14 @@ exactly mlx-lm's. The logits are bit for bit the model's own (tests compare them
 
 Only short inputs take this path (decode steps, speculative verification): each
 new input length compiles new kernels. Prefill chunks go through the model as is.
-``MLXCHAT_COMPILE=0`` turns it off; so does a platform where compiling fails.
+``MLXCHAT_COMPILE=0`` turns it off; so does a platform where compiling fails
+(``report_compile_failure`` tells the user why).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -22,24 +24,44 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask, scaled_dot_product_attention
 from mlx_lm.models.cache import make_prompt_cache
 
+from mlxcore.fingerprint import one_line
+
 MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer inputs run uncompiled
 # Lengths whose kernels a warm-up builds: one decode step, and one verification block, whose kernels
 # every other block length reuses (measured on the embedded target: 18 kernels for 1, 8 more for 2, none after).
 WARM_UP_LENGTHS = (1, 2)
 _LAYER_PARTS = ("input_layernorm", "post_attention_layernorm", "self_attn", "mlp")
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "rope", "n_heads", "n_kv_heads", "scale")
+_told = False  # whether a failed compile was reported (report_compile_failure)
+
+
+def _wanted() -> bool:
+    return os.environ.get("MLXCHAT_COMPILE", "1") != "0"  # the user may turn compiling off
 
 
 @lru_cache(maxsize=1)
 def compile_works() -> bool:
-    """Whether ``mx.compile`` runs here (on Linux it needs a C++ compiler at run time)."""
-    if os.environ.get("MLXCHAT_COMPILE", "1") == "0":
-        return False
+    """Whether decoding compiles: wanted, and ``mx.compile`` runs here."""
+    return _wanted() and compile_failure() is None
+
+
+@lru_cache(maxsize=1)
+def compile_failure() -> str | None:
+    """Why ``mx.compile`` does not run here (on Linux it needs a C++ compiler at run time), or None if it does."""
     try:
         mx.eval(mx.compile(lambda x: mx.exp(x) * 2 + 1)(mx.ones(4)))
-        return True
-    except Exception:  # no toolchain, sandboxed temp folder...: decode uncompiled
-        return False
+        return None
+    except Exception as error:  # no toolchain, sandboxed temp folder...: decode uncompiled, and say why
+        return f"{type(error).__name__}: {one_line(error)}"[:300]
+
+
+def report_compile_failure(notice: Callable[[str], None]) -> None:
+    """Tell ``notice`` that decoding runs without compiled kernels, and why: once per process."""
+    global _told
+    if _told or not _wanted() or compile_failure() is None:
+        return
+    _told = True
+    notice(f"decoding without compiled kernels: {compile_failure()}")
 
 
 def has_qwen3_layout(model: nn.Module) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlxcore.errors import UsageError
+
 
 @dataclass(frozen=True)
 class ModelChoice:
@@ -32,3 +34,10 @@ class KVConfig:
             raise ValueError(f"max_kv must be positive, not {self.max_kv}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be positive, not {self.block_size}")
+
+
+def check_num_draft(num_draft: int) -> int:
+    """``num_draft`` when it is a usable cap on the draft length (--num-draft), else ``UsageError``."""
+    if num_draft < 1:
+        raise UsageError(f"--num-draft must be at least 1, not {num_draft}")
+    return num_draft

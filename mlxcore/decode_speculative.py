@@ -26,6 +26,17 @@ from mlxcore.rejection import verify, verify_greedy
 from mlxcore.sampling import KeyStream, distribution, draw
 
 
+def rewind_room(max_k: int) -> int:
+    """The ``max_rewind`` a rotating cache needs for rounds of up to ``max_k`` drafts after its window wrapped.
+
+    A round rewinds the target by k - n <= k and the draft by less; settling a
+    verify pass stopped between layers rewinds the layers it reached by all its
+    1 + k tokens. A wrapped window can rewind ``max_rewind + 1`` tokens right
+    after a write (``Window.max_trim``), so ``max_k`` covers both.
+    """
+    return max_k
+
+
 @dataclass
 class SpecCounters:
     proposed: int = 0
@@ -198,6 +209,7 @@ class SpeculativeDecoder:
     def settle(self) -> None:
         """Make both caches hold exactly ``emitted``: trim what is ahead, feed what is behind."""
         for model, cache in ((self.target, self.tcache), (self.draft, self.dcache)):
+            cache.settle()  # first: a pass stopped between layers leaves layer 0 ahead of the rest
             ahead = cache.offset - len(self.emitted)
             if ahead > 0:
                 cache.trim(ahead)

@@ -14,12 +14,13 @@ from mlxcore.compiled_forward import CompiledForward
 from mlxcore.configs import KVConfig
 from mlxcore.cpu_prefill import uses_cpu_prefill
 from mlxcore.decode_plain import TokenPicker, plain_decode
-from mlxcore.decode_speculative import SpeculativeDecoder
+from mlxcore.decode_speculative import SpeculativeDecoder, rewind_room
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.errors import PromptError
 from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
 from mlxcore.fast_exp import warm_up as warm_up_fast_exp
 from mlxcore.kv.base import ModelCache
+from mlxcore.kv.errors import CacheStateError
 from mlxcore.kv.model_cache import make_model_cache
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, prefill
@@ -64,15 +65,27 @@ class Engine:
         if uses_cpu_prefill(self.model, []):
             warm_up_fast_exp()
 
+    @property
+    def rewind_room(self) -> int:
+        """Tokens a rotating cache must rewind after its window wrapped, for this engine's longest drafts."""
+        return rewind_room(self.draft_control.max_k)
+
     def _new_model_cache(self, model: nn.Module, role: str) -> ModelCache:
         cache = make_model_cache(model, kind=self.kv.kind, block_size=self.kv.block_size,
-                                 max_kv=self.kv.max_kv, pool=self._pools.get(role))
+                                 max_kv=self.kv.max_kv, max_rewind=self.rewind_room, pool=self._pools.get(role))
         if getattr(cache, "pool", None) is not None:
             self._pools[role] = cache.pool
         return cache
 
     def restore_cache(self, role: str, tensors: dict, meta: dict) -> ModelCache:
-        """Rebuild the ``role`` ("target" or "draft") cache saved by ``ModelCache.state_dict``, in this engine's pool."""
+        """Rebuild the ``role`` ("target" or "draft") cache saved by ``ModelCache.state_dict``, in this engine's pool.
+
+        A rotating window saved with less rewind room than ``rewind_room`` is refused
+        (``CacheStateError``): its rounds would fail once it wraps.
+        """
+        if meta.get("kind") == "rotating" and int(meta.get("max_rewind", 0)) < self.rewind_room:
+            raise CacheStateError(f"The saved rotating KV cache rewinds {meta.get('max_rewind')} tokens; "
+                                  f"drafts of {self.draft_control.max_k} need {self.rewind_room}.")
         model = self.model if role == "target" else self.draft_model
         cache = ModelCache.from_state(model, tensors, meta, pool=self._pools.get(role))
         if getattr(cache, "pool", None) is not None:
@@ -99,15 +112,29 @@ class Engine:
         that far (a wrapped rotating window) is replaced by an empty one.
         """
         cache: ModelCache = getattr(caches, role)
+        try:
+            cache.settle()  # before reading its tokens: an interrupted pass leaves layer 0 ahead
+        except CacheStateError:  # ...by more than a wrapped window can rewind
+            cache = self._replace_cache(caches, role)
         keep = min(common_prefix_length(cache.tokens, prompt_ids), len(prompt_ids) - 1)
         if cache.offset - keep > cache.max_trim:
-            cache.release()
-            cache = self._new_model_cache(self.model if role == "target" else self.draft_model, role)
-            setattr(caches, role, cache)
+            cache = self._replace_cache(caches, role)
         cache.trim(cache.offset - keep)
         if cache.offset == 0:
             keep = cache.reuse_prefix(prompt_ids)
+        if cache.offset != keep:  # prefilling from here would put every later token at a wrong position
+            raise CacheStateError(f"The {role} KV cache holds {cache.offset} tokens after keeping {keep} "
+                                  "of this prompt; start a new chat.")
         return keep
+
+    def _replace_cache(self, caches: Caches, role: str) -> ModelCache:
+        """An empty cache instead of the ``role`` one (the next prefill rebuilds it), keeping what it keeps."""
+        old = getattr(caches, role)
+        old.release()
+        cache = self._new_model_cache(self.model if role == "target" else self.draft_model, role)
+        cache.keep = old.keep  # a rotating window's system prompt
+        setattr(caches, role, cache)
+        return cache
 
     def _speculative(self, caches: Caches, params: GenerationParams) -> bool:
         # The repetition penalty depends on every earlier token, drafted ones included: decode plainly then.
@@ -119,7 +146,9 @@ class Engine:
 
         Stop iterating at any point: the caches then hold exactly the prompt plus
         the tokens yielded so far (speculative decoding trims or feeds them as it stops).
+        ``progress`` follows the target's prefill and may stop it (``StopPrefill``).
         """
+        self.last_stats = None  # set when decoding ends: a refused or stopped prefill leaves None
         self._check_prompt(prompt_ids)
         prompt_ids = list(prompt_ids)
         start = time.perf_counter()

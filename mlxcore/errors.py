@@ -23,3 +23,7 @@ class PromptError(MlxchatError):
 
 class UsageError(MlxchatError):
     """Options that do not fit together or are out of range."""
+
+
+class SystemPromptTooLongError(PromptError):
+    """The system prompt does not fit in the rotating KV window (which always keeps it)."""

@@ -8,14 +8,17 @@ in the CLI or in a test, still takes effect.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from huggingface_hub import constants, snapshot_download, try_to_load_from_cache
-from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
+                                     RepositoryNotFoundError)
 from huggingface_hub.utils import tqdm as hf_tqdm
 from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS
 
@@ -27,6 +30,8 @@ Progress = Callable[[int, int], None]
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 _TRUE = {"1", "true", "yes", "on"}
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}  # no space left, or over the disk quota
+_NOT_WRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 def is_repo_id(ref: str) -> bool:
@@ -66,7 +71,8 @@ def download(repo_id: str, *, progress: Progress | None = None) -> Path:
     """The local folder of ``repo_id``, downloading what is missing (mlx-lm's file patterns).
 
     Progress goes to a bar on stderr, or to ``progress`` when given. Offline, only
-    the cache is used. Every failure is a ModelLoadError that says what to do.
+    the cache is used. A failed transfer (network, disk, hub) is a ModelLoadError that
+    says what to do; any other exception is a bug and propagates as it is.
     """
     offline = offline_by_env()
     try:
@@ -78,10 +84,48 @@ def download(repo_id: str, *, progress: Progress | None = None) -> Path:
                              "(log in with `hf auth login`); check the name.") from error
     except LocalEntryNotFoundError as error:
         raise _not_cached(repo_id, offline, error) from error
-    except Exception as error:  # network stacks differ by version (requests, httpx, xet): report any
-        raise ModelLoadError(f"Downloading {repo_id!r} failed ({one_line(error)}); "
-                             "check the network and the disk space, then try again.") from error
+    except _transfer_errors() as error:  # anything else is a bug, and must show as one
+        raise _failed_transfer(repo_id, error) from error
     return Path(folder)
+
+
+def _failed_transfer(repo_id: str, error: BaseException) -> ModelLoadError:
+    """The message for a download stopped by the disk (full, not writable) or by the network."""
+    where, reason = hub_cache_dir(), f"{type(error).__name__}: {one_line(error)[:200]}"
+    if _disk_full(error):
+        return ModelLoadError(f"Downloading {repo_id!r} stopped: the disk that holds the hub cache ({where}) "
+                              "is full. Free some space, or set HF_HUB_CACHE to a folder on a larger disk, "
+                              "then try again.")
+    if isinstance(error, OSError) and (error.filename is not None or error.errno in _NOT_WRITABLE):
+        return ModelLoadError(f"Downloading {repo_id!r} failed writing to the hub cache ({where}): {reason}; "
+                              "check that this folder can be written, or set HF_HUB_CACHE to another one.")
+    return ModelLoadError(f"Downloading {repo_id!r} failed ({reason}); check the network connection, "
+                          "then try again.")
+
+
+def _transfer_errors() -> tuple[type[BaseException], ...]:
+    """The errors of a failed transfer: the OS's (network, disk, hf_xet's), the hub's, and its HTTP stack's.
+
+    requests' errors are OSErrors; httpx's are not. The HTTP stack differs by
+    huggingface-hub version, so take the one it imported rather than import one.
+    """
+    found: list[type[BaseException]] = [OSError, HfHubHTTPError]
+    for name in ("httpx", "httpx2"):
+        module = sys.modules.get(name)
+        if module is not None and isinstance(getattr(module, "HTTPError", None), type):
+            found.append(module.HTTPError)
+    return tuple(found)
+
+
+def _disk_full(error: BaseException | None) -> bool:
+    """Whether ``error``, or one it was raised from, is "no space left on device"."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in _DISK_FULL:
+            return True
+        if "no space left on device" in str(error).lower():  # hf_xet's errors carry the OS's words, no errno
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _not_cached(repo_id: str, offline: bool, error: Exception) -> ModelLoadError:

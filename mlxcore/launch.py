@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from mlxcore.configs import KVConfig, ModelChoice
+from mlxcore.compiled_forward import report_compile_failure
+from mlxcore.configs import KVConfig, ModelChoice, check_num_draft
 from mlxcore.engine import Engine
-from mlxcore.errors import UsageError
 
 SLOW_WARM_UP_S = 1.5  # say what is happening when the kernel warm-up takes longer than this
 SLOW_WARM_UP_NOTE = ("compiling decode kernels for this machine (first start only, up to a minute; "
@@ -29,8 +29,7 @@ def open_engine(choice: ModelChoice = ModelChoice(), kv: KVConfig = KVConfig(), 
     ``progress(done, total)`` follows a download; ``notice(text)`` is told when the
     kernel warm-up is slow (it is called from a timer thread and must not use MLX).
     """
-    if num_draft < 1:
-        raise UsageError(f"--num-draft must be at least 1, not {num_draft}")
+    check_num_draft(num_draft)
     from mlxcore.defaults import default_pair
     from mlxcore.loading import check_draft_compatible, load_model
 
@@ -53,9 +52,14 @@ def open_engine(choice: ModelChoice = ModelChoice(), kv: KVConfig = KVConfig(), 
     return OpenedEngine(engine, target.name, draft.name if draft else None, note)
 
 
-def warm_up(engine: Engine, notice=None) -> None:
-    """Compile the engine's decode kernels, telling ``notice`` if that takes a while."""
-    timer = threading.Timer(SLOW_WARM_UP_S, notice, args=(SLOW_WARM_UP_NOTE,)) if notice else None
+def warm_up(engine: Engine, notice=None, timer_class=threading.Timer) -> None:
+    """Compile the engine's decode kernels, telling ``notice`` if that takes a while.
+
+    ``timer_class(seconds, function, args=...)`` makes the countdown (a test passes one it can watch).
+    """
+    if notice is not None:
+        report_compile_failure(notice)  # once per process: decoding runs, only slower
+    timer = timer_class(SLOW_WARM_UP_S, notice, args=(SLOW_WARM_UP_NOTE,)) if notice else None
     if timer is not None:
         timer.daemon = True
         timer.start()

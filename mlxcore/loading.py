@@ -22,8 +22,11 @@ from mlx_lm.utils import load_tokenizer as mlx_lm_load_tokenizer
 
 from assets import MODELS_DIR
 from mlxcore.errors import ModelLoadError, TokenizerMismatchError
-from mlxcore.fingerprint import model_fingerprint, one_line, read_config
+from mlxcore.fingerprint import WEIGHTS_GLOB, model_fingerprint, one_line, read_config
 from mlxcore.hub import Progress, download, is_repo_id
+from mlxcore.out_of_memory import is_out_of_memory, not_enough_memory
+
+_TOO_LONG_WARNING = "sequence-length-is-longer-than-the-specified-maximum"  # transformers' key for it
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ def load_model(ref: str, *, progress: Progress | None = None) -> LoadedModel:
     folder, name = resolve(ref, progress=progress)
     fingerprint = model_fingerprint(folder)  # also checks config.json and the safetensors headers
     _check_config(folder, read_config(folder))
-    model, config = _build_model(folder)
+    model, config = _build_model(folder, name)
     tokenizer = _load_tokenizer(folder, config)
     return LoadedModel(model, tokenizer, fingerprint, folder, config, name)
 
@@ -125,10 +128,13 @@ def _check_config(folder: Path, config: dict[str, Any]) -> None:
                              f"({one_line(error)}); restore it or download the model again.") from error
 
 
-def _build_model(folder: Path) -> tuple[nn.Module, dict[str, Any]]:
+def _build_model(folder: Path, name: str) -> tuple[nn.Module, dict[str, Any]]:
     try:
         return mlx_lm_load_model(folder)
-    except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
+    except (ValueError, TypeError, KeyError, RuntimeError, OSError, MemoryError) as error:
+        if is_out_of_memory(error):  # the files are fine: downloading them again would not help
+            need = sum(path.stat().st_size for path in folder.glob(WEIGHTS_GLOB))
+            raise ModelLoadError(not_enough_memory(name, need)) from error
         raise ModelLoadError(f"The weights in {folder} do not fit its config.json or cannot be read "
                              f"({one_line(error)[:300]}); download the model again.") from error
 
@@ -138,7 +144,13 @@ def _load_tokenizer(folder: Path, config: dict[str, Any]) -> TokenizerWrapper:
         raise ModelLoadError(f"{folder} has no tokenizer (tokenizer.json); copy the tokenizer files "
                              "from the original model or download it again.")
     try:
-        return mlx_lm_load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
+        tokenizer = mlx_lm_load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
     except (ValueError, TypeError, KeyError, OSError, AttributeError) as error:
         raise ModelLoadError(f"The tokenizer in {folder} cannot be read ({one_line(error)[:300]}); "
                              "copy it again from the original model.") from error
+    given = getattr(tokenizer, "deprecation_warnings", None)
+    if isinstance(given, dict):
+        # transformers warns once per tokenizer about a text longer than the model's context; our own
+        # message (Engine._check_prompt) says so and what to do, so mark its warning as given.
+        given[_TOO_LONG_WARNING] = True
+    return tokenizer

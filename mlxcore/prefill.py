@@ -14,12 +14,18 @@ from mlxcore.cpu_prefill import cpu_prefill_body, uses_cpu_prefill
 Progress = Callable[[int, int], None]  # (prompt tokens done, prompt tokens in all)
 
 
+class StopPrefill(Exception):
+    """Raised by a Progress callback to stop before the first token; the cache keeps the chunks done."""
+
+
 def prefill(model: nn.Module, cache, ids: Sequence[int], chunk: int, progress: Progress | None = None) -> None:
     """Feed ``ids`` into ``cache`` in chunks of ``chunk`` tokens.
 
     Runs the transformer body only (mlx-lm models keep it in ``model.model``), so
     no vocabulary-sized logits are computed for tokens whose prediction nobody reads.
     On the CPU, Qwen3 models take ``cpu_prefill_body`` (a cheaper exp; see there).
+    ``progress`` is called with 0 done before the first chunk and after every chunk;
+    it may raise ``StopPrefill`` to stop between chunks.
     """
     if not ids:
         return
@@ -29,6 +35,8 @@ def prefill(model: nn.Module, cache, ids: Sequence[int], chunk: int, progress: P
         body = getattr(model, "model", model)
     done = 0
     with parallel_products():
+        if progress is not None:
+            progress(0, len(ids))
         while done < len(ids):
             piece = list(ids[done : done + chunk])
             cache.begin(piece)

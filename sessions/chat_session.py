@@ -7,10 +7,11 @@ from pathlib import Path
 
 from mlxcore.chat_template import render_chat
 from mlxcore.engine import Engine
-from mlxcore.errors import PromptError
+from mlxcore.errors import PromptError, SystemPromptTooLongError
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
 from mlxcore.params import GenerationParams
+from mlxcore.prefill import Progress, StopPrefill
 from sessions.messages import Message
 
 
@@ -20,6 +21,10 @@ class ChatSession:
     Each turn templates the whole conversation; the Engine keeps the longest
     prefix its caches already hold and computes only the rest, so turn 10 does
     not recompute turns 1-9. Stopping a ``stream`` keeps the partial reply.
+
+    A turn the engine refuses (``PromptError``: too long, empty) leaves the
+    history as it was before the turn. A turn that ends before its first token
+    (stopped during prefill, or an error) adds no assistant message.
     """
 
     def __init__(self, engine: Engine, system: str | None = None, params: GenerationParams | None = None,
@@ -37,6 +42,8 @@ class ChatSession:
         self.store_id: str | None = None  # the session store's id once saved there (autosave)
         self.created_at: float | None = None  # when first saved (epoch seconds)
         self.restore_note: str | None = None  # after load: what the user should know (e.g. cache rebuilt)
+        # Called as the prompt is prefilled (tokens done, in all); raising StopPrefill ends the turn there.
+        self.prefill_progress: Progress | None = None
 
     # what the conversation holds --------------------------------------------------
 
@@ -81,8 +88,9 @@ class ChatSession:
         """
         if not text.strip():
             raise PromptError("The message is empty: type something first.")
+        before = list(self.messages)
         self.messages.append(Message("user", text))
-        return self._reply()
+        return self._reply(before)
 
     def regenerate(self) -> str:
         return "".join(self.stream_regenerate())
@@ -91,8 +99,9 @@ class ChatSession:
         """Replace the last assistant reply with a new one (the prefix before it comes from the cache)."""
         if not self.messages or self.messages[-1].role != "assistant":
             raise PromptError("There is no reply to regenerate yet.")
+        before = list(self.messages)
         self.messages.pop()
-        return self._reply()
+        return self._reply(before)
 
     def edit_last_user(self, text: str) -> str:
         return "".join(self.stream_edit_last_user(text))
@@ -104,8 +113,9 @@ class ChatSession:
             raise PromptError("There is no message to edit yet.")
         if not text.strip():
             raise PromptError("The message is empty: type something first.")
+        before = list(self.messages)
         self.messages = self.messages[: users[-1]] + [Message("user", text)]
-        return self._reply()
+        return self._reply(before)
 
     def fork(self) -> ChatSession:
         """An independent copy of this conversation; with the paged cache it shares the cached blocks."""
@@ -124,11 +134,12 @@ class ChatSession:
         """Like ``stream``, but yields the Engine's events (token ids, draft flags, final stats)."""
         if not text.strip():
             raise PromptError("The message is empty: type something first.")
+        before = list(self.messages)
         self.messages.append(Message("user", text))
-        return self._events()
+        return self._events(before)
 
-    def _reply(self) -> Iterator[str]:
-        events = self._events()
+    def _reply(self, before: list[Message]) -> Iterator[str]:
+        events = self._events(before)
         try:
             for event in events:
                 if isinstance(event, TokenEvent) and event.text:
@@ -142,6 +153,10 @@ class ChatSession:
             return
         keep = len(render_chat(self.engine.tokenizer, [self.messages[0].as_dict()], enable_thinking=False,
                                add_generation_prompt=False))
+        window = self.caches.target.window.max_size
+        if keep >= window:  # it would leave no room for the conversation
+            raise SystemPromptTooLongError(f"The system prompt has {keep} tokens and does not fit in the rotating "
+                                           f"KV window of {window}: use a bigger --max-kv, or a shorter system prompt.")
         for cache in (self.caches.target, self.caches.draft):
             try:
                 if cache is not None:
@@ -149,21 +164,31 @@ class ChatSession:
             except CacheStateError:
                 pass  # the window already filled: the keep it had stays (documented in mlxcore.kv.rotating)
 
-    def _events(self) -> Iterator[Event]:
-        self._keep_system_in_window()
-        events = self.engine.generate(self.prompt_ids(), self.caches, self.params)
-        reply = ""
+    def _events(self, before: list[Message]) -> Iterator[Event]:
+        """The engine's events for the history as it stands; ``before`` is the history before this turn."""
+        reply, tokens = "", 0
+        events = None
         try:
+            self._keep_system_in_window()
+            events = self.engine.generate(self.prompt_ids(), self.caches, self.params, self.prefill_progress)
             for event in events:
                 if isinstance(event, TokenEvent):
-                    reply += event.text
+                    reply, tokens = reply + event.text, tokens + 1
                 elif isinstance(event, FinalEvent):
                     reply = event.text
                 yield event
+        except PromptError:
+            if tokens == 0:  # refused: the turn did not happen
+                self.messages = before
+            raise
+        except StopPrefill:
+            pass  # stopped before the first token: the user's message stays, with no reply yet
         finally:  # a stopped reply is kept as it stands; the engine settled the caches
-            events.close()
+            if events is not None:
+                events.close()
             self.last_stats = self.engine.last_stats
-            self.messages.append(Message("assistant", reply))
+            if tokens:
+                self.messages.append(Message("assistant", reply))
 
     # files ------------------------------------------------------------------------
 

@@ -11,5 +11,13 @@ class SessionFileError(MlxchatError):
     """
 
 
+class SessionSaveError(SessionFileError):
+    """A session could not be written; the file that was there before is intact (writes are atomic)."""
+
+
 class SessionNotFoundError(MlxchatError):
     """The session store holds no session with the id asked for."""
+
+
+class SessionInUseError(MlxchatError):
+    """Another mlxchat process has the chat open (or is changing it): it says what to do instead."""

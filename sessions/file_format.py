@@ -16,6 +16,7 @@ they still validate). Writes are atomic: temporary file, fsync, rename, fsync.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sessions.errors import SessionFileError
+from sessions.errors import SessionFileError, SessionSaveError
 
 MAGIC = b"MLXCHAT-SESSION\n"
 MAX_HEADER_BYTES = 16 * 1024 * 1024
@@ -37,7 +38,7 @@ def encode_header(header: dict[str, Any]) -> bytes:
     """The header as the UTF-8 JSON bytes the file holds."""
     data = json.dumps(header, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
     if len(data) > MAX_HEADER_BYTES:
-        raise SessionFileError(f"The session header would take {len(data):,} bytes, over the limit of "
+        raise SessionSaveError(f"The session header would take {len(data):,} bytes, over the limit of "
                                f"{MAX_HEADER_BYTES:,}: the conversation is too long to save.")
     return data
 
@@ -57,10 +58,41 @@ def write_file(path: Path, header: bytes, payload: Iterable[bytes]) -> None:
             os.fsync(out.fileno())
         os.replace(temp, path)
     except OSError as error:
-        raise SessionFileError(f"Cannot write {path}: {error.strerror or error}.") from error
+        raise SessionSaveError(write_error_text(path, error)) from error
     finally:
-        temp.unlink(missing_ok=True)
+        try:
+            temp.unlink(missing_ok=True)
+        except OSError:
+            pass  # a read-only folder never had the temporary file
     _fsync_folder(path.parent)
+
+
+def write_error_text(path: Path, error: OSError) -> str:
+    """What failed when writing ``path``, in words, with what to do about it."""
+    advice = {
+        errno.ENOSPC: "the disk is full: free some space",
+        errno.EDQUOT: "your disk quota is used up: free some space",
+        errno.EFBIG: "the file would be larger than this system allows",
+        errno.EROFS: "the disk is read-only: save somewhere else",
+        errno.EACCES: "there is no permission to write there: fix the folder's permissions or save elsewhere",
+        errno.EPERM: "there is no permission to write there: fix the folder's permissions or save elsewhere",
+        errno.ENOENT: "its folder does not exist",
+    }.get(error.errno)
+    reason = error.strerror or str(error)
+    return f"Cannot write {path}: {reason}" + (f" ({advice})" if advice else "") + \
+        ". An earlier save of it, if any, is intact."
+
+
+def rewrite_header(path: Path, header: bytes) -> None:
+    """Give a session file a new header, its payload copied as it is (atomic, like ``write_file``).
+
+    The payload is streamed, not held in memory, and checked against the old file's
+    checksum on the way: a damaged file is never given a fresh, valid checksum.
+    """
+    with _open(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        old = _read_checked_header(path, f, size)
+        write_file(path, header, _checked_payload(path, f, old, size - _PREAMBLE - len(old) - _DIGEST))
 
 
 def read_header(path: Path) -> dict[str, Any]:
@@ -93,6 +125,19 @@ def _pieces(header: bytes, payload: Iterable[bytes]) -> Iterable[bytes]:
     yield _preamble(header)
     yield header
     yield from payload
+
+
+def _checked_payload(path: Path, f: BinaryIO, header: bytes, length: int) -> Iterable[bytes]:
+    digest = hashlib.sha256(_preamble(header))
+    digest.update(header)
+    while length > 0:
+        piece = _read_exactly(path, f, min(length, _CHUNK))
+        digest.update(piece)
+        length -= len(piece)
+        yield piece
+    if digest.digest() != _read_exactly(path, f, _DIGEST):
+        raise SessionFileError(f"{path} is damaged: its contents do not match their checksum "
+                               "(truncated, or changed after it was saved).")
 
 
 def _preamble(header: bytes) -> bytes:

@@ -2,9 +2,10 @@
 
 The file (see file_format.py) holds a JSON header (file_header.py) and the
 target's and draft's cache tensors (safetensors_payload.py). Loading checks the
-whole file first, then builds the session; a file made with another model, or
-with another kind of KV cache, restores its conversation and leaves the cache
-to be rebuilt by the next turn's prefill, saying so in ``session.restore_note``.
+whole file first, then builds the session; a file made with another model,
+with another kind of KV cache, or with a rotating window that has less rewind
+room than this engine's drafts need, restores its conversation and leaves the
+cache to be rebuilt by the next turn's prefill, saying so in ``session.restore_note``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from mlxcore.kv.errors import CacheShapeError, CacheStateError
 from mlxcore.kv.geometry import model_geometry
 from sessions.errors import SessionFileError
 from sessions.file_format import encode_header, read_file, write_file
-from sessions.file_header import ROLES_SAVED, SavedSession, build_header, read_saved_session
+from sessions.file_header import ROLES_SAVED, SavedCache, SavedSession, build_header, read_saved_session
 from sessions.safetensors_payload import decode_tensors, dtype_name, encode_tensors
 
 if TYPE_CHECKING:
@@ -100,6 +101,9 @@ def restore_plan(saved: SavedSession, engine: Engine, name: str) -> tuple[list[s
             restore.append("draft")
         else:
             notes.append("It was saved with another draft model: the draft's cache will be rebuilt.")
+    if any(not _rewind_room_fits(getattr(saved, role), engine) for role in restore):
+        return [], [f"{name} was saved with a rotating window that rewinds fewer tokens than "
+                    f"--num-draft {engine.draft_control.max_k} needs: the cache will be rebuilt on the next turn."]
     return restore, notes
 
 
@@ -107,6 +111,11 @@ def _window_fits(saved: SavedSession, engine: Engine) -> bool:
     if saved.cache_kind != "rotating" or saved.target is None:
         return True
     return saved.target.state["max_size"] == engine.kv.max_kv
+
+
+def _rewind_room_fits(cache: SavedCache, engine: Engine) -> bool:
+    """A rotating window needs spare slots for the engine's longest drafts (see Engine.rewind_room)."""
+    return cache.state.get("max_rewind", engine.rewind_room) >= engine.rewind_room
 
 
 def _build_session(saved: SavedSession, engine: Engine, tensors: dict[str, mx.array], restore: list[str],

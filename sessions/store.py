@@ -3,6 +3,12 @@
 ``SessionStore().save(session)`` (autosave) gives the session an id the first
 time and rewrites the same file afterwards; ``list`` reads headers only, and a
 file it cannot read is listed as broken instead of failing the listing.
+
+Several processes (mlxchat windows, `mlxchat sessions`) may use one store. A
+store *holds* the chats it has open (``load``, ``save``, ``new_id``) with a
+``SessionLock`` (store_lock.py) until ``release``: while it does, other processes can neither
+open, save, rename nor delete them (``SessionInUseError``), so no window
+overwrites another's turns or brings back a chat deleted elsewhere.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ from typing import TYPE_CHECKING
 from mlxcore.engine import Engine
 from sessions.errors import SessionFileError, SessionNotFoundError
 from sessions.export import transcript_markdown
-from sessions.file_format import encode_header, read_file, read_header, write_file
+from sessions.file_format import encode_header, read_header, rewrite_header
 from sessions.file_header import SavedSession, read_saved_session
 from sessions.messages import Message
 from sessions.session_file import load_session, save_session
+from sessions.store_holds import Holds
+from sessions.store_lock import is_open
 
 if TYPE_CHECKING:
     from sessions.chat_session import ChatSession
@@ -44,6 +52,7 @@ class SessionInfo:
     messages: int  # messages in the history, the system prompt not counted
     model: str  # the model's name, else its fingerprint
     broken: str | None = None  # why the file cannot be opened, or None
+    open_elsewhere: bool = False  # another store (another mlxchat window) has it open
 
 
 def default_root() -> Path:
@@ -65,13 +74,25 @@ class SessionStore:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
+        self._held = Holds(self.root, SUFFIX, _chat_name)  # the chats open here: no other process may change them
 
     def new_id(self) -> str:
-        """A fresh id: the time (so ids sort by creation) and a random suffix."""
-        while True:
-            session_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-            if not self._file(session_id).exists():
-                return session_id
+        """A fresh id, held by this store until ``release``: no other process can take it meanwhile."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        return self._held.claim_new(_fresh_id)
+
+    def claim(self, session_id: str) -> None:
+        """Hold ``session_id`` open here (``SessionInUseError`` if another process does); a no-op when held."""
+        self.path_for(session_id)
+        self._held.claim(session_id)
+
+    def release(self, session_id: str) -> None:
+        """Let other processes open ``session_id`` again (a no-op when it is not held here)."""
+        self._held.release(session_id)
+
+    def close(self) -> None:
+        """Release every chat held here (a process that ends releases them too, however it ends)."""
+        self._held.release_all()
 
     def path_for(self, session_id: str) -> Path:
         """The file of ``session_id`` (which need not exist yet)."""
@@ -97,18 +118,40 @@ class SessionStore:
         return [info for info in self.list() if needle in info.title.casefold()]
 
     def save(self, session: ChatSession, session_id: str | None = None) -> SessionInfo:
-        """Write ``session`` under ``session_id``, else the id it was saved or loaded with, else a new one."""
-        session_id = session_id or session.store_id or self.new_id()
-        path = self.path_for(session_id)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._remove_stale_temps(path)
-        save_session(session, path)
+        """Write ``session`` under ``session_id``, else the id it was saved or loaded with, else a new one.
+
+        The id is held from then on (see ``claim``); a first save that fails lets it go again.
+        """
+        session_id = session_id or session.store_id
+        held = session_id in self._held
+        if session_id is None:
+            session_id = self.new_id()
+        else:
+            self.path_for(session_id)  # a bad id fails before a folder is made
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._held.claim(session_id, "save")
+        path = self._file(session_id)
+        try:
+            self._remove_stale_temps(path)
+            save_session(session, path)
+        except BaseException:
+            if not held:
+                self.release(session_id)
+            raise
         session.store_id = session_id
         return self.info(session_id)
 
     def load(self, session_id: str, engine: Engine) -> ChatSession:
-        """Open a stored session on ``engine`` (see ``load_session``); later ``save`` calls update it."""
-        session = load_session(self._existing(session_id), engine)
+        """Open a stored session on ``engine`` (see ``load_session``) and hold it; ``save`` updates it."""
+        self._existing(session_id)
+        held = session_id in self._held
+        self.claim(session_id)
+        try:  # looked for again under the lock: it may have been deleted just before
+            session = load_session(self._existing(session_id), engine)
+        except BaseException:
+            if not held:
+                self.release(session_id)
+            raise
         session.store_id = session_id
         return session
 
@@ -116,20 +159,25 @@ class SessionStore:
         """Set a session's title (rewrites its header atomically; the caches are copied as they are)."""
         if not title.strip():
             raise SessionFileError("A session title cannot be empty.")
-        path = self._existing(session_id)
-        header, payload = read_file(path)
-        read_saved_session(header, str(path))  # never rewrite a file that does not pass
-        header["title"] = " ".join(title.split())
-        write_file(path, encode_header(header), [payload])
+        self._existing(session_id)
+        with self._held.changing(session_id, "rename"):
+            path = self._existing(session_id)
+            header = read_header(path)
+            read_saved_session(header, str(path))  # never rewrite a file that does not pass
+            header["title"] = " ".join(title.split())
+            rewrite_header(path, encode_header(header))  # the payload is checked as it is copied
         return self.info(session_id)
 
     def delete(self, session_id: str) -> None:
-        """Remove a stored session's file."""
-        path = self._existing(session_id)
-        try:
-            path.unlink()
-        except OSError as error:
-            raise SessionFileError(f"Cannot delete {path}: {error.strerror or error}.") from error
+        """Remove a stored session's file (and its lock files); one open here is released."""
+        self._existing(session_id)
+        with self._held.changing(session_id, "delete"):
+            path = self._existing(session_id)
+            try:
+                path.unlink()
+            except OSError as error:
+                raise SessionFileError(f"Cannot delete {path}: {error.strerror or error}.") from error
+        self.release(session_id)
 
     def export_markdown(self, session: str | ChatSession) -> str:
         """A Markdown transcript of a stored session (by id) or of a live ``ChatSession``."""
@@ -160,11 +208,28 @@ class SessionStore:
                 temp.unlink(missing_ok=True)
 
     def _info(self, session_id: str, path: Path) -> SessionInfo:
+        elsewhere = session_id not in self._held and is_open(path)
         try:
             saved = read_saved_session(read_header(path), str(path))
         except SessionFileError as error:
-            return SessionInfo(session_id, session_id, path, _mtime(path), 0, "", broken=str(error))
-        return SessionInfo(session_id, _title(saved), path, saved.updated, len(saved.history), _model(saved))
+            return SessionInfo(session_id, session_id, path, _mtime(path), 0, "", broken=str(error),
+                               open_elsewhere=elsewhere)
+        return SessionInfo(session_id, _title(saved), path, saved.updated, len(saved.history), _model(saved),
+                           open_elsewhere=elsewhere)
+
+
+def _fresh_id() -> str:
+    """The time (so ids sort by creation) and a random suffix."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def _chat_name(path: Path) -> str:
+    """How a message names a stored chat: its title and id."""
+    session_id = path.name[: -len(SUFFIX)]
+    try:
+        return f"Chat {_title(read_saved_session(read_header(path), str(path)))!r} ({session_id})"
+    except SessionFileError:
+        return f"Chat {session_id}"
 
 
 def _title(saved: SavedSession) -> str:

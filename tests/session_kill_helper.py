@@ -29,22 +29,17 @@ from sessions.chat_session import ChatSession  # noqa: E402
 from sessions.messages import Message  # noqa: E402
 from tiny_models import tiny_qwen3  # noqa: E402
 
-# The embedded tokenizer; while the embedded models are being built, the recipe's (git-ignored) copy.
-TOKENIZER_FOLDERS = (MODELS_DIR / "mini-target", ROOT / "recipe" / "work" / "tokenizer")
+TOKENIZER_FOLDER = MODELS_DIR / "mini-target"  # the embedded chat tokenizer (it ships with the models)
 VOCAB = 2048
 WINDOW = {"rotating": 256}  # tokens; more than the test conversations hold
 KILL_MODEL = dict(layers=4, hidden=64, heads=4, kv_heads=4, head_dim=64)  # 8 KiB of cache per token
-
-
-def tokenizer_folder() -> Path | None:
-    return next((f for f in TOKENIZER_FOLDERS if (f / "tokenizer.json").is_file()), None)
 
 
 @lru_cache(maxsize=None)
 def chat_tokenizer():
     """The embedded chat tokenizer (mlx-lm's wrapper)."""
     from mlx_lm.tokenizer_utils import load
-    return load(tokenizer_folder())
+    return load(TOKENIZER_FOLDER)
 
 
 @lru_cache(maxsize=None)

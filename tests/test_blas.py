@@ -36,7 +36,7 @@ def test_prefill_uses_every_thread_and_decode_one():
     assert blas.blas_threads() == 1
     prefill(model, caches.target, list(range(40)), chunk=16, progress=lambda done, total: during.append(
         blas.blas_threads()))
-    assert during == [blas._threads[2]] * 3  # three chunks, each with every thread
+    assert during == [blas._threads[2]] * 4  # at the start, then after each of three chunks: every thread
     assert blas.blas_threads() == 1
     events = list(engine.generate(list(range(30)), caches, GenerationParams(max_tokens=4)))
     assert events[-1].stats.generated_tokens == 4
@@ -52,5 +52,27 @@ def test_thread_count_from_the_environment_is_the_parallel_one():
 def test_reference_blas_is_left_alone():
     library, now, every = _probe(MLXCHAT_BLAS="reference")
     assert (library, now, every) == (None, None, None)
-    with blas.parallel_products():  # harmless whatever is loaded
-        pass
+
+
+def test_parallel_products_on_the_reference_blas_computes_right_and_leaves_threads_alone():
+    """With no thread control (the bundled BLAS), prefill's products still run inside, and give numpy's result."""
+    out = subprocess.run([sys.executable, "-c", REFERENCE_PRODUCT], env=dict(os.environ, MLXCHAT_BLAS="reference"),
+                         capture_output=True, text=True, check=True)
+    threads, error = json.loads(out.stdout)
+    assert threads == [None, None, None]  # before, inside, after
+    assert error < 1e-4
+
+
+REFERENCE_PRODUCT = """
+import json
+import numpy as np
+import mlxcore.blas as b
+import mlx.core as mx
+a = np.random.default_rng(0).standard_normal((96, 64), dtype=np.float32)
+threads = [b.blas_threads()]
+with b.parallel_products():
+    threads.append(b.blas_threads())
+    product = np.array(mx.array(a) @ mx.array(a.T))
+threads.append(b.blas_threads())
+print(json.dumps([threads, float(np.abs(product - a @ a.T).max() / np.abs(a @ a.T).max())]))
+"""

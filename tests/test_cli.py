@@ -8,10 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from assets import MODELS_DIR
-
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(not (MODELS_DIR / "mini-target").exists(), reason="embedded models not built")
 
 
 def mlxchat(*args, stdin=None, env=None):

@@ -115,9 +115,6 @@ def test_empty_and_too_long_prompts_are_prompt_errors(model):
 
 @pytest.fixture(scope="module")
 def embedded():
-    from assets import MODELS_DIR
-    if not (MODELS_DIR / "mini-target").exists():
-        pytest.skip("embedded models not built")
     from mlxcore.loading import load_model
     return load_model("mini-target")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
 import numpy as np
@@ -135,8 +137,13 @@ def test_bench_rows():
     branches = measure.branch_memory(MODEL, prefix=1000, suffix=50, branches=4)
     assert branches["paged_bytes"] <= branches["bound_bytes"]
     assert branches["value"] < 0.5  # four standard copies of the prefix versus one shared
+    start = time.perf_counter()
     speed = measure.paged_decode_vs_standard(MODEL, prompt_tokens=64, steps=8, rounds=1)
-    assert speed["value"] > 0 and speed["paged_tok_s"] > 0
+    elapsed = time.perf_counter() - start
+    assert (speed["key"], speed["prompt_tokens"]) == ("paged_decode_vs_standard", 64)
+    assert speed["value"] == pytest.approx(speed["paged_tok_s"] / speed["standard_tok_s"], rel=1e-12)
+    # 8 steps on each kind, one after the other, inside the call: their times add up to less than it took
+    assert 0 < 8 / speed["paged_tok_s"] + 8 / speed["standard_tok_s"] < elapsed
 
 
 @pytest.mark.parametrize("kind", KINDS)

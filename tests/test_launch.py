@@ -2,29 +2,46 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 from mlxcore import launch
 
 
 class _Engine:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    """A warm-up that lasts until ``until`` is set, or none at all (``until`` None)."""
+
+    def __init__(self, until: threading.Event | None = None) -> None:
+        self.until = until
 
     def warm_up(self) -> None:
-        time.sleep(self.seconds)
+        if self.until is not None:
+            assert self.until.wait(60), "the warm-up was never announced"
 
 
 def test_slow_warm_up_is_announced(monkeypatch):
-    monkeypatch.setattr(launch, "SLOW_WARM_UP_S", 0.05)
+    """The warm-up outlasts the threshold: it ends only once the note was told."""
+    monkeypatch.setattr(launch, "SLOW_WARM_UP_S", 0.01)
     told: list[str] = []
-    launch.warm_up(_Engine(0.5), told.append)
+    announced = threading.Event()
+
+    def notice(text: str) -> None:
+        told.append(text)
+        announced.set()
+    launch.warm_up(_Engine(until=announced), notice)
     assert told == [launch.SLOW_WARM_UP_NOTE]
 
 
 def test_quick_warm_up_says_nothing(monkeypatch):
-    monkeypatch.setattr(launch, "SLOW_WARM_UP_S", 0.5)
+    """The warm-up ends long before the threshold: its timer is cancelled, and its thread ends without a word."""
+    monkeypatch.setattr(launch, "SLOW_WARM_UP_S", 3600.0)
+    timers: list[threading.Timer] = []
+
+    class Recorded(threading.Timer):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            timers.append(self)
     told: list[str] = []
-    launch.warm_up(_Engine(0.0), told.append)
-    time.sleep(0.7)  # the timer would have fired by now had it not been cancelled
-    assert told == []
+    launch.warm_up(_Engine(), told.append, timer_class=Recorded)
+    [timer] = timers
+    timer.join(60)  # a timer left running would wait the hour
+    assert not timer.is_alive() and told == []

@@ -8,6 +8,7 @@ from textual.app import App
 from textual.widgets import Markdown
 
 from app.tui.widgets.message_view import MessageView
+from test_tui_helpers import wait_for
 
 
 class OneMessage(App):
@@ -25,23 +26,15 @@ def run_on_view(steps):
     return asyncio.run(scenario())
 
 
-async def _until(pilot, condition) -> None:
-    for _ in range(200):
-        if condition():
-            return
-        await pilot.pause(0.01)
-    raise AssertionError("condition not reached")
-
-
 def test_closed_thinking_waits_open_thinking_streams_and_finish_shows_all():
     async def steps(pilot, view, thinking):
         await view.append("First I add", "")
         await pilot.pause()
         closed = thinking.source
         view.set_thinking_expanded(True)
-        await _until(pilot, lambda: thinking.source == "First I add")
+        await wait_for(pilot, lambda: thinking.source == "First I add", what="the opened thinking")
         await view.append(" the ones.", "")
-        await _until(pilot, lambda: thinking.source == "First I add the ones.")
+        await wait_for(pilot, lambda: thinking.source == "First I add the ones.", what="more thinking")
         await view.append("\n", "The sum is 9.")
         await view.finish()
         await pilot.pause()

@@ -15,8 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from assets import MODELS_DIR
-from session_kill_helper import big_session, engine_named, kill_engine, tiny_engine, tokenizer_folder
+from session_kill_helper import big_session, engine_named, kill_engine, tiny_engine
 
 import mlx.core as mx
 import mlxcore.engine as engine_module
@@ -33,10 +32,6 @@ from sessions.safetensors_payload import decode_tensors, encode_tensors
 from sessions.session_file import load_session
 
 HELPER = Path(__file__).with_name("session_kill_helper.py")
-needs_tokenizer = pytest.mark.skipif(tokenizer_folder() is None,
-                                     reason="no embedded tokenizer yet (assets/models/mini-target)")
-needs_embedded = pytest.mark.skipif(not (MODELS_DIR / "mini-draft" / "config.json").is_file(),
-                                    reason="the embedded pair (assets/models) is not there yet")
 PARAMS = GenerationParams(max_tokens=12)
 TURNS = ("Hello there, how are you today?", "Tell me about the maps of Canada and Mexico.")
 NEXT = "And what about the rivers?"
@@ -79,10 +74,8 @@ def prefills(monkeypatch):
 
 # --- round trips ------------------------------------------------------------------------------
 
-@needs_tokenizer
 @pytest.mark.parametrize("engine", ["tiny-paged", "tiny-standard", "tiny-rotating",
-                                    pytest.param("embedded-paged", marks=needs_embedded),
-                                    pytest.param("embedded-rotating", marks=needs_embedded)])
+                                    "embedded-paged", "embedded-rotating"])
 def test_restored_session_continues_like_one_never_saved(engine, tmp_path, prefills):
     """Speculative sessions: both caches restored; the next turn prefills what a never-saved one does."""
     path = tmp_path / "chat.mlxchat"
@@ -108,8 +101,7 @@ def test_restored_session_continues_like_one_never_saved(engine, tmp_path, prefi
     assert runs["restored"][1] == min(common_prefix_length(saved, prompt), len(prompt) - 1) > len(prompt) // 2
 
 
-@needs_tokenizer
-@pytest.mark.parametrize("engine", ["tiny-paged", pytest.param("embedded-paged", marks=needs_embedded)])
+@pytest.mark.parametrize("engine", ["tiny-paged", "embedded-paged"])
 def test_next_turn_in_a_new_process_equals_a_never_saved_session(engine, tmp_path):
     path = tmp_path / "chat.mlxchat"
     original = chat(engine_named(engine))
@@ -125,7 +117,6 @@ def test_next_turn_in_a_new_process_equals_a_never_saved_session(engine, tmp_pat
     assert (other["reply"], other["reused"], other["prefill"]) == (reply, stats.reused_tokens, stats.prefill_tokens)
 
 
-@needs_tokenizer
 def test_wrapped_rotating_window_restores_exactly(tmp_path):
     engine = tiny_engine("rotating", max_kv=48)
     session = chat(engine, TURNS[:1] * 2)
@@ -141,7 +132,6 @@ def test_wrapped_rotating_window_restores_exactly(tmp_path):
     assert continuation(restored) == continuation(session)
 
 
-@needs_tokenizer
 def test_bfloat16_caches_round_trip(tmp_path):
     session = chat(tiny_engine("standard", dtype="bfloat16"), TURNS[:1])
     assert session.caches.target.geometry.dtype == mx.bfloat16
@@ -150,7 +140,6 @@ def test_bfloat16_caches_round_trip(tmp_path):
     assert same_state(restored.caches.target, session.caches.target)
 
 
-@needs_tokenizer
 def test_a_session_without_turns_round_trips(tmp_path):
     engine = tiny_engine("paged", draft=False)
     ChatSession(engine, "Be brief.").save(tmp_path / "new.mlxchat")
@@ -161,7 +150,6 @@ def test_a_session_without_turns_round_trips(tmp_path):
 
 # --- another model, another cache -----------------------------------------------------------------
 
-@needs_tokenizer
 @pytest.mark.parametrize("change, note, keeps", [
     (dict(seed=2), "another model", {"draft"}),
     (dict(draft_seed=3), "another draft model", {"target"}),
@@ -193,8 +181,6 @@ def test_a_file_from_another_setup_restores_history_and_rebuilds_what_differs(ch
 @pytest.fixture(scope="module")
 def valid(tmp_path_factory) -> tuple[bytes, object]:
     """The bytes of a valid file (tiny paged speculative session, two turns) and an engine that opens it."""
-    if tokenizer_folder() is None:
-        pytest.skip("no embedded tokenizer yet")
     path = tmp_path_factory.mktemp("valid") / "chat.mlxchat"
     chat(tiny_engine("paged")).save(path)
     return path.read_bytes(), tiny_engine("paged")
@@ -383,7 +369,6 @@ def test_fuzz_tensor_payload_only_gives_session_file_error(valid, tmp_path_facto
 
 # --- a crash while saving ---------------------------------------------------------------------------
 
-@needs_tokenizer
 def test_bench_rows_on_tiny_models(tmp_path):
     turns = measure_turns(tiny_engine("paged"), turns=4, max_tokens=8)
     assert 0 < turns["value"] < 0.5 and len(turns["per_turn"]) == 4

@@ -19,6 +19,7 @@ from mlxcore.params import GenerationParams
 from sessions import store as store_module
 from sessions.chat_session import ChatSession
 from sessions.errors import SessionFileError, SessionNotFoundError
+from sessions.file_format import encode_header, read_file, write_file
 from sessions.messages import Message
 from sessions.store import SessionStore, default_root
 
@@ -59,10 +60,18 @@ def test_save_lists_and_autosaves_under_the_same_id(store, engine):
     assert [i.id for i in store.list()] == [info.id]
 
 
+def set_updated(path: Path, when: float) -> None:
+    """Rewrite a session file's header time (as if it was last saved ``when``), keeping everything else."""
+    header, payload = read_file(path)
+    header["updated"] = when
+    write_file(path, encode_header(header), [payload])
+
+
 def test_list_is_newest_first_and_shows_broken_files(store, engine):
     first = store.save(session_of(engine, "first"))
-    time.sleep(0.01)
     second = store.save(session_of(engine, "second"))
+    # "first" was saved an hour before "second", by its header; its file is rewritten last (newest on disk)
+    set_updated(first.path, second.updated - 3600)
     (store.root / "broken.mlxchat").write_bytes(b"garbage")
     (store.root / f".{first.id}.mlxchat.123.tmp").write_bytes(b"left by a crash")
     infos = store.list()
@@ -166,6 +175,7 @@ def cli(store: SessionStore, *argv: str) -> int:
 def test_cli_ls_show_rename_export_rm(store, engine, capsys, tmp_path):
     assert cli(store, "ls") == 0 and "No saved sessions" in capsys.readouterr().out
     info = store.save(session_of(engine, "Plan a picnic"))
+    store.close()  # the window that saved it quits: the CLI may change it now
     assert cli(store, "ls") == 0 and f"{info.id}" in (out := capsys.readouterr().out) and "Plan a picnic" in out
     assert cli(store, "show", info.id) == 0 and "## Assistant" in capsys.readouterr().out
     assert cli(store, "rename", info.id, "Picnic") == 0 and "Picnic" in capsys.readouterr().out

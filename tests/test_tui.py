@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from textual.widgets import Markdown
 
-from app.tui.protocol import Open
+from app.tui.protocol import Chunk
 from app.tui.screens.dialogs import ErrorDialog
 from app.tui.screens.settings import SettingsScreen
 from app.tui.text_parts import split_reply
@@ -16,10 +16,9 @@ from mlxcore.launch import ModelChoice, open_engine
 from mlxcore.params import GenerationParams
 from sessions.chat_session import ChatSession
 from sessions.store import SessionStore
-from test_tui_helpers import (DRAFT, SIZE, TARGET, make_app, needs_embedded, send, settle, wait_for,
-                              wait_ready)
+from test_tui_helpers import DRAFT, SIZE, TARGET, EventGate, make_app, send, settle, wait_for, wait_ready
 
-pytestmark = [needs_embedded, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 QUESTION = "What is 12 + 7?"
 
 
@@ -38,9 +37,9 @@ def reference_reply(text: str, max_tokens: int = 48) -> str:
 
 
 def test_reply_streams_in_and_equals_chat_session():
-    """In the real engine process: the streamed reply on screen is ChatSession's reply."""
+    """The streamed reply on screen is ChatSession's reply; with no flush interval each piece is sent as it comes."""
     async def scenario():
-        app = make_app(mode="process", flush_seconds=0.01)
+        app = make_app(flush_seconds=0)
         chunks = []
         original = app._engine_chunk
 
@@ -63,18 +62,27 @@ def test_reply_streams_in_and_equals_chat_session():
     want_thinking, want_answer = split_reply(expected)
     assert (thinking.strip(), answer.strip()) == (want_thinking.strip(), want_answer.strip())
     assert (shown[0].strip(), shown[1].strip()) == (want_thinking.strip(), want_answer.strip())  # on screen
-    assert len(chunks) >= 2, "the reply should arrive in several batches, not at once"
+    assert len(chunks) > 2, "the reply should arrive piece by piece, not at once"
+    assert [c.pieces for c in chunks[:-1]] == [1] * (len(chunks) - 1), "one event per piece of text"
+    assert chunks[-1].pieces == 0  # the end of the reply: what the thinking splitter still held
 
 
 def test_escape_stops_the_reply_and_keeps_it():
+    """Escape while the engine is generating (held there by the gate: a 3000-event reply outgrows the pipe)."""
     async def scenario():
-        app = make_app(max_tokens=3000, ignore_eos=True)
+        app = make_app(max_tokens=3000, ignore_eos=True, flush_seconds=0)
+        gate = EventGate(app, hold_after=lambda events: any(isinstance(e, Chunk) and (e.thinking or e.answer)
+                                                            for e in events))
         async with app.run_test(size=SIZE) as pilot:
-            await wait_ready(pilot, app)
-            app.prompt.load_text("Tell me a long story.")
-            await pilot.press("enter")
-            await wait_for(pilot, lambda: app.chat.live is not None and app.chat.live.content, what="text")
-            await pilot.press("escape")
+            try:
+                await wait_ready(pilot, app)
+                app.prompt.load_text("Tell me a long story.")
+                await pilot.press("enter")
+                await wait_for(pilot, gate.holding.is_set, what="the first text")
+                await wait_for(pilot, lambda: app.chat.live is not None and app.chat.live.content, what="text")
+                await pilot.press("escape")
+            finally:
+                gate.release()
             await settle(pilot, app, 1)
             return app.state.messages, app.status.stats
     messages, stats = asyncio.run(scenario())
@@ -107,6 +115,7 @@ def test_save_quit_reopen_and_continue(store_home):
             await send(pilot, app, QUESTION)
             await pilot.press("ctrl+s")
             await pilot.press("ctrl+q")
+            await wait_for(pilot, lambda: app.return_value is not None, what="the app to quit")
             return app.state.messages, app.state.session_id, app.return_value
 
     messages, session_id, code = asyncio.run(first_run())
@@ -162,7 +171,8 @@ def test_settings_change_max_tokens():
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
             await pilot.press("f4")
-            await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen), what="the settings")
+            await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen)
+                           and bool(app.screen.query("#set-max_tokens")), what="the settings")
             field = app.screen.query_one("#set-max_tokens")
             field.value = "5"
             await pilot.press("ctrl+s")
@@ -203,7 +213,3 @@ def test_copy_last_reply_and_code_block():
             return copied, app.state.messages[-1][1]
     copied, reply = asyncio.run(scenario())
     assert copied == split_reply(reply)[1].strip()
-
-
-def test_open_command_is_an_open():
-    assert isinstance(make_app().open_command, Open)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -14,9 +13,9 @@ from app.tui.screens.download import DownloadScreen
 from app.tui.widgets.chat_log import WINDOW
 from app.tui.widgets.message_view import MessageView
 from app.tui_bench import earlier_messages
-from test_tui_helpers import SIZE, make_app, needs_embedded, send, settle, wait_for, wait_ready
+from test_tui_helpers import SIZE, EventGate, answer_of, make_app, send, settle, wait_for, wait_ready
 
-pytestmark = [needs_embedded, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True)
@@ -40,43 +39,35 @@ def test_long_chat_mounts_only_recent_messages_and_pages_back():
     assert after > mounted and first == 60 - after
 
 
-@pytest.fixture
-def paced_replies(monkeypatch):
-    """Replies arrive at most one chunk per 5 ms, so a test can act mid-reply on a machine of any speed."""
-    from app.tui import engine_server
-
-    def paced(chunks):
-        try:
-            for chunk in chunks:
-                time.sleep(0.005)
-                yield chunk
-        finally:
-            chunks.close()  # a stopped reply is closed as the relay would close it
-    relay = engine_server.relay_reply
-    monkeypatch.setattr(engine_server, "relay_reply", lambda chunks, *rest: relay(paced(chunks), *rest))
-
-
-def test_view_follows_only_at_the_bottom(paced_replies):
+def test_view_follows_only_at_the_bottom():
+    """The reader scrolls up mid-reply (the gate holds the rest of the reply until then): the view stays."""
     async def scenario():
-        app = make_app(messages=earlier_messages(16), max_tokens=400, ignore_eos=True)
+        app = make_app(messages=earlier_messages(16), max_tokens=400, ignore_eos=True, flush_seconds=0)
+        gate = EventGate(app, hold_after=lambda events: len(answer_of(events)) > 20)
         async with app.run_test(size=SIZE) as pilot:
-            await wait_ready(pilot, app)
-            app.prompt.load_text("Tell me a story.")
-            await pilot.press("enter")
-            await wait_for(pilot, lambda: app.chat.live is not None and len(app.chat.live.answer) > 20,
-                           what="some text")
-            app.chat.scroll_to(y=0, animate=False)  # the reader scrolls up
-            await pilot.pause()
-            held = app.chat.scroll_y
+            try:
+                await wait_ready(pilot, app)
+                app.prompt.load_text("Tell me a story.")
+                await pilot.press("enter")
+                await wait_for(pilot, gate.holding.is_set, what="some text")
+                await wait_for(pilot, lambda: app.chat.live is not None and len(app.chat.live.answer) > 20,
+                               what="some text on screen")
+                # the reader scrolls up (not to the top, which mounts earlier messages above)
+                app.chat.scroll_to(y=app.chat.scroll_y // 2, animate=False)
+                await pilot.pause()
+                held, shown = app.chat.scroll_y, len(app.chat.live.answer)
+            finally:
+                gate.release()
             await wait_for(pilot, lambda: app.replies_done == 1, what="the end of the reply")
             await pilot.pause()
-            after_reply = app.chat.scroll_y
+            after_reply, final = app.chat.scroll_y, len(app.query(MessageView).last().answer)
             await pilot.press("ctrl+end")
-            await pilot.pause(0.2)
-            return held, after_reply, app.chat.scroll_y, app.chat.max_scroll_y
-    held, after_reply, resumed, bottom = asyncio.run(scenario())
-    assert after_reply == held, "the view must not move while the reader is scrolled up"
-    assert resumed == bottom > held
+            await wait_for(pilot, lambda: app.chat.scroll_y == app.chat.max_scroll_y, what="the bottom")
+            return held, shown, after_reply, final, app.chat.scroll_y
+    held, shown, after_reply, final, resumed = asyncio.run(scenario())
+    assert final > shown, "the reply went on after the reader scrolled up"
+    assert 0 < held and after_reply == held, "the view must not move while the reader is scrolled up"
+    assert resumed > held
 
 
 def test_edit_fork_export_and_palette(tmp_path):
@@ -86,7 +77,8 @@ def test_edit_fork_export_and_palette(tmp_path):
             await wait_ready(pilot, app)
             await send(pilot, app, "What is 2 + 2?")
             await pilot.press("ctrl+l")
-            await wait_for(pilot, lambda: isinstance(app.screen, TextDialog), what="the edit dialog")
+            await wait_for(pilot, lambda: isinstance(app.screen, TextDialog) and bool(app.screen.query("#dialog-text")),
+                           what="the edit dialog")
             app.screen.query_one("#dialog-text").load_text("What is 3 + 3?")
             await pilot.press("ctrl+s")
             await settle(pilot, app, 2)
@@ -116,7 +108,8 @@ def test_download_screen_shows_progress_and_cancel_falls_back_to_embedded():
             await wait_ready(pilot, app)
             app.ready = False  # as while a hub model downloads
             app.post_message(EngineEvent(Progress(25 * 2**20, 100 * 2**20)))
-            await wait_for(pilot, lambda: isinstance(app.screen, DownloadScreen), what="the download screen")
+            await wait_for(pilot, lambda: isinstance(app.screen, DownloadScreen) and bool(app.screen.query("#download-bar")),
+                           what="the download screen")
             await pilot.pause()
             bar = app.screen.query_one("#download-bar")
             shown = (bar.progress, bar.total)
@@ -135,7 +128,8 @@ def test_model_that_fails_to_load_shows_a_dialog_with_quit():
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog), what="the error dialog")
             dialog = app.screen
-            app.screen.query_one("#quit").press()
+            await wait_for(pilot, lambda: bool(dialog.query("#quit")), what="the dialog's buttons")
+            dialog.query_one("#quit").press()
             await wait_for(pilot, lambda: app.return_value is not None, what="the app to quit")
             return dialog.title_text, dialog.message, app.return_value
     title, message, code = asyncio.run(scenario())

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-
-import pytest
+from typing import Any
 
 from app.tui.app import ChatApp
-from app.tui.protocol import Open
-from mlxcore.loading import embedded_names
+from app.tui.protocol import Chunk, Open
 
-TARGET, DRAFT = "mini-target", "mini-draft"
+TARGET, DRAFT = "mini-target", "mini-draft"  # shipped in assets/models: a missing one fails the tests
 SIZE = (110, 34)
-needs_embedded = pytest.mark.skipif(not {TARGET, DRAFT} <= set(embedded_names()),
-                                    reason="the embedded models (assets/models/mini-*) are not there yet")
 
 
 def open_command(max_tokens: int = 48, **changes) -> Open:
@@ -23,9 +20,46 @@ def open_command(max_tokens: int = 48, **changes) -> Open:
     return Open(**({"model": TARGET, "draft": DRAFT, "params": params} | changes))
 
 
-def make_app(mode: str = "thread", figures: bool = True, sidebar: bool = True, **open_changes) -> ChatApp:
-    """A ChatApp on the embedded pair; thread mode unless a test is about the engine process itself."""
+def make_app(mode: str = "process", figures: bool = True, sidebar: bool = True, **open_changes) -> ChatApp:
+    """A ChatApp on the embedded pair, its engine in a child process as users run it."""
     return ChatApp(open_command(**open_changes), engine_mode=mode, show_figures=figures, show_sidebar=sidebar)
+
+
+class EventGate:
+    """The UI stops reading the engine's events after the one ``hold_after(events so far)`` accepts, until
+    ``release()``; events then go on in order.
+
+    The engine process runs on until the pipe between them is full, then waits on it as it would for a
+    slow UI. So a test can act mid-reply on a machine of any speed: with ``flush_seconds=0`` (an event per
+    token) a reply longer than the pipe holds (a few hundred events on Linux) is still being generated
+    when the test releases the gate.
+    """
+
+    def __init__(self, app: ChatApp, hold_after: Callable[[list[Any]], bool]) -> None:
+        self.events: list[Any] = []
+        self.holding = threading.Event()
+        self._open = threading.Event()
+        self._open.set()
+        self._hold_after: Callable[[list[Any]], bool] | None = hold_after
+        self._deliver = app.client.on_event
+        app.client.on_event = self._receive
+
+    def _receive(self, event: Any) -> None:  # on the client's reader thread: waiting here stops the reading
+        self._open.wait()
+        self.events.append(event)
+        self._deliver(event)
+        if self._hold_after is not None and self._hold_after(self.events):
+            self._hold_after = None  # once
+            self._open.clear()
+            self.holding.set()
+
+    def release(self) -> None:
+        self._open.set()
+
+
+def answer_of(events: list[Any]) -> str:
+    """The answer text the Chunk events among ``events`` carry."""
+    return "".join(event.answer for event in events if isinstance(event, Chunk))
 
 
 async def wait_for(pilot, condition: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:

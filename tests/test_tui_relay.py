@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 
 from app.tui import protocol as p
+from app.tui.inbox import Inbox
 from app.tui.reply_stream import relay_reply
 from app.tui.text_parts import code_blocks, split_reply
 
@@ -19,25 +20,62 @@ def fake_reply(pieces: list[str], closed: list[bool]):
 def test_relay_batches_and_splits_thinking_from_answer():
     sent, closed = [], []
     pieces = ["<th", "ink>\nhm", "m\n</thi", "nk>\n\n", "Hel", "lo"]
-    relay_reply(fake_reply(pieces, closed), sent.append, lambda: None, [].append, flush_seconds=0.0)
+    relay_reply(fake_reply(pieces, closed), sent.append, lambda: False, flush_seconds=0.0)
     assert "".join(c.thinking for c in sent) == "\nhmm\n"
     assert "".join(c.answer for c in sent) == "Hello"
+    assert "".join(c.raw for c in sent) == "".join(pieces), "the raw text is what the session stores"
     assert len(sent) > 2 and closed == [True]
 
 
+class ScriptedChannel:
+    """A channel whose receive(timeout=0) returns the next scripted answer per poll (None: nothing yet)."""
+
+    def __init__(self, polls: list) -> None:
+        self.polls = polls
+
+    def receive(self, timeout=None):
+        return self.polls.pop(0) if self.polls else None
+
+
 def test_stop_closes_the_reply_and_other_commands_wait():
-    sent, closed, deferred = [], [], []
-    inbox = [None, p.ListSessions("x"), p.Stop()]
-    poll = lambda: inbox.pop(0) if inbox else None  # noqa: E731
-    relay_reply(fake_reply(["a", "b", "c", "d", "e"], closed), sent.append, poll, deferred.append,
-                flush_seconds=10.0)
+    sent, closed = [], []
+    inbox = Inbox(ScriptedChannel([None, p.ListSessions("x"), None, p.Stop()]))
+    relay_reply(fake_reply(["a", "b", "c", "d", "e"], closed), sent.append, inbox.stop_asked, flush_seconds=10.0)
     assert closed == [True], "stopping closes the ChatSession stream (which keeps the partial reply)"
-    assert "".join(c.answer for c in sent) == "ab", "what was generated before the stop is all sent"
-    assert deferred == [p.ListSessions("x")]
+    assert "".join(c.answer for c in sent) == "abc", "what was generated before the stop is all sent"
+    assert list(inbox.deferred) == [p.ListSessions("x")]
+    assert inbox.next() == p.ListSessions("x"), "a command that came during the reply is handled after it"
+
+
+def test_a_closed_pipe_stops_the_reply_once_and_ends_the_host():
+    """After EOF every receive says Shutdown: the reply stops, and the host sees one Shutdown, not a flood."""
+    class ClosedPipe:
+        reads = 0
+
+        def receive(self, timeout=None):
+            self.reads += 1
+            return p.Shutdown()
+    pipe, sent, closed = ClosedPipe(), [], []
+    inbox = Inbox(pipe)
+    relay_reply(fake_reply(["a", "b", "c"], closed), sent.append, inbox.stop_asked, flush_seconds=10.0)
+    assert closed == [True] and "".join(c.answer for c in sent) == "a"
+    assert pipe.reads == 1 and list(inbox.deferred) == [p.Shutdown()]
+    assert inbox.next() == p.Shutdown()
+
+
+def test_a_gone_ui_stops_the_reply_without_reading_the_pipe():
+    class Unread:
+        def receive(self, timeout=None):
+            raise AssertionError("nothing should be read once the UI is known to be gone")
+    inbox, closed = Inbox(Unread()), []
+    inbox.ui_gone.set()
+    relay_reply(fake_reply(["a", "b"], closed), [].append, inbox.stop_asked, flush_seconds=10.0)
+    assert closed == [True]
+    assert inbox.next() == p.Shutdown()
 
 
 def test_protocol_messages_pickle():
-    for message in (p.Open(params={"temperature": 0.0}, messages=(("user", "hi"),)), p.Chunk("a", "b", 2),
+    for message in (p.Open(params={"temperature": 0.0}, messages=(("user", "hi"),)), p.Chunk("a", "b", 2, "<think>a</think>b"),
                     p.Done("eos", {"decode_tps": 1.0}, 0.0), p.Failure("t", "m", True)):
         assert pickle.loads(pickle.dumps(message)) == message
 

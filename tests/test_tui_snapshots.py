@@ -13,14 +13,21 @@ from mlxcore.launch import ModelChoice, open_engine
 from sessions.chat_session import ChatSession
 from sessions.messages import Message
 from sessions.store import SessionStore
-from test_tui_helpers import DRAFT, SIZE, TARGET, make_app, needs_embedded, wait_for, wait_ready
+from test_tui_helpers import DRAFT, SIZE, TARGET, make_app, wait_for, wait_ready
 
-pytestmark = [needs_embedded, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True)
 def store_home(tmp_path, monkeypatch):
     monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / "home"))
+
+
+def steady_cursors(app) -> None:
+    """Text cursors stop blinking (shown where focused): the picture must not depend on when it is taken."""
+    for screen in app.screen_stack:
+        for widget in screen.query("Input, TextArea"):
+            widget.cursor_blink = False
 
 
 CHAT = (
@@ -44,6 +51,7 @@ def test_chat_with_reply_and_thinking(snap_compare):
         await wait_ready(pilot, app)
         await wait_for(pilot, lambda: len(app.chat.records) == 2, what="the chat")
         await pilot.press("f6")  # expand the thinking blocks
+        steady_cursors(app)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -66,6 +74,7 @@ def test_sessions_sidebar(snap_compare):
         await wait_ready(pilot, app)
         await wait_for(pilot, lambda: app.query_one("#session-list").option_count == 2, what="two rows")
         app.query_one("#session-list").focus()
+        steady_cursors(app)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -78,6 +87,7 @@ def test_settings_screen(snap_compare):
         await wait_ready(pilot, app)
         await pilot.press("f4")
         await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen), what="the settings")
+        steady_cursors(app)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -90,6 +100,7 @@ def test_help_screen(snap_compare):
         await wait_ready(pilot, app)
         await pilot.press("f1")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
+        steady_cursors(app)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

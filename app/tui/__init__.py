@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 
 from app.tui.protocol import Open
 
 
 def open_command(args: argparse.Namespace) -> Open:
     """The engine host's first command, from mlxchat's options (checked here: UsageError when they don't fit)."""
-    from app.options import generation_params, kv_config
-    kv, params = kv_config(args), generation_params(args)
+    from app.options import generation_params, given_params, kv_config
+    from mlxcore.configs import check_num_draft
+    kv = kv_config(args)
+    generation_params(args)  # out-of-range values fail here, before the window opens
     return Open(model=args.model, draft=args.draft, no_draft=args.no_draft, kv=kv.kind, max_kv=kv.max_kv,
-                block_size=kv.block_size, params=asdict(params), system=args.system, think=args.think,
+                block_size=kv.block_size, num_draft=check_num_draft(args.num_draft), params=given_params(args),
+                system=args.system, think=args.think,
                 session_file=getattr(args, "session", None))
 
 

@@ -25,13 +25,16 @@ class ChatActions:
     _thinking_shown = False
 
     def _busy(self) -> bool:
-        """True (and says so) while a reply is being generated."""
+        """True (and says so) while a reply is being generated, or while there is no engine to ask."""
+        if not self._engine_running():
+            return True
         if self.generating:
             self.notify("A reply is being written: wait, or press Esc to stop it.", severity="warning")
         return self.generating
 
     def _generate(self, command: Any) -> None:
         self.generating = True
+        self.pending_reply = ""
         self.collector.hold()
         self.chat.follow()
         self.status.generating_started()

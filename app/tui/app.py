@@ -20,8 +20,9 @@ from app.tui.actions import ChatActions
 from app.tui.chat_screen import ChatScreen
 from app.tui.commands import ACTIONS
 from app.tui.engine_client import EngineClient
+from app.tui.engine_recovery import EngineRecovery
 from app.tui.gc_pauses import CollectorHold
-from app.tui.screens.dialogs import ErrorDialog
+from app.tui.screens.dialogs import ConfirmDialog, ErrorDialog
 from app.tui.screens.download import DownloadScreen
 from app.tui.widgets.chat_log import ChatLog
 from app.tui.widgets.prompt_input import PromptInput
@@ -37,7 +38,10 @@ class EngineEvent(Message):
         self.event = event
 
 
-class ChatApp(ChatActions, App[int]):
+QUIT_NOTE_AFTER_S = 0.5  # a quit that waits longer for the final save says so
+
+
+class ChatApp(EngineRecovery, ChatActions, App[int]):
     """mlxchat's terminal chat."""
 
     CSS_PATH = Path(__file__).with_name("theme.tcss")
@@ -58,6 +62,7 @@ class ChatApp(ChatActions, App[int]):
         self.updates = 0  # Conversation events received
         self.updates_at_done = 0  # ... when the last reply ended (the chat is settled once updates passes it)
         self._download: DownloadScreen | None = None
+        self._quitting = False
         self.collector = CollectorHold()
 
     def get_default_screen(self) -> Screen:
@@ -70,7 +75,32 @@ class ChatApp(ChatActions, App[int]):
         self.client.send(self.open_command)
 
     async def action_quit(self) -> None:
-        self.exit(0)  # on_unmount ends the engine
+        """Quit once the engine has stopped the reply and saved the chat; pressed again, quit at once."""
+        if self._quitting or not self.ready or not self.client.alive:
+            self.client.kill()  # nothing to save (loading, or the engine is gone), or the user won't wait
+            self.exit(0)
+            return
+        if self.state is not None and self.state.save_error:
+            self.push_screen(ConfirmDialog(f"This chat could not be saved: {self.state.save_error}\n\n"
+                                           "Quit anyway, and lose what was not saved?"), self._quit_unsaved)
+            return
+        self._quit_when_saved()
+
+    def _quit_unsaved(self, yes: bool | None) -> None:
+        if yes:
+            self._quit_when_saved()
+
+    def _quit_when_saved(self) -> None:
+        self._quitting = True
+        self.client.shut_down()
+        note = self.set_timer(QUIT_NOTE_AFTER_S, lambda: self.notify(
+            "Saving the chat before quitting… (ctrl+q again quits at once)", timeout=60))
+
+        async def wait() -> None:
+            await asyncio.to_thread(self.client.wait)
+            note.stop()
+            self.exit(0)
+        self.run_worker(wait(), group="quit")
 
     async def on_unmount(self) -> None:
         """However the app ends (ctrl+q, a test's end, an error), the engine process ends with it, not later."""
@@ -125,6 +155,8 @@ class ChatApp(ChatActions, App[int]):
             self.notify(event.note, title="Model")
 
     async def _engine_conversation(self, event: p.Conversation) -> None:
+        if not self.generating:  # the engine's chat now holds the finished reply
+            self.pending_reply = None
         await self.chat.sync(list(event.messages))
         self.state = event
         self.updates += 1
@@ -132,8 +164,12 @@ class ChatApp(ChatActions, App[int]):
         self.query_one(Sidebar).current = event.session_id
 
     async def _engine_chunk(self, event: p.Chunk) -> None:
+        self.pending_reply = (self.pending_reply or "") + event.raw
         await self.chat.stream(event.thinking, event.answer)
         self.status.generating_progress(event.pieces)
+
+    async def _engine_prefill(self, event: p.Prefill) -> None:
+        self.status.prefilling(event.done, event.total)
 
     async def _engine_done(self, event: p.Done) -> None:
         if self.chat.live is not None:
@@ -162,6 +198,8 @@ class ChatApp(ChatActions, App[int]):
         elif self.state is not None and not self.ready:  # a failed model switch: the old model stays
             self.ready = True
             self.status.show_idle()
+        if event.returned_text is not None and not self.prompt.text.strip():
+            self.prompt.load_text(event.returned_text)  # a refused message is not lost
         self.push_screen(ErrorDialog(event.title, event.message, event.fatal), self._failure_closed)
 
     def _failure_closed(self, quit_now: bool | None) -> None:

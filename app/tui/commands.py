@@ -37,6 +37,8 @@ ACTIONS: tuple[ChatAction, ...] = (
                "Expand or collapse the replies' thinking blocks."),
     ChatAction("f4", "settings", "Settings", "System prompt, temperature, top-p, max tokens, draft.", True),
     ChatAction("f5", "switch_model", "Switch model", "Load another model; the chat continues on it."),
+    ChatAction("f9", "restart_engine", "Restart the engine",
+               "Start the model process again after it stopped; the chat goes on from its file."),
     ChatAction("ctrl+b", "toggle_sidebar", "Sessions", "Show or hide the list of saved chats.", True),
     ChatAction("ctrl+end", "follow", "Follow new text", "Jump to the bottom and follow the reply again."),
     ChatAction("escape", "stop", "Stop reply", "Stop the reply being written (the text so far is kept)."),

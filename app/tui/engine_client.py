@@ -24,12 +24,15 @@ EventHandler = Callable[[Any], None]
 
 
 def run_engine_process(conn: Any, log_path: str) -> None:
-    """The child process: stdout/stderr to a log (the terminal belongs to the UI), then serve."""
+    """The child process: stdout/stderr to a log (the terminal belongs to the UI), then serve until the UI goes."""
     with open(log_path, "ab", buffering=0) as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     from app.tui.engine_server import EngineServer
-    EngineServer(PipeChannel(conn)).serve()
+    from app.tui.lifeline import watch_parent
+    server = EngineServer(PipeChannel(conn))
+    watch_parent(server.inbox.ui_gone, server.saving)
+    server.serve()
 
 
 def _run_engine_thread(channel: QueueChannel) -> None:
@@ -61,7 +64,8 @@ class EngineClient:
                                             name="mlxchat-engine", daemon=True)
             self._start_process()
             child_end.close()
-            reader = threading.Thread(target=self._read_pipe, name="mlxchat-events", daemon=True)
+            reader = threading.Thread(target=self._read_pipe, args=(self._conn, self._process),
+                                      name="mlxchat-events", daemon=True)
         else:
             self._commands, events = queue.Queue(), queue.Queue()
             self._worker = threading.Thread(target=_run_engine_thread, args=(QueueChannel(self._commands, events),),
@@ -88,11 +92,23 @@ class EngineClient:
         except (BrokenPipeError, OSError):
             self._gone()
 
-    def close(self, timeout: float = 3.0) -> None:
-        """Stop the host: politely (Stop, Shutdown), then by force if it does not end in ``timeout``."""
+    def shut_down(self) -> None:
+        """Ask the host to stop the reply, save the chat and exit (``wait`` for it)."""
         self._closing = True
         self.send(p.Stop())
         self.send(p.Shutdown())
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the host to end; False if it is still running after ``timeout`` seconds."""
+        if self._process is not None:
+            self._process.join(timeout)
+        elif self._worker is not None:
+            self._worker.join(timeout)
+        return not self.alive
+
+    def close(self, timeout: float = 3.0) -> None:
+        """Stop the host: politely (Stop, Shutdown), then by force if it does not end in ``timeout``."""
+        self.shut_down()
         if self._process is not None:
             self._process.join(timeout)
             if self._process.is_alive():
@@ -116,12 +132,13 @@ class EngineClient:
             return self._process.is_alive()
         return self._worker is not None and self._worker.is_alive()
 
-    def _read_pipe(self) -> None:
+    def _read_pipe(self, conn: Any, process: Any) -> None:
         while True:
             try:
-                event = self._conn.recv()
+                event = conn.recv()
             except (EOFError, OSError):
-                self._gone()
+                if process is self._process:  # not an engine replaced by a restart
+                    self._gone()
                 return
             self.on_event(event)
 
@@ -139,6 +156,4 @@ class EngineClient:
         if self._process is not None:
             self._process.join(1.0)
         code = self._process.exitcode if self._process is not None else None
-        self.on_event(p.Failure("The engine stopped",
-                                f"The model process ended unexpectedly (exit code {code}). Its log is "
-                                f"{self.log_path}. Restart mlxchat; your chats are saved.", fatal=True))
+        self.on_event(p.EngineGone(code, self.log_path))

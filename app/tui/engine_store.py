@@ -30,7 +30,8 @@ class StoreCommands:
 
     def _on_listsessions(self, command: p.ListSessions) -> None:
         infos = self.store.search(command.query) if command.query else self.store.list()
-        rows = tuple(p.SessionRow(i.id, i.title, float(i.updated), i.messages, bool(i.broken)) for i in infos)
+        rows = tuple(p.SessionRow(i.id, i.title, float(i.updated), i.messages, bool(i.broken), i.open_elsewhere)
+                     for i in infos)
         self.send(p.Sessions(command.query, rows))
 
     def _on_managesession(self, command: p.ManageSession) -> None:

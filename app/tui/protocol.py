@@ -28,9 +28,10 @@ class Open:
     kv: str = "paged"
     max_kv: int | None = None
     block_size: int = 16
-    params: dict[str, Any] = field(default_factory=dict)  # GenerationParams fields
-    system: str | None = None
-    think: bool = True
+    num_draft: int = 8  # the most tokens the draft proposes per round (--num-draft)
+    params: dict[str, Any] = field(default_factory=dict)  # GenerationParams fields given (a saved chat keeps the rest)
+    system: str | None = None  # None: no system prompt, or the saved chat's
+    think: bool | None = None  # None: on, or the saved chat's setting
     messages: tuple[tuple[str, str], ...] = ()  # start the new chat with these (role, content) messages
     session_file: str | None = None  # open this file (mlxchat --session FILE)
     session_id: str | None = None  # or this stored session
@@ -133,6 +134,8 @@ class Conversation:
     think: bool
     use_draft: bool
     has_draft: bool
+    save_error: str | None = None  # why the last save failed; None when the file holds this state
+    file: str | None = None  # the session file that autosave writes (store or --session), once there is one
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,15 @@ class Chunk:
     thinking: str
     answer: str
     pieces: int = 0  # text pieces generated since the last chunk (about one per token)
+    raw: str = ""  # the same text as generated (<think> tags included): what the session stores
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """The prompt is being read (sent during a long prefill, a few times a second)."""
+
+    done: int
+    total: int
 
 
 @dataclass(frozen=True)
@@ -160,6 +172,7 @@ class SessionRow:
     updated: float
     messages: int
     broken: bool
+    open_elsewhere: bool = False  # another mlxchat window has it open (it cannot be opened, renamed or deleted here)
 
 
 @dataclass(frozen=True)
@@ -181,6 +194,7 @@ class Failure:
     title: str
     message: str
     fatal: bool = False
+    returned_text: str | None = None  # a refused message, for the input box
 
 
 @dataclass(frozen=True)
@@ -188,4 +202,12 @@ class Exported:
     path: str
 
 
-Event = Progress | Ready | Conversation | Chunk | Done | Sessions | Notice | Failure | Exported
+@dataclass(frozen=True)
+class EngineGone:
+    """Made by the UI's client, not the engine: the engine process ended unexpectedly."""
+
+    exit_code: int | None
+    log_path: str
+
+
+Event = Progress | Ready | Conversation | Chunk | Prefill | Done | Sessions | Notice | Failure | Exported | EngineGone

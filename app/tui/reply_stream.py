@@ -7,48 +7,42 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
-from app.tui.protocol import FLUSH_SECONDS, Chunk, Done, Stop
+from app.tui.protocol import FLUSH_SECONDS, Chunk, Done
 from sessions.thinking import ThinkingSplitter
 
 
-def relay_reply(chunks: Iterator[str], send: Callable[[Any], None], poll: Callable[[], Any | None],
-                defer: Callable[[Any], None], flush_seconds: float = FLUSH_SECONDS) -> float:
-    """Send ``chunks`` as batched Chunk events until they end or a Stop arrives; return the last send time.
+def relay_reply(chunks: Iterator[str], send: Callable[[Any], None], stop_asked: Callable[[], bool],
+                flush_seconds: float = FLUSH_SECONDS) -> float:
+    """Send ``chunks`` as batched Chunk events until they end or ``stop_asked()``; return the last send time.
 
-    Other commands that arrive meanwhile go to ``defer`` (handled after the reply).
-    Closing the iterator keeps the partial reply, as ChatSession defines.
+    ``stop_asked`` is asked after every piece. Closing the iterator keeps the
+    partial reply, as ChatSession defines.
     """
     splitter = ThinkingSplitter()
-    thinking, answer = [], []
+    thinking, answer, raw = [], [], []
     last_flush = time.monotonic()
     try:
         for text in chunks:
             t, a = splitter.feed(text)
             thinking.append(t)
             answer.append(a)
+            raw.append(text)
             now = time.monotonic()
             if now - last_flush >= flush_seconds:
-                send(Chunk("".join(thinking), "".join(answer), len(thinking)))
+                send(Chunk("".join(thinking), "".join(answer), len(thinking), "".join(raw)))
                 thinking.clear()
                 answer.clear()
+                raw.clear()
                 last_flush = now
-            if _stop_asked(poll, defer):
+            if stop_asked():
                 break
     finally:
         close = getattr(chunks, "close", None)
         if close:
             close()
     t, a = splitter.finish()
-    send(Chunk("".join(thinking) + t, "".join(answer) + a, len(thinking)))
+    send(Chunk("".join(thinking) + t, "".join(answer) + a, len(thinking), "".join(raw)))
     return time.monotonic()
-
-
-def _stop_asked(poll: Callable[[], Any | None], defer: Callable[[Any], None]) -> bool:
-    while (command := poll()) is not None:
-        if isinstance(command, Stop):
-            return True
-        defer(command)
-    return False
 
 
 def stats_dict(stats: Any, context_length: int | None) -> dict[str, Any]:

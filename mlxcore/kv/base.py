@@ -85,6 +85,13 @@ class ModelCache(ABC):
             self._after_trim()
         return n
 
+    def settle(self) -> None:
+        """Rewind the layers a forward pass stopped half way (an exception between layers) left ahead.
+
+        Raises ``CacheStateError`` when they cannot be rewound (a wrapped rotating window).
+        """
+        self._check_layers_agree()
+
     @property
     def keep(self) -> int:
         """Leading tokens a window never evicts; only the rotating kind evicts, the others hold everything."""

@@ -42,6 +42,7 @@ class StandardCache(RecordedTokens):
         return child
 
     def state_dict(self) -> tuple[Tensors, dict[str, Any]]:
+        self.settle()  # every layer the same length, matching ``tokens``
         arrays = [(c.keys[..., :c.offset, :], c.values[..., :c.offset, :]) for c in self.layers if c.offset]
         return layer_tensors(_NAMES, arrays), {"kind": self.kind, "tokens": self.tokens}
 

@@ -31,6 +31,30 @@ class ErrorDialog(ModalScreen[bool]):
         self.dismiss(event.button.id == "quit")
 
 
+class ChoiceDialog(ModalScreen[str | None]):
+    """An error with several ways on: dismisses with the id of the button chosen (None: closed with escape)."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Close")]
+
+    def __init__(self, title: str, message: str, choices: list[tuple[str, str]]) -> None:
+        super().__init__(classes="dialog")
+        self.title_text, self.message, self.choices = title, message, choices  # choices: (id, label), first = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog-box -error"):
+            yield Label(self.title_text, classes="dialog-title")
+            yield Static(self.message, classes="dialog-message", markup=False)
+            with Horizontal(classes="dialog-buttons"):
+                for index, (choice, label) in enumerate(self.choices):
+                    yield Button(label, id=choice, variant="primary" if index == 0 else "default")
+
+    def on_mount(self) -> None:
+        self.query_one(Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id)
+
+
 class TextDialog(ModalScreen[str | None]):
     """Asks for a text (a title, an edited message, a model name); None when cancelled."""
 

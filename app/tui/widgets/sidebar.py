@@ -88,6 +88,7 @@ class Sidebar(Vertical):
         for row in self.rows:
             mark = "● " if row.session_id == self.current else "  "
             title = row.title + (" (cannot be read)" if row.broken else "")
+            title += " (open in another window)" if row.open_elsewhere else ""
             age = f"  [dim]{_age(row.updated, now)}[/]" if self.show_ages else ""
             listing.add_option(Option(f"{mark}{title}{age}", id=row.session_id))
         ids = [row.session_id for row in self.rows]

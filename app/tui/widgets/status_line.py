@@ -43,6 +43,13 @@ class StatusLine(Static):
         self._started, self._tokens = time.monotonic(), 0
         self.update(f"{self.model} · generating… (Esc stops)")
 
+    def prefilling(self, done: int, total: int) -> None:
+        """The prompt is being read (a long prompt, or a chat whose cache is rebuilt)."""
+        if not self.show_figures:
+            return
+        self.update(f"{self.model} · reading the prompt… {_si(done)}/{_si(total)} tokens (Esc stops)",
+                    layout=False)
+
     def generating_progress(self, tokens: int) -> None:
         """Live speed while a reply streams (text pieces per second, about tokens per second)."""
         self._tokens += tokens

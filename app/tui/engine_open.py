@@ -1,0 +1,129 @@
+"""The engine host's opening commands: load the models, open the first chat (new, stored, or a file).
+
+Options given on the command line override what an opened chat saved. A
+``--session FILE`` chat is locked while it is open here, as stored chats are, so
+two windows never write the same file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from app.tui import protocol as p
+
+PROGRESS_EVERY_S = 0.1  # download progress
+
+
+class OpenCommands:
+    """Mixed into EngineServer; uses its opened, session, session_id, session_file, store, send, _publish,
+    _on_listsessions, _on_opensession and _tell_restore_note."""
+
+    opened: Any
+    session: Any
+    session_id: str | None
+    session_file: Path | None
+    store: Any
+    _file_lock: Any = None  # the SessionLock of session_file
+
+    def _on_open(self, command: p.Open) -> None:
+        from mlxcore.engine import KVConfig
+        from mlxcore.launch import ModelChoice, open_engine
+        from mlxcore.params import GenerationParams
+
+        self._on_listsessions(p.ListSessions())
+        kv = KVConfig(kind=command.kv, max_kv=command.max_kv, block_size=command.block_size)
+        choice = ModelChoice(model=command.model, draft=command.draft, no_draft=command.no_draft)
+        opened = open_engine(choice, kv, progress=self._progress_reporter(), num_draft=command.num_draft,
+                             notice=lambda text: self.send(p.Notice(text[0].upper() + text[1:])))
+        if command.ignore_eos:
+            opened.engine.eos_ids = set()
+        self.flush_seconds = command.flush_seconds
+        previous, self.opened = self.session, opened
+        self.send(p.Ready(opened.target_name, opened.draft_name, opened.note))
+        if previous is not None:  # switching models: the conversation continues, its cache is rebuilt
+            self._replace_session(self._new_session(previous.system, previous.params, previous.enable_thinking,
+                                                    messages=previous.messages, title=previous.title),
+                                  self.session_id, self.session_file)
+            self._publish()
+            return
+        try:  # a session that cannot be opened leaves a new chat behind, and a dialog that says why
+            if command.session_file:
+                self._open_file(Path(command.session_file), command)
+            elif command.session_id:
+                self._on_opensession(p.OpenSession(command.session_id))
+                self._apply_options(command)
+        finally:
+            if self.session is None:
+                self._replace_session(self._new_session(command.system, GenerationParams(**command.params),
+                                                        command.think is not False,
+                                                        messages=_messages(command.messages)))
+            self._publish()
+
+    def _apply_options(self, command: p.Open) -> None:
+        """The options given on the command line override the settings the opened chat was saved with."""
+        session = self.session
+        if command.params:
+            session.params = dataclasses.replace(session.params, **command.params)
+        if command.think is not None:
+            session.enable_thinking = command.think
+        if command.system is not None:
+            session.set_system(command.system)
+
+    def _progress_reporter(self):
+        last = [0.0]
+
+        def report(done: int, total: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= PROGRESS_EVERY_S or done >= total:
+                last[0] = now
+                self.send(p.Progress(done, total))
+        return report
+
+    def _new_session(self, system: str | None, params: Any, think: bool, messages: list[Any] | None = None,
+                     title: str | None = None) -> Any:
+        """A ChatSession on the open engine (``messages``: start from this history)."""
+        from sessions.chat_session import ChatSession
+        session = ChatSession(self.opened.engine, system, params, enable_thinking=think)
+        if messages is not None:  # the system prompt given wins over one in the messages
+            rest = [m for m in messages if m.role != "system"]
+            session.messages = (session.messages[:1] if system else []) + rest
+        session.title = title
+        return session
+
+    def _replace_session(self, session: Any, session_id: str | None = None, file: Path | None = None) -> None:
+        if self.session is not None and self.session is not session:
+            self.session.caches.release()
+        if self.session_id is not None and self.session_id != session_id:
+            self.store.release(self.session_id)  # the chat left behind can be opened in another window now
+        if self._file_lock is not None and file != self.session_file:
+            self._file_lock.release()
+            self._file_lock = None
+        self.session, self.session_id, self.session_file = session, session_id, file
+
+    def _open_file(self, path: Path, command: p.Open) -> None:
+        from mlxcore.params import GenerationParams
+        from sessions.chat_session import ChatSession
+        from sessions.store_lock import SessionLock
+        lock = SessionLock.acquire(path, mark_open=True)  # SessionInUseError: open in another window
+        if path.exists():
+            try:
+                session = ChatSession.load(path, self.opened.engine)
+            except BaseException:
+                lock.release()
+                raise
+            self._replace_session(session, file=path)
+            self._file_lock = lock
+            self._tell_restore_note()
+            self._apply_options(command)
+        else:  # a new file: start a chat that autosaves there
+            self._replace_session(self._new_session(command.system, GenerationParams(**command.params),
+                                                    command.think is not False), file=path)
+            self._file_lock = lock
+
+
+def _messages(pairs: tuple[tuple[str, str], ...]) -> list[Any] | None:
+    from sessions.messages import Message
+    return [Message(role, content) for role, content in pairs] if pairs else None

@@ -1,0 +1,98 @@
+"""When the engine process dies: keep the chat on screen and in its file, say so, offer a restart."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from pathlib import Path
+from typing import Any
+
+from app.tui import protocol as p
+from app.tui.screens.dialogs import ChoiceDialog
+from mlxcore.errors import MlxchatError
+
+
+class EngineRecovery:
+    """Mixed into ChatApp; uses its client, state, chat, status, open_command and generating."""
+
+    client: Any
+    state: p.Conversation | None
+    open_command: p.Open
+    generating: bool
+    ready: bool
+    engine_down = False  # the engine process ended unexpectedly and was not restarted yet
+    pending_reply: str | None = None  # the streamed reply as generated, until the engine's chat state has it
+
+    async def _engine_enginegone(self, event: p.EngineGone) -> None:
+        self.generating, self.ready, self.engine_down = False, False, True
+        if self.chat.live is not None:
+            await self.chat.live.finish()  # the partial reply stays on screen
+        saved = self._salvage()
+        self.collector.release()
+        self.status.loading("The engine stopped: f9 restarts it, ctrl+q quits")
+        message = (f"The model process ended unexpectedly ({_exit_text(event.exit_code)}). Its log is "
+                   f"{event.log_path}.\n\n{saved}")
+        self.push_screen(ChoiceDialog("The engine stopped", message,
+                                      [("restart", "Restart the engine (f9)"), ("quit", "Quit"), ("close", "Close")]),
+                         self._engine_gone_closed)
+
+    def _salvage(self) -> str:
+        """Write the chat as shown (the reply so far included) to its file; a sentence saying how it went."""
+        state = self.state
+        if state is None:
+            return "No chat was open."
+        partial = bool(self.pending_reply)
+        history = list(state.messages) + ([("assistant", self.pending_reply)] if partial else [])
+        self.pending_reply = None
+        self.state = dataclasses.replace(state, messages=tuple(history))
+        if state.file is None:
+            return "This chat was not saved yet: restart the engine to go on with it, or copy what you need."
+        from sessions.salvage import save_history
+        from sessions.store_lock import SessionLock
+        try:
+            with SessionLock.acquire(Path(state.file)):  # the dead engine's lock went with it
+                save_history(Path(state.file), history)
+        except MlxchatError as error:
+            return f"The chat could not be saved: {error}\nRestart the engine to go on with it."
+        return f"Your chat is saved in {state.file}" + (", with the reply so far." if partial else ".")
+
+    def _engine_gone_closed(self, choice: str | None) -> None:
+        if choice == "quit":
+            self.exit(0)
+        elif choice == "restart":
+            self.action_restart_engine()
+
+    def action_restart_engine(self) -> None:
+        """Start a new engine process on the chat as saved (or as shown, when it never was)."""
+        if not self.engine_down:
+            self.notify("The engine is running.")
+            return
+        state, changes = self.state, {}
+        if state is not None and state.file is not None:
+            changes = {"session_file": state.file} if self.open_command.session_file else {
+                "session_id": state.session_id}
+        elif state is not None:
+            changes = {"messages": state.messages, "session_id": None}
+        # The chat keeps the settings it has now: the command line's were applied at the first start.
+        self.open_command = dataclasses.replace(self.open_command, params={}, think=None, system=None, **changes)
+        self.engine_down = False
+        self.status.loading("Restarting the engine…")
+        self.client.start()
+        self.client.send(self.open_command)
+
+    def _engine_running(self) -> bool:
+        """False (and says what to do) while the engine is down."""
+        if self.engine_down:
+            self.notify("The engine stopped: press f9 to restart it.", severity="warning")
+        return not self.engine_down
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        if -code == signal.SIGKILL:
+            return f"killed by {name}: by the system for lack of memory, or by another program"
+        return f"ended by {name}"
+    return f"exit status {code}"

@@ -1,0 +1,43 @@
+"""The engine host's incoming commands: Stop and Shutdown end a reply, anything else waits its turn."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+from app.tui.channel import Channel
+from app.tui.protocol import Shutdown, Stop
+
+
+class Inbox:
+    """Commands from the UI, read one at a time, with a way to ask "stop now?" while a reply runs.
+
+    ``ui_gone`` is set from another thread (the parent-process watch) when the UI
+    died while the engine was busy; from then on every reply stops and the host shuts down.
+    """
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.deferred: deque[Any] = deque()  # read while a reply ran; handled after it
+        self.ui_gone = threading.Event()
+
+    def next(self) -> Any:
+        """The next command to handle (waits for one); Shutdown once the UI is gone."""
+        if self.deferred:
+            return self.deferred.popleft()
+        if self.ui_gone.is_set():
+            return Shutdown()
+        return self.channel.receive()
+
+    def stop_asked(self) -> bool:
+        """True when the running reply must stop: the user asked, or the UI is going or gone."""
+        if self.ui_gone.is_set():
+            return True
+        while (command := self.channel.receive(timeout=0)) is not None:
+            if isinstance(command, Stop):
+                return True
+            self.deferred.append(command)
+            if isinstance(command, Shutdown):  # after EOF every receive says Shutdown: stop reading
+                return True
+        return False

@@ -1,0 +1,48 @@
+"""Out of memory: recognise MLX's allocation failures and say how much memory is needed and what to do."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import mlx.core as mx
+
+# How MLX words a failed allocation: Metal's allocator and command buffers, the C++ runtime on the CPU.
+_OOM_TEXTS = ("[metal::malloc]", "attempting to allocate", "insufficient memory", "out of memory",
+              "outofmemory", "bad_alloc", "cannot allocate memory")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` (or an error it was raised from) is a failed memory allocation."""
+    while error is not None:
+        if isinstance(error, MemoryError) or (isinstance(error, OSError) and error.errno == errno.ENOMEM):
+            return True
+        if isinstance(error, RuntimeError) and any(text in str(error).lower() for text in _OOM_TEXTS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def machine_memory() -> tuple[int, str] | None:
+    """(bytes, what they are) of the memory models run in: the GPU's working set, or the RAM; None if unknown."""
+    info = mx.device_info() if mx.default_device() == mx.gpu else {}
+    gpu = info.get("max_recommended_working_set_size") or info.get("memory_size")  # Metal names both
+    if gpu:
+        return int(gpu), "usable by the GPU"
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "of memory"
+    except (ValueError, OSError, AttributeError):  # not every platform names these
+        return None
+
+
+def not_enough_memory(what: str, need_bytes: int | None) -> str:
+    """A one-line message: loading ``what`` (needing about ``need_bytes``) ran out of memory, and what to do."""
+    need = f": it needs about {_size(need_bytes)}" if need_bytes else ""
+    machine = machine_memory()
+    have = f" and this machine has {_size(machine[0])} {machine[1]}" if machine and need else ""
+    return (f"Not enough memory to load {what}{need}{have}. Use a smaller model (fewer parameters, "
+            "or a 4-bit one), or close other apps, then try again.")
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"

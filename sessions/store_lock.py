@@ -1,0 +1,139 @@
+"""Advisory locks that keep two mlxchat processes from writing the same stored chat.
+
+A session file ``DIR/NAME`` gets two hidden lock files beside it. They are never the
+session file itself, because a save replaces that file by rename and a lock on the
+old file would silently stop counting.
+
+- ``DIR/.NAME.lock``: who may write the chat. It is taken exclusively and never
+  waited for, so a second taker fails at once.
+- ``DIR/.NAME.open``: also held by a process that keeps the chat open, so that
+  ``is_open`` can answer without touching the first lock. A probe on the first lock
+  could make another process's open or delete fail for no reason.
+
+These are ``flock`` locks (macOS and Linux). The OS drops them when their process
+ends, however it ends, so a crash never leaves a chat locked. Two separate
+acquisitions conflict even inside one process. An orphaned lock file is harmless,
+and ``remove`` deletes both files along with the chat.
+
+API (pure Python, no mlx; the UI process uses it too). ``path`` is the session file,
+e.g. ``<store>/<id>.mlxchat`` (``SessionStore.path_for(id)``, ``Conversation.file``)::
+
+    lock = SessionLock.acquire(path)                  # SessionInUseError at once if another holder has it
+    lock = SessionLock.acquire(path, mark_open=True)  # and show the chat as open (``is_open``)
+    lock.release()                                    # or: with SessionLock.acquire(path): write the file
+    lock.remove()                                     # after deleting the chat: drop its lock files, release
+    is_open(path) -> bool                             # does a holder (this process included) keep it open?
+
+``acquire`` raises ``SessionFileError`` when the lock file cannot be made or locked
+(a read-only folder, a mount without locks). Both errors are ``MlxchatError``s whose
+message says what to do.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from sessions.errors import SessionFileError, SessionInUseError
+
+
+class SessionLock:
+    """The write lock of one session file, held until ``release`` (or until the process ends)."""
+
+    def __init__(self, path: Path, fd: int, open_fd: int | None) -> None:
+        self.path = path  # the session file it guards
+        self._fds = [fd] if open_fd is None else [open_fd, fd]  # released in this order
+
+    @classmethod
+    def acquire(cls, path: Path, *, mark_open: bool = False) -> SessionLock:
+        """Lock ``path`` without waiting; ``mark_open``: also show it as open to ``is_open``."""
+        path = Path(path)
+        fd = _locked_fd(lock_file(path), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if fd is None:
+            raise SessionInUseError(f"{path.name} is open in another mlxchat window: close it there first.")
+        try:
+            # Blocks only while an is_open probe holds its shared lock (microseconds): nothing else takes it.
+            open_fd = _locked_fd(open_file(path), fcntl.LOCK_EX) if mark_open else None
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, open_fd)
+
+    def release(self) -> None:
+        """Let other processes take it (closing the files drops the locks); a second call does nothing."""
+        while self._fds:
+            os.close(self._fds.pop())
+
+    def remove(self) -> None:
+        """Delete the lock files (the chat is gone), then release. Takers that opened them meanwhile retry."""
+        for file in (open_file(self.path), lock_file(self.path)):
+            file.unlink(missing_ok=True)
+        self.release()
+
+    def __enter__(self) -> SessionLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        self.release()  # a store dropped without releasing lets its chats go (CPython frees it at once)
+
+
+def is_open(path: Path) -> bool:
+    """Whether a holder with ``mark_open`` has ``path`` open; never waits, never makes a taker fail."""
+    try:
+        fd = os.open(open_file(Path(path)), os.O_RDONLY)
+    except OSError:
+        return False  # no marker (never opened, or removed), or unreadable: nothing says it is open
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False  # a folder without locks (some network mounts): a listing shows it as closed
+    finally:
+        os.close(fd)
+    return False
+
+
+def lock_file(path: Path) -> Path:
+    return path.with_name(f".{path.name}.lock")
+
+
+def open_file(path: Path) -> Path:
+    return path.with_name(f".{path.name}.open")
+
+
+def _locked_fd(file: Path, mode: int) -> int | None:
+    """A descriptor of ``file`` locked with ``mode``, or None when a non-blocking ``mode`` is refused."""
+    while True:
+        try:
+            fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise SessionFileError(f"Cannot create the lock file {file}: {error.strerror or error}. "
+                                   f"Check that {file.parent} is writable.") from error
+        try:
+            fcntl.flock(fd, mode)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except OSError as error:
+            os.close(fd)
+            raise SessionFileError(f"Cannot lock {file}: {error.strerror or error}. Keep the sessions "
+                                   "in a local folder (set MLXCHAT_HOME).") from error
+        except BaseException:
+            os.close(fd)
+            raise
+        if _is_current(fd, file):
+            return fd
+        os.close(fd)  # removed between our open and our lock: lock the file that is there now
+
+
+def _is_current(fd: int, file: Path) -> bool:
+    try:
+        here, there = os.fstat(fd), os.stat(file)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)

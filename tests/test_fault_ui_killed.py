@@ -1,0 +1,108 @@
+"""Fault: the chat window's process is killed (SIGKILL) while the engine is busy or idle.
+
+The window runs as users run it (tests/tui_process_helper.py: the real ChatApp, its
+engine a child process over a pipe). After the kill, the engine process must be gone
+within 2 s, and nothing may be lost: the session file holds the user's message and
+the reply as far as it got, and the next turn on that file answers exactly as a
+conversation with the same history computed from scratch does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from process_watch import Lines, seconds_until_gone
+from session_kill_helper import engine_named
+from sessions.chat_session import ChatSession
+from sessions.file_format import read_header
+from sessions.file_header import read_saved_session
+from sessions.store import SessionStore
+from tui_process_helper import LONG_PROMPT, SHORT, STORY
+
+ROOT = Path(__file__).resolve().parent.parent
+HELPER = Path(__file__).with_name("tui_process_helper.py")
+MARKERS = {"idle": "IDLE", "reply": "STREAMING", "prefill": "PREFILLING"}
+GONE_WITHIN_S = 2.0
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return engine_named("embedded-paged")
+
+
+def kill_the_window(scenario: str, home: Path) -> float | None:
+    """Play ``scenario`` in a window process, SIGKILL it at its marker; seconds until its engine was gone."""
+    window = subprocess.Popen([sys.executable, str(HELPER), scenario], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, env={**os.environ, "MLXCHAT_HOME": str(home)})
+    lines = Lines(window)
+    try:
+        engine_pid = int(lines.until("ENGINE ").split()[1])
+        lines.until(MARKERS[scenario])
+    finally:
+        window.kill()
+        window.wait()
+    took = seconds_until_gone(engine_pid, GONE_WITHIN_S)
+    if took is None:
+        os.kill(engine_pid, signal.SIGKILL)  # leave nothing running behind a failed test
+    return took
+
+
+def the_stored_chat(home: Path) -> Path:
+    infos = SessionStore(home / "sessions").list()
+    assert len(infos) == 1, f"one chat was stored, not {[i.id for i in infos]}"
+    return infos[0].path
+
+
+def next_turn_matches_a_cold_run(path: Path, engine) -> ChatSession:
+    """The next turn on the saved file answers as the same history computed from scratch, on the same cache."""
+    session = ChatSession.load(path, engine)
+    session.params = dataclasses.replace(session.params, max_tokens=16)
+    cold = ChatSession(engine, params=session.params)
+    cold.messages = list(session.messages)
+    reply, cold_reply = session.send("Go on."), cold.send("Go on.")
+    assert reply == cold_reply
+    assert session.caches.target.tokens == cold.caches.target.tokens
+    return session
+
+
+def test_window_killed_mid_reply(tmp_path, engine):
+    took = kill_the_window("reply", tmp_path)
+    assert took is not None, f"the engine process still ran {GONE_WITHIN_S} s after its window was killed"
+    path = the_stored_chat(tmp_path)
+    history = read_saved_session(read_header(path), str(path)).history
+    assert [m.role for m in history] == ["user", "assistant"] and history[0].content == STORY
+    assert history[1].content.strip(), "the reply as far as it got is kept"
+    session = next_turn_matches_a_cold_run(path, engine)
+    assert session.last_stats.reused_tokens > 0, "the saved cache serves the next turn"
+
+
+def test_window_killed_mid_prefill(tmp_path, engine):
+    took = kill_the_window("prefill", tmp_path)
+    assert took is not None, f"the engine process still ran {GONE_WITHIN_S} s after its window was killed"
+    path = the_stored_chat(tmp_path)
+    saved = read_saved_session(read_header(path), str(path))
+    assert [(m.role, m.content) for m in saved.history] == [("user", LONG_PROMPT)], \
+        "the message is kept, and no empty reply is added"
+    prompt = ChatSession.load(path, engine).prompt_ids()
+    assert len(saved.target.tokens) < len(prompt) - 1, "the prefill was stopped part way"
+    next_turn_matches_a_cold_run(path, engine)
+
+
+def test_window_killed_while_idle(tmp_path, engine):
+    took = kill_the_window("idle", tmp_path)
+    assert took is not None, f"the engine process still ran {GONE_WITHIN_S} s after its window was killed"
+    path = the_stored_chat(tmp_path)
+    reference = ChatSession(engine, params=ChatSession.load(path, engine).params)
+    reference.send(SHORT)
+    saved = read_saved_session(read_header(path), str(path))
+    assert saved.history == tuple(reference.history)
+    next_turn_matches_a_cold_run(path, engine)
