@@ -12,13 +12,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from process_watch import Lines, seconds_until_gone
+from process_watch import HANG_S, Lines, seconds_until_gone
 from session_kill_helper import engine_named
 from sessions.chat_session import ChatSession
 from sessions.file_format import read_header
@@ -39,14 +41,19 @@ def engine():
     return engine_named("embedded-paged")
 
 
-def kill_the_window(scenario: str, home: Path) -> float | None:
-    """Play ``scenario`` in a window process, SIGKILL it at its marker; seconds until its engine was gone."""
-    window = subprocess.Popen([sys.executable, str(HELPER), scenario], cwd=ROOT, text=True,
-                              stdout=subprocess.PIPE, env={**os.environ, "MLXCHAT_HOME": str(home)})
+def kill_the_window(scenario: str, home: Path, env: dict[str, str] | None = None,
+                    moment: threading.Event | None = None) -> float | None:
+    """Play ``scenario`` in a window process, SIGKILL it at its marker (or at ``moment``); seconds until its
+    engine was gone."""
+    window = subprocess.Popen([sys.executable, str(HELPER), scenario], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                              env={**os.environ, "MLXCHAT_HOME": str(home), **(env or {})})
     lines = Lines(window)
     try:
         engine_pid = int(lines.until("ENGINE ").split()[1])
-        lines.until(MARKERS[scenario])
+        if moment is None:
+            lines.until(MARKERS[scenario])
+        else:
+            assert moment.wait(HANG_S), "the engine never started its download"
     finally:
         window.kill()
         window.wait()
@@ -106,3 +113,42 @@ def test_window_killed_while_idle(tmp_path, engine):
     saved = read_saved_session(read_header(path), str(path))
     assert saved.history == tuple(reference.history)
     next_turn_matches_a_cold_run(path, engine)
+
+
+class StalledHub:
+    """A hub on a loopback port that takes every request and never answers: a download that hangs."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.asked = threading.Event()
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            self.held.append(connection)
+            if connection.recv(4096):  # the request's first bytes: the download has begun
+                self.asked.set()
+
+    def close(self) -> None:
+        self.server.close()
+        for connection in self.held:
+            connection.close()
+
+
+def test_window_killed_mid_download(tmp_path):
+    hub = StalledHub()
+    env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0", "MLXCHAT_OFFLINE": "0"}
+    try:
+        took = kill_the_window("download", tmp_path, env, moment=hub.asked)
+    finally:
+        hub.close()
+    assert took is not None, f"the engine process still ran {GONE_WITHIN_S} s after its window was killed"

@@ -8,6 +8,8 @@ marker at the moment a test should strike, then waits to be killed:
 - ``idle``: one short reply, then ``IDLE``.
 - ``reply``: a reply of thousands of tokens; ``STREAMING`` after its first text reached the window.
 - ``prefill``: a prompt of about 3,000 tokens; ``PREFILLING`` when the engine reports it started reading it.
+- ``download``: a hub model, from the hub at ``$HF_ENDPOINT``; ``ENGINE <pid>`` as soon as the engine
+  process started (the test knows the download began when its fake hub is asked).
 
 The session store is ``$MLXCHAT_HOME``'s.
 """
@@ -36,6 +38,8 @@ def say(marker: str) -> None:
 
 def make_app(scenario: str) -> ChatApp:
     params = {"temperature": 0.0, "max_tokens": 4000 if scenario == "reply" else 16}
+    if scenario == "download":
+        return ChatApp(Open(model="mlxchat-tests/never-arrives", no_draft=True, params=params))
     app = ChatApp(Open(model="mini-target", draft="mini-draft", params=params, ignore_eos=scenario == "reply"))
     _on_first(app, "_engine_chunk", "STREAMING" if scenario == "reply" else None)
     _on_first(app, "_engine_prefill", "PREFILLING" if scenario == "prefill" else None)
@@ -60,6 +64,11 @@ def _on_first(app: ChatApp, handler: str, marker: str | None) -> None:
 async def play(scenario: str) -> None:
     app = make_app(scenario)
     async with app.run_test(size=(110, 34)) as pilot:
+        if scenario == "download":
+            while app.client._process is None:
+                await pilot.pause(0.05)
+            say(f"ENGINE {app.client._process.pid}")
+            await asyncio.Event().wait()
         while not (app.ready and app.state is not None):
             await pilot.pause(0.05)
         say(f"ENGINE {app.client._process.pid}")
