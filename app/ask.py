@@ -69,6 +69,9 @@ def run_ask(args: argparse.Namespace) -> int:
             events.close()  # a reply cut short (ctrl+c) is kept as it stands; one with no token adds nothing
             if args.session and session.messages != before:  # a refused prompt leaves the file as it was
                 _save(session, args.session)
+    if session.cut_in_thinking:
+        _say("the reply was cut off while thinking, before its answer: allow more with --max-tokens, "
+             "or answer with --no-think.")
     return 0
 
 

@@ -14,12 +14,15 @@ from mlxcore.errors import UsageError
 def all_rows() -> dict[str, tuple[str, Row]]:
     """mlxcore's rows plus those of the layers above it (sessions, TUI)."""
     from sessions.bench_restore import restore_ttft_vs_cold
-    from sessions.bench_turns import turn10_prefill_fraction
+    from sessions.bench_turns import turn10_prefill_fraction, turn10_prefill_fraction_long
     from app.tui_bench import tui_decode_vs_headless
 
     return ROWS | {
         "turn10_prefill_fraction": ("tokens prefilled at turn 10 / tokens of the whole templated conversation",
                                     lambda s: turn10_prefill_fraction(s.model, s.draft)),
+        "turn10_prefill_fraction_long": ("the same with ~300-token replies: thinking off (value), and on ('on', "
+                                         "at most 'on_bound': the last answer and the new message)",
+                                         lambda s: turn10_prefill_fraction_long(s.model, s.draft)),
         "restore_ttft_vs_cold": ("first-token time after loading a saved 2,000+-token session / cold re-prefill",
                                  lambda s: restore_ttft_vs_cold(s.model, s.draft, s.runs)),
         "tui_decode_vs_headless": ("decode tok/s while the TUI streams 2,000 tokens over 60 messages / headless",

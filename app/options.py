@@ -30,13 +30,17 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def add_generation_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
-        "generation", "With --session, a saved chat keeps its own settings; the options given here override them.")
+        "generation", "Sampling defaults come from the model's generation_config.json (Qwen3: temperature 0.6, "
+                      "top-p 0.95, top-k 20), else from mlxchat (greedy). With --session, a saved chat keeps its "
+                      "own settings. The options given here override both.")
     group.add_argument("--system", metavar="TEXT", help="system prompt")
-    group.add_argument("--temp", type=float, help="temperature; 0 = greedy (default 0)")
-    group.add_argument("--top-p", type=float, help="nucleus sampling threshold (default 1 = off)")
-    group.add_argument("--top-k", type=int, help="keep only the k likeliest tokens (default 0 = off)")
-    group.add_argument("--min-p", type=float, help="drop tokens below min-p x the top one (default 0 = off)")
-    group.add_argument("--max-tokens", type=int, help="longest reply in tokens (default 512)")
+    group.add_argument("--temp", type=float, help="temperature; 0 = greedy (default: the model's, else 0)")
+    group.add_argument("--top-p", type=float, help="nucleus sampling threshold (default: the model's, else 1 = off)")
+    group.add_argument("--top-k", type=int, help="keep only the k likeliest tokens (default: the model's, else 0 = off)")
+    group.add_argument("--min-p", type=float,
+                       help="drop tokens below min-p x the top one (default: the model's, else 0 = off)")
+    group.add_argument("--max-tokens", type=int,
+                       help="longest reply in tokens (default: until the context is full; Esc or ctrl+c stops)")
     group.add_argument("--seed", type=int, help="random seed, for reproducible sampling")
     group.add_argument("--think", dest="think", action="store_true", default=None,
                        help="let the model think before it answers (default)")

@@ -1,5 +1,30 @@
-"""mlxchat's MLX backend: models, KV caches, sampling, plain and speculative decoding."""
+"""mlxchat's MLX backend: models, KV caches, sampling, plain and speculative decoding.
+
+The names a program needs import from here (``from mlxcore import open_engine,
+GenerationParams``). They load on first use, so that ``import mlxcore`` stays
+light: the chat window's process imports it and never runs MLX.
+"""
+
+import importlib
 
 from mlxcore.blas import preload_optimized_blas
 
 preload_optimized_blas()  # must run before mlx.core is imported anywhere
+
+_EXPORTS = {
+    "open_engine": "mlxcore.launch", "OpenedEngine": "mlxcore.launch",
+    "ModelChoice": "mlxcore.configs", "KVConfig": "mlxcore.configs",
+    "GenerationParams": "mlxcore.params", "Engine": "mlxcore.engine",
+    "TokenEvent": "mlxcore.events", "FinalEvent": "mlxcore.events", "GenerationStats": "mlxcore.events",
+    "render_chat": "mlxcore.chat_template", "load_model": "mlxcore.loading",
+    "MlxchatError": "mlxcore.errors",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mlxcore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

@@ -39,7 +39,7 @@ class Engine:
     def __init__(self, model: nn.Module, tokenizer=None, *, kv: KVConfig = KVConfig(),
                  draft_model: nn.Module | None = None, num_draft: int = 8, context_length: int | None = None,
                  fingerprint: str = "", draft_fingerprint: str = "", model_name: str = "",
-                 draft_name: str = "") -> None:
+                 draft_name: str = "", generation_defaults: dict | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.draft_model = draft_model
@@ -53,6 +53,8 @@ class Engine:
         self.context_length = context_length or getattr(getattr(model, "args", None), "max_position_embeddings", None)
         self.eos_ids = set(tokenizer.eos_token_ids) if tokenizer is not None else set()
         self.draft_control = DraftLengthController(max_k=num_draft)  # learns across replies
+        # The sampling the target's generation_config.json recommends (GenerationParams fields).
+        self.generation_defaults = dict(generation_defaults or {})
         self.last_stats: GenerationStats | None = None
         self._pools: dict[str, object] = {}  # paged block pool per model ("target", "draft")
 
@@ -64,6 +66,21 @@ class Engine:
                 forward.warm_up()
         if uses_cpu_prefill(self.model, []):
             warm_up_fast_exp()
+
+    @property
+    def default_params(self) -> GenerationParams:
+        """GenerationParams with the model's recommended sampling, mlxchat's defaults for the rest."""
+        return GenerationParams(**self.generation_defaults)
+
+    def reply_cap(self, params: GenerationParams, prompt_tokens: int) -> int | None:
+        """The most tokens a reply may have: ``max_tokens``, else what the context has left (None: no end)."""
+        if params.max_tokens is not None:
+            return params.max_tokens
+        if self.context_length is None:
+            return None
+        if self.kv.kind == "rotating":  # the window never fills: a reply may still not outgrow the context
+            return self.context_length
+        return max(self.context_length - prompt_tokens, 1)
 
     @property
     def rewind_room(self) -> int:
@@ -171,7 +188,7 @@ class Engine:
 
     def _emit(self, tokens: Iterator[tuple[int, float, bool]], params: GenerationParams,
               stats: GenerationStats, start: float, decoder: SpeculativeDecoder | None) -> Iterator[Event]:
-        reply = ReplyText(self.tokenizer, self.eos_ids, params.stop, params.max_tokens)
+        reply = ReplyText(self.tokenizer, self.eos_ids, params.stop, self.reply_cap(params, stats.prompt_tokens))
         first = last = start
         finish = None
         try:

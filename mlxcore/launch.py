@@ -22,14 +22,18 @@ class OpenedEngine:
     note: str  # a line to show the user (e.g. why the embedded models are used), or ""
 
 
-def open_engine(choice: ModelChoice = ModelChoice(), kv: KVConfig = KVConfig(), progress=None,
+def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConfig(), progress=None,
                 num_draft: int = 8, notice=None) -> OpenedEngine:
     """Load the chosen target (and draft) and wrap them in an Engine; ``num_draft`` caps the draft length.
 
+    ``choice``: a ModelChoice, or just the target's name (a hub repo, a folder, an embedded
+    name); the default is the default pair (the embedded pair offline).
     ``progress(done, total)`` follows a download; ``notice(text)`` is told when the
     kernel warm-up is slow (it is called from a timer thread and must not use MLX).
     """
     check_num_draft(num_draft)
+    if isinstance(choice, str):
+        choice = ModelChoice(model=choice)
     from mlxcore.defaults import default_pair
     from mlxcore.loading import check_draft_compatible, load_model
 
@@ -47,7 +51,8 @@ def open_engine(choice: ModelChoice = ModelChoice(), kv: KVConfig = KVConfig(), 
     engine = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model if draft else None,
                     num_draft=num_draft,
                     fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "",
-                    model_name=target.name, draft_name=draft.name if draft else "")
+                    model_name=target.name, draft_name=draft.name if draft else "",
+                    generation_defaults=target.generation_defaults)
     warm_up(engine, notice)
     return OpenedEngine(engine, target.name, draft.name if draft else None, note)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from mlx_lm.utils import load_tokenizer as mlx_lm_load_tokenizer
 from assets import MODELS_DIR
 from mlxcore.errors import ModelLoadError, TokenizerMismatchError
 from mlxcore.fingerprint import WEIGHTS_GLOB, model_fingerprint, one_line, read_config
+from mlxcore.generation_config import read_generation_defaults
 from mlxcore.hub import Progress, download, is_repo_id
 from mlxcore.out_of_memory import is_out_of_memory, not_enough_memory
 
@@ -39,6 +40,7 @@ class LoadedModel:
     path: Path  # the folder the files were read from
     config: dict[str, Any]  # config.json as mlx-lm completed it (quantization, eos ids)
     name: str  # for display: the embedded name, the repo id or the folder name
+    generation_defaults: dict[str, Any] = field(default_factory=dict)  # its generation_config.json's sampling
 
 
 def load_model(ref: str, *, progress: Progress | None = None) -> LoadedModel:
@@ -53,7 +55,7 @@ def load_model(ref: str, *, progress: Progress | None = None) -> LoadedModel:
     _check_config(folder, read_config(folder))
     model, config = _build_model(folder, name)
     tokenizer = _load_tokenizer(folder, config)
-    return LoadedModel(model, tokenizer, fingerprint, folder, config, name)
+    return LoadedModel(model, tokenizer, fingerprint, folder, config, name, read_generation_defaults(folder))
 
 
 def embedded_names() -> list[str]:

@@ -40,13 +40,13 @@ class SamplingParams:
 class GenerationParams(SamplingParams):
     """Sampling plus when to stop and how to prefill."""
 
-    max_tokens: int = 512  # the reply ends after this many tokens
+    max_tokens: int | None = None  # the reply ends after this many tokens; None = when the context is full
     stop: tuple[str, ...] = field(default=())  # the reply ends when its text contains one of these
     prefill_chunk: int = 128  # prompt tokens per forward pass while prefilling (CPU attention favours short chunks)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.max_tokens < 1:
+        if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, not {self.max_tokens}")
         if self.prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be at least 1, not {self.prefill_chunk}")

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 class ReplyText:
     """Streaming detokenization, end-of-sequence and stop strings for one reply."""
 
-    def __init__(self, tokenizer, eos_ids: Iterable[int], stop: tuple[str, ...], max_tokens: int) -> None:
+    def __init__(self, tokenizer, eos_ids: Iterable[int], stop: tuple[str, ...], max_tokens: int | None) -> None:
         self._detok = tokenizer.detokenizer if tokenizer is not None else None
         self._eos = set(eos_ids)
         self._stop = stop
@@ -28,7 +28,7 @@ class ReplyText:
         delta, stopped = self._append(delta)
         if stopped:
             return delta, "stop"
-        if self.count >= self._max_tokens:
+        if self._max_tokens is not None and self.count >= self._max_tokens:
             return delta + self._flush(), "length"
         return delta, None
 

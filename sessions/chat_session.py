@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from mlxcore.chat_template import render_chat
+from mlxcore.chat_template import render_chat, render_chat_text
 from mlxcore.engine import Engine
 from mlxcore.errors import PromptError, SystemPromptTooLongError
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, StopPrefill
+from mlxcore.think_blocks import EMPTY, close_open_block
 from sessions.messages import Message
 
 
@@ -30,7 +31,7 @@ class ChatSession:
     def __init__(self, engine: Engine, system: str | None = None, params: GenerationParams | None = None,
                  *, enable_thinking: bool = True, use_draft: bool = True) -> None:
         self.engine = engine
-        self.params = params or GenerationParams()
+        self.params = params or engine.default_params  # the model's recommended sampling
         self.enable_thinking = enable_thinking
         self.use_draft = use_draft and engine.draft_model is not None
         self.messages: list[Message] = [Message("system", system)] if system else []
@@ -44,6 +45,7 @@ class ChatSession:
         self.restore_note: str | None = None  # after load: what the user should know (e.g. cache rebuilt)
         # Called as the prompt is prefilled (tokens done, in all); raising StopPrefill ends the turn there.
         self.prefill_progress: Progress | None = None
+        self.cut_in_thinking = False  # the last reply ended inside its think block (stored closed)
 
     # what the conversation holds --------------------------------------------------
 
@@ -71,8 +73,15 @@ class ChatSession:
 
     def prompt_ids(self) -> list[int]:
         """The token ids of the whole conversation, ready for the assistant's next reply."""
-        return render_chat(self.engine.tokenizer, [m.as_dict() for m in self.messages],
-                           enable_thinking=self.enable_thinking)
+        return self._prompt()[0]
+
+    def _prompt(self) -> tuple[list[int], str]:
+        """The prompt's ids, and the text its template put where the reply begins (Qwen3: the empty think
+        block when thinking is off), which the reply is stored with: the cache holds it."""
+        text = render_chat_text(self.engine.tokenizer, [m.as_dict() for m in self.messages],
+                                enable_thinking=self.enable_thinking)
+        ids = list(self.engine.tokenizer.encode(text, add_special_tokens=False))
+        return ids, EMPTY if text.endswith(EMPTY) else ""
 
     # turns ------------------------------------------------------------------------
 
@@ -166,11 +175,13 @@ class ChatSession:
 
     def _events(self, before: list[Message]) -> Iterator[Event]:
         """The engine's events for the history as it stands; ``before`` is the history before this turn."""
-        reply, tokens = "", 0
+        reply, tokens, lead = "", 0, ""
         events = None
+        self.cut_in_thinking = False
         try:
             self._keep_system_in_window()
-            events = self.engine.generate(self.prompt_ids(), self.caches, self.params, self.prefill_progress)
+            ids, lead = self._prompt()
+            events = self.engine.generate(ids, self.caches, self.params, self.prefill_progress)
             for event in events:
                 if isinstance(event, TokenEvent):
                     reply, tokens = reply + event.text, tokens + 1
@@ -187,8 +198,9 @@ class ChatSession:
             if events is not None:
                 events.close()
             self.last_stats = self.engine.last_stats
-            if tokens:
-                self.messages.append(Message("assistant", reply))
+            if tokens:  # a reply cut inside <think> is closed, so that the next turn's template is well formed
+                stored, self.cut_in_thinking = close_open_block(lead + reply)
+                self.messages.append(Message("assistant", stored))
 
     # files ------------------------------------------------------------------------
 

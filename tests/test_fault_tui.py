@@ -14,7 +14,7 @@ from app.tui.screens.dialogs import ConfirmDialog, ErrorDialog
 from sessions.file_format import read_header
 from sessions.file_header import read_saved_session
 from small_disk import SmallDisk, can_mount
-from test_tui_helpers import SIZE, make_app, send, settle, wait_for, wait_ready
+from test_tui_helpers import SIZE, make_app, record_notes, send, wait_for, wait_ready
 
 QUESTION, SECOND = "What is 12 + 7?", "And 3 + 4?"
 TOO_LONG = "The quick brown fox jumps over the lazy dog. " * 300  # ~6,300 tokens; the context holds 4,096
@@ -29,10 +29,6 @@ def store_home(tmp_path, monkeypatch):
 
 def saved_history(path: str) -> list[tuple[str, str]]:
     return [(m.role, m.content) for m in read_saved_session(read_header(path), path).history]
-
-
-def notes(app) -> list[str]:
-    return [str(n.message) for n in app._notifications]
 
 
 def test_a_too_long_message_comes_back_to_the_input_and_the_chat_goes_on():
@@ -65,6 +61,7 @@ def test_a_full_disk_keeps_the_chat_and_the_old_file(tmp_path, monkeypatch):
 
     async def scenario():
         app = make_app(max_tokens=16)
+        notes = record_notes(app)
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
             await send(pilot, app, QUESTION)
@@ -82,7 +79,7 @@ def test_a_full_disk_keeps_the_chat_and_the_old_file(tmp_path, monkeypatch):
             disk.free()
             await send(pilot, app, "And 5 + 5?")  # the next reply tries again
             await wait_for(pilot, lambda: app.state.save_error is None, what="the save")
-            return saved_history(file), failure, unchanged, app.state.messages, notes(app)
+            return saved_history(file), failure, unchanged, app.state.messages, notes
     try:
         on_disk, (title, message, error, messages), unchanged, after, shown = asyncio.run(scenario())
     finally:
@@ -100,6 +97,7 @@ def test_quit_waits_for_the_engine_to_save(monkeypatch):
     (here the engine is paused on purpose) and says so, instead of killing it."""
     async def scenario():
         app = make_app(max_tokens=4000, ignore_eos=True)
+        notes = record_notes(app)
         kills = []
         monkeypatch.setattr(app.client, "kill", lambda: kills.append(True))
         async with app.run_test(size=SIZE) as pilot:
@@ -110,7 +108,7 @@ def test_quit_waits_for_the_engine_to_save(monkeypatch):
             engine = app.client._process
             os.kill(engine.pid, signal.SIGSTOP)  # a slow save, as on a big chat
             await pilot.press("ctrl+q")
-            await wait_for(pilot, lambda: any("Saving the chat" in n for n in notes(app)), what="the note")
+            await wait_for(pilot, lambda: any("Saving the chat" in n for n in notes), what="the note")
             os.kill(engine.pid, signal.SIGCONT)
             file = app.state.file
             await wait_for(pilot, lambda: not engine.is_alive(), what="the engine to end")

@@ -13,7 +13,7 @@ from app.tui.screens.download import DownloadScreen
 from app.tui.widgets.chat_log import WINDOW
 from app.tui.widgets.message_view import MessageView
 from app.tui_bench import earlier_messages
-from test_tui_helpers import SIZE, EventGate, answer_of, make_app, send, settle, wait_for, wait_ready
+from test_tui_helpers import SIZE, EventGate, answer_of, make_app, record_notes, send, settle, wait_for, wait_ready
 
 pytestmark = pytest.mark.slow
 
@@ -104,6 +104,7 @@ def test_edit_fork_export_and_palette(tmp_path):
 def test_download_screen_shows_progress_and_cancel_falls_back_to_embedded():
     async def scenario():
         app = make_app()
+        notes = record_notes(app)
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
             app.ready = False  # as while a hub model downloads
@@ -115,7 +116,7 @@ def test_download_screen_shows_progress_and_cancel_falls_back_to_embedded():
             shown = (bar.progress, bar.total)
             await pilot.press("escape")
             await wait_ready(pilot, app)
-            return shown, app.open_command.model, [n.message for n in app._notifications]
+            return shown, app.open_command.model, notes
     shown, model, notes = asyncio.run(scenario())
     assert shown == (25 * 2**20, 100 * 2**20)
     assert model == "mini-target"

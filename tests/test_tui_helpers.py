@@ -57,6 +57,18 @@ class EventGate:
         self._open.set()
 
 
+def record_notes(app: ChatApp) -> list[str]:
+    """Every notification the app shows, kept (Textual drops expired ones, after 5 s on a busy machine)."""
+    notes: list[str] = []
+    show = app.notify
+
+    def notify(message, *args, **kwargs):
+        notes.append(str(message))
+        return show(message, *args, **kwargs)
+    app.notify = notify
+    return notes
+
+
 def answer_of(events: list[Any]) -> str:
     """The answer text the Chunk events among ``events`` carry."""
     return "".join(event.answer for event in events if isinstance(event, Chunk))

@@ -133,7 +133,7 @@ class ChatActions:
 
     def action_settings(self) -> None:
         if self.state and not self._busy():
-            self.push_screen(SettingsScreen(self.state), self._configured)
+            self.push_screen(SettingsScreen(self.state, self.model_defaults), self._configured)
 
     def _configured(self, command: p.Configure | None) -> None:
         if command is not None:

@@ -63,6 +63,7 @@ class ChatApp(EngineRecovery, ChatActions, App[int]):
         self.updates_at_done = 0  # ... when the last reply ended (the chat is settled once updates passes it)
         self._download: DownloadScreen | None = None
         self._quitting = False
+        self.model_defaults: dict[str, Any] = {}  # the model's recommended sampling (for the settings screen)
         self.collector = CollectorHold()
 
     def get_default_screen(self) -> Screen:
@@ -145,6 +146,7 @@ class ChatApp(EngineRecovery, ChatActions, App[int]):
 
     async def _engine_ready(self, event: p.Ready) -> None:
         self.ready = True
+        self.model_defaults = event.defaults
         if self._download is not None and self._download.is_current:
             self._download.dismiss(False)
         self._download = None

@@ -31,7 +31,6 @@ class OpenCommands:
     def _on_open(self, command: p.Open) -> None:
         from mlxcore.engine import KVConfig
         from mlxcore.launch import ModelChoice, open_engine
-        from mlxcore.params import GenerationParams
 
         self._on_listsessions(p.ListSessions())
         kv = KVConfig(kind=command.kv, max_kv=command.max_kv, block_size=command.block_size)
@@ -42,7 +41,7 @@ class OpenCommands:
             opened.engine.eos_ids = set()
         self.flush_seconds = command.flush_seconds
         previous, self.opened = self.session, opened
-        self.send(p.Ready(opened.target_name, opened.draft_name, opened.note))
+        self.send(p.Ready(opened.target_name, opened.draft_name, opened.note, opened.engine.generation_defaults))
         if previous is not None:  # switching models: the conversation continues, its cache is rebuilt
             self._replace_session(self._new_session(previous.system, previous.params, previous.enable_thinking,
                                                     messages=previous.messages, title=previous.title),
@@ -57,10 +56,14 @@ class OpenCommands:
                 self._apply_options(command)
         finally:
             if self.session is None:
-                self._replace_session(self._new_session(command.system, GenerationParams(**command.params),
+                self._replace_session(self._new_session(command.system, self._given_params(command),
                                                         command.think is not False,
                                                         messages=_messages(command.messages)))
             self._publish()
+
+    def _given_params(self, command: p.Open) -> Any:
+        """A new chat's parameters: the model's recommended sampling, then the options given."""
+        return dataclasses.replace(self.opened.engine.default_params, **command.params)
 
     def _apply_options(self, command: p.Open) -> None:
         """The options given on the command line override the settings the opened chat was saved with."""
@@ -104,7 +107,6 @@ class OpenCommands:
         self.session, self.session_id, self.session_file = session, session_id, file
 
     def _open_file(self, path: Path, command: p.Open) -> None:
-        from mlxcore.params import GenerationParams
         from sessions.chat_session import ChatSession
         from sessions.store_lock import SessionLock
         lock = SessionLock.acquire(path, mark_open=True)  # SessionInUseError: open in another window
@@ -119,7 +121,7 @@ class OpenCommands:
             self._tell_restore_note()
             self._apply_options(command)
         else:  # a new file: start a chat that autosaves there
-            self._replace_session(self._new_session(command.system, GenerationParams(**command.params),
+            self._replace_session(self._new_session(command.system, self._given_params(command),
                                                     command.think is not False), file=path)
             self._file_lock = lock
 

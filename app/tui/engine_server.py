@@ -101,7 +101,8 @@ class EngineServer(OpenCommands, Autosave, StoreCommands):
             last = relay_reply(chunks, self.send, self.inbox.stop_asked, self.flush_seconds)
             failed = False
         finally:
-            self.send(done_event(self.session.last_stats, self.opened.engine.context_length, last, failed))
+            self.send(done_event(self.session.last_stats, self.opened.engine.context_length, last, failed,
+                                 cut_in_thinking=self.session.cut_in_thinking))
             self._autosave()
             self._publish()
 

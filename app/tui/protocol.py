@@ -120,6 +120,7 @@ class Ready:
     target: str
     draft: str | None
     note: str  # e.g. why the embedded models are used; "" when nothing to say
+    defaults: dict[str, Any] = field(default_factory=dict)  # the sampling the model's generation_config.json sets
 
 
 @dataclass(frozen=True)

@@ -53,9 +53,15 @@ def stats_dict(stats: Any, context_length: int | None) -> dict[str, Any]:
                             "acceptance": stats.acceptance, "context_length": context_length}
 
 
-def done_event(stats: Any, context_length: int | None, last_token_time: float, failed: bool = False) -> Done:
-    """The Done event for a reply; ``failed`` when it ended with an error (its stats are then not shown)."""
+def done_event(stats: Any, context_length: int | None, last_token_time: float, failed: bool = False,
+               cut_in_thinking: bool = False) -> Done:
+    """The Done event for a reply; ``failed`` when it ended with an error (its stats are then not shown).
+
+    ``cut_in_thinking``: the reply stopped inside its think block (it has no answer): the reason says so.
+    """
     data = {} if failed else stats_dict(stats, context_length)
     reason = "error" if failed else data.get("finish_reason", "stopped")
+    if cut_in_thinking and not failed:
+        reason = "cut while thinking"
     return Done(finish_reason=reason, stats=data, last_token_time=last_token_time)
 

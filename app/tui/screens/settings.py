@@ -13,7 +13,9 @@ from textual.widgets import Button, Input, Label, Static, Switch, TextArea
 from app.tui.protocol import Configure, Conversation
 
 NUMBER_FIELDS = (("temperature", "Temperature (0 = greedy)", float), ("top_p", "Top-p (1 = off)", float),
-                 ("max_tokens", "Max tokens per reply", int))
+                 ("top_k", "Top-k (0 = off)", int), ("min_p", "Min-p (0 = off)", float),
+                 ("max_tokens", "Max tokens (empty: no limit)", int))
+OPTIONAL = {"max_tokens"}  # may be left empty (None)
 
 
 class SettingsScreen(ModalScreen[Configure | None]):
@@ -21,9 +23,10 @@ class SettingsScreen(ModalScreen[Configure | None]):
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+s", "apply", "Apply", priority=True)]
 
-    def __init__(self, state: Conversation) -> None:
+    def __init__(self, state: Conversation, model_defaults: dict[str, Any] | None = None) -> None:
         super().__init__(classes="dialog")
         self.state = state
+        self.model_defaults = model_defaults or {}  # the sampling the model's generation_config.json sets
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog-box -wide", id="settings"):
@@ -31,8 +34,9 @@ class SettingsScreen(ModalScreen[Configure | None]):
             with VerticalScroll(id="settings-fields"):
                 for name, label, _ in NUMBER_FIELDS:
                     with Horizontal(classes="field"):
-                        yield Label(label)
-                        yield Input(str(self.state.params.get(name, "")), id=f"set-{name}")
+                        yield Label(f"{label}{self._source(name)}")
+                        value = self.state.params.get(name)
+                        yield Input("" if value is None else str(value), id=f"set-{name}")
                 with Horizontal(classes="field"):
                     yield Label("Speculative decoding (draft model)")
                     yield Switch(self.state.use_draft, id="set-draft", disabled=not self.state.has_draft)
@@ -46,11 +50,22 @@ class SettingsScreen(ModalScreen[Configure | None]):
                 yield Button("Cancel", id="cancel")
                 yield Button("Apply (ctrl+s)", id="apply", variant="primary")
 
+    def _source(self, name: str) -> str:
+        """What the model's generation_config.json recommends ("-": nothing, mlxchat's default applies)."""
+        if name == "max_tokens":
+            return ""
+        if name in self.model_defaults:
+            return f" (model: {self.model_defaults[name]:g})"
+        return " (model: -)"
+
     def read(self) -> Configure:
         """The settings as entered; ValueError names a field that is not a number."""
         params: dict[str, Any] = {}
         for name, label, kind in NUMBER_FIELDS:
             raw = self.query_one(f"#set-{name}", Input).value.strip()
+            if not raw and name in OPTIONAL:
+                params[name] = None
+                continue
             try:
                 params[name] = kind(raw)
             except ValueError:

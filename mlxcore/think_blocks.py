@@ -1,0 +1,54 @@
+"""Qwen3's think blocks in a rendered chat: a reply written with thinking off keeps its empty block.
+
+With thinking off, Qwen3's generation prompt ends with an empty block,
+``<think>\\n\\n</think>\\n\\n``, and the reply is generated after it: the KV cache
+holds the block. Once a later user message makes that reply history, Qwen3's
+template renders it without the block, so the cached tokens stop matching where
+the reply began and every later turn computes the whole reply again (about 500
+tokens a turn for a long answer). mlxchat stores such replies with their block
+(``EMPTY`` + answer) and, in a chat with thinking off, renders them with it in
+history too, as the cache holds them: the fix proposed for Qwen3's template
+(QwenLM/Qwen3#1826), and what Qwen's later templates do (``preserve_thinking``).
+With thinking on, history renders as Qwen3 was trained: every earlier block is
+dropped, reasoning or not. Measured on the embedded pair's held-out multi-turn
+tasks (benchmarks/history_think_eval.py): keeping the blocks with thinking off
+gave 159/181 exact answers against 156/181; keeping them with thinking on too
+gave 123/181 against 158/181, so it is not done there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+EMPTY = "<think>\n\n</think>\n\n"
+OPEN, CLOSE = "<think>", "</think>"
+HEADER = "<|im_start|>assistant\n"
+
+
+def keep_empty_blocks(text: str, messages: Sequence[dict]) -> str:
+    """``text`` (a rendered chat) with the empty block put back before each reply stored with one."""
+    cursor = 0
+    for message in messages:
+        content = message["content"]
+        if message["role"] != "assistant" or not content.startswith(EMPTY):
+            continue
+        answer = content[len(EMPTY):].lstrip("\n")
+        at = text.find(HEADER, cursor)
+        while at >= 0:
+            body = at + len(HEADER)
+            if text.startswith(EMPTY + answer, body):  # rendered with its block (the template's last reply)
+                cursor = body + len(EMPTY) + len(answer)
+                break
+            if text.startswith(answer, body):
+                text = text[:body] + EMPTY + text[body:]
+                cursor = body + len(EMPTY) + len(answer)
+                break
+            at = text.find(HEADER, body)
+    return text
+
+
+def close_open_block(reply: str) -> tuple[str, bool]:
+    """A reply cut inside ``<think>`` closed, so the next turn's template is well formed; and whether it was."""
+    if OPEN in reply and CLOSE not in reply.split(OPEN, 1)[1]:
+        return reply.rstrip("\n") + "\n" + CLOSE + "\n\n", True
+    return reply, False
