@@ -10,6 +10,7 @@ from mlxcore.engine import Engine
 from mlxcore.errors import PromptError, SystemPromptTooLongError
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
+from mlxcore.held_tokens import prompt_ids as held_prompt_ids
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, StopPrefill
 from mlxcore.think_blocks import EMPTY, close_open_block
@@ -80,7 +81,7 @@ class ChatSession:
         block when thinking is off), which the reply is stored with: the cache holds it."""
         text = render_chat_text(self.engine.tokenizer, [m.as_dict() for m in self.messages],
                                 enable_thinking=self.enable_thinking)
-        ids = list(self.engine.tokenizer.encode(text, add_special_tokens=False))
+        ids = held_prompt_ids(self.engine.tokenizer, text, self.caches.target.tokens)
         return ids, EMPTY if text.endswith(EMPTY) else ""
 
     # turns ------------------------------------------------------------------------

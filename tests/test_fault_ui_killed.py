@@ -27,6 +27,7 @@ from sessions.file_format import read_header
 from sessions.file_header import read_saved_session
 from sessions.store import SessionStore
 from tui_process_helper import LONG_PROMPT, SHORT, STORY
+from turn_checks import send_matching_a_cold_run
 
 ROOT = Path(__file__).resolve().parent.parent
 HELPER = Path(__file__).with_name("tui_process_helper.py")
@@ -70,14 +71,10 @@ def the_stored_chat(home: Path) -> Path:
 
 
 def next_turn_matches_a_cold_run(path: Path, engine) -> ChatSession:
-    """The next turn on the saved file answers as the same history computed from scratch, on the same cache."""
+    """The next turn on the saved file answers as the same prompt computed from scratch (see turn_checks)."""
     session = ChatSession.load(path, engine)
     session.params = dataclasses.replace(session.params, max_tokens=16)
-    cold = ChatSession(engine, params=session.params)
-    cold.messages = list(session.messages)
-    reply, cold_reply = session.send("Go on."), cold.send("Go on.")
-    assert reply == cold_reply
-    assert session.caches.target.tokens == cold.caches.target.tokens
+    send_matching_a_cold_run(session, "Go on.")
     return session
 
 

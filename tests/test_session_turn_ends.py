@@ -15,6 +15,7 @@ from mlxcore.prefill import StopPrefill
 from session_kill_helper import tiny_engine
 from sessions.chat_session import ChatSession
 from sessions.messages import Message
+from turn_checks import send_matching_a_cold_run
 
 GREEDY = GenerationParams(temperature=0.0, max_tokens=12, prefill_chunk=8)
 CONTEXT = 160  # tokens: a short context makes "too long" cheap to reach
@@ -35,10 +36,7 @@ def chat(engine, turns: int = 1) -> ChatSession:
 
 
 def next_turn_matches_a_cold_run(session: ChatSession) -> None:
-    cold = ChatSession(session.engine, params=session.params)
-    cold.messages = list(session.messages)
-    assert session.send("And then?") == cold.send("And then?")
-    assert session.caches.target.tokens == cold.caches.target.tokens
+    send_matching_a_cold_run(session, "And then?")
 
 
 def test_a_too_long_message_is_not_kept(engine):

@@ -1,0 +1,32 @@
+"""The check every "nothing was lost" test ends with: the next turn on a reused cache equals a cold run.
+
+"Cold" is a new standard-cache engine on the same model, fed the same prompt ids
+with nothing cached; greedy, so a speculative warm turn must match it token for
+token. The prompt ids must also spell the conversation exactly as the chat
+template renders it (they may keep the model's own tokens for its earlier
+replies: mlxcore/held_tokens.py).
+"""
+
+from __future__ import annotations
+
+from mlxcore.chat_template import render_chat_text
+from mlxcore.engine import Engine, KVConfig
+from mlxcore.events import TokenEvent
+from sessions.chat_session import ChatSession
+
+
+def send_matching_a_cold_run(session: ChatSession, text: str) -> str:
+    """Send ``text`` (greedy params expected); assert the turn equals a cold run; return the reply."""
+    assert session.params.greedy, "a cold run matches token for token only when decoding is greedy"
+    engine = session.engine
+    before = [m.as_dict() for m in session.messages] + [{"role": "user", "content": text}]
+    reply = session.send(text)
+    stats, held = session.last_stats, session.caches.target.tokens
+    prompt, generated = held[:stats.prompt_tokens], held[stats.prompt_tokens:]
+    assert engine.tokenizer.decode(prompt) == render_chat_text(engine.tokenizer, before,
+                                                               enable_thinking=session.enable_thinking)
+    cold = Engine(engine.model, engine.tokenizer, kv=KVConfig(kind="standard"))
+    cold.eos_ids = engine.eos_ids
+    tokens = [e.token for e in cold.generate(prompt, cold.new_caches(), session.params) if isinstance(e, TokenEvent)]
+    assert generated == tokens, "the reused cache answered differently from a cold run on the same prompt"
+    return reply
