@@ -176,21 +176,22 @@ class ChatSession:
 
     def _events(self, before: list[Message]) -> Iterator[Event]:
         """The engine's events for the history as it stands; ``before`` is the history before this turn."""
-        reply, tokens, lead = "", 0, ""
+        reply, written, lead, finish = "", [], "", None  # written: the reply's token ids
         events = None
         self.cut_in_thinking = False
         try:
             self._keep_system_in_window()
-            ids, lead = self._prompt()
-            events = self.engine.generate(ids, self.caches, self.params, self.prefill_progress)
+            prompt, lead = self._prompt()
+            events = self.engine.generate(prompt, self.caches, self.params, self.prefill_progress)
             for event in events:
                 if isinstance(event, TokenEvent):
-                    reply, tokens = reply + event.text, tokens + 1
+                    reply = reply + event.text
+                    written.append(event.token)
                 elif isinstance(event, FinalEvent):
-                    reply = event.text
+                    reply, finish = event.text, event.finish_reason
                 yield event
         except PromptError:
-            if tokens == 0:  # refused: the turn did not happen
+            if not written:  # refused: the turn did not happen
                 self.messages = before
             raise
         except StopPrefill:
@@ -199,9 +200,21 @@ class ChatSession:
             if events is not None:
                 events.close()
             self.last_stats = self.engine.last_stats
-            if tokens:  # a reply cut inside <think> is closed, so that the next turn's template is well formed
-                stored, self.cut_in_thinking = close_open_block(lead + reply)
+            if written:  # a reply cut inside <think> is closed, so that the next turn's template is well formed
+                stored, self.cut_in_thinking = close_open_block(lead + self._as_held(reply, written, finish))
                 self.messages.append(Message("assistant", stored))
+
+    def _as_held(self, shown: str, ids: list[int], finish: str | None) -> str:
+        """The reply's text as its ids spell it, which the next turn matches against the cache.
+
+        The streamed text can differ: mlx-lm's detokenizer drops a reply's leading space.
+        A reply cut at a stop string keeps the text shown (the cache holds the stop string too).
+        """
+        if finish == "stop":
+            return shown
+        if ids and ids[-1] in self.engine.eos_ids:
+            ids = ids[:-1]
+        return self.engine.tokenizer.decode(ids)
 
     # files ------------------------------------------------------------------------
 
