@@ -22,7 +22,7 @@ def all_rows() -> dict[str, tuple[str, Row]]:
                                     lambda s: turn10_prefill_fraction(s.model, s.draft)),
         "turn10_prefill_fraction_long": ("the same with ~300-token replies: thinking off (value), and on ('on', "
                                          "at most 'on_bound': the last answer and the new message)",
-                                         lambda s: turn10_prefill_fraction_long(s.model, s.draft)),
+                                         lambda s: turn10_prefill_fraction_long(s.model)),
         "restore_ttft_vs_cold": ("first-token time after loading a saved 2,000+-token session / cold re-prefill",
                                  lambda s: restore_ttft_vs_cold(s.model, s.draft, s.runs)),
         "tui_decode_vs_headless": ("decode tok/s while the TUI streams 2,000 tokens over 60 messages / headless",

@@ -3,8 +3,9 @@
 mlx-lm's layers compute attention's softmax and SwiGLU's SiLU with MLX's own
 ``exp``/``sigmoid``, which MLX's x86 CPU backend evaluates one element at a
 time: with OpenBLAS doing the products, they were ~70% of a prefill. Here the
-two run on ``fast_exp`` (whole-array multiplies and adds); everything else
-(norms, projections, RoPE, the cache update) is the model's own modules.
+two run on ``fast_exp`` (whole-array multiplies and adds), attention in blocks
+of keys that stay in cache (``cpu_attention``); everything else (norms,
+projections, RoPE, the cache update) is the model's own modules.
 Values match mlx-lm's to float32 rounding (tests compare caches and tokens).
 
 Used for float32 Qwen3-layout models with a plain causal mask (full-attention
@@ -20,12 +21,8 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 
 from mlxcore.compiled_forward import has_qwen3_layout
-from mlxcore.fast_exp import fast_silu, fast_softmax
-
-# Attention scores per block of query rows: 2**17 float32 (512 KiB) stay in a core's L2 cache through
-# softmax's passes. Measured against MLX's attention at 128 queries: 0.4-0.8 of its time from 128 to
-# 2,816 keys; with the whole score matrix as one block, 1.3-1.7 times its time beyond 512 keys.
-SCORES_PER_BLOCK = 1 << 17
+from mlxcore.cpu_attention import causal_attention
+from mlxcore.fast_exp import fast_silu
 
 
 def uses_cpu_prefill(model: nn.Module, cache_layers: list) -> bool:
@@ -33,34 +30,6 @@ def uses_cpu_prefill(model: nn.Module, cache_layers: list) -> bool:
     return (mx.default_device() == mx.cpu and has_qwen3_layout(model)
             and model.model.embed_tokens.weight.dtype == mx.float32
             and not any(hasattr(layer, "bits") for layer in cache_layers))  # quantized caches: their own attention
-
-
-def _causal_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
-    """Softmax attention; query i sees keys up to S - L + i (the queries are the last L positions).
-
-    q: (1, heads, L, dim); k, v: (1, kv_heads, S, dim); grouped heads share a kv head.
-    The queries go in blocks of rows whose scores stay in the CPU's cache across softmax's
-    passes (each row's softmax is its own, so blocks change no value).
-    """
-    n, s = q.shape[2], k.shape[2]
-    rows = max(1, SCORES_PER_BLOCK // (q.shape[1] * s))
-    if rows >= n:
-        return _attention_rows(q, k, v, scale, 0, n)
-    return mx.concatenate([_attention_rows(q[:, :, i:i + rows], k, v, scale, i, n)
-                           for i in range(0, n, rows)], axis=2)
-
-
-def _attention_rows(q: mx.array, k: mx.array, v: mx.array, scale: float, first: int, n: int) -> mx.array:
-    """Rows ``first``.. of the L = ``n`` queries; q: (1, heads, rows, dim)."""
-    b, heads, rows, dim = q.shape
-    kv_heads, s = k.shape[1], k.shape[2]
-    group = heads // kv_heads
-    q = (q * scale).reshape(b, kv_heads, group * rows, dim)  # (1, kv_heads, group * rows, dim)
-    scores = (q @ k.swapaxes(-1, -2)).reshape(b, kv_heads, group, rows, s)
-    visible = mx.arange(s)[None] <= mx.arange(first, first + rows)[:, None] + (s - n)  # (rows, S)
-    scores = mx.where(visible, scores, -mx.inf)
-    weights = fast_softmax(scores).reshape(b, kv_heads, group * rows, s)
-    return (weights @ v).reshape(b, heads, rows, dim)
 
 
 def _layer(layer: nn.Module, h: mx.array, mask: Any, cache: Any) -> mx.array:
@@ -74,7 +43,7 @@ def _layer(layer: nn.Module, h: mx.array, mask: Any, cache: Any) -> mx.array:
     q, k = attn.rope(q, offset=cache.offset), attn.rope(k, offset=cache.offset)
     k, v = cache.update_and_fetch(k, v)
     if mask == "causal":
-        attended = _causal_attention(q, k, v, attn.scale)
+        attended = causal_attention(q, k, v, attn.scale)
     else:  # one token (no mask) or a cache's own mask array (a sliding window)
         attended = mx.fast.scaled_dot_product_attention(q, k, v, scale=attn.scale, mask=mask)
     h = h + attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))

@@ -9,7 +9,7 @@ import mlx.nn as nn
 
 from mlxcore.kv.base import PENDING
 from mlxcore.params import SamplingParams
-from mlxcore.sampling import KeyStream, distribution, draw, greedy_token
+from mlxcore.sampling import KeyStream, next_token
 
 
 class TokenPicker:
@@ -23,11 +23,8 @@ class TokenPicker:
 
     def __call__(self, logits: mx.array) -> tuple[mx.array, mx.array]:
         """Returns (token (1,), its log-probability (1,)) as lazy arrays."""
-        if self.params.greedy:
-            token = greedy_token(logits, self.params, self.recent)
-        else:
-            token = draw(distribution(logits, self.params, self.recent), self.keys.next())
-        logprob = mx.take_along_axis(logits, token[:, None], axis=-1)[:, 0] - mx.logsumexp(logits, axis=-1)
+        key = None if self.params.greedy else self.keys.next()
+        token, logprob = next_token(logits, self.params, key, self.recent)
         if self.recent is not None:
             keep = self.params.repetition_context - 1
             self.recent = mx.concatenate([self.recent[-keep:] if keep else self.recent[:0], token.astype(mx.int32)])

@@ -23,7 +23,7 @@ from mlxcore.draft_length import DraftLengthController
 from mlxcore.kv.base import PENDING
 from mlxcore.params import SamplingParams
 from mlxcore.rejection import verify, verify_greedy
-from mlxcore.sampling import KeyStream, distribution, draw
+from mlxcore.sampling import KeyStream, distribution, draw, next_token
 
 
 def rewind_room(max_k: int) -> int:
@@ -173,11 +173,7 @@ class SpeculativeDecoder:
         return n_value, t.item(), logprobs[: n_value + 1].tolist()
 
     def _pick(self, logits: mx.array) -> tuple[mx.array, mx.array]:
-        if self.params.greedy:
-            token = mx.argmax(logits, axis=-1)
-        else:
-            token = draw(distribution(logits, self.params), self.keys.next())
-        logprob = mx.take_along_axis(logits, token[:, None], axis=-1)[:, 0] - mx.logsumexp(logits, axis=-1)
+        token, logprob = next_token(logits, self.params, None if self.params.greedy else self.keys.next())
         return token[0], logprob[0]
 
     # cache bookkeeping -----------------------------------------------------------

@@ -10,7 +10,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxcore.caches import Caches
-from mlxcore.compiled_forward import CompiledForward
+from mlxcore.compiled_forward import CompiledForward, compile_works
 from mlxcore.configs import KVConfig
 from mlxcore.cpu_prefill import uses_cpu_prefill
 from mlxcore.decode_plain import TokenPicker, plain_decode
@@ -25,6 +25,7 @@ from mlxcore.kv.model_cache import make_model_cache
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, prefill
 from mlxcore.reply_text import ReplyText
+from mlxcore.sampling import warm_up as warm_up_sampling
 from mlxcore.sequences import common_prefix_length
 
 
@@ -59,13 +60,15 @@ class Engine:
         self._pools: dict[str, object] = {}  # paged block pool per model ("target", "draft")
 
     def warm_up(self) -> None:
-        """Compile the decode kernels of both models, and prefill's exp on the CPU, before the first reply
-        (see ``CompiledForward.warm_up`` and ``fast_exp.warm_up``)."""
+        """Compile the decode kernels of both models, the sampler's, and prefill's exp on the CPU, before the
+        first reply (see ``CompiledForward.warm_up``, ``sampling.warm_up`` and ``fast_exp.warm_up``)."""
         for forward in (self.target_forward, self.draft_forward):
             if forward is not None:
                 forward.warm_up()
         if uses_cpu_prefill(self.model, []):
             warm_up_fast_exp()
+        if compile_works():  # the sampler's graphs, for logits of the target's size and dtype (no cache touched)
+            warm_up_sampling(self.model(mx.zeros((1, 1), dtype=mx.int32))[:, -1, :])
 
     @property
     def default_params(self) -> GenerationParams:

@@ -2,8 +2,24 @@
 
 Speculative decoding compares the target's and the draft's distributions, so
 both go through exactly the same ``distribution`` transform. Temperature 0 is a
-true greedy path: ``distribution`` returns a one-hot vector and ``draw`` is an
-argmax, with no division by a tiny temperature.
+true greedy path: ``distribution`` returns a one-hot vector and ``next_token``
+an argmax, with no division by a tiny temperature.
+
+The masks keep every token at least as likely as a threshold, so tokens of
+equal probability are always kept or dropped together:
+- top-k: the k-th largest probability (tokens tied with it are all kept, so
+  more than k may stay);
+- top-p: the probability of the last token, in descending order, whose more
+  likely predecessors hold less than p of the mass (ties with it are all kept);
+- min-p: min_p x the top probability (compared as logits: z >= max z + log min_p).
+The result is the intersection of the three, renormalised. Top-p mass is the
+full distribution's (after temperature, before top-k), so the masks commute.
+``next_token`` draws from exactly this distribution (to float32 rounding),
+without building it when it need not.
+
+At 151,936 tokens a full sort costs ~17 ms on a CPU, more than a small model's
+forward pass: top-k (alone or with top-p) sorts only the k largest values, and
+the transform is one compiled graph (``sampling_graphs``).
 """
 
 from __future__ import annotations
@@ -13,6 +29,7 @@ import os
 import mlx.core as mx
 
 from mlxcore.params import SamplingParams
+from mlxcore.sampling_graphs import greedy_pick, sampled_pick, transform
 
 
 def penalize_repeats(logits: mx.array, recent: mx.array | None, penalty: float) -> mx.array:
@@ -28,44 +45,19 @@ def penalize_repeats(logits: mx.array, recent: mx.array | None, penalty: float) 
     return mx.where(seen.astype(mx.bool_), scaled, logits)
 
 
-def _mask_top_k(probs: mx.array, k: int) -> mx.array:
-    if k <= 0 or k >= probs.shape[-1]:
-        return probs
-    kth = mx.sort(probs, axis=-1)[..., -k : -k + 1]  # (..., 1): the k-th largest
-    return mx.where(probs >= kth, probs, 0.0)
-
-
-def _mask_top_p(probs: mx.array, p: float) -> mx.array:
-    if p >= 1.0:
-        return probs
-    order = mx.argsort(-probs, axis=-1)
-    sorted_probs = mx.take_along_axis(probs, order, axis=-1)
-    before = mx.cumsum(sorted_probs, axis=-1) - sorted_probs  # mass of strictly more likely tokens
-    keep_sorted = before < p  # the top token always stays (before == 0)
-    keep = mx.put_along_axis(mx.zeros_like(keep_sorted), order, keep_sorted, axis=-1)
-    return mx.where(keep, probs, 0.0)
-
-
-def _mask_min_p(probs: mx.array, min_p: float) -> mx.array:
-    if min_p <= 0:
-        return probs
-    threshold = min_p * mx.max(probs, axis=-1, keepdims=True)
-    return mx.where(probs >= threshold, probs, 0.0)
-
-
 def distribution(logits: mx.array, params: SamplingParams, recent: mx.array | None = None) -> mx.array:
-    """The probabilities the next token is drawn from, shape like ``logits`` (..., V).
+    """The probabilities the next token is drawn from, float32, shape like ``logits`` (..., V).
 
     Order: repetition penalty, temperature, then the top-k, top-p and min-p
-    masks, then renormalisation. At temperature 0 the result is one-hot on the argmax.
+    masks (see the module docstring), then renormalisation. At temperature 0
+    the result is one-hot on the argmax.
     """
     logits = penalize_repeats(logits.astype(mx.float32), recent, params.repetition_penalty)
     if params.greedy:
         best = mx.argmax(logits, axis=-1, keepdims=True)
         return mx.put_along_axis(mx.zeros_like(logits), best, mx.array(1.0), axis=-1)
-    probs = mx.softmax(logits / params.temperature, axis=-1)
-    probs = _mask_min_p(_mask_top_p(_mask_top_k(probs, params.top_k), params.top_p), params.min_p)
-    return probs / mx.sum(probs, axis=-1, keepdims=True)
+    fn, scalars = transform(params)
+    return fn(logits, *scalars)
 
 
 def greedy_token(logits: mx.array, params: SamplingParams, recent: mx.array | None = None) -> mx.array:
@@ -76,6 +68,33 @@ def greedy_token(logits: mx.array, params: SamplingParams, recent: mx.array | No
 def draw(probs: mx.array, key: mx.array) -> mx.array:
     """One token id per row of ``probs`` (..., V), drawn with the random ``key``."""
     return mx.random.categorical(mx.log(probs), axis=-1, key=key)
+
+
+def next_token(logits: mx.array, params: SamplingParams, key: mx.array | None,
+               recent: mx.array | None = None) -> tuple[mx.array, mx.array]:
+    """(token (...,), its log-probability (...,)) from logits (..., V), as lazy arrays.
+
+    The token is ``greedy_token``'s, or a ``draw`` from ``distribution`` with
+    ``key``, in one compiled graph. The log-probability is the model's own
+    (temperature 1, no masks, no penalty).
+    """
+    if params.greedy:
+        return greedy_pick()(penalize_repeats(logits, recent, params.repetition_penalty), logits)
+    chosen = penalize_repeats(logits.astype(mx.float32), recent, params.repetition_penalty)  # as ``distribution``
+    fn, scalars = sampled_pick(params)
+    return fn(chosen, logits, key, *scalars)
+
+
+def warm_up(logits: mx.array) -> None:
+    """Build the compiled sampling graphs a reply at Qwen3's recommended settings, or greedy, uses,
+    for logits like ``logits`` (1, V): plain steps, draft rows (V,) and verification blocks (2, V).
+
+    On Linux the first build of each runs the C++ compiler (seconds); afterwards MLX's disk cache has them.
+    """
+    key = mx.random.key(0)
+    for params in (SamplingParams(), SamplingParams(temperature=0.6, top_k=20, top_p=0.95)):
+        mx.eval(next_token(logits, params, key),
+                distribution(logits[0], params), distribution(mx.concatenate([logits, logits]), params))
 
 
 class KeyStream:

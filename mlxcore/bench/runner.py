@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from mlxcore.bench import speculative
 from mlxcore.bench.blas import blas_speedup
 from mlxcore.bench.decode import decode_vs_mlx_lm
+from mlxcore.bench.twin_decode import GREEDY, QWEN3_SAMPLING, twin_decode_vs_mlx_lm
+from mlxcore.bench.twin_prefill import twin_prefill_vs_mlx_lm
 from mlxcore.kv import measure as kv_measure
 from mlxcore.loading import load_model
 
@@ -38,6 +40,13 @@ ROWS: dict[str, tuple[str, Row]] = {
                               lambda s: speculative.spec_vs_mlx_lm_greedy(s.model, s.draft, s.runs)),
     "accept_vs_mlx_lm_t06": ("accepted drafts per round at temperature 0.6 (k=4 both), mlxchat / mlx-lm",
                              lambda s: speculative.accept_vs_mlx_lm_t06(s.model, s.draft, max(2, s.runs // 2))),
+    "sampled_decode_vs_mlx_lm": ("plain decode tok/s on the 0.6B twin at Qwen3's sampling, mlxchat / mlx_lm",
+                                 lambda s: twin_decode_vs_mlx_lm(s.runs, QWEN3_SAMPLING)),
+    "greedy_decode_vs_mlx_lm_twin": ("plain greedy decode tok/s on the 0.6B twin, mlxchat / mlx_lm",
+                                     lambda s: twin_decode_vs_mlx_lm(s.runs, GREEDY)),
+    # ~4 minutes a pair on 2 cores (mlx-lm's side ~3 of them): half the runs, at least 2
+    "twin_prefill_vs_mlx_lm": ("prefill seconds of 2,000 tokens on the 8B twin (float32), mlx-lm / mlxchat",
+                               lambda s: twin_prefill_vs_mlx_lm(max(2, s.runs // 2))),
     "spec_worst_case": ("speculative / plain tok/s with an untrained draft",
                         lambda s: speculative.spec_worst_case(s.model, s.draft, s.runs)),
 }

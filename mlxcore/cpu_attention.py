@@ -1,0 +1,93 @@
+"""Causal attention for CPU prefill: blocks of keys whose scores stay in the CPU's cache.
+
+MLX's CPU attention makes the whole (heads, queries, keys) score matrix and
+runs softmax over it with MLX's exp (one element at a time, ~20 ns each on x86).
+Here each kv head's queries (its grouped query heads x the chunk's rows) meet
+the keys a block at a time: a block's scores, one MiB at most, stay in cache
+through softmax's passes, each key and value is read once per chunk, and the
+blocks' partial softmaxes are combined exactly (rescaled to the overall row
+maximum, as flash attention does). Only the last block, which holds the
+chunk's own positions, needs the causal mask.
+
+Blocking the query rows instead (the first version) left one query row per
+block for 32 heads at 4k keys: every block read all keys and values again
+(``benchmarks/cpu_attention.py`` has the figures).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from mlxcore.fast_exp import fast_exp
+
+# Scores per block: 2**18 float32 (1 MiB). On one 128-query chunk (benchmarks/cpu_attention.py --keys),
+# blocks of 256 to 1,024 keys were within ~10% of each other for 32, 16 and 6 query heads, at 0.5-0.8
+# of MLX's attention time from 512 to 8,192 keys; 2,048 keys were up to 1.8x slower, 128 up to 1.4x.
+# This size gives 512 keys at 32 query heads over 8 kv heads, 1,024 at 16, 682 at the embedded 6 over 2.
+SCORES_PER_BLOCK = 1 << 18
+MIN_KEYS_PER_BLOCK = 256  # with few queries per kv head: shorter blocks make the products inefficient
+# Queries attended together: the default prefill chunk. Longer chunks go in passes of this many,
+# each against only the keys it can see. Fewer than MIN_KEYS_PER_BLOCK, so every query sees at
+# least one key of every block (no all-masked row).
+QUERIES_PER_PASS = 128
+
+
+def causal_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
+    """Softmax attention; query i sees keys up to S - L + i (the queries are the last L positions).
+
+    q: (1, heads, L, dim); k, v: (1, kv_heads, S, dim), grouped heads sharing a kv head.
+    Returns (1, heads, L, dim).
+    """
+    n, s = q.shape[2], k.shape[2]
+    if n <= QUERIES_PER_PASS:
+        return _attend(q, k, v, scale)
+    passes = []
+    for first in range(0, n, QUERIES_PER_PASS):
+        last = min(n, first + QUERIES_PER_PASS)
+        seen = s - n + last  # keys the pass's last query sees
+        passes.append(_attend(q[:, :, first:last], k[:, :, :seen], v[:, :, :seen], scale))
+    return mx.concatenate(passes, axis=2)
+
+
+def _attend(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
+    """``causal_attention`` for at most ``QUERIES_PER_PASS`` queries."""
+    b, heads, n, dim = q.shape
+    kv_heads, s = k.shape[1], k.shape[2]
+    rows = heads // kv_heads * n  # queries that share one kv head
+    q = (q * scale).reshape(b, kv_heads, rows, dim)
+    keys = max(MIN_KEYS_PER_BLOCK, SCORES_PER_BLOCK // rows)
+    assert keys >= n  # so the last block starts where every query sees a key (no all-masked row)
+    # Short contexts: several kv heads' whole score matrices fit one block, fewer operations.
+    together = max(1, SCORES_PER_BLOCK // (rows * s))
+    outs = [_attend_heads(q[:, h:h + together], k[:, h:h + together], v[:, h:h + together], n, keys)
+            for h in range(0, kv_heads, together)]
+    out = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
+    return out.reshape(b, heads, n, dim)
+
+
+def _attend_heads(q: mx.array, k: mx.array, v: mx.array, n: int, keys: int) -> mx.array:
+    """q: (1, c, rows, dim), already scaled; k, v: (1, c, S, dim). Returns (1, c, rows, dim)."""
+    s = k.shape[2]
+    # Blocks counted back from the end, so the last one starts at S - keys <= S - n (seen by every query).
+    bounds = [(max(0, end - keys), end) for end in range(s, 0, -keys)]
+    parts = [_block(q, k[:, :, a:e], v[:, :, a:e], a, s, n) for a, e in bounds]
+    if len(parts) == 1:
+        _, total, out = parts[0]
+        return out / total
+    tops, totals, outs = (mx.stack(x) for x in zip(*parts))  # (blocks, 1, c, rows, 1 or dim)
+    weights = fast_exp(tops - mx.max(tops, axis=0))  # each block's exps rescaled to the row's overall max
+    return mx.sum(weights * outs, axis=0) / mx.sum(weights * totals, axis=0)
+
+
+def _block(q: mx.array, k: mx.array, v: mx.array, first: int, s: int, n: int
+           ) -> tuple[mx.array, mx.array, mx.array]:
+    """One key block (keys ``first``..): row maxima, row sums of exp(score - max), exp(...) @ v."""
+    scores = q @ k.swapaxes(-1, -2)  # (1, c, rows, width)
+    b, c, rows, width = scores.shape
+    if first + width > s - n + 1:  # holds keys that some queries must not see yet
+        visible = mx.arange(first, first + width)[None] <= mx.arange(n)[:, None] + (s - n)  # (n, width)
+        grouped = scores.reshape(b, c, rows // n, n, width)  # rows are (query head, query) pairs
+        scores = mx.where(visible, grouped, -mx.inf).reshape(b, c, rows, width)
+    top = mx.max(scores, axis=-1, keepdims=True)
+    exps = fast_exp(scores - top)
+    return top, mx.sum(exps, axis=-1, keepdims=True), exps @ v
