@@ -14,6 +14,7 @@ from mlxcore.errors import UsageError
 def all_rows() -> dict[str, tuple[str, Row]]:
     """mlxcore's rows plus those of the layers above it (sessions, TUI)."""
     from sessions.bench_restore import restore_ttft_vs_cold
+    from sessions.bench_store import autosave_write_ratio, store_list_seconds
     from sessions.bench_turns import turn10_prefill_fraction, turn10_prefill_fraction_long
     from app.tui_bench import tui_decode_vs_headless
 
@@ -23,8 +24,13 @@ def all_rows() -> dict[str, tuple[str, Row]]:
         "turn10_prefill_fraction_long": ("the same with ~300-token replies: thinking off (value), and on ('on', "
                                          "at most 'on_bound': the last answer and the new message)",
                                          lambda s: turn10_prefill_fraction_long(s.model)),
-        "restore_ttft_vs_cold": ("first-token time after loading a saved 2,000+-token session / cold re-prefill",
+        "restore_ttft_vs_cold": ("first-token time after opening a stored 2,000+-token chat / cold re-prefill",
                                  lambda s: restore_ttft_vs_cold(s.model, s.draft, s.runs)),
+        "autosave_write_ratio": ("bytes an autosave writes after a short turn in a 3,000-token chat / the "
+                                 "turn's new KV bytes (OS-counted)",
+                                 lambda s: autosave_write_ratio(s.model, s.draft, s.runs)),
+        "store_list_seconds": ("seconds to list a store of 50 chats of 3,000 tokens",
+                               lambda s: store_list_seconds(s.model, s.draft, s.runs)),
         "tui_decode_vs_headless": ("decode tok/s while the TUI streams 2,000 tokens over 60 messages / headless",
                                    # twice the pairs: on 2 cores one pair's ratio spreads by +-10%
                                    lambda s: tui_decode_vs_headless(runs=2 * s.runs)),

@@ -24,10 +24,14 @@ def add_sessions_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         "search", nargs="?", default=None, help="only sessions whose title contains this text")
     actions.add_parser("show", help="print a session's details and transcript").add_argument("id")
     actions.add_parser("rm", help="delete a session").add_argument("id")
-    export = actions.add_parser("export", help="write a session as a Markdown transcript")
+    export = actions.add_parser("export", help="write a session as a Markdown transcript, or as a session file",
+                                description="Print a session's Markdown transcript, or write it to FILE. A FILE "
+                                            "ending in .mlxchat gets the whole session instead (history, settings "
+                                            "and caches) in one file, for `mlxchat --session FILE` or "
+                                            "`mlxchat ask --session FILE`, here or on another Mac.")
     export.add_argument("id")
     export.add_argument("-o", "--output", metavar="FILE", type=Path, default=None,
-                        help="write to FILE instead of stdout")
+                        help="write to FILE instead of stdout (FILE.mlxchat: a session file)")
     rename = actions.add_parser("rename", help="set a session's title")
     rename.add_argument("id")
     rename.add_argument("title")
@@ -36,7 +40,7 @@ def add_sessions_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
 
 def run_sessions(args: argparse.Namespace) -> int:
     """Run one `sessions` sub-command; errors are raised as ``MlxchatError`` for the CLI to print."""
-    from sessions.store import SessionStore
+    from sessions.store import SUFFIX, SessionStore
 
     store = SessionStore(args.store)
     command = args.sessions_command
@@ -45,11 +49,15 @@ def run_sessions(args: argparse.Namespace) -> int:
         print("\n".join(_row(info) for info in infos) if infos else f"No saved sessions in {store.root}.")
     elif command == "show":
         info = store.info(args.id)
-        print(f"id: {info.id}\nfile: {info.path}\nmodel: {info.model}\nmessages: {info.messages}\n")
+        where = f"file: {info.path}" if info.in_file else f"store: {store.root}"
+        print(f"id: {info.id}\n{where}\nmodel: {info.model}\nmessages: {info.messages}\n")
         sys.stdout.write(store.export_markdown(args.id))
     elif command == "rm":
         store.delete(args.id)
         print(f"Deleted session {args.id}.")
+    elif command == "export" and args.output is not None and args.output.suffix == SUFFIX:
+        store.export_file(args.id, args.output)
+        print(f"Wrote {args.output}: open it with `mlxchat --session {args.output}`.")
     elif command == "export":
         text = store.export_markdown(args.id)
         if args.output is None:

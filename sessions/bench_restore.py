@@ -1,12 +1,14 @@
 """Bench row ``restore_ttft_vs_cold``: first-token time of a restored session / of a cold re-prefill.
 
-A conversation of ``min_tokens``+ tokens is saved. Restored: open the file on
-a fresh engine (same models, empty block pools) and answer the next message;
-the time covers reading the file and the first token. Cold: the same history
-in a new session on a fresh engine, which must prefill all of it. Both reply
-with one token, so the time is to the first token. Run as a module, it
+A conversation of ``min_tokens``+ tokens is saved into a session store, as the
+window's autosave does. Restored: open it from a new store object on a fresh
+engine (same models, empty block pools) and answer the next message; the time
+covers reading the index and the blocks, and the first token. Cold: the same
+history in a new session on a fresh engine, which must prefill all of it. Both
+reply with one token, so the time is to the first token. Run as a module, it
 measures the same in a new process:
-``python -m sessions.bench_restore FILE TARGET [DRAFT] --kv KIND``.
+``python -m sessions.bench_restore STORE CHAT TARGET [DRAFT] --kv KIND``.
+``measure_restore`` does the same with a session file.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from mlxcore.engine import Engine, KVConfig
 from mlxcore.launch import ModelChoice, open_engine
 from mlxcore.params import GenerationParams
 from sessions.chat_session import ChatSession
+from sessions.messages import Message
 from sessions.session_file import load_session
+from sessions.store import SessionStore
 
 NEXT = "Thank you. One more question: what is 15 + 27?"
 SYSTEM = "You are a helpful assistant. Answer briefly and exactly."
@@ -38,32 +42,47 @@ def restore_ttft_vs_cold(target_ref: str, draft_ref: str | None, runs: int, *, m
     opened = open_engine(ModelChoice(model=target_ref, draft=draft_ref, no_draft=draft_ref is None),
                          KVConfig(kind=kv))
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "bench.mlxchat"
-        result = measure_restore(opened.engine, runs, path, min_tokens=min_tokens)
+        root = Path(folder) / "sessions"
+        result = measure_store_restore(opened.engine, runs, root, min_tokens=min_tokens)
         if new_process:
-            result["new_process"] = _in_new_process(path, target_ref, draft_ref, kv)
+            result["new_process"] = _in_new_process(root, result.pop("chat"), target_ref, draft_ref, kv)
     return result
 
 
+def measure_store_restore(engine: Engine, runs: int, root: Path, *, min_tokens: int = 2000) -> dict:
+    """Build and save a long conversation into the store at ``root``; the median of restored / cold times."""
+    session = long_session(engine, min_tokens)
+    saver = SessionStore(root)
+    chat = saver.save(session).id
+    saver.close()
+    result = _paired(engine, session, lambda: _restored_from_store(root, chat, twin(engine)), runs)
+    return result | {"chat": chat, "store_bytes": sum(f.stat().st_size for f in root.rglob("*") if f.is_file())}
+
+
 def measure_restore(engine: Engine, runs: int, path: Path, *, min_tokens: int = 2000) -> dict:
-    """Build and save a long conversation to ``path``; the median of restored / cold first-token times."""
+    """Build and save a long conversation to the file ``path``; the median of restored / cold times."""
     session = long_session(engine, min_tokens)
     session.save(path)
+    return _paired(engine, session, lambda: _restored_seconds(path, twin(engine)), runs) | {
+        "file_bytes": path.stat().st_size}
+
+
+def _paired(engine: Engine, session: ChatSession, restored, runs: int) -> dict:
     history, params = session.history, replace(session.params, max_tokens=1)
-    restored = lambda: _restored_seconds(path, twin(engine))  # noqa: E731
     cold = lambda: _cold_seconds(history, params, twin(engine))  # noqa: E731
     restored(), cold()  # warm up: allocation and first-call costs fall on no measured run
     r = paired_median(restored, cold, runs)
     return {"value": r["ratio"], "restored_seconds": r["ours"], "cold_seconds": r["theirs"],
-            "tokens": session.caches.target.offset, "file_bytes": path.stat().st_size, "ratios": r["ratios"]}
+            "tokens": session.caches.target.offset, "ratios": r["ratios"]}
 
 
-def long_session(engine: Engine, min_tokens: int, reply_tokens: int = 24) -> ChatSession:
+def long_session(engine: Engine, min_tokens: int, reply_tokens: int = 24, *,
+                 enable_thinking: bool = True) -> ChatSession:
     """A greedy conversation with long user messages whose cache holds at least ``min_tokens`` tokens."""
-    session = ChatSession(engine, SYSTEM, GenerationParams(max_tokens=reply_tokens))
+    session = ChatSession(engine, SYSTEM, GenerationParams(max_tokens=reply_tokens), enable_thinking=enable_thinking)
     turn = 0
     while session.caches.target.offset < min_tokens:
-        session.send(_long_message(turn))
+        session.send(long_message(turn))
         turn += 1
     return session
 
@@ -83,6 +102,18 @@ def _restored_seconds(path: Path, engine: Engine) -> float:
     return time.perf_counter() - start
 
 
+def _restored_from_store(root: Path, chat: str, engine: Engine) -> float:
+    store = SessionStore(root)  # a new store object: its index is opened in the measured time
+    try:
+        start = time.perf_counter()
+        session = store.load(chat, engine)
+        session.params = replace(session.params, max_tokens=1)
+        session.send(NEXT)
+        return time.perf_counter() - start
+    finally:
+        store.close()
+
+
 def _cold_seconds(history: list, params: GenerationParams, engine: Engine) -> float:
     start = time.perf_counter()
     session = ChatSession(engine, None, params)
@@ -91,15 +122,15 @@ def _cold_seconds(history: list, params: GenerationParams, engine: Engine) -> fl
     return time.perf_counter() - start
 
 
-def _long_message(turn: int) -> str:
+def long_message(turn: int) -> str:
     """About 500 tokens of notes ending in a question."""
     notes = " ".join(f"Note {turn}.{i}: the shop on street {i * 7 + turn} sold {i * 3 + 11} apples "
                      f"and {i + 4} pears on day {i + 1}." for i in range(24))
     return f"Here are my notes.\n{notes}\n{QUESTIONS[turn % len(QUESTIONS)]}"
 
 
-def _in_new_process(path: Path, target_ref: str, draft_ref: str | None, kv: str) -> dict:
-    command = [sys.executable, "-m", "sessions.bench_restore", str(path), target_ref,
+def _in_new_process(root: Path, chat: str, target_ref: str, draft_ref: str | None, kv: str) -> dict:
+    command = [sys.executable, "-m", "sessions.bench_restore", str(root), chat, target_ref,
                *([draft_ref] if draft_ref else []), "--kv", kv]
     done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     if done.returncode:
@@ -110,7 +141,8 @@ def _in_new_process(path: Path, target_ref: str, draft_ref: str | None, kv: str)
 def _main() -> None:
     """In a new process: warm up on a short prompt, then time one restore and one cold prefill."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("file", type=Path)
+    parser.add_argument("store", type=Path)
+    parser.add_argument("chat")
     parser.add_argument("target")
     parser.add_argument("draft", nargs="?")
     parser.add_argument("--kv", default="paged")
@@ -118,9 +150,10 @@ def _main() -> None:
     engine = open_engine(ModelChoice(model=args.target, draft=args.draft, no_draft=args.draft is None),
                          KVConfig(kind=args.kv)).engine
     ChatSession(twin(engine), None, GenerationParams(max_tokens=1)).send("Hello")
-    restored = _restored_seconds(args.file, twin(engine))
-    saved = load_session(args.file, twin(engine))
-    cold = _cold_seconds(saved.history, replace(saved.params, max_tokens=1), twin(engine))
+    restored = _restored_from_store(args.store, args.chat, twin(engine))
+    saved = SessionStore(args.store).read(args.chat)
+    cold = _cold_seconds([*([Message("system", saved.system)] if saved.system else []), *saved.history],
+                         replace(saved.params, max_tokens=1), twin(engine))
     print(json.dumps({"value": restored / cold, "restored_seconds": restored, "cold_seconds": cold}))
 
 

@@ -15,6 +15,7 @@ from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, StopPrefill
 from mlxcore.think_blocks import EMPTY, close_open_block
 from sessions.messages import Message
+from sessions.titles import shown_title
 
 
 class ChatSession:
@@ -61,11 +62,7 @@ class ChatSession:
 
     def display_title(self) -> str:
         """The title, or the first user message's first line (shortened), or "New chat"."""
-        if self.title:
-            return self.title
-        first = next((m.content for m in self.messages if m.role == "user"), "")
-        line = first.strip().splitlines()[0] if first.strip() else ""
-        return (line[:47] + "...") if len(line) > 50 else (line or "New chat")
+        return shown_title(self.title, ((m.role, m.content) for m in self.messages))
 
     def set_system(self, text: str | None) -> None:
         """Replace (or remove, with None or "") the system prompt; the history stays."""

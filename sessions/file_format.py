@@ -64,7 +64,7 @@ def write_file(path: Path, header: bytes, payload: Iterable[bytes]) -> None:
             temp.unlink(missing_ok=True)
         except OSError:
             pass  # a read-only folder never had the temporary file
-    _fsync_folder(path.parent)
+    fsync_folder(path.parent)
 
 
 def write_error_text(path: Path, error: OSError) -> str:
@@ -196,7 +196,7 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
     """Make the rename itself durable (POSIX); some platforms cannot open folders."""
     try:
         fd = os.open(folder, os.O_RDONLY)

@@ -57,10 +57,21 @@ def encode_tensors(tensors: dict[str, mx.array]) -> Iterator[bytes]:
         yield _raw_bytes(tensors[name])
 
 
-def _raw_bytes(array: mx.array) -> bytes:
+def raw_words(array: mx.array) -> np.ndarray:
+    """``array`` as contiguous little-endian numpy words (bfloat16 as its raw 16-bit words)."""
     kind = dtype_name(array.dtype)
     raw = array.view(mx.uint16) if kind == "BF16" else array
-    return np.ascontiguousarray(np.array(raw), dtype=DTYPES[kind][0]).tobytes()
+    return np.ascontiguousarray(np.array(raw), dtype=DTYPES[kind][0])
+
+
+def from_words(words: np.ndarray, kind: str) -> mx.array:
+    """The inverse of ``raw_words`` for the safetensors dtype name ``kind``."""
+    array = mx.array(words)
+    return array.view(DTYPES[kind][1]) if kind == "BF16" else array
+
+
+def _raw_bytes(array: mx.array) -> bytes:
+    return raw_words(array).tobytes()
 
 
 def decode_tensors(payload: bytes, where: str) -> dict[str, mx.array]:
@@ -111,9 +122,7 @@ def _check_layout(entries: dict[str, tuple[str, tuple[int, ...], int, int]], siz
 
 
 def _array(data: memoryview, kind: str, shape: tuple[int, ...], start: int, end: int) -> mx.array:
-    words, mlx_dtype = DTYPES[kind]
-    array = mx.array(np.frombuffer(data[start:end], dtype=words).reshape(shape))
-    return array.view(mlx_dtype) if kind == "BF16" else array
+    return from_words(np.frombuffer(data[start:end], dtype=DTYPES[kind][0]).reshape(shape), kind)
 
 
 def _is_int(value: Any, limit: int) -> bool:

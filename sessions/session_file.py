@@ -19,7 +19,7 @@ import mlx.core as mx
 from mlxcore.engine import Engine
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheShapeError, CacheStateError
-from mlxcore.kv.geometry import model_geometry
+from mlxcore.kv.geometry import KVGeometry, model_geometry
 from sessions.errors import SessionFileError
 from sessions.file_format import encode_header, read_file, write_file
 from sessions.file_header import ROLES_SAVED, SavedCache, SavedSession, build_header, read_saved_session
@@ -33,21 +33,29 @@ def save_session(session: ChatSession, path: Path) -> None:
     """Write ``session`` (conversation, settings, caches) to ``path`` atomically."""
     tensors: dict[str, mx.array] = {}
     caches: dict[str, tuple[Any, dict[str, Any]]] = {}
-    for role in ROLES_SAVED:
-        cache: ModelCache | None = getattr(session.caches, role)
-        if cache is not None:
-            arrays, meta = cache.state_dict()
-            tensors |= {f"{role}.{name}": array for name, array in arrays.items()}
-            caches[role] = (cache.geometry, meta)
-    engine = session.engine
+    for role, cache in saved_caches(session).items():
+        arrays, meta = cache.state_dict()
+        tensors |= {f"{role}.{name}": array for name, array in arrays.items()}
+        caches[role] = (cache.geometry, meta)
     created = getattr(session, "created_at", None) or time.time()
-    header = build_header(
+    write_file(Path(path), encode_header(session_header(session, caches, created)), encode_tensors(tensors))
+    session.created_at = created
+
+
+def saved_caches(session: ChatSession) -> dict[str, ModelCache]:
+    """The caches a save writes: role ("target", "draft") -> cache, for those the session has."""
+    return {role: cache for role in ROLES_SAVED if (cache := getattr(session.caches, role)) is not None}
+
+
+def session_header(session: ChatSession, caches: dict[str, tuple[KVGeometry, dict[str, Any]]],
+                   created: float) -> dict[str, Any]:
+    """The header of ``session``; ``caches``: role -> (geometry, ``state_dict`` metadata)."""
+    engine = session.engine
+    return build_header(
         created=created, title=session.title, model=(_name(engine, "model_name"), engine.fingerprint),
         draft=(_name(engine, "draft_name"), engine.draft_fingerprint) if engine.draft_model is not None else None,
         params=session.params, enable_thinking=session.enable_thinking, use_draft=session.use_draft,
         messages=session.messages, kind=session.caches.target.kind, caches=caches)
-    write_file(Path(path), encode_header(header), encode_tensors(tensors))
-    session.created_at = created
 
 
 def load_session(path: Path, engine: Engine) -> ChatSession:
@@ -62,6 +70,12 @@ def load_session(path: Path, engine: Engine) -> ChatSession:
     tensors = decode_tensors(payload, where)
     check_tensors(saved, tensors, where)
     restore, notes = restore_plan(saved, engine, Path(path).name)
+    return open_saved(saved, engine, tensors, restore, notes, where)
+
+
+def open_saved(saved: SavedSession, engine: Engine, tensors: dict[str, mx.array], restore: list[str],
+               notes: list[str], where: str) -> ChatSession:
+    """The session ``saved`` describes, its ``restore`` caches rebuilt from ``tensors`` (checked already)."""
     for role in restore:
         model = engine.model if role == "target" else engine.draft_model
         if not getattr(saved, role).fits(model_geometry(model)):

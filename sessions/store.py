@@ -1,8 +1,16 @@
-"""The session store: one session file per conversation in the platform's data folder.
+"""The session store: every autosaved chat, in one folder shared by all mlxchat processes.
 
 ``SessionStore().save(session)`` (autosave) gives the session an id the first
-time and rewrites the same file afterwards; ``list`` reads headers only, and a
-file it cannot read is listed as broken instead of failing the listing.
+time and updates the same chat afterwards, writing only what changed: the new
+messages and the cache blocks the turn filled (store_chat.py). The folder holds
+``store.sqlite`` (the index: titles, times, headers, messages, which blocks each
+chat holds; store_index.py) and ``blocks/`` (content-addressed KV blocks shared by
+every chat that holds the same tokens; block_files.py). ``list`` reads the index's
+rows only. Blocks no chat holds any more are deleted by store_gc.py.
+
+Chat files of earlier versions (``<id>.mlxchat`` in the folder) are still listed
+and opened; their next save moves them into the index. A file that cannot be read
+is listed as broken instead of failing the listing.
 
 Several processes (mlxchat windows, `mlxchat sessions`) may use one store. A
 store *holds* the chats it has open (``load``, ``save``, ``new_id``) with a
@@ -14,31 +22,32 @@ overwrites another's turns or brings back a chat deleted elsewhere.
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from mlxcore.engine import Engine
 from sessions.errors import SessionFileError, SessionNotFoundError
 from sessions.export import transcript_markdown
-from sessions.file_format import encode_header, read_header, rewrite_header
-from sessions.file_header import SavedSession, read_saved_session
+from sessions.file_header import SavedSession
 from sessions.messages import Message
-from sessions.session_file import load_session, save_session
+from sessions.session_file import load_session
+from sessions.store_chat import ChatCut, SaveReport, commit_chat, cut_chat, export_file, load_chat, read_saved
+from sessions.store_db import SUFFIX
+from sessions.store_files import (ID, chat_files, copy_checked, mtime, remove_quietly, remove_stale_temps, retitle,
+                                  saved_in)
+from sessions.store_gc import collect
 from sessions.store_holds import Holds
+from sessions.store_index import ChatSummary, StoreIndex
 from sessions.store_lock import is_open
+from sessions.titles import shown_title
 
 if TYPE_CHECKING:
     from sessions.chat_session import ChatSession
-
-SUFFIX = ".mlxchat"
-STALE_SECONDS = 3600
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -47,12 +56,13 @@ class SessionInfo:
 
     id: str
     title: str
-    path: Path
+    path: Path  # its address, <store>/<id>.mlxchat: a file only for chats of earlier versions (``in_file``)
     updated: float  # seconds since the epoch (the file's time when it is broken)
     messages: int  # messages in the history, the system prompt not counted
     model: str  # the model's name, else its fingerprint
     broken: str | None = None  # why the file cannot be opened, or None
     open_elsewhere: bool = False  # another store (another mlxchat window) has it open
+    in_file: bool = False  # kept in its own file by an earlier version, not yet moved into the index
 
 
 def default_root() -> Path:
@@ -70,11 +80,15 @@ def default_root() -> Path:
 
 
 class SessionStore:
-    """Stored sessions under ``root`` (default: ``default_root()``), one ``<id>.mlxchat`` file each."""
+    """Stored sessions under ``root`` (default: ``default_root()``); see the module docstring."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
-        self._held = Holds(self.root, SUFFIX, _chat_name)  # the chats open here: no other process may change them
+        self._index = StoreIndex(self.root)
+        # The chats open here: no other process may change them. No reference back to the store (a store
+        # dropped without ``close`` is freed, and lets its chats go, at once): functions of the index only.
+        self._held = Holds(self.root, SUFFIX, partial(_chat_name, self._index), partial(_has, self._index))
+        self.last_save: SaveReport | None = None  # what the last ``save`` wrote
 
     def new_id(self) -> str:
         """A fresh id, held by this store until ``release``: no other process can take it meanwhile."""
@@ -93,24 +107,38 @@ class SessionStore:
     def close(self) -> None:
         """Release every chat held here (a process that ends releases them too, however it ends)."""
         self._held.release_all()
+        self._index.close()
 
     def path_for(self, session_id: str) -> Path:
-        """The file of ``session_id`` (which need not exist yet)."""
-        if not _ID.fullmatch(session_id):
+        """The address of ``session_id`` (``<store>/<id>.mlxchat``; a file only for an earlier version's chat).
+
+        Its lock files are named after it, and ``sessions.salvage.save_history`` takes it.
+        """
+        if not ID.fullmatch(session_id):
             raise SessionNotFoundError(f"{session_id!r} is not a session id (see `mlxchat sessions ls`).")
         return self._file(session_id)
 
     def list(self) -> list[SessionInfo]:
-        """Every stored session, most recently updated first (headers only; broken files included)."""
+        """Every stored session, most recently updated first (index rows only; broken files included)."""
         if not self.root.is_dir():
             return []
-        infos = [self._info(path.name[: -len(SUFFIX)], path) for path in self.root.glob(f"*{SUFFIX}")
-                 if _ID.fullmatch(path.name[: -len(SUFFIX)])]
+        indexed = {summary.id: summary for summary in self._index.summaries()}
+        infos = [self._summary_info(summary) for summary in indexed.values()]
+        infos += [self._file_info(session_id, path) for session_id, path in chat_files(self.root)
+                  if session_id not in indexed]
         return sorted(infos, key=lambda info: (info.updated, info.id), reverse=True)
 
     def info(self, session_id: str) -> SessionInfo:
         """What ``list`` says about one session."""
-        return self._info(session_id, self._existing(session_id))
+        self.path_for(session_id)
+        summary = self._index.summary(session_id)
+        return self._summary_info(summary) if summary else self._file_info(session_id, self._existing(session_id))
+
+    def read(self, session_id: str) -> SavedSession:
+        """The checked header of a stored session: settings, history, cached token ids (no cache read)."""
+        self.path_for(session_id)
+        saved = read_saved(self._index, session_id)
+        return saved or saved_in(self._existing(session_id))
 
     def search(self, text: str) -> list[SessionInfo]:
         """Sessions whose title contains ``text`` (ignoring case), most recent first."""
@@ -130,16 +158,25 @@ class SessionStore:
             self.path_for(session_id)  # a bad id fails before a folder is made
             self.root.mkdir(parents=True, exist_ok=True)
             self._held.claim(session_id, "save")
-        path = self._file(session_id)
         try:
-            self._remove_stale_temps(path)
-            save_session(session, path)
+            cut = cut_chat(session, session.created_at or time.time())
+            self.last_save = self._write(session_id, cut)
         except BaseException:
             if not held:
                 self.release(session_id)
             raise
-        session.store_id = session_id
+        session.created_at, session.store_id = cut.header["created"], session_id
         return self.info(session_id)
+
+    def _write(self, session_id: str, cut: ChatCut) -> SaveReport:
+        """The disk half of ``save`` (the caller holds ``session_id``): blocks, index commit, then GC."""
+        path = self._file(session_id)
+        remove_stale_temps(path)
+        report = commit_chat(self._index, session_id, cut)
+        remove_quietly(path)  # an earlier version's file: the index holds the chat now
+        if report.dropped:
+            collect(self._index, report.dropped)  # the old tail, a replaced reply (skipped when busy)
+        return report
 
     def load(self, session_id: str, engine: Engine) -> ChatSession:
         """Open a stored session on ``engine`` (see ``load_session``) and hold it; ``save`` updates it."""
@@ -147,7 +184,7 @@ class SessionStore:
         held = session_id in self._held
         self.claim(session_id)
         try:  # looked for again under the lock: it may have been deleted just before
-            session = load_session(self._existing(session_id), engine)
+            session = load_chat(self._index, session_id, engine) or load_session(self._existing(session_id), engine)
         except BaseException:
             if not held:
                 self.release(session_id)
@@ -161,31 +198,46 @@ class SessionStore:
             raise SessionFileError("A session title cannot be empty.")
         self._existing(session_id)
         with self._held.changing(session_id, "rename"):
-            path = self._existing(session_id)
-            header = read_header(path)
-            read_saved_session(header, str(path))  # never rewrite a file that does not pass
-            header["title"] = " ".join(title.split())
-            rewrite_header(path, encode_header(header))  # the payload is checked as it is copied
+            if not self._index.set_title(session_id, " ".join(title.split())):
+                retitle(self._existing(session_id), " ".join(title.split()))
         return self.info(session_id)
 
     def delete(self, session_id: str) -> None:
-        """Remove a stored session's file (and its lock files); one open here is released."""
+        """Remove a stored session (and its lock files, and the blocks no other chat holds)."""
         self._existing(session_id)
         with self._held.changing(session_id, "delete"):
-            path = self._existing(session_id)
+            keys = self._index.delete(session_id)
+            path = self._file(session_id)
             try:
-                path.unlink()
+                path.unlink(missing_ok=keys is not None)
+            except FileNotFoundError:
+                raise SessionNotFoundError(self._missing(session_id)) from None
             except OSError as error:
                 raise SessionFileError(f"Cannot delete {path}: {error.strerror or error}.") from error
         self.release(session_id)
+        collect(self._index)  # its blocks, and whatever killed saves left (skipped when a save is under way)
+
+    def export_file(self, session_id: str, path: Path) -> None:
+        """Write a stored session as one self-contained session file (``ChatSession.load`` opens it)."""
+        self.path_for(session_id)
+        if not export_file(self._index, session_id, Path(path)):
+            copy_checked(self._existing(session_id), Path(path))
+
+    def checkpoint(self) -> None:
+        """Write the index's WAL into its database file now (SQLite does it every ~1,000 pages by itself);
+        for measurements that count a save's bytes (sessions/bench_store.py)."""
+        self._index.checkpoint()
+
+    def collect_garbage(self) -> int | None:
+        """Delete the blocks no chat holds; the number of files removed, None if a save was under way."""
+        return collect(self._index) if self.root.is_dir() else 0
 
     def export_markdown(self, session: str | ChatSession) -> str:
         """A Markdown transcript of a stored session (by id) or of a live ``ChatSession``."""
         if not isinstance(session, str):
             return transcript_markdown(session.display_title(), session.history,
                                        model=session.engine.model_name or "")
-        path = self._existing(session)
-        saved = read_saved_session(read_header(path), str(path))
+        saved = self.read(session)
         messages = ([Message("system", saved.system)] if saved.system else []) + list(saved.history)
         return transcript_markdown(_title(saved), messages, model=_model(saved), updated=saved.updated)
 
@@ -195,27 +247,46 @@ class SessionStore:
         return self.root / f"{session_id}{SUFFIX}"
 
     def _existing(self, session_id: str) -> Path:
+        """The address of a chat the store has (in its index or as a file); ``SessionNotFoundError`` if none."""
         path = self.path_for(session_id)
-        if not path.is_file():
-            raise SessionNotFoundError(f"There is no session {session_id!r} in {self.root} "
-                                       "(see `mlxchat sessions ls`).")
+        if not self._has(session_id):
+            raise SessionNotFoundError(self._missing(session_id))
         return path
 
-    def _remove_stale_temps(self, path: Path) -> None:
-        """Delete what a save killed half way left behind (an hour old: no save takes that long)."""
-        for temp in self.root.glob(f".{path.name}.*.tmp"):
-            if _mtime(temp) < time.time() - STALE_SECONDS:
-                temp.unlink(missing_ok=True)
+    def _missing(self, session_id: str) -> str:
+        return f"There is no session {session_id!r} in {self.root} (see `mlxchat sessions ls`)."
 
-    def _info(self, session_id: str, path: Path) -> SessionInfo:
+    def _has(self, session_id: str) -> bool:
+        return _has(self._index, session_id)
+
+    def _summary_info(self, summary: ChatSummary) -> SessionInfo:
+        path = self._file(summary.id)
+        return SessionInfo(summary.id, summary.shown, path, summary.updated, summary.messages, summary.model,
+                           open_elsewhere=summary.id not in self._held and is_open(path))
+
+    def _file_info(self, session_id: str, path: Path) -> SessionInfo:
         elsewhere = session_id not in self._held and is_open(path)
         try:
-            saved = read_saved_session(read_header(path), str(path))
+            saved = saved_in(path)
         except SessionFileError as error:
-            return SessionInfo(session_id, session_id, path, _mtime(path), 0, "", broken=str(error),
-                               open_elsewhere=elsewhere)
+            return SessionInfo(session_id, session_id, path, mtime(path), 0, "", broken=str(error),
+                               open_elsewhere=elsewhere, in_file=True)
         return SessionInfo(session_id, _title(saved), path, saved.updated, len(saved.history), _model(saved),
-                           open_elsewhere=elsewhere)
+                           open_elsewhere=elsewhere, in_file=True)
+
+
+def _has(index: StoreIndex, session_id: str) -> bool:
+    """Whether the store has ``session_id``: in its index, or as an earlier version's file."""
+    return (index.root / f"{session_id}{SUFFIX}").is_file() or index.has(session_id)
+
+
+def _chat_name(index: StoreIndex, session_id: str) -> str:
+    """How a message names a stored chat: its title and id."""
+    try:
+        saved = read_saved(index, session_id)
+        return f"Chat {_title(saved or saved_in(index.root / f'{session_id}{SUFFIX}'))!r} ({session_id})"
+    except SessionFileError:
+        return f"Chat {session_id}"
 
 
 def _fresh_id() -> str:
@@ -223,28 +294,9 @@ def _fresh_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def _chat_name(path: Path) -> str:
-    """How a message names a stored chat: its title and id."""
-    session_id = path.name[: -len(SUFFIX)]
-    try:
-        return f"Chat {_title(read_saved_session(read_header(path), str(path)))!r} ({session_id})"
-    except SessionFileError:
-        return f"Chat {session_id}"
-
-
 def _title(saved: SavedSession) -> str:
-    from sessions.chat_session import ChatSession
-
-    # The same rule a live session shows (title, else the first user message): it reads only these two.
-    return ChatSession.display_title(SimpleNamespace(title=saved.title, messages=list(saved.history)))
+    return shown_title(saved.title, ((m.role, m.content) for m in saved.history))
 
 
 def _model(saved: SavedSession) -> str:
     return saved.model_name or saved.model_fingerprint
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sessions.errors import SessionInUseError
+from sessions.errors import SessionFileError, SessionInUseError
 from sessions.store_lock import SessionLock
 
 _ELSEWHERE = "is open in another mlxchat window"
@@ -22,10 +22,11 @@ _IN_USE = {  # what could not be done, and what to do instead
 class Holds:
     """A store's held chats (id -> lock, until released), and the one-off locks of its other changes."""
 
-    def __init__(self, root: Path, suffix: str, name_of: Callable[[Path], str]) -> None:
+    def __init__(self, root: Path, suffix: str, name_of: Callable[[str], str], exists: Callable[[str], bool]) -> None:
         # No reference back to the store: a store dropped without ``close`` is freed (and lets go) at once.
         self.root, self.suffix = root, suffix
-        self._name_of = name_of  # session file -> how a message names the chat
+        self._name_of = name_of  # chat id -> how a message names the chat
+        self._exists = exists  # chat id -> whether the store has it (in its index, or as a file)
         self._locks: dict[str, SessionLock] = {}
 
     def __contains__(self, session_id: str) -> bool:
@@ -45,7 +46,7 @@ class Holds:
                 lock = SessionLock.acquire(path, mark_open=True)
             except SessionInUseError:
                 continue  # another process is taking the same id right now
-            if path.exists():  # looked at under the lock: whoever saved it has let it go
+            if self._exists(session_id):  # looked at under the lock: whoever saved it has let it go
                 lock.release()
                 continue
             self._locks[session_id] = lock
@@ -78,13 +79,17 @@ class Holds:
         try:
             return SessionLock.acquire(path, mark_open=mark_open)
         except SessionInUseError:
-            raise SessionInUseError(_IN_USE[action].format(chat=self._name_of(path))) from None
+            raise SessionInUseError(_IN_USE[action].format(chat=self._name_of(session_id))) from None
 
     def _file(self, session_id: str) -> Path:
         return self.root / f"{session_id}{self.suffix}"
 
     def _let_go(self, session_id: str, lock: SessionLock) -> None:
-        if self._file(session_id).exists():
+        try:
+            exists = self._exists(session_id)
+        except SessionFileError:
+            exists = True  # cannot tell (a damaged index): keep its lock files
+        if exists:
             lock.release()
         else:
             lock.remove()  # no chat (deleted, or an id never saved): its lock files go too

@@ -1,6 +1,6 @@
 """Fault: the engine process is killed (SIGKILL) mid-reply, under the real chat window.
 
-The window must say so, keep the partial reply on screen and in the session file,
+The window must say so, keep the partial reply on screen and in the session store,
 leave the "generating" state, let ctrl+q quit with status 0, and restart the engine
 on the same chat when asked.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +18,7 @@ from app.tui import protocol as p
 from app.tui.screens.dialogs import ChoiceDialog
 from app.tui.text_parts import split_reply
 from app.tui.widgets.message_view import MessageView
-from sessions.file_format import read_header
-from sessions.file_header import read_saved_session
+from sessions.store import SUFFIX, SessionStore
 from test_tui_helpers import SIZE, make_app, send, wait_for, wait_ready
 
 STORY = "Tell me a long story."
@@ -40,7 +40,10 @@ async def kill_engine_mid_reply(pilot, app) -> None:
 
 
 def saved_history(path: str) -> list[tuple[str, str]]:
-    return [(m.role, m.content) for m in read_saved_session(read_header(path), path).history]
+    """The history stored for the chat at ``path`` (a store chat's address: ``SessionStore.path_for``)."""
+    address = Path(path)
+    store = SessionStore(address.parent)
+    return [(m.role, m.content) for m in store.read(address.name.removesuffix(SUFFIX)).history]
 
 
 def test_engine_killed_mid_reply_keeps_the_reply_and_quits_cleanly():

@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
 from app.tui.screens.dialogs import ConfirmDialog, ErrorDialog
-from sessions.file_format import read_header
-from sessions.file_header import read_saved_session
+from sessions.file_header import SavedSession
+from sessions.store import SUFFIX, SessionStore
 from small_disk import SmallDisk, can_mount
 from test_tui_helpers import SIZE, make_app, record_notes, send, wait_for, wait_ready
 
@@ -27,8 +28,14 @@ def store_home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
+def saved_chat(path: str) -> SavedSession:
+    """What the store holds for the chat at ``path`` (a store chat's address: ``SessionStore.path_for``)."""
+    address = Path(path)
+    return SessionStore(address.parent).read(address.name.removesuffix(SUFFIX))
+
+
 def saved_history(path: str) -> list[tuple[str, str]]:
-    return [(m.role, m.content) for m in read_saved_session(read_header(path), path).history]
+    return [(m.role, m.content) for m in saved_chat(path).history]
 
 
 def test_a_too_long_message_comes_back_to_the_input_and_the_chat_goes_on():
@@ -66,12 +73,12 @@ def test_a_full_disk_keeps_the_chat_and_the_old_file(tmp_path, monkeypatch):
             await wait_ready(pilot, app)
             await send(pilot, app, QUESTION)
             file = app.state.file
-            saved = open(file, "rb").read()
+            saved = saved_chat(file)
             disk.fill()
             await send(pilot, app, SECOND)
             await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog), what="the save failure")
             failure = (app.screen.title_text, app.screen.message, app.state.save_error, app.state.messages)
-            unchanged = open(file, "rb").read() == saved
+            unchanged = saved_chat(file) == saved
             await pilot.press("escape")
             await pilot.press("ctrl+q")  # with an unsaved chat: asks first
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="the quit question")
@@ -86,7 +93,7 @@ def test_a_full_disk_keeps_the_chat_and_the_old_file(tmp_path, monkeypatch):
         disk.close()
     assert title == "Chat not saved" and "No space left on device" in message and "ctrl+s" in message
     assert error and len(messages) == 4, "the reply stays in the chat"
-    assert unchanged, "the old file is intact, byte for byte"
+    assert unchanged, "the stored chat is intact: history, settings, times and cached tokens"
     assert any("Saved again" in note for note in shown)
     assert after[:4] == messages and len(after) == 6
     assert on_disk == list(after)

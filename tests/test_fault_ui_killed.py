@@ -2,8 +2,8 @@
 
 The window runs as users run it (tests/tui_process_helper.py: the real ChatApp, its
 engine a child process over a pipe). After the kill, the engine process must be gone
-within 2 s, and nothing may be lost: the session file holds the user's message and
-the reply as far as it got, and the next turn on that file answers exactly as a
+within 2 s, and nothing may be lost: the session store holds the user's message and
+the reply as far as it got, and the next turn on that chat answers exactly as a
 conversation with the same history computed from scratch does.
 """
 
@@ -23,8 +23,6 @@ import pytest
 from process_watch import HANG_S, Lines, seconds_until_gone
 from session_kill_helper import engine_named
 from sessions.chat_session import ChatSession
-from sessions.file_format import read_header
-from sessions.file_header import read_saved_session
 from sessions.store import SessionStore
 from tui_process_helper import LONG_PROMPT, SHORT, STORY
 from turn_checks import send_matching_a_cold_run
@@ -64,15 +62,17 @@ def kill_the_window(scenario: str, home: Path, env: dict[str, str] | None = None
     return took
 
 
-def the_stored_chat(home: Path) -> Path:
-    infos = SessionStore(home / "sessions").list()
+def the_stored_chat(home: Path) -> tuple[SessionStore, str]:
+    store = SessionStore(home / "sessions")
+    infos = store.list()
     assert len(infos) == 1, f"one chat was stored, not {[i.id for i in infos]}"
-    return infos[0].path
+    return store, infos[0].id
 
 
-def next_turn_matches_a_cold_run(path: Path, engine) -> ChatSession:
-    """The next turn on the saved file answers as the same prompt computed from scratch (see turn_checks)."""
-    session = ChatSession.load(path, engine)
+def next_turn_matches_a_cold_run(stored: tuple[SessionStore, str], engine) -> ChatSession:
+    """The next turn on the saved chat answers as the same prompt computed from scratch (see turn_checks)."""
+    store, chat = stored
+    session = store.load(chat, engine)
     session.params = dataclasses.replace(session.params, max_tokens=16)
     send_matching_a_cold_run(session, "Go on.")
     return session
@@ -81,35 +81,35 @@ def next_turn_matches_a_cold_run(path: Path, engine) -> ChatSession:
 def test_window_killed_mid_reply(tmp_path, engine):
     took = kill_the_window("reply", tmp_path)
     assert took is not None, f"the engine process still ran {GONE_WITHIN_S} s after its window was killed"
-    path = the_stored_chat(tmp_path)
-    history = read_saved_session(read_header(path), str(path)).history
+    stored = the_stored_chat(tmp_path)
+    history = stored[0].read(stored[1]).history
     assert [m.role for m in history] == ["user", "assistant"] and history[0].content == STORY
     assert history[1].content.strip(), "the reply as far as it got is kept"
-    session = next_turn_matches_a_cold_run(path, engine)
+    session = next_turn_matches_a_cold_run(stored, engine)
     assert session.last_stats.reused_tokens > 0, "the saved cache serves the next turn"
 
 
 def test_window_killed_mid_prefill(tmp_path, engine):
     took = kill_the_window("prefill", tmp_path)
     assert took is not None, f"the engine process still ran {GONE_WITHIN_S} s after its window was killed"
-    path = the_stored_chat(tmp_path)
-    saved = read_saved_session(read_header(path), str(path))
+    stored = the_stored_chat(tmp_path)
+    saved = stored[0].read(stored[1])
     assert [(m.role, m.content) for m in saved.history] == [("user", LONG_PROMPT)], \
         "the message is kept, and no empty reply is added"
-    prompt = ChatSession.load(path, engine).prompt_ids()
+    prompt = stored[0].load(stored[1], engine).prompt_ids()
     assert len(saved.target.tokens) < len(prompt) - 1, "the prefill was stopped part way"
-    next_turn_matches_a_cold_run(path, engine)
+    next_turn_matches_a_cold_run(stored, engine)
 
 
 def test_window_killed_while_idle(tmp_path, engine):
     took = kill_the_window("idle", tmp_path)
     assert took is not None, f"the engine process still ran {GONE_WITHIN_S} s after its window was killed"
-    path = the_stored_chat(tmp_path)
-    reference = ChatSession(engine, params=ChatSession.load(path, engine).params)
+    stored = the_stored_chat(tmp_path)
+    reference = ChatSession(engine, params=stored[0].load(stored[1], engine).params)
     reference.send(SHORT)
-    saved = read_saved_session(read_header(path), str(path))
+    saved = stored[0].read(stored[1])
     assert saved.history == tuple(reference.history)
-    next_turn_matches_a_cold_run(path, engine)
+    next_turn_matches_a_cold_run(stored, engine)
 
 
 class StalledHub:

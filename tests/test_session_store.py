@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import time
 from pathlib import Path
 
@@ -67,11 +68,17 @@ def set_updated(path: Path, when: float) -> None:
     write_file(path, encode_header(header), [payload])
 
 
+def set_updated_in_index(store: SessionStore, session_id: str, when: float) -> None:
+    """As if the stored chat was last saved ``when``: its time in the store's index."""
+    with sqlite3.connect(store.root / "store.sqlite") as db:
+        db.execute("UPDATE chats SET updated = ? WHERE id = ?", (when, session_id))
+
+
 def test_list_is_newest_first_and_shows_broken_files(store, engine):
     first = store.save(session_of(engine, "first"))
     second = store.save(session_of(engine, "second"))
-    # "first" was saved an hour before "second", by its header; its file is rewritten last (newest on disk)
-    set_updated(first.path, second.updated - 3600)
+    # "first" was saved an hour before "second" by its recorded time, though it changed on disk last
+    set_updated_in_index(store, first.id, second.updated - 3600)
     (store.root / "broken.mlxchat").write_bytes(b"garbage")
     (store.root / f".{first.id}.mlxchat.123.tmp").write_bytes(b"left by a crash")
     infos = store.list()
@@ -113,11 +120,13 @@ def test_rename_refuses_empty_titles_and_broken_files(store, engine):
     info = store.save(session_of(engine, "hello"))
     with pytest.raises(SessionFileError, match="empty"):
         store.rename(info.id, "  ")
-    broken = store.root / "bad.mlxchat"
-    broken.write_bytes(info.path.read_bytes()[:-1])
+    broken = store.root / "bad.mlxchat"  # a chat file of an earlier version, damaged
+    session_of(engine, "hello").save(broken)
+    damaged = broken.read_bytes()[:-1]
+    broken.write_bytes(damaged)
     with pytest.raises(SessionFileError, match="damaged"):
         store.rename("bad", "new title")
-    assert broken.read_bytes() == info.path.read_bytes()[:-1]
+    assert broken.read_bytes() == damaged
 
 
 def test_delete_and_unknown_ids(store, engine):

@@ -88,13 +88,8 @@ def windows(pool, tmp_path) -> tuple[Window, Window]:
 
 def stored(root: Path) -> dict[str, list[str]]:
     """Every chat on disk: id -> its user turns, read by a third process (this one) that holds nothing."""
-    from sessions.file_format import read_header
-    from sessions.file_header import read_saved_session
-    turns = {}
-    for info in SessionStore(root).list():
-        saved = read_saved_session(read_header(info.path), str(info.path))
-        turns[info.id] = [m.content for m in saved.history if m.role == "user"]
-    return turns
+    store = SessionStore(root)
+    return {info.id: [m.content for m in store.read(info.id).history if m.role == "user"] for info in store.list()}
 
 
 def test_a_chat_open_in_one_window_cannot_be_deleted_from_another(windows, tmp_path, capsys):

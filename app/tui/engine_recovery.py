@@ -54,7 +54,9 @@ class EngineRecovery:
                 save_history(Path(state.file), history)
         except MlxchatError as error:
             return f"The chat could not be saved: {error}\nRestart the engine to go on with it."
-        return f"Your chat is saved in {state.file}" + (", with the reply so far." if partial else ".")
+        # A store chat's address is no file of its own (sessions.store): name the store instead
+        where = state.file if Path(state.file).is_file() else f"the session store ({Path(state.file).parent})"
+        return f"Your chat is saved in {where}" + (", with the reply so far." if partial else ".")
 
     def _engine_gone_closed(self, choice: str | None) -> None:
         if choice == "quit":

@@ -1,0 +1,92 @@
+"""Content addresses of stored KV blocks: a chained hash of the tokens, salted with what the KV means.
+
+A block holds the keys and values of ``BLOCK_TOKENS`` consecutive tokens (the last
+block of a cache may hold fewer). Its key chains the previous block's key with its
+own token ids, like the paged cache's prefix hash, so two caches share a stored
+block exactly when they hold the same tokens from position 0 up to its end. The
+chain starts from a *salt* naming the model's fingerprint, the role (target or
+draft) and the tensor layout (names, dtypes, per-token shapes): blocks of other
+models, roles, dtypes or KV formats can never collide, even for the same tokens.
+
+A rotating window's slots depend on evictions, not on a token prefix, so its state
+is stored whole under ``window_key``: a hash of the salt and of the bytes themselves.
+
+Pure Python (no MLX): the chat window's process checks keys too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+BLOCK_TOKENS = 16  # the paged cache's default block size: an autosave rewrites at most one partial block
+STORAGE_VERSION = 1  # part of every salt: a change of the block encoding starts new keys
+_DIGEST = 20  # bytes of blake2b: 160 bits, collisions out of reach for any store
+
+
+@dataclass(frozen=True)
+class BlockRef:
+    """One stored block of a cache: its key and the tokens it covers (positions ``start`` to ``end``)."""
+
+    key: str  # hex
+    start: int
+    end: int
+
+
+def layout_salt(fingerprint: str, role: str, family: str, layout: dict[str, tuple[str, tuple[int, ...]]]) -> bytes:
+    """The chain's start for one model's cache.
+
+    ``family``: "positional" (standard and paged caches: token i at position i) or
+    "window" (rotating). ``layout``: tensor name -> (dtype name, shape with the token
+    axis as -1), e.g. {"0.keys": ("F32", (1, 2, -1, 32)), ...}.
+    """
+    described = json.dumps({"storage": STORAGE_VERSION, "model": fingerprint, "role": role, "family": family,
+                            "layout": {name: [dtype, list(shape)] for name, (dtype, shape) in sorted(layout.items())}},
+                           sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(described.encode(), digest_size=_DIGEST).digest()
+
+
+def chain_keys(salt: bytes, tokens: Sequence[int], block_tokens: int = BLOCK_TOKENS) -> list[BlockRef]:
+    """The blocks of a positional cache holding ``tokens``: full ones, then a partial last one if any."""
+    refs, parent = [], salt
+    for start in range(0, len(tokens), block_tokens):
+        end = min(start + block_tokens, len(tokens))
+        digest = hashlib.blake2b(parent, digest_size=_DIGEST)
+        digest.update(token_bytes(tokens[start:end]))
+        parent = digest.digest()
+        refs.append(BlockRef(parent.hex(), start, end))
+    return refs
+
+
+def window_key(salt: bytes, payload: bytes) -> str:
+    """The key of a rotating window's whole state: its salt and its bytes."""
+    digest = hashlib.blake2b(salt, digest_size=_DIGEST)
+    digest.update(b"window")
+    digest.update(hashlib.sha256(payload).digest())
+    return digest.hexdigest()
+
+
+def token_bytes(tokens: Sequence[int]) -> bytes:
+    """Token ids as little-endian unsigned 32-bit words (how blocks and the index store them)."""
+    words = array("I", tokens)
+    if not _LITTLE:  # pragma: no cover - MLX runs on little-endian machines
+        words.byteswap()
+    return words.tobytes()
+
+
+def tokens_from(data: bytes) -> list[int]:
+    """The inverse of ``token_bytes``; ``ValueError`` if ``data`` is not whole words."""
+    if len(data) % 4:
+        raise ValueError("token data is not whole 32-bit words")
+    words = array("I")
+    words.frombytes(data)
+    if not _LITTLE:  # pragma: no cover
+        words.byteswap()
+    return words.tolist()
+
+
+_LITTLE = array("I", [1]).tobytes()[0] == 1
+assert array("I").itemsize == 4, "token ids are stored as 32-bit words"

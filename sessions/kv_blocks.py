@@ -1,0 +1,139 @@
+"""A model cache's saved state <-> stored blocks: which blocks it holds, the bytes of new ones, tensors back.
+
+Standard and paged caches hold token i at position i, so their state is cut by
+position into blocks of ``BLOCK_TOKENS`` tokens keyed by the chained hash of the
+tokens (block_keys.py): a prefix shared between chats, forks and regenerations is
+the same blocks, and a turn adds only the blocks its tokens fill. A rotating window
+is one block holding its whole state: once it wraps, its slots depend on what was
+evicted, which no token prefix names (and the window bounds its size anyway).
+
+A block's payload: the number of tokens (u32), their ids (u32 each), then each state
+tensor's slice for those tokens in name order, raw little-endian, shaped
+(1, kv_heads, n, head_dim). Only ``state_dict()`` of the cache is used, so any kind
+that follows ``ModelCache`` is stored the same way.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from mlxcore.kv.base import ModelCache
+from mlxcore.kv.geometry import KVGeometry
+from sessions.block_keys import BlockRef, chain_keys, layout_salt, token_bytes, tokens_from, window_key
+from sessions.block_files import BlockFileError
+from sessions.errors import SessionFileError
+from sessions.file_header import SavedSession
+from sessions.safetensors_payload import DTYPES, dtype_name, from_words, raw_words
+from sessions.store_index import StoredBlock
+
+WINDOW_KINDS = ("rotating",)
+Layout = dict[str, tuple[str, tuple[int, ...]]]  # tensor name -> (dtype name, shape with -1 for the tokens)
+
+
+@dataclass
+class CacheBlocks:
+    """One cache's state cut into blocks; ``payloads`` encodes the ones asked for."""
+
+    geometry: KVGeometry
+    meta: dict[str, Any]  # state_dict's metadata (the header describes the cache with it)
+    refs: list[BlockRef]
+    rows: list[StoredBlock]  # what the index records, in order
+    _tensors: dict[str, mx.array]
+    _window: bytes | None  # a rotating cache's one payload
+    _encoded: dict[str, bytes] | None = None  # every payload, once ``encode_all`` ran
+
+    def payloads(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """key -> payload for the blocks among ``keys`` (the ones the store does not have yet)."""
+        keys = set(keys)
+        wanted = [ref for ref in self.refs if ref.key in keys]
+        if not wanted:
+            return {}
+        if self._encoded is not None:
+            return {ref.key: self._encoded[ref.key] for ref in wanted}
+        if self._window is not None:
+            return {wanted[0].key: self._window}
+        tokens, first = self.meta["tokens"], wanted[0].start
+        names = sorted(self._tensors)
+        tails = [self._tensors[name][:, :, first:, :] for name in names]
+        mx.eval(tails)  # one pass over a paged gather for every slice
+        words = [raw_words(tail) for tail in tails]
+        return {ref.key: _payload(tokens[ref.start:ref.end],
+                                  (w[:, :, ref.start - first:ref.end - first, :] for w in words))
+                for ref in wanted}
+
+
+    def encode_all(self) -> None:
+        """Encode every block now; later ``payloads`` calls only look them up (no MLX)."""
+        self._encoded = self.payloads(ref.key for ref in self.refs)
+
+
+def cache_blocks(cache: ModelCache, fingerprint: str, role: str) -> CacheBlocks:
+    """The blocks of ``cache`` (of the model with ``fingerprint``, as ``role``)."""
+    tensors, meta = cache.state_dict()
+    tokens = [int(t) for t in meta["tokens"]]
+    layout = {name: (dtype_name(a.dtype), (*a.shape[:2], -1, *a.shape[3:])) for name, a in tensors.items()}
+    if meta["kind"] in WINDOW_KINDS:
+        salt = layout_salt(fingerprint, role, "window", layout)
+        window = _payload(tokens, (raw_words(tensors[name]) for name in sorted(tensors)))
+        refs = [BlockRef(window_key(salt, window), 0, len(tokens))]
+    else:
+        refs, window = chain_keys(layout_salt(fingerprint, role, "positional", layout), tokens), None
+    rows = [StoredBlock(ref.key, token_bytes(tokens[ref.start:ref.end])) for ref in refs]
+    return CacheBlocks(cache.geometry, meta, refs, rows, tensors, window)
+
+
+def tensors_from_blocks(saved: SavedSession, role: str, rows: Sequence[StoredBlock],
+                        read: Callable[[str], bytes], where: str) -> dict[str, mx.array]:
+    """The state tensors of ``saved``'s ``role`` cache (named "<role>.<layer>.<name>") from its blocks.
+
+    Every block's key is recomputed from the header and the tokens (so a block of
+    another chat, model or position is refused), and its token ids must match.
+    """
+    cache = getattr(saved, role)
+    shapes = cache.tensor_shapes(saved.cache_kind, role)
+    fingerprint = saved.model_fingerprint if role == "target" else saved.draft_fingerprint
+    layout = {name[len(role) + 1:]: (dtype, (*shape[:2], -1, *shape[3:])) for name, (dtype, shape) in shapes.items()}
+    tokens = list(cache.tokens)
+    if saved.cache_kind in WINDOW_KINDS:
+        refs = [BlockRef(rows[0].key, 0, len(tokens))] if rows and shapes else []
+        salt = layout_salt(fingerprint, role, "window", layout)
+    else:
+        refs = chain_keys(layout_salt(fingerprint, role, "positional", layout), tokens) if shapes else []
+    if [ref.key for ref in refs] != [row.key for row in rows]:
+        raise SessionFileError(f"{where}: the index lists other {role} cache blocks than its tokens need "
+                               "(the store's index is damaged).")
+    arrays = {name: np.empty(shape, DTYPES[dtype][0]) for name, (dtype, shape) in shapes.items()}
+    for ref in refs:
+        payload = read(ref.key)
+        if saved.cache_kind in WINDOW_KINDS and window_key(salt, payload) != ref.key:
+            raise BlockFileError(f"{where}: its stored {role} window does not match its key.", ref.key)
+        _fill(arrays, payload, tokens, ref, saved.cache_kind in WINDOW_KINDS, f"{where}: {role} block {ref.key}")
+    return {name: from_words(array, shapes[name][0]) for name, array in arrays.items()}
+
+
+def _payload(tokens: Sequence[int], parts: Iterable[np.ndarray]) -> bytes:
+    return b"".join([struct.pack("<I", len(tokens)), token_bytes(tokens), *(part.tobytes() for part in parts)])
+
+
+def _fill(arrays: dict[str, np.ndarray], payload: bytes, tokens: list[int], ref: BlockRef, whole: bool,
+          where: str) -> None:
+    """Copy one block's slices into ``arrays`` (names in order), checking its ids and its size."""
+    count = struct.unpack("<I", payload[:4])[0] if len(payload) >= 4 else -1
+    if count != ref.end - ref.start or tokens_from(payload[4:4 + 4 * count]) != tokens[ref.start:ref.end]:
+        raise BlockFileError(f"{where} holds other tokens than the chat.", ref.key)
+    offset = 4 + 4 * count
+    for name in sorted(arrays):
+        target = arrays[name] if whole else arrays[name][:, :, ref.start:ref.end, :]
+        size = target.size * target.itemsize
+        if offset + size > len(payload):
+            raise BlockFileError(f"{where} is shorter than its tensors.", ref.key)
+        target[...] = np.frombuffer(payload, target.dtype, target.size, offset).reshape(target.shape)
+        offset += size
+    if offset != len(payload):
+        raise BlockFileError(f"{where} is longer than its tensors.", ref.key)

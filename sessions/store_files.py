@@ -1,0 +1,65 @@
+"""Chat files of earlier mlxchat versions in the store's folder: ``<id>.mlxchat``, one self-contained file each.
+
+They are still listed, opened, renamed, exported and deleted as before; a save of one
+writes it into the index and then removes its file (store.py). Pure helpers on paths.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from sessions.file_format import encode_header, read_file, read_header, rewrite_header, write_file
+from sessions.file_header import SavedSession, read_saved_session
+from sessions.store_db import SUFFIX
+
+ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+STALE_SECONDS = 3600
+
+
+def chat_files(root: Path) -> list[tuple[str, Path]]:
+    """(id, file) of every chat file in ``root``."""
+    return [(path.name[: -len(SUFFIX)], path) for path in Path(root).glob(f"*{SUFFIX}")
+            if ID.fullmatch(path.name[: -len(SUFFIX)])]
+
+
+def saved_in(path: Path) -> SavedSession:
+    """The checked header of a chat file (``SessionFileError`` if it does not pass)."""
+    return read_saved_session(read_header(path), str(path))
+
+
+def retitle(path: Path, title: str) -> None:
+    """Set a chat file's title (its header rewritten atomically; the payload checked as it is copied)."""
+    header = read_header(path)
+    read_saved_session(header, str(path))  # never rewrite a file that does not pass
+    header["title"] = title
+    rewrite_header(path, encode_header(header))
+
+
+def copy_checked(source: Path, target: Path) -> None:
+    """Copy a chat file to ``target`` atomically, every checksum and header field checked first."""
+    header, payload = read_file(source)
+    read_saved_session(header, str(source))
+    write_file(Path(target), encode_header(header), [payload])
+
+
+def remove_stale_temps(path: Path) -> None:
+    """Delete what a write of ``path`` killed half way left behind (an hour old: no write takes that long)."""
+    for temp in path.parent.glob(f".{path.name}.*.tmp"):
+        if mtime(temp) < time.time() - STALE_SECONDS:
+            temp.unlink(missing_ok=True)
+
+
+def remove_quietly(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass  # the index is what counts: a file left behind is ignored while the index has the chat
+
+
+def mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
