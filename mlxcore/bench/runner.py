@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from mlxcore.bench import speculative
 from mlxcore.bench.blas import blas_speedup
 from mlxcore.bench.decode import decode_vs_mlx_lm
+from mlxcore.bench.paged_decode import paged_decode_vs_standard_long, paged_decode_vs_standard_twin
 from mlxcore.bench.twin_decode import GREEDY, QWEN3_SAMPLING, twin_decode_vs_mlx_lm
 from mlxcore.bench.twin_prefill import twin_prefill_vs_mlx_lm
 from mlxcore.kv import measure as kv_measure
@@ -34,6 +35,10 @@ ROWS: dict[str, tuple[str, Row]] = {
                           lambda s: kv_measure.paged_kv_overhead(load_model(s.model).model)),
     "paged_branch_memory": ("bytes of 8 branches of a 1,000-token prefix, paged / standard forks",
                             lambda s: kv_measure.branch_memory(load_model(s.model).model)),
+    "paged_decode_vs_standard_long": ("decode tok/s at a 3,000-token context, paged / standard (fresh; forked too)",
+                                      lambda s: paged_decode_vs_standard_long(s.model, s.runs)),
+    "paged_decode_vs_standard_twin": ("the same on the 8B twin (float32) at 2,000 tokens",
+                                      lambda s: paged_decode_vs_standard_twin(s.runs)),
     "spec_speedup_greedy": ("speculative tok/s / plain tok/s, temperature 0",
                             lambda s: speculative.spec_speedup_greedy(s.model, s.draft, s.runs)),
     "spec_vs_mlx_lm_greedy": ("speculative tok/s, mlxchat / mlx-lm (its default k=2), temperature 0",

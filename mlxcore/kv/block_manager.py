@@ -11,7 +11,11 @@ without a hash (nothing worth keeping) at the front, hashed blocks at the back
 in the order they were freed. A sequence frees its blocks tail first, so the
 head of a prompt (the part most likely shared) is evicted last. Ids never used
 yet sit between the two: the pool hands out storage lazily, but fills it up to
-its capacity before it evicts cached prefixes.
+its capacity before it evicts cached prefixes. One exception keeps a sequence's
+blocks adjacent in storage, so attention reads them as one view with no copy
+(``sequence_kv.py``): a sequence that needs another block takes the one right
+after its last when that one is free or never used, evicting its cached prefix
+if it has one (after a trim or a regenerate, that is the sequence's own old tail).
 
 The three checks nano-vllm learnt the hard way: reusing a block removes its hash
 entry only if the entry still points at that block; a prefix hit never covers
@@ -243,10 +247,18 @@ class BlockManager:
         seq.version += 1
         seq.token_ids.extend(chunk)
 
-    def _allocate(self) -> int:
-        """Take a block: a free unhashed one, else a fresh id, else evict the oldest cached prefix."""
+    def _allocate(self, after: int | None = None) -> int:
+        """Take a block: the one after ``after`` if free or never used (see the module docstring),
+        else a free unhashed one, else a fresh id, else evict the oldest cached prefix."""
         front = next(iter(self._free), None)
-        if front is not None and self._blocks[front].hash is None:
+        if after is not None and after + 1 in self._free:
+            front = after + 1
+            del self._free[front]
+            self._unhash(self._blocks[front])
+        elif after is not None and after + 1 == len(self._blocks) < self.num_blocks:
+            front = len(self._blocks)
+            self._blocks.append(Block(front))
+        elif front is not None and self._blocks[front].hash is None:
             del self._free[front]
         elif len(self._blocks) < self.num_blocks:
             front = len(self._blocks)
@@ -283,7 +295,7 @@ class BlockManager:
             self._unhash(self._blocks[tail])  # its tail slots are about to change
             return ()
         self._blocks[tail].ref_count -= 1
-        copy = self._allocate()
+        copy = self._allocate(seq.block_ids[-2] if len(seq.block_ids) > 1 else None)
         seq.block_ids[-1] = copy
         seq.version += 1
         return ((tail, copy),)
@@ -293,7 +305,7 @@ class BlockManager:
         while done < length:
             position = start + done
             if position % size == 0:
-                seq.block_ids.append(self._allocate())
+                seq.block_ids.append(self._allocate(seq.block_ids[-1] if seq.block_ids else None))
                 seq.version += 1
             run = min(size - position % size, length - done)
             slot = seq.block_ids[position // size] * size + position % size

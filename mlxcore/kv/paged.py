@@ -3,11 +3,10 @@
 ``PagedCache.begin(ids)`` appends the ids to the sequence's block table (new
 blocks, copy-on-write of a shared partial tail, hashes of blocks that fill) and
 keeps the resulting plan; each layer's ``update_and_fetch`` then writes its keys
-and values where the plan says and gathers the sequence back in order for
-attention (``paged_pool.Gather``: a plain view when the sequence's blocks are
-adjacent in storage, as for a lone chat; a few slices for a fork or a shared
-prefix; a row gather otherwise). The gather is rebuilt only when the block
-table changes, i.e. about once per ``block_size`` tokens.
+and values where the plan says and returns the sequence in order for attention
+without copying it (``sequence_kv.py``: a view of storage when the sequence's
+blocks are adjacent, as for a lone chat; else a working copy that grows by the
+same appends, for a fork, a shared prefix or a restored session).
 
 Every forward pass needs ``begin(ids)`` first (mlx-lm's own generate loop does
 not call it, so it cannot drive this kind); a pass without it raises
@@ -28,6 +27,7 @@ from mlxcore.kv.block_manager import AppendPlan
 from mlxcore.kv.errors import CacheShapeError, CacheStateError, KVCacheError, TrimError
 from mlxcore.kv.geometry import KVGeometry
 from mlxcore.kv.paged_pool import BlockPool, Gather, make_block_pool
+from mlxcore.kv.sequence_kv import SequenceKV
 
 _NAMES = ("keys", "values")
 
@@ -88,6 +88,7 @@ class PagedCache(ModelCache):
         self._plan: AppendPlan | None = None
         self._pending_layers = 0
         self._gather: tuple[int, Gather] | None = None  # (table version, gather) cache
+        self._reads = SequenceKV(len(self.layers))  # what attention reads: views or working copies
         # Give the blocks back when the cache is garbage collected without release().
         weakref.finalize(self, pool.manager.drop_sequence, self.seq_id)
 
@@ -97,6 +98,7 @@ class PagedCache(ModelCache):
 
     def reuse_prefix(self, ids: list[int]) -> int:
         self._settle()
+        self._reads.clear()
         reused = self.pool.manager.reuse_prefix(self.seq_id, ids)
         for layer in self.layers:
             layer.offset = reused
@@ -108,6 +110,7 @@ class PagedCache(ModelCache):
 
     def release(self) -> None:
         self._plan = None
+        self._reads.clear()
         self.pool.manager.release(self.seq_id)
         for layer in self.layers:
             layer.offset = 0
@@ -118,6 +121,11 @@ class PagedCache(ModelCache):
         arrays = [self._fetch(layer) for layer in self.layers] if self.offset else []
         meta = {"kind": self.kind, "tokens": self.tokens, "block_size": self.pool.block_size}
         return layer_tensors(_NAMES, arrays), meta
+
+    @property
+    def working_bytes(self) -> int:
+        """Bytes of the contiguous working copies attention reads while this sequence's blocks are not adjacent."""
+        return self._reads.nbytes
 
     @classmethod
     def _restore(cls, model: nn.Module, tensors: Tensors, meta: dict[str, Any], pool: Any) -> PagedCache:
@@ -139,7 +147,7 @@ class PagedCache(ModelCache):
         reused = self.reuse_prefix(ids)  # blocks another session already holds are shared, not copied
         self.begin(ids[reused:])
         for layer, (keys, values) in zip(self.layers, saved):
-            layer.update_and_fetch(keys[..., reused:, :], values[..., reused:, :])
+            self._write_layer(layer, keys[..., reused:, :], values[..., reused:, :])  # no read: built when decoding
         mx.eval([(s.keys, s.values) for s in self.pool.storage if s.keys is not None])
 
     # internals -------------------------------------------------------------
@@ -174,6 +182,10 @@ class PagedCache(ModelCache):
             manager.trim(self.seq_id, excess)
 
     def _update_layer(self, layer: PagedLayerCache, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        self._write_layer(layer, keys, values)
+        return self._reads.read(layer.index, self.pool.storage[layer.index], self._gather_index(), layer.offset)
+
+    def _write_layer(self, layer: PagedLayerCache, keys: mx.array, values: mx.array) -> None:
         plan = self._plan
         if plan is None or layer.offset != plan.start:
             raise CacheStateError("Paged KV cache: call begin(ids) before each forward pass.")
@@ -188,13 +200,14 @@ class PagedCache(ModelCache):
         storage = self.pool.storage[layer.index]
         storage.ensure(self.pool.manager.materialized_blocks)
         storage.write(plan.segments, keys, values)
+        self._reads.wrote(layer.index, plan.start, keys, values)
         layer.offset += plan.length
         self._pending_layers -= 1
         if not self._pending_layers:
             self._plan = None  # the forward pass is complete
-        return self._fetch(layer)
 
     def _fetch(self, layer: PagedLayerCache) -> tuple[mx.array, mx.array]:
+        """The layer's tokens read from the blocks themselves (session files, ``state``)."""
         return self.pool.storage[layer.index].fetch(self._gather_index(), layer.offset)
 
     def _gather_index(self) -> Gather:

@@ -20,16 +20,16 @@ from mlxcore.kv.geometry import KVGeometry, model_geometry
 
 DEFAULT_CAPACITY_TOKENS = 65536
 
-MAX_RUNS = 4  # a table of up to this many runs of adjacent blocks is read by slicing; more, by row gather
+MAX_RUNS = 4  # a table of up to this many runs of adjacent blocks is gathered by slicing; more, by row gather
 
 
 class Gather:
-    """How to read one sequence back in token order: runs of adjacent slots.
+    """Where one sequence's tokens sit in storage, in order: runs of adjacent slots.
 
-    One run is a view (no copy). A few runs are sliced and concatenated. Many
-    runs are read with one ``mx.take`` over rows of the (kv_heads * capacity,
-    head_dim) view of storage: a row gather is several times faster on CPU than
-    a take along the token axis.
+    One run is read as a view (no copy). Several are gathered into a new array:
+    a few by slicing and concatenating, many with one ``mx.take`` over rows of
+    the (kv_heads * capacity, head_dim) view of storage (a row gather is several
+    times faster on CPU than a take along the token axis).
     """
 
     def __init__(self, block_ids: list[int], block_size: int) -> None:
@@ -39,7 +39,7 @@ class Gather:
                 runs[-1][1] += block_size
             else:
                 runs.append([block_id * block_size, block_size])
-        self.runs = [tuple(run) for run in runs]
+        self.runs = [tuple(run) for run in runs]  # (first slot, slots)
         self._rows: dict[tuple[int, int], mx.array] = {}  # (kv_heads, capacity) -> (kv_heads, slots) rows
 
     def rows(self, kv_heads: int, capacity: int) -> mx.array:
@@ -99,35 +99,50 @@ class LayerStorage:
 
     def write(self, segments: tuple[WriteSegment, ...], keys: mx.array, values: mx.array) -> None:
         """Write new keys/values (1, kv_heads, L, head_dim) into the slots the segments name."""
+        if len(segments) == 1:  # a decode step: no slicing of the input (each slice costs a call per layer)
+            slot, length = segments[0].slot, segments[0].length
+            self.keys[..., slot:slot + length, :] = keys
+            self.values[..., slot:slot + length, :] = values
+            return
         for seg in segments:
             self.keys[..., seg.slot:seg.slot + seg.length, :] = keys[..., seg.source:seg.source + seg.length, :]
             self.values[..., seg.slot:seg.slot + seg.length, :] = values[..., seg.source:seg.source + seg.length, :]
 
     def fetch(self, gather: Gather, length: int) -> tuple[mx.array, mx.array]:
-        """The first ``length`` tokens of a sequence in order, each (1, kv_heads, length, head_dim)."""
-        if self.keys is None:
+        """The first ``length`` tokens of a sequence in order, each (1, kv_heads, length, head_dim).
+
+        A view of storage when the sequence's first run of blocks holds them all, else a gathered copy.
+        """
+        if self.keys is None or not gather.runs:
             g = self._geometry
             empty = mx.zeros((1, g.kv_heads, 0, g.head_dim), g.dtype)
             return empty, empty
-        if len(gather.runs) > MAX_RUNS:
-            return self._take_rows(gather, length)
-        pieces, left = [], length
-        for start, size in gather.runs:
-            if left <= 0:
-                break
-            pieces.append(slice(start, start + min(size, left)))
-            left -= size
-        if len(pieces) == 1:  # the sequence's blocks are adjacent: a view, no copy
-            return self.keys[..., pieces[0], :], self.values[..., pieces[0], :]
-        return (mx.concatenate([self.keys[..., piece, :] for piece in pieces], axis=2),
-                mx.concatenate([self.values[..., piece, :] for piece in pieces], axis=2))
+        start, size = gather.runs[0]
+        if length <= size:
+            return self.keys[..., start:start + length, :], self.values[..., start:start + length, :]
+        return self.gather(gather, length)
 
-    def _take_rows(self, gather: Gather, length: int) -> tuple[mx.array, mx.array]:
+    def gather(self, gather: Gather, length: int, spare: int = 0) -> tuple[mx.array, mx.array]:
+        """A new contiguous copy of the first ``length`` tokens, followed by ``spare`` zero slots."""
         _, heads, capacity, dim = self.keys.shape
-        rows = gather.rows(heads, capacity)[:, :length]
-        flat_keys, flat_values = self.keys.reshape(heads * capacity, dim), self.values.reshape(heads * capacity, dim)
-        # take over rows gives (kv_heads, length, head_dim), contiguous
-        return mx.take(flat_keys, rows, axis=0)[None], mx.take(flat_values, rows, axis=0)[None]
+        if len(gather.runs) > MAX_RUNS:
+            rows = gather.rows(heads, capacity)[:, :length]
+            # take over rows gives (kv_heads, length, head_dim), contiguous
+            keys = [mx.take(self.keys.reshape(heads * capacity, dim), rows, axis=0)[None]]
+            values = [mx.take(self.values.reshape(heads * capacity, dim), rows, axis=0)[None]]
+        else:
+            pieces, left = [], length
+            for start, size in gather.runs:
+                if left <= 0:
+                    break
+                pieces.append(slice(start, start + min(size, left)))
+                left -= size
+            keys = [self.keys[..., piece, :] for piece in pieces]
+            values = [self.values[..., piece, :] for piece in pieces]
+        if spare:
+            keys.append(mx.zeros((1, heads, spare, dim), self.keys.dtype))
+            values.append(mx.zeros((1, heads, spare, dim), self.values.dtype))
+        return mx.concatenate(keys, axis=2), mx.concatenate(values, axis=2)
 
     @property
     def nbytes(self) -> int:
