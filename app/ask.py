@@ -12,12 +12,15 @@ from pathlib import Path
 from app.options import generation_params, kv_config, model_choice
 from mlxcore.errors import PromptError
 from mlxcore.events import FinalEvent, TokenEvent
+from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.launch import open_engine
 from sessions.chat_session import ChatSession
 from sessions.errors import SessionSaveError
 from sessions.store_lock import SessionLock
 from sessions.thinking import ThinkingSplitter
 
+POOL_FULL_HINT = ("Give mlxchat more KV memory with a larger --max-kv (e.g. --max-kv 8GB), start a shorter "
+                  "chat (without --session), or close other programs or chat windows.")
 LONG_PROMPT_TOKENS = 1024  # a prefill this long says so on stderr (it takes a while on a big model)
 
 
@@ -65,6 +68,8 @@ def run_ask(args: argparse.Namespace) -> int:
         events = session.stream_events(prompt)
         try:
             (print_json if args.json else print_text)(events, show_thinking=args.show_thinking)
+        except PoolExhaustedError as error:
+            raise PoolExhaustedError(f"{error} {POOL_FULL_HINT}") from None
         finally:
             events.close()  # a reply cut short (ctrl+c) is kept as it stands; one with no token adds nothing
             if args.session and session.messages != before:  # a refused prompt leaves the file as it was

@@ -8,6 +8,7 @@ from typing import Any
 
 from mlxcore.configs import KVConfig, ModelChoice
 from mlxcore.errors import UsageError
+from mlxcore.kv.budget import KVLimit, parse_max_kv
 from mlxcore.params import GenerationParams
 
 
@@ -23,8 +24,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kv", choices=("paged", "rotating", "standard"), default="paged",
                        help="KV cache: paged (default; shares prefixes), rotating (fixed window), "
                             "standard (mlx-lm's)")
-    group.add_argument("--max-kv", type=int, metavar="TOKENS",
-                       help="rotating: window size; paged: pool capacity (default: grow as needed)")
+    group.add_argument("--max-kv", metavar="TOKENS|SIZE",
+                       help="rotating: window in tokens; paged: most KV memory, as tokens per model (65536) or "
+                            "a size shared by the model and its draft (8GB, 512MB, 1.5GiB); default: what the "
+                            "machine has free")
     group.add_argument("--block-size", type=int, default=16, metavar="TOKENS", help="paged: tokens per block")
 
 
@@ -54,11 +57,18 @@ def model_choice(args: argparse.Namespace) -> ModelChoice:
 
 def kv_config(args: argparse.Namespace) -> KVConfig:
     """The KV config the options ask for; UsageError when they don't fit."""
-    max_kv = args.max_kv
+    try:
+        limit = parse_max_kv(args.max_kv) if args.max_kv is not None else KVLimit()
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.kv == "rotating" and limit.bytes is not None:
+        raise UsageError(f"--kv rotating keeps a window of tokens: give --max-kv as a number of tokens "
+                         f"(e.g. 4096), not {args.max_kv!r}.")
+    max_kv = limit.tokens
     if args.kv == "rotating" and max_kv is None:
         max_kv = 4096  # a window that holds a long chat and stays small
     try:
-        return KVConfig(kind=args.kv, max_kv=max_kv, block_size=args.block_size)
+        return KVConfig(kind=args.kv, max_kv=max_kv, block_size=args.block_size, max_kv_bytes=limit.bytes)
     except ValueError as error:
         raise UsageError(str(error)) from None
 

@@ -24,6 +24,7 @@ class KVConfig:
     kind: str = "paged"  # "paged" (block pool, prefix sharing), "rotating" (window) or "standard" (mlx-lm's)
     max_kv: int | None = None  # rotating: window in tokens; paged: pool capacity in tokens (None = grow as needed)
     block_size: int = 16  # paged: tokens per block
+    max_kv_bytes: int | None = None  # paged: KV memory budget shared by target and draft (None = from the machine)
 
     def __post_init__(self) -> None:
         if self.kind not in ("paged", "rotating", "standard"):
@@ -32,6 +33,8 @@ class KVConfig:
             raise ValueError("the rotating cache needs a window size (max_kv)")
         if self.max_kv is not None and self.max_kv < 1:
             raise ValueError(f"max_kv must be positive, not {self.max_kv}")
+        if self.max_kv_bytes is not None and self.max_kv_bytes < 1:
+            raise ValueError(f"max_kv_bytes must be positive, not {self.max_kv_bytes}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be positive, not {self.block_size}")
 

@@ -21,7 +21,8 @@ from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
 from mlxcore.fast_exp import warm_up as warm_up_fast_exp
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheStateError
-from mlxcore.kv.model_cache import make_model_cache
+from mlxcore.kv.budget import KVBudget, machine_kv_bytes, weights_bytes, wire_recommended_limit
+from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, prefill
 from mlxcore.reply_text import ReplyText
@@ -58,6 +59,8 @@ class Engine:
         self.generation_defaults = dict(generation_defaults or {})
         self.last_stats: GenerationStats | None = None
         self._pools: dict[str, object] = {}  # paged block pool per model ("target", "draft")
+        self._kv_budget: KVBudget | None = None  # bytes both pools share; made with the first paged cache
+        wire_recommended_limit()  # Metal: weights and caches stay resident (a no-op on the CPU)
 
     def warm_up(self) -> None:
         """Compile the decode kernels of both models, the sampler's, and prefill's exp on the CPU, before the
@@ -90,9 +93,18 @@ class Engine:
         """Tokens a rotating cache must rewind after its window wrapped, for this engine's longest drafts."""
         return rewind_room(self.draft_control.max_k)
 
+    @property
+    def kv_budget(self) -> KVBudget:
+        """The KV memory the paged pools of target and draft share: ``--max-kv`` as a size, else the machine's."""
+        if self._kv_budget is None:
+            self._kv_budget = KVBudget(self.kv.max_kv_bytes or machine_kv_bytes(
+                weights_bytes(self.model) + (weights_bytes(self.draft_model) if self.draft_model else 0)))
+        return self._kv_budget
+
     def _new_model_cache(self, model: nn.Module, role: str) -> ModelCache:
-        cache = make_model_cache(model, kind=self.kv.kind, block_size=self.kv.block_size,
-                                 max_kv=self.kv.max_kv, max_rewind=self.rewind_room, pool=self._pools.get(role))
+        budget = self.kv_budget if self.kv.kind == "paged" else None
+        cache = make_model_cache(model, kind=self.kv.kind, block_size=self.kv.block_size, max_kv=self.kv.max_kv,
+                                 max_rewind=self.rewind_room, pool=self._pools.get(role), budget=budget)
         if getattr(cache, "pool", None) is not None:
             self._pools[role] = cache.pool
         return cache
@@ -107,6 +119,9 @@ class Engine:
             raise CacheStateError(f"The saved rotating KV cache rewinds {meta.get('max_rewind')} tokens; "
                                   f"drafts of {self.draft_control.max_k} need {self.rewind_room}.")
         model = self.model if role == "target" else self.draft_model
+        if meta.get("kind") == "paged" and role not in self._pools:  # the first paged cache: a pool in the budget
+            self._pools[role] = make_block_pool(model, block_size=int(meta.get("block_size", 16)),
+                                                max_kv=self.kv.max_kv, budget=self.kv_budget)
         cache = ModelCache.from_state(model, tensors, meta, pool=self._pools.get(role))
         if getattr(cache, "pool", None) is not None:
             self._pools[role] = cache.pool
@@ -211,9 +226,13 @@ class Engine:
             self.last_stats = replace(
                 stats, prefill_seconds=first - start, ttft_seconds=first - start,
                 generated_tokens=reply.count, decode_seconds=last - first,
-                peak_memory_bytes=mx.get_peak_memory(), finish_reason=finish or "stopped",
+                peak_memory_bytes=mx.get_peak_memory(), finish_reason=finish or "stopped", **self._kv_stats(),
                 **(self._spec_stats(decoder) if decoder else {"target_passes": reply.count}))
         yield FinalEvent(finish_reason=finish, text=reply.text, stats=self.last_stats)
+
+    def _kv_stats(self) -> dict:
+        budget = self._kv_budget
+        return {"kv_bytes": budget.in_use, "kv_budget_bytes": budget.limit} if budget is not None else {}
 
     def _spec_stats(self, decoder: SpeculativeDecoder) -> dict:
         c = decoder.counters

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -159,6 +160,24 @@ def _in_words(error: sqlite3.Error, path: Path, writing: bool) -> SessionFileErr
     return SessionFileError(f"Cannot use the session store's index {path}: {error}.")
 
 
+def _switch_to_wal(connection: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode=WAL`` (persistent: recorded in the file once), retried while another process reads.
+
+    Switching needs the database to itself, and SQLite fails it at once instead of waiting when another
+    connection holds a read lock (two windows making a new store at the same moment did, 1 time in 4).
+    """
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            code = getattr(error, "sqlite_errorcode", sqlite3.SQLITE_BUSY) & 0xFF
+            if code not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def _prepare(connection: sqlite3.Connection, path: Path, create: bool) -> bool:
     """Check the schema's version, making the schema when ``create``; False: there is no schema (yet)."""
     version = connection.execute("PRAGMA user_version").fetchone()[0]
@@ -170,7 +189,7 @@ def _prepare(connection: sqlite3.Connection, path: Path, create: bool) -> bool:
     if version == SCHEMA_VERSION or not create:
         return version == SCHEMA_VERSION
     connection.execute(f"PRAGMA page_size={PAGE_BYTES}")  # only takes effect before the first table exists
-    connection.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file once
+    _switch_to_wal(connection)
     with transaction(connection, write=True):
         for statement in _SCHEMA.split(";"):
             if statement.strip():

@@ -141,7 +141,7 @@ def test_storage_grows_lazily_and_release_returns_blocks():
     pool = make_block_pool(MODEL, block_size=16, max_blocks=10_000)
     cache = make_model_cache(MODEL, "paged", pool=pool)
     feed(MODEL, cache, list(range(40)))
-    assert pool.bytes_allocated <= 64 * pool.block_bytes  # one growth chunk, not 10,000 blocks
+    assert pool.bytes_allocated <= pool.config.slab_blocks * pool.block_bytes  # one slab, not 10,000 blocks
     cache.release()
     assert cache.offset == 0 and pool.stats().used_blocks == 0
     feed(MODEL, cache, [1, 2, 3])  # usable again after release

@@ -136,7 +136,9 @@ def test_two_windows_making_new_chats_at_once_get_different_ids(windows, tmp_pat
         window.ask("use", root=str(tmp_path / "sessions"), same_ids=True)
     a.post("new-many", count=12, tag="A")
     b.post("new-many", count=12, tag="B")
-    ids_a, ids_b = a.answer()["ids"], b.answer()["ids"]
+    answers = a.answer(), b.answer()
+    assert all("ids" in answer for answer in answers), answers
+    ids_a, ids_b = answers[0]["ids"], answers[1]["ids"]
     assert len(set(ids_a) | set(ids_b)) == 24, "no id was given to both windows"
     on_disk = stored(tmp_path / "sessions")
     assert {i: on_disk[i] for i in ids_a} == {i: [f"A {n}"] for n, i in enumerate(ids_a)}

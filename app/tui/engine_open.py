@@ -33,7 +33,8 @@ class OpenCommands:
         from mlxcore.launch import ModelChoice, open_engine
 
         self._on_listsessions(p.ListSessions())
-        kv = KVConfig(kind=command.kv, max_kv=command.max_kv, block_size=command.block_size)
+        kv = KVConfig(kind=command.kv, max_kv=command.max_kv, block_size=command.block_size,
+                      max_kv_bytes=command.max_kv_bytes)
         choice = ModelChoice(model=command.model, draft=command.draft, no_draft=command.no_draft)
         opened = open_engine(choice, kv, progress=self._progress_reporter(), num_draft=command.num_draft,
                              notice=lambda text: self.send(p.Notice(text[0].upper() + text[1:])))

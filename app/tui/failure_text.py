@@ -12,7 +12,8 @@ _HINTS = {
     "SessionSaveError": "The chat is still here, on screen and in memory. Fix what is said above, then press "
                         "ctrl+s; mlxchat also tries again after the next reply.",
     "SessionNotFoundError": "Pick a chat from the sidebar (ctrl+b).",
-    "PoolExhaustedError": "Start a new chat (ctrl+n), or restart mlxchat with a larger --max-kv.",
+    "PoolExhaustedError": "Start a new chat (ctrl+n) or close chats you do not need, or restart mlxchat with "
+                          "a larger --max-kv (e.g. --max-kv 8GB).",
     "PromptError": "Start a new chat (ctrl+n) or shorten the message.",
     "SystemPromptTooLongError": "Shorten the system prompt in the settings (f4), or restart mlxchat with a "
                                 "larger --max-kv.",

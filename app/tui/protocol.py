@@ -27,6 +27,7 @@ class Open:
     no_draft: bool = False
     kv: str = "paged"
     max_kv: int | None = None
+    max_kv_bytes: int | None = None  # --max-kv as a size: KV memory shared by the model and its draft
     block_size: int = 16
     num_draft: int = 8  # the most tokens the draft proposes per round (--num-draft)
     params: dict[str, Any] = field(default_factory=dict)  # GenerationParams fields given (a saved chat keeps the rest)

@@ -10,6 +10,7 @@ from mlxcore.bench import speculative
 from mlxcore.bench.blas import blas_speedup
 from mlxcore.bench.decode import decode_vs_mlx_lm
 from mlxcore.bench.paged_decode import paged_decode_vs_standard_long, paged_decode_vs_standard_twin
+from mlxcore.bench.pool_memory import pool_peak_vs_held
 from mlxcore.bench.twin_decode import GREEDY, QWEN3_SAMPLING, twin_decode_vs_mlx_lm
 from mlxcore.bench.twin_prefill import twin_prefill_vs_mlx_lm
 from mlxcore.kv import measure as kv_measure
@@ -39,6 +40,8 @@ ROWS: dict[str, tuple[str, Row]] = {
                                       lambda s: paged_decode_vs_standard_long(s.model, s.runs)),
     "paged_decode_vs_standard_twin": ("the same on the 8B twin (float32) at 2,000 tokens",
                                       lambda s: paged_decode_vs_standard_twin(s.runs)),
+    "pool_peak_vs_held": ("peak KV bytes while a chat grows to 3,000 tokens (target + draft) / bytes the tokens hold",
+                          lambda s: pool_peak_vs_held(s.model, s.draft)),
     "spec_speedup_greedy": ("speculative tok/s / plain tok/s, temperature 0",
                             lambda s: speculative.spec_speedup_greedy(s.model, s.draft, s.runs)),
     "spec_vs_mlx_lm_greedy": ("speculative tok/s, mlxchat / mlx-lm (its default k=2), temperature 0",

@@ -177,7 +177,7 @@ class BlockManager:
             raise ValueError("append needs at least one token.")
         start, size = len(seq.token_ids), self.block_size
         tail_shared = start % size != 0 and self._blocks[seq.block_ids[-1]].ref_count > 1
-        needed = -(-(start + len(token_ids)) // size) - len(seq.block_ids) + tail_shared
+        needed = self.blocks_needed(seq_id, len(token_ids))
         if needed > self.available_blocks:
             raise PoolExhaustedError(
                 f"The KV block pool is full: {len(token_ids)} more tokens need {needed} blocks, "
@@ -187,6 +187,39 @@ class BlockManager:
         seq.token_ids.extend(token_ids)
         self._hash_full_blocks(seq, start // size)
         return AppendPlan(start, len(token_ids), copies, segments)
+
+    def blocks_needed(self, seq_id: int, count: int) -> int:
+        """Blocks an append of ``count`` tokens takes (new ones, and a copy of a shared partial tail)."""
+        seq = self._sequence(seq_id)
+        start, size = len(seq.token_ids), self.block_size
+        tail_shared = start % size != 0 and self._blocks[seq.block_ids[-1]].ref_count > 1
+        return -(-(start + count) // size) - len(seq.block_ids) + tail_shared
+
+    def next_block(self, seq_id: int) -> int | None:
+        """The id the sequence's next block will take if it can stay adjacent to its last one, else None."""
+        seq = self._sequence(seq_id)
+        if not seq.block_ids:
+            front = next(iter(self._free), None)
+            if front is not None and self._blocks[front].hash is None:
+                return front
+            return len(self._blocks) if len(self._blocks) < self.num_blocks else front
+        after = seq.block_ids[-1] + 1
+        return after if after in self._free or after == len(self._blocks) < self.num_blocks else None
+
+    def free_tail_start(self, cached: bool) -> int:
+        """The first id of the run of free blocks at the end of the ids handed out (hashed ones only if ``cached``)."""
+        end = len(self._blocks)
+        while end and self._blocks[end - 1].ref_count == 0 and (cached or self._blocks[end - 1].hash is None):
+            end -= 1
+        return end
+
+    def shrink(self, keep: int) -> None:
+        """Forget blocks ``keep ..`` (all free): their ids count as never handed out again."""
+        for block in self._blocks[keep:]:
+            assert block.ref_count == 0, "shrink past a block in use"
+            self._unhash(block)
+            del self._free[block.block_id]
+        del self._blocks[keep:]
 
     def correct_tail(self, seq_id: int, token_ids: Sequence[int]) -> None:
         """Replace the last ``len(token_ids)`` ids (appended as placeholders) and re-hash their full blocks."""

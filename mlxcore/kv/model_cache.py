@@ -17,6 +17,7 @@ from typing import Literal
 import mlx.nn as nn
 
 from mlxcore.kv.base import ModelCache
+from mlxcore.kv.budget import KVBudget
 from mlxcore.kv.geometry import model_geometry
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool, make_block_pool
@@ -34,13 +35,14 @@ __all__ = ["KINDS", "BlockPool", "Kind", "ModelCache", "make_block_pool", "make_
 def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: int = 16,
                      max_blocks: int | None = None, max_kv: int | None = None, keep: int = 0,
                      max_rewind: int = 16, pool: BlockPool | None = None,
-                     max_bytes: int | None = None) -> ModelCache:
+                     max_bytes: int | None = None, budget: KVBudget | None = None) -> ModelCache:
     """An empty cache for ``model``.
 
     standard: mlx-lm's ``KVCache`` per layer; the other arguments are ignored.
     paged: a sequence in ``pool`` (shared between caches of one model), or in a new
       pool of ``block_size``-token blocks holding ``max_blocks`` blocks, else
-      ``max_kv`` tokens, else ``max_bytes`` bytes, else 65,536 tokens.
+      ``max_kv`` tokens, else ``max_bytes`` bytes, else 65,536 tokens; its slabs within
+      ``budget`` (bytes shared with other pools) when one is given.
     rotating: a window of ``max_kv`` tokens (default 4,096) that keeps the first
       ``keep`` and can rewind ``max_rewind`` tokens after it wrapped.
     """
@@ -49,7 +51,7 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
     if kind == "paged":
         if pool is None:
             pool = make_block_pool(model, block_size=block_size, max_blocks=max_blocks,
-                                   max_kv=max_kv, max_bytes=max_bytes)
+                                   max_kv=max_kv, max_bytes=max_bytes, budget=budget)
         return PagedCache(pool)
     if kind == "rotating":
         window = Window(max_kv or DEFAULT_WINDOW, keep, max_rewind)

@@ -24,10 +24,11 @@ from mlx_lm.models.cache import create_attention_mask
 
 from mlxcore.kv.base import ModelCache, Tensors, layer_tensors, saved_layer
 from mlxcore.kv.block_manager import AppendPlan
-from mlxcore.kv.errors import CacheShapeError, CacheStateError, KVCacheError, TrimError
+from mlxcore.kv.errors import CacheShapeError, CacheStateError, KVCacheError, PoolExhaustedError, TrimError
 from mlxcore.kv.geometry import KVGeometry
-from mlxcore.kv.paged_pool import BlockPool, Gather, make_block_pool
-from mlxcore.kv.sequence_kv import SequenceKV
+from mlxcore.kv.paged_pool import BlockPool, make_block_pool
+from mlxcore.kv.slab_storage import Gather
+from mlxcore.kv.sequence_kv import SequenceKV, working_bytes
 
 _NAMES = ("keys", "values")
 
@@ -89,8 +90,9 @@ class PagedCache(ModelCache):
         self._pending_layers = 0
         self._gather: tuple[int, Gather] | None = None  # (table version, gather) cache
         self._reads = SequenceKV(len(self.layers))  # what attention reads: views or working copies
+        self._charged = [0]  # bytes of working copies counted in the pool (and its budget), in a list for the finalizer
         # Give the blocks back when the cache is garbage collected without release().
-        weakref.finalize(self, pool.manager.drop_sequence, self.seq_id)
+        weakref.finalize(self, pool.drop_sequence, self.seq_id, self._charged)
 
     @property
     def geometry(self) -> KVGeometry:
@@ -111,9 +113,11 @@ class PagedCache(ModelCache):
     def release(self) -> None:
         self._plan = None
         self._reads.clear()
+        self._charge_working(0)
         self.pool.manager.release(self.seq_id)
         for layer in self.layers:
             layer.offset = 0
+        self.pool.release_free_slabs()
 
     def state_dict(self) -> tuple[Tensors, dict[str, Any]]:
         """Only this sequence's tokens, in order (not whole blocks, not other sequences')."""
@@ -148,7 +152,7 @@ class PagedCache(ModelCache):
         self.begin(ids[reused:])
         for layer, (keys, values) in zip(self.layers, saved):
             self._write_layer(layer, keys[..., reused:, :], values[..., reused:, :])  # no read: built when decoding
-        mx.eval([(s.keys, s.values) for s in self.pool.storage if s.keys is not None])
+        mx.eval([s.arrays for s in self.pool.storage])
 
     # internals -------------------------------------------------------------
 
@@ -156,9 +160,36 @@ class PagedCache(ModelCache):
         return self.pool.manager.token_ids(self.seq_id)
 
     def _begin(self, ids: list[int]) -> None:
-        plan = self.pool.manager.append(self.seq_id, ids)  # raises before any change if the pool is full
+        working = self._working_after(len(ids))
+        self.pool.make_room(self.seq_id, len(ids), max(working - self._charged[0], 0))
+        try:
+            plan = self.pool.manager.append(self.seq_id, ids)  # raises before any change if the pool is full
+        except PoolExhaustedError:
+            raise PoolExhaustedError(self.pool.full_message(len(ids))) from None
+        self._charge_working(max(working, self._charged[0]))
         self.pool.copy_blocks(plan.copies)
+        self.pool.ensure()
         self._plan, self._pending_layers = plan, len(self.layers)
+
+    def _working_after(self, count: int) -> int:
+        """The most bytes the working copies may hold after appending ``count`` tokens: none while the
+        sequence stays one run of adjacent blocks in one slab (``sequence_kv.py``), else all its tokens."""
+        manager, slab_blocks = self.pool.manager, self.pool.config.slab_blocks
+        length = len(self._token_ids()) + count
+        needed, blocks = manager.blocks_needed(self.seq_id, count), manager.block_ids(self.seq_id)
+        fragmented = self._charged[0] > 0 or len(self._gather_index().runs) > 1
+        if needed and not fragmented:
+            grown = len(blocks) + needed  # blocks after the append
+            tail_shared = -(-length // self.pool.block_size) < grown
+            first = manager.next_block(self.seq_id)
+            start = blocks[0] if blocks else first
+            fragmented = tail_shared or first is None or (start + grown - 1) // slab_blocks != start // slab_blocks \
+                or any(b < manager.materialized_blocks and manager.ref_count(b) for b in range(first, first + needed))
+        return working_bytes(length, self.pool.geometry.token_bytes) if fragmented else 0
+
+    def _charge_working(self, size: int) -> None:
+        self.pool.charge_working(size - self._charged[0])
+        self._charged[0] = size
 
     def _correct_tail(self, ids: list[int]) -> None:
         self.pool.manager.correct_tail(self.seq_id, ids)
@@ -183,7 +214,10 @@ class PagedCache(ModelCache):
 
     def _update_layer(self, layer: PagedLayerCache, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         self._write_layer(layer, keys, values)
-        return self._reads.read(layer.index, self.pool.storage[layer.index], self._gather_index(), layer.offset)
+        read = self._reads.read(layer.index, self.pool.storage[layer.index], self._gather_index(), layer.offset)
+        if self._plan is None:
+            self._settle_working()
+        return read
 
     def _write_layer(self, layer: PagedLayerCache, keys: mx.array, values: mx.array) -> None:
         plan = self._plan
@@ -197,14 +231,16 @@ class PagedCache(ModelCache):
         except CacheShapeError:
             self._settle()  # undo the begin: the cache is left as it was
             raise
-        storage = self.pool.storage[layer.index]
-        storage.ensure(self.pool.manager.materialized_blocks)
-        storage.write(plan.segments, keys, values)
+        self.pool.storage[layer.index].write(plan.segments, keys, values)
         self._reads.wrote(layer.index, plan.start, keys, values)
         layer.offset += plan.length
         self._pending_layers -= 1
         if not self._pending_layers:
             self._plan = None  # the forward pass is complete
+
+    def _settle_working(self) -> None:
+        """After a forward pass: count what the working copies hold, not what ``begin`` set aside."""
+        self._charge_working(self._reads.nbytes)
 
     def _fetch(self, layer: PagedLayerCache) -> tuple[mx.array, mx.array]:
         """The layer's tokens read from the blocks themselves (session files, ``state``)."""
@@ -214,5 +250,6 @@ class PagedCache(ModelCache):
         manager = self.pool.manager
         version = manager.version(self.seq_id)
         if self._gather is None or self._gather[0] != version:
-            self._gather = (version, Gather(manager.block_ids(self.seq_id), self.pool.block_size))
+            self._gather = (version, Gather(manager.block_ids(self.seq_id), self.pool.block_size,
+                                            self.pool.config.slab_blocks))
         return self._gather[1]

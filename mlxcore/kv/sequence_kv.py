@@ -7,10 +7,11 @@ is a gigabyte per token). Two cases, per layer:
   regenerate, since the block manager hands a sequence the block after its last
   one): attention reads a view (slice) of the pool's storage. Nothing is copied.
 - They are not (a fork, a prefix hit, a restored session: shared blocks, then the
-  sequence's own): attention reads a **working copy**, a contiguous array of
-  the sequence's tokens. It is gathered from the blocks once, then grows by the
-  same appends as the blocks, like mlx-lm's ``KVCache``, so a step writes one
-  token twice and copies nothing else. A trim only shortens what is read; it is
+  sequence's own; a chat that crosses from one of the pool's slabs into the next):
+  attention reads a **working copy**, a contiguous array of the sequence's tokens.
+  It is gathered from the blocks once, then grows by the same appends as the
+  blocks, like mlx-lm's ``KVCache``, so a step writes one token twice and copies
+  nothing else. A trim only shortens what is read; it is
   dropped only when it cannot be trusted (``reuse_prefix``, ``release``).
 
 The blocks stay the truth (sharing, hashes, copy-on-write, session files); the
@@ -35,9 +36,14 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from mlxcore.kv.paged_pool import Gather, LayerStorage
+from mlxcore.kv.slab_storage import Gather, LayerStorage
 
 WORKING_STEP = 256  # a working copy grows by this many token slots at a time (as mlx-lm's KVCache)
+
+
+def working_bytes(length: int, token_bytes: int) -> int:
+    """The most bytes the working copies of a ``length``-token sequence hold, all layers (``token_bytes`` each)."""
+    return (length // WORKING_STEP + 1) * WORKING_STEP * token_bytes
 
 
 class _WorkingCopy:
@@ -81,7 +87,7 @@ class SequenceKV:
 
     def read(self, index: int, storage: LayerStorage, gather: Gather, length: int) -> tuple[mx.array, mx.array]:
         """The first ``length`` tokens of layer ``index``, each (1, kv_heads, length, head_dim), contiguous rows."""
-        if not gather.runs or length <= gather.runs[0][1]:
+        if not gather.runs or length <= gather.runs[0][2]:
             # Adjacent blocks: a view. A working copy made earlier is kept (and appended to): a speculative
             # round that crosses into a block elsewhere and is trimmed back would otherwise rebuild it each time.
             return storage.fetch(gather, length)

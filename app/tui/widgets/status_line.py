@@ -12,6 +12,10 @@ def _si(n: float) -> str:
     return f"{n / 1000:.1f}k" if n >= 1000 else f"{n:.0f}"
 
 
+def _size(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
 def stats_text(stats: dict[str, Any]) -> str:
     """One line of figures: prefill and decode speed, draft acceptance, cache reuse, context, memory."""
     parts = [f"prefill {stats.get('prefill_tps', 0):.0f} · decode {stats.get('decode_tps', 0):.1f} tok/s"]
@@ -22,6 +26,8 @@ def stats_text(stats: dict[str, Any]) -> str:
     limit = stats.get("context_length")
     parts.append(f"ctx {_si(used)}" + (f"/{_si(limit)}" if limit else ""))
     parts.append(f"{stats.get('peak_memory_bytes', 0) / 2**20:.0f} MB")
+    if stats.get("kv_budget_bytes"):
+        parts.append(f"KV {_size(stats.get('kv_bytes', 0))}/{_size(stats['kv_budget_bytes'])}")
     return " · ".join(parts)
 
 

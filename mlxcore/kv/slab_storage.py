@@ -1,0 +1,139 @@
+"""The MLX storage of one layer of a block pool, in slabs, and how a sequence's tokens are found in it.
+
+Layout: a list of slabs, each keys and values of shape (1, kv_heads, slab_blocks * block_size,
+head_dim); block ``b`` owns token slots ``(b % slab_blocks) * block_size ..`` of slab
+``b // slab_blocks``. The bookkeeping (which blocks, how many slabs) is ``paged_pool.py``'s.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import mlx.core as mx
+import numpy as np
+
+from mlxcore.kv.block_manager import WriteSegment
+from mlxcore.kv.geometry import KVGeometry
+
+if TYPE_CHECKING:
+    from mlxcore.kv.paged_pool import PoolConfig
+
+MAX_RUNS = 4  # a table of up to this many runs of adjacent blocks is gathered by slicing; more, by row gather
+
+
+class Gather:
+    """Where one sequence's tokens sit in storage, in order: runs of adjacent slots within one slab.
+
+    One run is read as a view (no copy). Several are gathered into a new array:
+    a few by slicing and concatenating, many (all in one slab) with one
+    ``mx.take`` over rows of the (kv_heads * slab slots, head_dim) view of that
+    slab (a row gather is several times faster on CPU than a take along the token axis).
+    """
+
+    def __init__(self, block_ids: list[int], block_size: int, slab_blocks: int) -> None:
+        runs: list[list[int]] = []
+        for block_id in block_ids:
+            slab, first = divmod(block_id, slab_blocks)
+            if runs and runs[-1][0] == slab and runs[-1][1] + runs[-1][2] == first * block_size:
+                runs[-1][2] += block_size
+            else:
+                runs.append([slab, first * block_size, block_size])
+        self.runs = [tuple(run) for run in runs]  # (slab, first slot in the slab, slots)
+        self._rows: dict[tuple[int, int], mx.array] = {}  # (kv_heads, slab slots) -> (kv_heads, slots) rows
+
+    def rows(self, kv_heads: int, capacity: int) -> mx.array:
+        """Row of every slot of the sequence in its (only) slab, flattened; (kv_heads, slots) int32."""
+        key = (kv_heads, capacity)
+        if key not in self._rows:
+            slots = np.concatenate([np.arange(start, start + size) for _, start, size in self.runs])
+            rows = np.arange(kv_heads)[:, None] * capacity + slots[None, :]
+            self._rows[key] = mx.array(rows.astype(np.int32))
+        return self._rows[key]
+
+
+class LayerStorage:
+    """The keys and values of every block, for one layer (layout in the module docstring)."""
+
+    def __init__(self, geometry: KVGeometry, config: PoolConfig) -> None:
+        self._geometry, self._config = geometry, config
+        self.keys: list[mx.array] = []  # one (1, kv_heads, slab slots, head_dim) array per slab
+        self.values: list[mx.array] = []
+
+    def add_slab(self) -> None:
+        g, slots = self._geometry, self._config.slab_size(len(self.keys)) * self._config.block_size
+        self.keys.append(mx.zeros((1, g.kv_heads, slots, g.head_dim), g.dtype))
+        self.values.append(mx.zeros((1, g.kv_heads, slots, g.head_dim), g.dtype))
+
+    def drop_slab(self) -> None:
+        self.keys.pop()
+        self.values.pop()
+
+    def _where(self, slot: int) -> tuple[int, int]:
+        """(slab, slot in the slab) of a pool-wide slot."""
+        return divmod(slot, self._config.slab_blocks * self._config.block_size)
+
+    def copy_block(self, source: int, target: int) -> None:
+        size = self._config.block_size
+        (s_slab, s_at), (t_slab, t_at) = self._where(source * size), self._where(target * size)
+        self.keys[t_slab][..., t_at:t_at + size, :] = self.keys[s_slab][..., s_at:s_at + size, :]
+        self.values[t_slab][..., t_at:t_at + size, :] = self.values[s_slab][..., s_at:s_at + size, :]
+
+    def write(self, segments: tuple[WriteSegment, ...], keys: mx.array, values: mx.array) -> None:
+        """Write new keys/values (1, kv_heads, L, head_dim) into the slots the segments name (never across a slab)."""
+        if len(segments) == 1:  # a decode step: no slicing of the input (each slice costs a call per layer)
+            slab, at = self._where(segments[0].slot)
+            length = segments[0].length
+            self.keys[slab][..., at:at + length, :] = keys
+            self.values[slab][..., at:at + length, :] = values
+            return
+        for seg in segments:
+            slab, at = self._where(seg.slot)
+            self.keys[slab][..., at:at + seg.length, :] = keys[..., seg.source:seg.source + seg.length, :]
+            self.values[slab][..., at:at + seg.length, :] = values[..., seg.source:seg.source + seg.length, :]
+
+    def fetch(self, gather: Gather, length: int) -> tuple[mx.array, mx.array]:
+        """The first ``length`` tokens of a sequence in order, each (1, kv_heads, length, head_dim).
+
+        A view of storage when the sequence's first run of blocks holds them all, else a gathered copy.
+        """
+        if not self.keys or not gather.runs:
+            g = self._geometry
+            empty = mx.zeros((1, g.kv_heads, 0, g.head_dim), g.dtype)
+            return empty, empty
+        slab, start, size = gather.runs[0]
+        if length <= size:
+            return self.keys[slab][..., start:start + length, :], self.values[slab][..., start:start + length, :]
+        return self.gather(gather, length)
+
+    def gather(self, gather: Gather, length: int, spare: int = 0) -> tuple[mx.array, mx.array]:
+        """A new contiguous copy of the first ``length`` tokens, followed by ``spare`` zero slots."""
+        _, heads, _, dim = self.keys[0].shape
+        slabs = {slab for slab, _, _ in gather.runs}
+        if len(gather.runs) > MAX_RUNS and len(slabs) == 1:
+            slab = slabs.pop()
+            capacity = self.keys[slab].shape[2]
+            rows = gather.rows(heads, capacity)[:, :length]
+            # take over rows gives (kv_heads, length, head_dim), contiguous
+            keys = [mx.take(self.keys[slab].reshape(heads * capacity, dim), rows, axis=0)[None]]
+            values = [mx.take(self.values[slab].reshape(heads * capacity, dim), rows, axis=0)[None]]
+        else:
+            keys, values, left = [], [], length
+            for slab, start, size in gather.runs:
+                if left <= 0:
+                    break
+                piece = slice(start, start + min(size, left))
+                keys.append(self.keys[slab][..., piece, :])
+                values.append(self.values[slab][..., piece, :])
+                left -= size
+        if spare:
+            keys.append(mx.zeros((1, heads, spare, dim), self.keys[0].dtype))
+            values.append(mx.zeros((1, heads, spare, dim), self.values[0].dtype))
+        return mx.concatenate(keys, axis=2), mx.concatenate(values, axis=2)
+
+    @property
+    def arrays(self) -> list[mx.array]:
+        return self.keys + self.values
+
+    @property
+    def nbytes(self) -> int:
+        return sum(array.nbytes for array in self.arrays)
