@@ -54,26 +54,33 @@ def open_session(args: argparse.Namespace, engine) -> ChatSession:
     return session
 
 
+def _answer(args: argparse.Namespace, engine, prompt: str) -> ChatSession:
+    """Open the session, stream the reply, save the session if the turn changed it."""
+    # A chat window (or another ask) writing the same file would lose one of the two turns.
+    with SessionLock.acquire(Path(args.session), mark_open=True) if args.session else nullcontext():
+        session = open_session(args, engine)
+        session.prefill_progress = _say_long_prefill
+        before = list(session.messages)
+        events = session.stream_events(prompt)
+        try:
+            (print_json if args.json else print_text)(events, show_thinking=args.show_thinking)
+        finally:
+            events.close()  # a reply cut short (ctrl+c) is kept as it stands; one with no token adds nothing
+            if args.session and session.messages != before:  # a refused prompt leaves the file as it was
+                _save(session, args.session)
+    return session
+
+
 def run_ask(args: argparse.Namespace) -> int:
     prompt = read_prompt(args)
     generation_params(args)  # bad options fail before the model loads
     opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft, notice=_say)
     if opened.note:
         _say(opened.note)
-    # A chat window (or another ask) writing the same file would lose one of the two turns.
-    with SessionLock.acquire(Path(args.session), mark_open=True) if args.session else nullcontext():
-        session = open_session(args, opened.engine)
-        session.prefill_progress = _say_long_prefill
-        before = list(session.messages)
-        events = session.stream_events(prompt)
-        try:
-            (print_json if args.json else print_text)(events, show_thinking=args.show_thinking)
-        except PoolExhaustedError as error:
-            raise PoolExhaustedError(f"{error} {POOL_FULL_HINT}") from None
-        finally:
-            events.close()  # a reply cut short (ctrl+c) is kept as it stands; one with no token adds nothing
-            if args.session and session.messages != before:  # a refused prompt leaves the file as it was
-                _save(session, args.session)
+    try:
+        session = _answer(args, opened.engine, prompt)
+    except PoolExhaustedError as error:  # while opening the session's cache or answering
+        raise PoolExhaustedError(f"{error} {POOL_FULL_HINT}") from None
     if session.cut_in_thinking:
         _say("the reply was cut off while thinking, before its answer: allow more with --max-tokens, "
              "or answer with --no-think.")

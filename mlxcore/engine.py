@@ -22,6 +22,7 @@ from mlxcore.fast_exp import warm_up as warm_up_fast_exp
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.kv.budget import KVBudget, machine_kv_bytes, weights_bytes, wire_recommended_limit
+from mlxcore.kv.geometry import activation_dtype
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, prefill
@@ -70,8 +71,8 @@ class Engine:
                 forward.warm_up()
         if uses_cpu_prefill(self.model, []):
             warm_up_fast_exp()
-        if compile_works():  # the sampler's graphs, for logits of the target's size and dtype (no cache touched)
-            warm_up_sampling(self.model(mx.zeros((1, 1), dtype=mx.int32))[:, -1, :])
+        if compile_works():  # the sampler's graphs, for logits of the target's size and dtype (no forward pass)
+            warm_up_sampling(mx.zeros((1, self.model.args.vocab_size), dtype=activation_dtype(self.model)))
 
     @property
     def default_params(self) -> GenerationParams:

@@ -283,8 +283,9 @@ def _has(index: StoreIndex, session_id: str) -> bool:
 def _chat_name(index: StoreIndex, session_id: str) -> str:
     """How a message names a stored chat: its title and id."""
     try:
-        saved = read_saved(index, session_id)
-        return f"Chat {_title(saved or saved_in(index.root / f'{session_id}{SUFFIX}'))!r} ({session_id})"
+        summary = index.summary(session_id)  # the index's title column: no messages or blocks read
+        title = summary.shown if summary else _title(saved_in(index.root / f"{session_id}{SUFFIX}"))
+        return f"Chat {title!r} ({session_id})"
     except SessionFileError:
         return f"Chat {session_id}"
 

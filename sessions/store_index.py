@@ -22,6 +22,8 @@ from sessions.errors import SessionFileError
 from sessions.store_db import StoreDatabase, database_path, errors_in_words, transaction
 from sessions.titles import shown_title
 
+_KEYS_PER_QUERY = 500  # under SQLite's limit on bound parameters (999 in older builds)
+
 
 @dataclass(frozen=True)
 class ChatSummary:
@@ -172,8 +174,16 @@ class StoreIndex:
             if db is None:
                 return set()
             with self._reading():
-                stored = {key for (key,) in db.execute("SELECT DISTINCT key FROM blocks")}  # one scan
-        return stored if keys is None else stored & set(keys)
+                if keys is None:
+                    return {key for (key,) in db.execute("SELECT DISTINCT key FROM blocks")}  # one scan
+                # An autosave's few dropped keys: filtered in SQLite, no set of the whole store's keys.
+                wanted, held = sorted(set(keys)), set()
+                for start in range(0, len(wanted), _KEYS_PER_QUERY):
+                    chunk = wanted[start:start + _KEYS_PER_QUERY]
+                    marks = ",".join("?" * len(chunk))
+                    held.update(key for (key,) in db.execute(
+                        f"SELECT DISTINCT key FROM blocks WHERE key IN ({marks})", chunk))
+                return held
 
     def checkpoint(self) -> None:
         """Copy the committed pages from the WAL into the database file now (SQLite does it by itself

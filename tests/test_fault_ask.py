@@ -72,6 +72,19 @@ def test_a_too_long_prompt_leaves_the_session_usable(tmp_path, engine):
     assert history(path) == from_scratch(engine, history_before(saved, tmp_path), SECOND)
 
 
+def test_a_full_kv_budget_leaves_the_session_usable(tmp_path, engine):
+    path = tmp_path / "chat.mlxchat"
+    assert ask(path, *SETTINGS, FIRST).returncode == 0
+    saved = path.read_bytes()
+    refused = ask(path, "--max-kv", "200KB", "-", stdin=LONG[:900])
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "KV cache memory is full" in refused.stderr and "--max-kv" in refused.stderr, refused.stderr
+    assert path.read_bytes() == saved, "nothing of the refused turn is saved"
+    again = ask(path, SECOND)  # the default budget: the chat goes on where it was
+    assert again.returncode == 0, again.stderr
+    assert history(path) == from_scratch(engine, history_before(saved, tmp_path), SECOND)
+
+
 def history_before(data: bytes, tmp_path: Path) -> list[tuple[str, str]]:
     copy = tmp_path / "before.mlxchat"
     copy.write_bytes(data)
