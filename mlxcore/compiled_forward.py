@@ -3,28 +3,30 @@
 A decode step of a small model is mostly kernel launches (norms, RoPE, SwiGLU,
 residuals are each several small ops on MLX's CPU backend). Between two KV-cache
 updates nothing touches the cache, so each layer runs as two compiled functions
-(before and after attention) around the cache update and attention, which stay
-exactly mlx-lm's. The logits are bit for bit the model's own (tests compare them).
+(before and after attention) around the cache update and attention. Attention is
+``decode_attention.attend`` over the cache's segments: a paged cache hands over
+its runs of blocks as views (no copy of the sequence per step); other caches
+their one array. The logits equal the model's own to float rounding (on Metal,
+bit for bit for one segment; tests compare them).
 
 Only short inputs take this path (decode steps, speculative verification): each
 new input length compiles new kernels. Prefill chunks go through the model as is.
-``MLXCHAT_COMPILE=0`` turns it off; so does a platform where compiling fails
-(``report_compile_failure`` tells the user why).
+``MLXCHAT_COMPILE=0`` turns compiling off; so does a platform where compiling
+fails (``report_compile_failure`` tells the user why): the same layers then run
+uncompiled, so attention still reads segments.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.base import create_attention_mask, scaled_dot_product_attention
+from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxcore.fingerprint import one_line
+from mlxcore.compile_support import compile_works
+from mlxcore.decode_attention import attend
 
 MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer inputs run uncompiled
 # Lengths whose kernels a warm-up builds: one decode step, and one verification block, whose kernels
@@ -32,38 +34,6 @@ MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer 
 WARM_UP_LENGTHS = (1, 2)
 _LAYER_PARTS = ("input_layernorm", "post_attention_layernorm", "self_attn", "mlp")
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "rope", "n_heads", "n_kv_heads", "scale")
-_told = False  # whether a failed compile was reported (report_compile_failure)
-
-
-def _wanted() -> bool:
-    return os.environ.get("MLXCHAT_COMPILE", "1") != "0"  # the user may turn compiling off
-
-
-@lru_cache(maxsize=1)
-def compile_works() -> bool:
-    """Whether decoding compiles: wanted, and ``mx.compile`` runs here."""
-    return _wanted() and compile_failure() is None
-
-
-@lru_cache(maxsize=1)
-def compile_failure() -> str | None:
-    """Why ``mx.compile`` does not run here (on Linux it needs a C++ compiler at run time), or None if it does."""
-    try:
-        mx.eval(mx.compile(lambda x: mx.exp(x) * 2 + 1)(mx.ones(4)))
-        return None
-    except Exception as error:  # no toolchain, sandboxed temp folder...: decode uncompiled, and say why
-        return f"{type(error).__name__}: {one_line(error)}"[:300]
-
-
-def report_compile_failure(notice: Callable[[str], None]) -> None:
-    """Tell ``notice`` that decoding runs without compiled kernels, and why: once per process."""
-    global _told
-    if _told or not _wanted() or compile_failure() is None:
-        return
-    _told = True
-    notice(f"decoding without compiled kernels: {compile_failure()}")
-
-
 def has_qwen3_layout(model: nn.Module) -> bool:
     """True when ``model`` is laid out like mlx-lm's Qwen3 (the layers this module fuses)."""
     if getattr(getattr(model, "args", None), "model_type", None) != "qwen3":
@@ -77,9 +47,9 @@ def has_qwen3_layout(model: nn.Module) -> bool:
 
 
 class _FusedLayer:
-    """One decoder layer as compiled 'before attention' and 'after attention' functions."""
+    """One decoder layer as 'before attention' and 'after attention' functions, compiled if ``compiled``."""
 
-    def __init__(self, layer: nn.Module) -> None:
+    def __init__(self, layer: nn.Module, compiled: bool) -> None:
         attn = layer.self_attn
         self.scale = attn.scale
 
@@ -96,33 +66,41 @@ class _FusedLayer:
             h = h + attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))
             return h + layer.mlp(layer.post_attention_layernorm(h))
 
-        self.before, self.after = mx.compile(before), mx.compile(after)
+        self.before, self.after = (mx.compile(before), mx.compile(after)) if compiled else (before, after)
 
     def __call__(self, h: mx.array, offset: mx.array, mask: Any, cache: Any) -> mx.array:
         q, k, v = self.before(h, offset)
-        k, v = cache.update_and_fetch(k, v)
-        return self.after(h, scaled_dot_product_attention(q, k, v, cache=cache, scale=self.scale, mask=mask))
+        if hasattr(cache, "update_and_segments"):
+            segments = cache.update_and_segments(k, v)
+        else:
+            segments = [cache.update_and_fetch(k, v)]
+        return self.after(h, attend(q, segments, self.scale, mask))
 
 
 class CompiledForward:
     """Called like the model, ``forward(inputs, cache=layers)`` -> logits; see the module docstring.
 
-    ``model`` and ``args`` are the wrapped model's, so decoders can use either.
+    ``model`` and ``args`` are the wrapped model's, so decoders can use either. ``split``: the
+    model's layers run split around attention (Qwen3 layout); ``enabled``: and compiled.
     """
 
     def __init__(self, model: nn.Module) -> None:
         self.wrapped = model
         self.model = getattr(model, "model", model)
         self.args = getattr(model, "args", None)
-        self.enabled = has_qwen3_layout(model) and compile_works()
-        if self.enabled:
-            self._layers = [_FusedLayer(layer) for layer in self.model.layers]
+        self.split = has_qwen3_layout(model)
+        self.enabled = self.split and compile_works()
+        if self.split:
+            self._layers = [_FusedLayer(layer, self.enabled) for layer in self.model.layers]
             inner, lm_head = self.model, None if self.args.tie_word_embeddings else model.lm_head
-            self._head = mx.compile(lambda h: inner.embed_tokens.as_linear(inner.norm(h)) if lm_head is None
-                                    else lm_head(inner.norm(h)))
+
+            def head(h: mx.array) -> mx.array:
+                return inner.embed_tokens.as_linear(inner.norm(h)) if lm_head is None else lm_head(inner.norm(h))
+
+            self._head = mx.compile(head) if self.enabled else head
 
     def __call__(self, inputs: mx.array, cache: list | None = None) -> mx.array:
-        if not self.enabled or cache is None or inputs.shape[1] > MAX_COMPILED_TOKENS:
+        if not self.split or cache is None or inputs.shape[1] > MAX_COMPILED_TOKENS:
             return self.wrapped(inputs, cache=cache)
         h = self.model.embed_tokens(inputs)
         mask = create_attention_mask(h, cache[0])

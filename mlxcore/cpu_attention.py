@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from mlxcore.decode_attention import Segment
 from mlxcore.fast_exp import fast_exp
 
 # Scores per block: 2**18 float32 (1 MiB). On one 128-query chunk (benchmarks/cpu_attention.py --keys),
@@ -38,45 +39,85 @@ def causal_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.
     q: (1, heads, L, dim); k, v: (1, kv_heads, S, dim), grouped heads sharing a kv head.
     Returns (1, heads, L, dim).
     """
-    n, s = q.shape[2], k.shape[2]
+    return segmented_causal_attention(q, [(k, v)], scale)
+
+
+def segmented_causal_attention(q: mx.array, segments: list[Segment], scale: float) -> mx.array:
+    """``causal_attention`` over keys and values held in pieces (a paged cache's runs of blocks), in order.
+
+    Key blocks lie within one piece where they can; a block that straddles two pieces is joined (a copy of
+    that block only), so blocks keep the widths the causal mask needs.
+    """
+    keys = _Keys(segments)
+    n, s = q.shape[2], keys.length
     if n <= QUERIES_PER_PASS:
-        return _attend(q, k, v, scale)
+        return _attend(q, keys, s, scale)
     passes = []
     for first in range(0, n, QUERIES_PER_PASS):
         last = min(n, first + QUERIES_PER_PASS)
         seen = s - n + last  # keys the pass's last query sees
-        passes.append(_attend(q[:, :, first:last], k[:, :, :seen], v[:, :, :seen], scale))
+        passes.append(_attend(q[:, :, first:last], keys, seen, scale))
     return mx.concatenate(passes, axis=2)
 
 
-def _attend(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
-    """``causal_attention`` for at most ``QUERIES_PER_PASS`` queries."""
+class _Keys:
+    """Keys and values in pieces, addressed by position as if they were one array."""
+
+    def __init__(self, segments: list[Segment]) -> None:
+        self.segments, self.starts, self.length = segments, [], 0
+        for k, _ in segments:
+            self.starts.append(self.length)
+            self.length += k.shape[2]
+
+    def between(self, first: int, end: int, heads: slice) -> Segment:
+        """Keys and values of positions ``first .. end`` for kv heads ``heads``: a view if one piece holds them."""
+        pieces = [(k[:, heads, max(first - at, 0):end - at], v[:, heads, max(first - at, 0):end - at])
+                  for (k, v), at in zip(self.segments, self.starts) if at < end and at + k.shape[2] > first]
+        if len(pieces) == 1:
+            return pieces[0]
+        return mx.concatenate([k for k, _ in pieces], axis=2), mx.concatenate([v for _, v in pieces], axis=2)
+
+
+def _attend(q: mx.array, keys: _Keys, s: int, scale: float) -> mx.array:
+    """``causal_attention`` for at most ``QUERIES_PER_PASS`` queries over the first ``s`` keys."""
     b, heads, n, dim = q.shape
-    kv_heads, s = k.shape[1], k.shape[2]
+    kv_heads = keys.segments[0][0].shape[1]
     rows = heads // kv_heads * n  # queries that share one kv head
     q = (q * scale).reshape(b, kv_heads, rows, dim)
-    keys = max(MIN_KEYS_PER_BLOCK, SCORES_PER_BLOCK // rows)
-    assert keys >= n  # so the last block starts where every query sees a key (no all-masked row)
+    width = max(MIN_KEYS_PER_BLOCK, SCORES_PER_BLOCK // rows)
+    assert width >= n  # so the last block starts where every query sees a key (no all-masked row)
     # Short contexts: several kv heads' whole score matrices fit one block, fewer operations.
     together = max(1, SCORES_PER_BLOCK // (rows * s))
-    outs = [_attend_heads(q[:, h:h + together], k[:, h:h + together], v[:, h:h + together], n, keys)
+    outs = [_attend_heads(q[:, h:h + together], keys, slice(h, h + together), s, n, width)
             for h in range(0, kv_heads, together)]
     out = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
     return out.reshape(b, heads, n, dim)
 
 
-def _attend_heads(q: mx.array, k: mx.array, v: mx.array, n: int, keys: int) -> mx.array:
-    """q: (1, c, rows, dim), already scaled; k, v: (1, c, S, dim). Returns (1, c, rows, dim)."""
-    s = k.shape[2]
-    # Blocks counted back from the end, so the last one starts at S - keys <= S - n (seen by every query).
-    bounds = [(max(0, end - keys), end) for end in range(s, 0, -keys)]
-    parts = [_block(q, k[:, :, a:e], v[:, :, a:e], a, s, n) for a, e in bounds]
+def _attend_heads(q: mx.array, keys: _Keys, heads: slice, s: int, n: int, width: int) -> mx.array:
+    """q: (1, c, rows, dim), already scaled, against the first ``s`` keys of kv heads ``heads``."""
+    # Blocks counted back from the end, so the last one starts at S - width <= S - n (seen by every query);
+    # the others end where a piece ends when one does, so that they are views.
+    parts = [_block(q, *keys.between(a, e, heads), a, s, n) for a, e in _bounds(keys, s, width)]
     if len(parts) == 1:
         _, total, out = parts[0]
         return out / total
     tops, totals, outs = (mx.stack(x) for x in zip(*parts))  # (blocks, 1, c, rows, 1 or dim)
     weights = fast_exp(tops - mx.max(tops, axis=0))  # each block's exps rescaled to the row's overall max
     return mx.sum(weights * outs, axis=0) / mx.sum(weights * totals, axis=0)
+
+
+def _bounds(keys: _Keys, s: int, width: int) -> list[tuple[int, int]]:
+    """Key blocks (first, end) covering 0 .. s, from the end: the last ``width`` wide, the others at most
+    ``width`` and cut where a piece starts."""
+    cuts = [at for at in keys.starts if 0 < at < s - width]
+    bounds = [(max(0, s - width), s)]
+    end = bounds[0][0]
+    while end > 0:
+        first = max([end - width] + [cut for cut in cuts if cut < end])
+        bounds.append((first, end))
+        end = first
+    return bounds
 
 
 def _block(q: mx.array, k: mx.array, v: mx.array, first: int, s: int, n: int

@@ -21,7 +21,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 
 from mlxcore.compiled_forward import has_qwen3_layout
-from mlxcore.cpu_attention import causal_attention
+from mlxcore.cpu_attention import segmented_causal_attention
 from mlxcore.fast_exp import fast_silu
 
 
@@ -41,10 +41,12 @@ def _layer(layer: nn.Module, h: mx.array, mask: Any, cache: Any) -> mx.array:
     k = attn.k_norm(attn.k_proj(x).reshape(b, n, attn.n_kv_heads, -1)).transpose(0, 2, 1, 3)
     v = attn.v_proj(x).reshape(b, n, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
     q, k = attn.rope(q, offset=cache.offset), attn.rope(k, offset=cache.offset)
-    k, v = cache.update_and_fetch(k, v)
-    if mask == "causal":
-        attended = causal_attention(q, k, v, attn.scale)
+    if mask == "causal":  # a paged cache hands over its runs of blocks as views, others their one array
+        segments = cache.update_and_segments(k, v) if hasattr(cache, "update_and_segments") else \
+            [cache.update_and_fetch(k, v)]
+        attended = segmented_causal_attention(q, segments, attn.scale)
     else:  # one token (no mask) or a cache's own mask array (a sliding window)
+        k, v = cache.update_and_fetch(k, v)
         attended = mx.fast.scaled_dot_product_attention(q, k, v, scale=attn.scale, mask=mask)
     h = h + attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))
     x = layer.post_attention_layernorm(h)

@@ -10,7 +10,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxcore.caches import Caches
-from mlxcore.compiled_forward import CompiledForward, compile_works
+from mlxcore.compile_support import compile_works
+from mlxcore.compiled_forward import CompiledForward
 from mlxcore.configs import KVConfig
 from mlxcore.cpu_prefill import uses_cpu_prefill
 from mlxcore.decode_plain import TokenPicker, plain_decode

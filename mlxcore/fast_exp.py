@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from mlxcore.compiled_forward import compile_works
+from mlxcore.compile_support import compile_works
 
 # exp(x) = 2**n * exp(r) with n = round(x / ln 2) and |r| <= ln(2) / 2. ln 2 is split in two
 # (the high part has few significant bits, so n * _LN2_HIGH is exact in float32) to keep r accurate.

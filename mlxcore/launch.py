@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from mlxcore.compiled_forward import report_compile_failure
+from mlxcore.compile_support import report_compile_failure
 from mlxcore.configs import KVConfig, ModelChoice, check_num_draft
 from mlxcore.engine import Engine
 

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import mlx.core as mx
 
-from mlxcore.compiled_forward import compile_works
+from mlxcore.compile_support import compile_works
 from mlxcore.fast_exp import fast_exp
 from mlxcore.params import SamplingParams
 

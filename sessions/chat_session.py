@@ -8,7 +8,7 @@ from pathlib import Path
 from mlxcore.chat_template import render_chat, render_chat_text
 from mlxcore.engine import Engine
 from mlxcore.errors import PromptError, SystemPromptTooLongError
-from mlxcore.kv.errors import CacheStateError
+from mlxcore.kv.errors import CacheStateError, PoolExhaustedError
 from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
 from mlxcore.held_tokens import prompt_ids as held_prompt_ids
 from mlxcore.params import GenerationParams
@@ -187,8 +187,8 @@ class ChatSession:
                 elif isinstance(event, FinalEvent):
                     reply, finish = event.text, event.finish_reason
                 yield event
-        except PromptError:
-            if not written:  # refused: the turn did not happen
+        except (PromptError, PoolExhaustedError):
+            if not written:  # refused (too long, or no KV memory left for it): the turn did not happen
                 self.messages = before
             raise
         except StopPrefill:

@@ -1,12 +1,19 @@
-"""The compiled decode forward gives the model's own logits, bit for bit, on every cache kind."""
+"""The compiled decode forward gives the model's own logits, to float32 rounding, on every cache kind.
+
+Its attention (``decode_attention.py``) sums in another order than MLX's on the
+CPU, so logits and later layers' cache contents agree to ~1e-6, not bit for bit;
+the tolerance below is 100x that and far below any logit gap that matters.
+"""
 
 from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 import pytest
 
-from mlxcore.compiled_forward import MAX_COMPILED_TOKENS, CompiledForward, compile_works, has_qwen3_layout
+from mlxcore.compile_support import compile_works
+from mlxcore.compiled_forward import MAX_COMPILED_TOKENS, CompiledForward, has_qwen3_layout
 from mlxcore.kv.model_cache import make_model_cache
 from mlxcore.loading import load_model
 from tests.tiny_models import tiny_qwen3
@@ -15,6 +22,7 @@ pytestmark = pytest.mark.skipif(not compile_works(), reason="mx.compile does not
 
 # Lengths a decoder feeds: prompt chunk, single steps, verification blocks of several sizes.
 SCHEDULE = [7, 1, 1, 5, 1, 9, 1, 1, 3, 1, 2, 1]
+ATOL = 1e-4
 
 
 def _feed_both(model: nn.Module, kind: str, schedule: list[int], trims: bool = False, **cache_args) -> None:
@@ -30,14 +38,17 @@ def _feed_both(model: nn.Module, kind: str, schedule: list[int], trims: bool = F
             cache.begin(ids)
         expected = model(mx.array([ids]), cache=plain_cache.layers)
         got = forward(mx.array([ids]), cache=fast_cache.layers)
-        assert mx.array_equal(expected, got).item(), f"logits differ at step {step} ({kind}, {n} tokens)"
+        np.testing.assert_allclose(np.array(got), np.array(expected), atol=ATOL, rtol=ATOL,
+                                   err_msg=f"logits differ at step {step} ({kind}, {n} tokens)")
         token = int(mx.argmax(expected[0, -1]).item())
         if trims and n > 2:  # a rejected draft: rewind both the same way
             plain_cache.trim(n - 2)
             fast_cache.trim(n - 2)
     (plain_tensors, plain_meta), (fast_tensors, fast_meta) = plain_cache.state_dict(), fast_cache.state_dict()
     assert plain_meta == fast_meta and plain_tensors.keys() == fast_tensors.keys()
-    assert all(mx.array_equal(plain_tensors[k], fast_tensors[k]).item() for k in plain_tensors)
+    for name in plain_tensors:
+        np.testing.assert_allclose(np.array(fast_tensors[name]), np.array(plain_tensors[name]), atol=ATOL, rtol=ATOL,
+                                   err_msg=f"cache tensor {name} differs ({kind})")
 
 
 @pytest.mark.parametrize("kind", ["standard", "paged"])

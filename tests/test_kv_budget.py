@@ -1,10 +1,10 @@
 """The KV memory budget in bytes: `--max-kv` sizes, a shared budget that is never exceeded, slabs given back.
 
-Chats grow step by step (prefills, decode steps, forks that read working copies)
-in two pools (two models) sharing one ``KVBudget`` until it runs out; at every
-step the bytes taken stay within the budget and equal the MLX arrays the pools
-and the working copies hold, and running out is a ``PoolExhaustedError`` that
-changes nothing.
+Chats grow step by step (prefills, decode steps, forks whose tables are several
+runs of blocks) in two pools (two models) sharing one ``KVBudget`` until it runs
+out; at every step the bytes taken stay within the budget and equal the MLX
+arrays the pools hold, and running out is a ``PoolExhaustedError`` that changes
+nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from mlxcore.errors import UsageError
 from mlxcore.kv.budget import KVBudget, KVLimit, parse_max_kv
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.kv.model_cache import ModelCache, make_block_pool, make_model_cache
+from mlxcore.loading import load_model
 from mlxcore.params import GenerationParams
 from tiny_models import tiny_qwen3
 
@@ -69,22 +70,21 @@ def feed(model, cache: ModelCache, ids: list[int]) -> None:
     mx.eval(model(mx.array([ids]), cache=cache.layers))
 
 
-def held_arrays(pools, caches) -> int:
-    """Bytes of the MLX arrays the pools' slabs and the caches' working copies hold."""
-    slabs = sum(layer.nbytes for pool in pools for layer in pool.storage)
-    return slabs + sum(cache.working_bytes for cache in caches)
+def held_arrays(pools) -> int:
+    """Bytes of the MLX arrays the pools' slabs hold."""
+    return sum(layer.nbytes for pool in pools for layer in pool.storage)
 
 
 def test_a_budget_of_n_bytes_is_never_exceeded_and_running_out_is_typed():
     rng = np.random.default_rng(0)
-    budget = KVBudget(600_000)
+    budget = KVBudget(100_000)
     pools = [make_block_pool(model, block_size=4, slab_blocks=8, budget=budget) for model in (TARGET, DRAFT)]
     caches, refused = [], 0
     for step in range(400):
         pool_index = step % 2
         model = (TARGET, DRAFT)[pool_index]
         mine = [c for c in caches if c.pool is pools[pool_index]]
-        if not mine or step % 37 == 0:  # a new chat, or a fork of one (its table then reads a working copy)
+        if not mine or step % 37 == 0:  # a new chat, or a fork of one (its table then reads several runs)
             cache = mine[-1].fork() if mine and step % 74 == 0 else make_model_cache(model, "paged", pool=pools[pool_index])
             caches.append(cache)
         else:
@@ -98,9 +98,9 @@ def test_a_budget_of_n_bytes_is_never_exceeded_and_running_out_is_typed():
             assert "KV cache memory is full" in str(error)
             assert (cache.offset, cache.tokens, budget.in_use) == before, "a refused append changes nothing"
         assert budget.in_use <= budget.limit and budget.peak <= budget.limit
-        assert budget.in_use == sum(pool.kv_bytes for pool in pools) == held_arrays(pools, caches)
+        assert budget.in_use == sum(pool.kv_bytes for pool in pools) == held_arrays(pools)
     assert refused > 10, "the chats grew until the budget ran out"
-    assert any(cache.working_bytes for cache in caches), "working copies were made and counted"
+    assert any(len(cache._gather_index().runs) > 1 for cache in caches), "tables of several runs were read"
     for cache in caches:
         cache.release()
     for pool in pools:
@@ -118,8 +118,8 @@ def test_slabs_are_added_without_copying_and_given_back_when_chats_close():
         feed(TARGET, chat, [token + 1])
     assert pool.storage[0].keys[0] is first, "growing adds slabs; the first one is the same array"
     assert pool.slabs == 4 and pool.bytes_allocated == 4 * 4 * pool.block_bytes
-    assert chat.working_bytes > 0, "a chat across slabs reads a working copy"
-    assert budget.peak == pool.bytes_allocated + chat.working_bytes, "never two copies of the storage at once"
+    assert len(chat._gather_index().runs) == 4, "a chat across slabs is read as one run per slab"
+    assert budget.peak == pool.bytes_allocated, "never two copies of the storage at once"
     other = make_model_cache(TARGET, "paged", pool=pool)
     feed(TARGET, other, [7] * 3)  # one partial block (no hash to keep), in a fifth slab
     assert pool.slabs == 5
@@ -152,10 +152,10 @@ def test_the_engine_shares_one_budget_between_target_and_draft():
 
 
 def test_ask_says_what_is_full_and_what_to_do(capsys):
-    status = main(["ask", "--model", "mini-target", "--no-draft", "--no-think", "--max-kv", "200KB", "Hello there"])
+    status = main(["ask", "--model", "mini-target", "--no-draft", "--no-think", "--max-kv", "30KB", "Hello there"])
     err = capsys.readouterr().err
     assert status == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert "The KV cache memory is full" in err and "200.0 KB budget" in err and "larger --max-kv" in err
+    assert "The KV cache memory is full" in err and "30.0 KB budget" in err and "larger --max-kv" in err
 
 
 def test_the_chat_window_says_what_to_do():
@@ -176,3 +176,22 @@ def test_stats_report_the_kv_bytes_in_use_and_the_budget(capsys):
                    "4", "--json", "Hello there"])
     shown = json.loads(capsys.readouterr().out.splitlines()[-1])["stats"]  # the final event's line
     assert status == 0 and shown["kv_budget_bytes"] == 64_000_000 and 0 < shown["kv_bytes"] <= 64_000_000
+
+
+
+def test_a_turn_refused_for_kv_memory_leaves_no_trace_in_the_chat():
+    """The budget runs out in the middle of a long prompt's prefill: the message is not kept, the cache
+    holds only what it held before (and what prefill got through), and a short turn then works."""
+    from sessions.chat_session import ChatSession
+    from turn_checks import send_matching_a_cold_run
+
+    loaded = load_model("mini-target")
+    engine = Engine(loaded.model, loaded.tokenizer, kv=KVConfig(kind="paged", max_kv_bytes=400_000))
+    session = ChatSession(engine, params=GenerationParams(max_tokens=8))
+    session.enable_thinking = False
+    session.send("Hi")
+    before = list(session.messages)
+    with pytest.raises(PoolExhaustedError):
+        session.send("The quick brown fox jumps over the lazy dog. " * 60)
+    assert session.messages == before, "the refused message is not in the history"
+    send_matching_a_cold_run(session, "And 3 + 4?")

@@ -17,7 +17,7 @@ from tiny_models import tiny_qwen3, write_model_folder
 import mlxcore  # noqa: F401
 import httpx2
 from huggingface_hub.errors import HfHubHTTPError
-from mlxcore import compiled_forward, fast_exp, hub, loading
+from mlxcore import compile_support, fast_exp, hub, loading
 from mlxcore.engine import Engine
 from mlxcore.errors import ModelLoadError
 from mlxcore.launch import warm_up
@@ -124,13 +124,13 @@ def test_a_bug_is_not_dressed_up_as_a_failed_download(online, monkeypatch, bug):
 def no_compiler(monkeypatch):
     """mx.compile raises during the probe, as it does on a machine without a C++ compiler."""
     def clear():
-        for cached in (compiled_forward.compile_failure, compiled_forward.compile_works, fast_exp._parts):
+        for cached in (compile_support.compile_failure, compile_support.compile_works, fast_exp._parts):
             cached.cache_clear()
     clear()
     with monkeypatch.context() as patch:
-        patch.setattr(compiled_forward.mx, "compile", raising(RuntimeError("Failed to compile: c++ not found")))
-        compiled_forward.compile_failure()
-    monkeypatch.setattr(compiled_forward, "_told", False)
+        patch.setattr(compile_support.mx, "compile", raising(RuntimeError("Failed to compile: c++ not found")))
+        compile_support.compile_failure()
+    monkeypatch.setattr(compile_support, "_told", False)
     yield
     clear()  # the next test probes the real compiler again
 

@@ -1,8 +1,11 @@
-"""What attention reads from a paged table (views, working copies) gives the standard cache's output.
+"""Attention over a paged table's runs of blocks (views, no copy) gives mlx-lm's output on its own cache.
 
-Fresh, forked, rewound and restored tables, and sequences that take blocks in
-turn, each decoded step by step next to mlx-lm's ``KVCache`` holding the same
-tokens: logits agree to float rounding, and the tokens held agree exactly.
+Fresh, forked, rewound and restored tables, chats that span several slabs, and
+sequences that take blocks in turn: each decodes step by step through our decode
+path (``CompiledForward``: attention over the table's segments) next to mlx-lm's
+model on its ``KVCache`` holding the same tokens. Logits agree to float
+rounding, the tokens held agree exactly, and the pool holds no memory beyond
+its slabs.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import numpy as np
 import pytest
 
 from mlxcore.compiled_forward import CompiledForward
+from mlxcore.cpu_prefill import cpu_prefill_body
+from mlxcore.kv import paged
 from mlxcore.kv.model_cache import ModelCache, make_block_pool, make_model_cache
-from mlxcore.kv.sequence_kv import WORKING_STEP
 from tiny_models import tiny_qwen3
 
 MODEL = tiny_qwen3(seed=3)
+FORWARD = CompiledForward(MODEL)
 VOCAB = MODEL.args.vocab_size
 ATOL = 1e-4  # float32 logits of a 2-layer model: summation order is the only difference
 
@@ -33,69 +38,79 @@ def step(forward, cache: ModelCache, tokens: list[int]) -> np.ndarray:
     return np.array(logits)
 
 
-def decode_alongside(paged: ModelCache, standard: ModelCache, steps: int, what: str, forward=MODEL) -> None:
-    """Greedy decode both caches from their last tokens; every step's logits must agree."""
-    assert paged.tokens == standard.tokens, what
-    token = paged.tokens[-1]
+def decode_alongside(paged_cache: ModelCache, standard: ModelCache, steps: int, what: str) -> None:
+    """Greedy decode both caches from their last tokens (ours through the segment path, mlx-lm's model on
+    the standard cache); every step's logits must agree."""
+    assert paged_cache.tokens == standard.tokens, what
+    token = paged_cache.tokens[-1]
     for index in range(steps):
-        mine, theirs = step(forward, paged, [token]), step(forward, standard, [token])
+        mine, theirs = step(FORWARD, paged_cache, [token]), step(MODEL, standard, [token])
         np.testing.assert_allclose(mine, theirs, atol=ATOL, err_msg=f"{what}: decode step {index}")
         token = int(theirs[0, -1].argmax())
-    assert paged.tokens == standard.tokens, what
+    assert paged_cache.tokens == standard.tokens, what
 
 
 def pair(prompt: list[int], pool=None, block_size: int = 16) -> tuple[ModelCache, ModelCache]:
-    paged = make_model_cache(MODEL, "paged", pool=pool, block_size=block_size)
+    paged_cache = make_model_cache(MODEL, "paged", pool=pool, block_size=block_size)
     standard = make_model_cache(MODEL, "standard")
-    np.testing.assert_allclose(step(MODEL, paged, prompt), step(MODEL, standard, prompt), atol=ATOL)
-    return paged, standard
+    np.testing.assert_allclose(step(MODEL, paged_cache, prompt), step(MODEL, standard, prompt), atol=ATOL)
+    return paged_cache, standard
 
 
-def test_fresh_table_reads_a_view_of_storage():
-    paged, standard = pair(ids(300, 0))
-    decode_alongside(paged, standard, 40, "fresh")
-    assert paged.working_bytes == 0, "a lone sequence's blocks are adjacent: no working copy"
-    assert len(paged._gather_index().runs) == 1
+def runs(cache: ModelCache) -> int:
+    return len(cache._gather_index().runs)
 
 
-def test_fresh_table_through_the_compiled_decode_path():
-    forward = CompiledForward(MODEL)
-    paged, standard = pair(ids(100, 1))
-    decode_alongside(paged, standard, 20, "compiled", forward)
+def only_slabs(pool) -> bool:
+    """The pool's memory is its slabs: MLX's own count of the storage arrays equals the pool's account."""
+    return pool.kv_bytes == sum(layer.nbytes for layer in pool.storage) == pool.bytes_allocated
 
 
-def test_forked_tables_read_working_copies_that_grow_past_their_step():
+def test_fresh_table_is_one_run():
+    paged_cache, standard = pair(ids(300, 0))
+    decode_alongside(paged_cache, standard, 40, "fresh")
+    assert runs(paged_cache) == 1 and only_slabs(paged_cache.pool)
+
+
+def test_a_chat_across_slabs_reads_one_view_per_slab():
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)  # 32 tokens a slab
+    paged_cache, standard = pair(ids(70, 1), pool=pool, block_size=4)
+    decode_alongside(paged_cache, standard, 40, "across slabs")
+    assert runs(paged_cache) == pool.slabs == 4 and only_slabs(pool)
+
+
+def test_forked_tables_read_their_runs_in_place():
     """Parent and child both decode after a fork at a partial block: both tables become two runs."""
-    paged, standard = pair(ids(WORKING_STEP - 10, 2))
-    child, child_standard = paged.fork(), standard.fork()
-    decode_alongside(child, child_standard, 30, "child")  # crosses the working copy's first capacity
-    decode_alongside(paged, standard, 30, "parent")
-    for cache in (paged, child):
-        assert len(cache._gather_index().runs) > 1 and cache.working_bytes > 0
-    assert paged.pool.manager.block_ids(child.seq_id)[:14] == paged.pool.manager.block_ids(paged.seq_id)[:14]
+    paged_cache, standard = pair(ids(246, 2))
+    child, child_standard = paged_cache.fork(), standard.fork()
+    decode_alongside(child, child_standard, 30, "child")
+    decode_alongside(paged_cache, standard, 30, "parent")
+    assert runs(paged_cache) > 1 and runs(child) > 1 and only_slabs(paged_cache.pool)
+    manager = paged_cache.pool.manager
+    assert manager.block_ids(child.seq_id)[:15] == manager.block_ids(paged_cache.seq_id)[:15]
 
 
 def test_rewinds_like_speculative_rounds_on_a_forked_table():
-    paged, standard = pair(ids(70, 3), block_size=4)
-    paged, standard = paged.fork(), standard.fork()  # the parent lives on: its blocks stay shared
+    paged_cache, standard = pair(ids(70, 3), block_size=4)
+    paged_cache, standard = paged_cache.fork(), standard.fork()  # the parent lives on: its blocks stay shared
     rng = np.random.default_rng(3)
     for round_ in range(25):
         drafted = ids(int(rng.integers(1, 8)), 100 + round_)
-        np.testing.assert_allclose(step(MODEL, paged, drafted), step(MODEL, standard, drafted), atol=ATOL,
+        np.testing.assert_allclose(step(FORWARD, paged_cache, drafted), step(MODEL, standard, drafted), atol=ATOL,
                                    err_msg=f"verify round {round_}")
         rejected = int(rng.integers(0, len(drafted) + 1))
-        assert paged.trim(rejected) == rejected == standard.trim(rejected)
-    decode_alongside(paged, standard, 10, "after rewinds")
-    assert paged.trim(paged.offset - 30) == standard.trim(standard.offset - 30)  # back into the shared prefix
-    decode_alongside(paged, standard, 10, "after a deep rewind")
+        assert paged_cache.trim(rejected) == rejected == standard.trim(rejected)
+    decode_alongside(paged_cache, standard, 10, "after rewinds")
+    assert paged_cache.trim(paged_cache.offset - 30) == standard.trim(standard.offset - 30)  # into the shared prefix
+    decode_alongside(paged_cache, standard, 10, "after a deep rewind")
 
 
-def test_rewind_past_block_boundaries_on_a_fresh_table_stays_a_view():
-    paged, standard = pair(ids(50, 4), block_size=4)
-    decode_alongside(paged, standard, 12, "before")
-    assert paged.trim(23) == standard.trim(23)
-    decode_alongside(paged, standard, 20, "regenerated")
-    assert len(paged._gather_index().runs) == 1 and paged.working_bytes == 0
+def test_rewind_past_block_boundaries_on_a_fresh_table_stays_one_run():
+    paged_cache, standard = pair(ids(50, 4), block_size=4)
+    decode_alongside(paged_cache, standard, 12, "before")
+    assert paged_cache.trim(23) == standard.trim(23)
+    decode_alongside(paged_cache, standard, 20, "regenerated")
+    assert runs(paged_cache) == 1
 
 
 @pytest.mark.parametrize("shared", [False, True])
@@ -113,22 +128,43 @@ def test_restored_table_decodes_like_the_standard_cache(shared):
     assert restored.tokens == standard.tokens
     assert pool.stats().prefix_hit_tokens == (112 if shared else 0)
     decode_alongside(restored, standard, 30, "restored")
-    assert (len(restored._gather_index().runs) > 1) == shared
+    assert (runs(restored) > 1) == shared
 
 
 def test_sequences_taking_blocks_in_turn_and_a_new_chat_on_a_shared_prompt():
-    """Three sequences decode in turns in one pool (many runs each), then one re-prefills a shared prefix."""
+    """Three sequences decode in turns in one pool, then one re-prefills a shared prefix."""
     pool = make_block_pool(MODEL, block_size=4)
     pairs = [pair(ids(9 + n, 10 + n), pool=pool, block_size=4) for n in range(3)]
     for round_ in range(6):
-        for n, (paged, standard) in enumerate(pairs):
-            decode_alongside(paged, standard, 5, f"sequence {n}, round {round_}")
-    assert all(len(paged._gather_index().runs) > 4 for paged, _ in pairs)  # the row-gather build path
+        for n, (paged_cache, standard) in enumerate(pairs):
+            decode_alongside(paged_cache, standard, 5, f"sequence {n}, round {round_}")
     history = pairs[0][0].tokens
     fresh = make_model_cache(MODEL, "paged", pool=pool)
     reused = fresh.reuse_prefix(history)
     assert reused > 0
     step(MODEL, fresh, history[reused:])
     decode_alongside(fresh, pairs[0][1], 10, "new chat on a shared history")
-    pairs[0][0].release()
-    assert pairs[0][0].working_bytes == 0
+    assert only_slabs(pool)
+
+
+def test_a_table_of_more_runs_than_attention_takes_is_read_as_one_copy(monkeypatch):
+    monkeypatch.setattr(paged, "MAX_SEGMENTS", 2)
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=4)
+    paged_cache, standard = pair(ids(40, 6), pool=pool, block_size=4)
+    assert runs(paged_cache) == 3
+    decode_alongside(paged_cache, standard, 10, "many runs")
+
+
+def test_cpu_prefill_over_a_forked_table_across_slabs():
+    """Prefill chunks attend over the runs too (``cpu_attention``): key blocks cut at run boundaries."""
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
+    paged_cache, standard = pair(ids(50, 7), pool=pool, block_size=4)
+    child, child_standard = paged_cache.fork(), standard.fork()
+    chunk = ids(45, 8)
+    child.begin(chunk)
+    child_standard.begin(chunk)
+    ours = cpu_prefill_body(MODEL, mx.array([chunk]), child.layers)
+    theirs = MODEL.model(mx.array([chunk]), cache=child_standard.layers)
+    np.testing.assert_allclose(np.array(ours), np.array(theirs), atol=ATOL)
+    assert runs(child) > 2
+    decode_alongside(child, child_standard, 10, "after prefill")

@@ -76,7 +76,7 @@ def paged_decode_vs_standard(model_ref: str, runs: int, context: int, *, chunks:
     cases = {"fresh": restored, "forked": forked}
     ratios: dict[str, list[float]] = {case: [] for case in cases}
     rates: dict[str, list[float]] = {f"{case}_{kind}": [] for case in cases for kind in KINDS}
-    working = block_runs = 0
+    block_runs = 0
     for run in range(runs + 1):  # the first run warms both paths up and is not counted
         for case, make in cases.items():
             caches = {kind: make(kind) for kind in KINDS}
@@ -89,7 +89,6 @@ def paged_decode_vs_standard(model_ref: str, runs: int, context: int, *, chunks:
                     rates[f"{case}_{kind}"] += chunk_rates[kind]
             if case == "forked":
                 block_runs = len(caches["paged"]._gather_index().runs)  # of the paged child's table
-                working = max(working, caches["paged"].working_bytes)
             for kind, cache in caches.items():
                 streams[kind].close()
                 cache.release()
@@ -97,7 +96,7 @@ def paged_decode_vs_standard(model_ref: str, runs: int, context: int, *, chunks:
     return {"value": statistics.median(ratios["fresh"]), "forked": statistics.median(ratios["forked"]),
             "ratios": ratios["fresh"], "forked_ratios": ratios["forked"],
             **{f"{name}_tps": statistics.median(values) for name, values in rates.items()},
-            "forked_working_copy_bytes": working, "forked_block_runs": block_runs,
+            "forked_block_runs": block_runs,
             "context": context, "tokens": runs * chunks * chunk}
 
 

@@ -5,7 +5,7 @@ One engine (the embedded target and its draft, paged caches in one byte budget)
 holds a chat that grows by turns: a user message of ``user`` tokens, then a
 greedy reply of ``reply`` tokens, speculative as the chat window decodes, until
 the caches hold ``tokens`` tokens. The peak is the budget's own account (slabs
-of both pools plus working copies, taken before they are allocated), checked
+of both pools, taken before they are allocated), checked
 against what MLX reports: the active memory the pools' arrays hold at the end.
 """
 
@@ -49,7 +49,6 @@ def pool_peak_vs_held(model_ref: str, draft_ref: str | None, tokens: int = 3000,
     budget = engine.kv_budget
     return {"value": budget.peak / held, "peak_bytes": budget.peak, "held_bytes": held,
             "tokens": caches.target.offset, "slab_blocks": pools[0].config.slab_blocks,
-            "working_copy_bytes": sum(pool.working_bytes for pool in pools),
             "mlx_active_kv_bytes": mx.get_active_memory() - before,
             "pool_bytes": sum(pool.kv_bytes for pool in pools), "budget_bytes": budget.limit}
 

@@ -4,8 +4,7 @@
 - ``model_cache.py``: ``make_model_cache`` and ``ModelCache`` (``base.py``), the API the engine uses.
 - ``standard.py``: mlx-lm's ``KVCache``.
 - ``block_manager.py`` (bookkeeping, no tensors), ``paged_pool.py`` (the pool, its budget and slabs),
-  ``slab_storage.py`` (a layer's MLX storage), ``paged.py`` (the kind),
-  ``sequence_kv.py`` (what attention reads: a view of storage, or a working copy; no per-step copy).
+  ``slab_storage.py`` (a layer's MLX storage, read as views per run of blocks), ``paged.py`` (the kind).
 - ``window.py`` (slot and mask arithmetic), ``rotating.py`` (the kind).
 - ``budget.py``: the KV memory budget in bytes (``--max-kv`` sizes, the machine's default, the shared account).
 - ``measure.py``: bench rows. ``errors.py``: typed errors. ``geometry.py``: a model's KV shape.

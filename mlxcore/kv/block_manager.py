@@ -12,8 +12,8 @@ in the order they were freed. A sequence frees its blocks tail first, so the
 head of a prompt (the part most likely shared) is evicted last. Ids never used
 yet sit between the two: the pool hands out storage lazily, but fills it up to
 its capacity before it evicts cached prefixes. One exception keeps a sequence's
-blocks adjacent in storage, so attention reads them as one view with no copy
-(``sequence_kv.py``): a sequence that needs another block takes the one right
+blocks adjacent in storage, so attention reads them as few views (one per run
+of adjacent blocks, ``decode_attention.py``): a sequence that needs another block takes the one right
 after its last when that one is free or never used, evicting its cached prefix
 if it has one (after a trim or a regenerate, that is the sequence's own old tail).
 

@@ -8,7 +8,7 @@ with this module and never runs MLX.
   recommended working set less the weights and a margin, on the CPU the available RAM less a margin.
 - ``KVBudget``: one account shared by the target's and the draft's pools. A pool checks the
   bytes free before an append changes anything (``BlockPool.make_room``), takes them as it adds
-  slabs and working copies, and gives them back when it drops them.
+  slabs, and gives them back when it drops them.
 """
 
 from __future__ import annotations

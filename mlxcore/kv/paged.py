@@ -2,11 +2,13 @@
 
 ``PagedCache.begin(ids)`` appends the ids to the sequence's block table (new
 blocks, copy-on-write of a shared partial tail, hashes of blocks that fill) and
-keeps the resulting plan; each layer's ``update_and_fetch`` then writes its keys
-and values where the plan says and returns the sequence in order for attention
-without copying it (``sequence_kv.py``: a view of storage when the sequence's
-blocks are adjacent, as for a lone chat; else a working copy that grows by the
-same appends, for a fork, a shared prefix or a restored session).
+keeps the resulting plan; each layer then writes its keys and values where the
+plan says. Attention reads the sequence where it lies: ``update_and_segments``
+returns one view of storage per run of adjacent blocks (a lone chat has one run
+per slab it spans; a fork, a shared prefix or a restored session a few more),
+which ``decode_attention.py`` and ``cpu_attention.py`` attend over without
+joining them. ``update_and_fetch`` (mlx-lm's protocol, for attention that needs
+one array) returns a view when there is one run, else a copy made for that call.
 
 Every forward pass needs ``begin(ids)`` first (mlx-lm's own generate loop does
 not call it, so it cannot drive this kind); a pass without it raises
@@ -28,9 +30,12 @@ from mlxcore.kv.errors import CacheShapeError, CacheStateError, KVCacheError, Po
 from mlxcore.kv.geometry import KVGeometry
 from mlxcore.kv.paged_pool import BlockPool, make_block_pool
 from mlxcore.kv.slab_storage import Gather
-from mlxcore.kv.sequence_kv import SequenceKV, working_bytes
 
 _NAMES = ("keys", "values")
+# A table of more runs than this is read as one gathered copy per forward pass: a product per run
+# would cost more than the copy. The block manager keeps tables far below it (a run per slab spanned,
+# plus one per fork or prefix hit).
+MAX_SEGMENTS = 64
 
 
 class PagedLayerCache:
@@ -42,7 +47,13 @@ class PagedLayerCache:
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         """Write (1, kv_heads, L, head_dim) keys/values announced by ``begin``; return the whole sequence."""
-        return self._owner._update_layer(self, keys, values)
+        self._owner._write_layer(self, keys, values)
+        return self._owner._fetch(self)
+
+    def update_and_segments(self, keys: mx.array, values: mx.array) -> list[tuple[mx.array, mx.array]]:
+        """As ``update_and_fetch``, but the sequence as views of storage, one (keys, values) pair per run."""
+        self._owner._write_layer(self, keys, values)
+        return self._owner._segments(self)
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
         return create_attention_mask(N, offset=self.offset, return_array=return_array, window_size=window_size)
@@ -89,10 +100,8 @@ class PagedCache(ModelCache):
         self._plan: AppendPlan | None = None
         self._pending_layers = 0
         self._gather: tuple[int, Gather] | None = None  # (table version, gather) cache
-        self._reads = SequenceKV(len(self.layers))  # what attention reads: views or working copies
-        self._charged = [0]  # bytes of working copies counted in the pool (and its budget), in a list for the finalizer
         # Give the blocks back when the cache is garbage collected without release().
-        weakref.finalize(self, pool.drop_sequence, self.seq_id, self._charged)
+        weakref.finalize(self, pool.drop_sequence, self.seq_id)
 
     @property
     def geometry(self) -> KVGeometry:
@@ -100,7 +109,6 @@ class PagedCache(ModelCache):
 
     def reuse_prefix(self, ids: list[int]) -> int:
         self._settle()
-        self._reads.clear()
         reused = self.pool.manager.reuse_prefix(self.seq_id, ids)
         for layer in self.layers:
             layer.offset = reused
@@ -112,8 +120,6 @@ class PagedCache(ModelCache):
 
     def release(self) -> None:
         self._plan = None
-        self._reads.clear()
-        self._charge_working(0)
         self.pool.manager.release(self.seq_id)
         for layer in self.layers:
             layer.offset = 0
@@ -125,11 +131,6 @@ class PagedCache(ModelCache):
         arrays = [self._fetch(layer) for layer in self.layers] if self.offset else []
         meta = {"kind": self.kind, "tokens": self.tokens, "block_size": self.pool.block_size}
         return layer_tensors(_NAMES, arrays), meta
-
-    @property
-    def working_bytes(self) -> int:
-        """Bytes of the contiguous working copies attention reads while this sequence's blocks are not adjacent."""
-        return self._reads.nbytes
 
     @classmethod
     def _restore(cls, model: nn.Module, tensors: Tensors, meta: dict[str, Any], pool: Any) -> PagedCache:
@@ -151,7 +152,7 @@ class PagedCache(ModelCache):
         reused = self.reuse_prefix(ids)  # blocks another session already holds are shared, not copied
         self.begin(ids[reused:])
         for layer, (keys, values) in zip(self.layers, saved):
-            self._write_layer(layer, keys[..., reused:, :], values[..., reused:, :])  # no read: built when decoding
+            self._write_layer(layer, keys[..., reused:, :], values[..., reused:, :])
         mx.eval([s.arrays for s in self.pool.storage])
 
     # internals -------------------------------------------------------------
@@ -160,36 +161,14 @@ class PagedCache(ModelCache):
         return self.pool.manager.token_ids(self.seq_id)
 
     def _begin(self, ids: list[int]) -> None:
-        working = self._working_after(len(ids))
-        self.pool.make_room(self.seq_id, len(ids), max(working - self._charged[0], 0))
+        self.pool.make_room(self.seq_id, len(ids))
         try:
             plan = self.pool.manager.append(self.seq_id, ids)  # raises before any change if the pool is full
         except PoolExhaustedError:
             raise PoolExhaustedError(self.pool.full_message(len(ids))) from None
-        self._charge_working(max(working, self._charged[0]))
         self.pool.copy_blocks(plan.copies)
         self.pool.ensure()
         self._plan, self._pending_layers = plan, len(self.layers)
-
-    def _working_after(self, count: int) -> int:
-        """The most bytes the working copies may hold after appending ``count`` tokens: none while the
-        sequence stays one run of adjacent blocks in one slab (``sequence_kv.py``), else all its tokens."""
-        manager, slab_blocks = self.pool.manager, self.pool.config.slab_blocks
-        length = len(self._token_ids()) + count
-        needed, blocks = manager.blocks_needed(self.seq_id, count), manager.block_ids(self.seq_id)
-        fragmented = self._charged[0] > 0 or len(self._gather_index().runs) > 1
-        if needed and not fragmented:
-            grown = len(blocks) + needed  # blocks after the append
-            tail_shared = -(-length // self.pool.block_size) < grown
-            first = manager.next_block(self.seq_id)
-            start = blocks[0] if blocks else first
-            fragmented = tail_shared or first is None or (start + grown - 1) // slab_blocks != start // slab_blocks \
-                or any(b < manager.materialized_blocks and manager.ref_count(b) for b in range(first, first + needed))
-        return working_bytes(length, self.pool.geometry.token_bytes) if fragmented else 0
-
-    def _charge_working(self, size: int) -> None:
-        self.pool.charge_working(size - self._charged[0])
-        self._charged[0] = size
 
     def _correct_tail(self, ids: list[int]) -> None:
         self.pool.manager.correct_tail(self.seq_id, ids)
@@ -212,13 +191,6 @@ class PagedCache(ModelCache):
         if excess > 0 and self._plan is None:
             manager.trim(self.seq_id, excess)
 
-    def _update_layer(self, layer: PagedLayerCache, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        self._write_layer(layer, keys, values)
-        read = self._reads.read(layer.index, self.pool.storage[layer.index], self._gather_index(), layer.offset)
-        if self._plan is None:
-            self._settle_working()
-        return read
-
     def _write_layer(self, layer: PagedLayerCache, keys: mx.array, values: mx.array) -> None:
         plan = self._plan
         if plan is None or layer.offset != plan.start:
@@ -232,19 +204,21 @@ class PagedCache(ModelCache):
             self._settle()  # undo the begin: the cache is left as it was
             raise
         self.pool.storage[layer.index].write(plan.segments, keys, values)
-        self._reads.wrote(layer.index, plan.start, keys, values)
         layer.offset += plan.length
         self._pending_layers -= 1
         if not self._pending_layers:
             self._plan = None  # the forward pass is complete
 
-    def _settle_working(self) -> None:
-        """After a forward pass: count what the working copies hold, not what ``begin`` set aside."""
-        self._charge_working(self._reads.nbytes)
-
     def _fetch(self, layer: PagedLayerCache) -> tuple[mx.array, mx.array]:
-        """The layer's tokens read from the blocks themselves (session files, ``state``)."""
+        """The layer's tokens in one array: a view of storage if they are one run, else a copy."""
         return self.pool.storage[layer.index].fetch(self._gather_index(), layer.offset)
+
+    def _segments(self, layer: PagedLayerCache) -> list[tuple[mx.array, mx.array]]:
+        """The layer's tokens as views, one per run (one gathered copy past ``MAX_SEGMENTS`` runs)."""
+        gather = self._gather_index()
+        if len(gather.runs) > MAX_SEGMENTS:
+            return [self._fetch(layer)]
+        return self.pool.storage[layer.index].segments(gather, layer.offset)
 
     def _gather_index(self) -> Gather:
         manager = self.pool.manager

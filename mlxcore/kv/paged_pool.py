@@ -7,11 +7,18 @@ are given back when a chat is released. With a ``KVBudget`` (bytes shared with
 the other model's pool) the bookkeeping hands out only the blocks the budget can
 hold, so running out is a ``PoolExhaustedError`` before anything changes.
 
-Slab size: a chat whose blocks cross a slab boundary is read through a working
-copy (``sequence_kv.py``), which costs its KV bytes again. 256 blocks (4,096
-tokens) keeps a chat of up to 4,096 tokens a view; the price is memory taken
-4,096 tokens at a time (``pool_peak_vs_held``, ``mlxcore/bench/pool_memory.py``:
-1.37 at 3,000 tokens with these slabs, 2.05 with 1,024-token slabs).
+Slab size: attention reads a sequence where it lies, one view per run of
+adjacent blocks (``decode_attention.py``): a chat that spans several slabs, or
+a fork, costs one more matrix product per run and layer, and no copy. On this
+CPU an extra run cost 3-4% of a decode step (the embedded target at 3,000
+tokens, the 8B twin at 2,000), and the runs of a long chat grow with its
+length over the slab size, so slabs are large: 256 blocks (4,096 tokens). The
+price is memory taken a slab at a time: the pool's unused memory is at most
+the rest of its last slab while it grows (one per model, however many chats): 1.37x
+a lone 3,000-token chat's bytes (``pool_peak_vs_held``,
+``mlxcore/bench/pool_memory.py``). 1,024-token slabs hold that chat in 1.02x,
+but decode it at 0.90x the standard cache's speed (three runs), falling further
+with every 1,024 tokens.
 """
 
 from __future__ import annotations
@@ -28,9 +35,8 @@ from mlxcore.kv.slab_storage import LayerStorage
 
 DEFAULT_CAPACITY_TOKENS = 65536
 
-# Storage is taken and given back in slabs of this many blocks (4,096 tokens at 16 a block). A sequence's
-# adjacent blocks within one slab are read as a view; one that crosses a slab reads a working copy, so
-# slabs are made large enough that a chat rarely does (see the module docstring for the figures).
+# Storage is taken and given back in slabs of this many blocks (4,096 tokens at 16 a block): few runs for
+# attention to read in a long chat, at the price of memory taken 4,096 tokens at a time (module docstring).
 SLAB_BLOCKS = 256
 SLABS_PER_BUDGET = 8  # a budget holds at least this many slabs (smaller slabs for a small budget)
 
@@ -61,7 +67,6 @@ class BlockPool:
         self.manager = BlockManager(config.block_size, config.max_blocks)
         self.storage = [LayerStorage(geometry, config) for _ in range(geometry.num_layers)]
         self.slabs = 0  # slabs held in every layer
-        self.working_bytes = 0  # bytes the sequences' working copies have taken (sequence_kv.py)
         if budget is not None:
             budget.pools.add(self)
 
@@ -83,21 +88,21 @@ class BlockPool:
 
     # the budget ------------------------------------------------------------
 
-    def make_room(self, seq_id: int, count: int, working: int = 0) -> None:
-        """Before an append of ``count`` tokens: let the manager hand out only the blocks the budget can hold
-        after ``working`` more bytes of working copies, so that the append raises ``PoolExhaustedError``
-        (changing nothing) rather than storage outgrowing the budget."""
+    def make_room(self, seq_id: int, count: int) -> None:
+        """Before an append of ``count`` tokens: let the manager hand out only the blocks the budget can hold,
+        so that the append raises ``PoolExhaustedError`` (changing nothing) rather than storage outgrowing it."""
         if self.budget is None:
             return
-        self.manager.num_blocks = max(self._affordable_blocks(working), self.manager.materialized_blocks)
-        if self.manager.available_blocks < self.manager.blocks_needed(seq_id, count) or working > self.budget.free:
+        needed = self.manager.blocks_needed(seq_id, count)
+        if not needed:
+            return  # the tokens fit the sequence's last block: nothing for the budget to decide
+        self.manager.num_blocks = max(self._affordable_blocks(), self.manager.materialized_blocks)
+        if self.manager.available_blocks < needed:
             self.budget.reclaim()  # free slabs of every pool sharing the budget, cached prefixes too
-            self.manager.num_blocks = max(self._affordable_blocks(working), self.manager.materialized_blocks)
-        if working > self.budget.free:
-            raise PoolExhaustedError(self.full_message(count))
+            self.manager.num_blocks = max(self._affordable_blocks(), self.manager.materialized_blocks)
 
-    def _affordable_blocks(self, working: int) -> int:
-        room, blocks, index = self.budget.free - working, self.held_blocks, self.slabs
+    def _affordable_blocks(self) -> int:
+        room, blocks, index = self.budget.free, self.held_blocks, self.slabs
         while blocks < self.config.max_blocks and room >= self.slab_bytes(index):
             room -= self.slab_bytes(index)
             blocks += self.config.slab_size(index)
@@ -113,15 +118,6 @@ class BlockPool:
         tokens = self.config.max_blocks * self.block_size
         return (f"The KV cache is full: {count} more tokens do not fit in its {tokens:,} tokens "
                 f"({format_bytes(self.kv_bytes)} in use).")
-
-    def charge_working(self, size: int) -> None:
-        """Working copies took (``size`` > 0) or gave back bytes; the budget was checked in ``make_room``."""
-        if self.budget is not None:
-            if size > 0:
-                self.budget.force(size)
-            else:
-                self.budget.give(-size)
-        self.working_bytes += size
 
     # storage ---------------------------------------------------------------
 
@@ -149,11 +145,9 @@ class BlockPool:
             self.budget.give(freed)
         return freed
 
-    def drop_sequence(self, seq_id: int, charge: list[int]) -> None:
-        """A cache was garbage collected without ``release()``: its blocks and working copies go back."""
+    def drop_sequence(self, seq_id: int) -> None:
+        """A cache was garbage collected without ``release()``: its blocks go back."""
         self.manager.drop_sequence(seq_id)
-        self.charge_working(-charge[0])
-        charge[0] = 0
         self.release_free_slabs()
 
     def copy_blocks(self, copies: tuple[tuple[int, int], ...]) -> None:
@@ -180,8 +174,8 @@ class BlockPool:
 
     @property
     def kv_bytes(self) -> int:
-        """All the KV memory of this pool: slabs plus the working copies of fragmented sequences."""
-        return self.bytes_allocated + self.working_bytes
+        """All the KV memory of this pool (its slabs; attention reads them in place)."""
+        return self.bytes_allocated
 
 
 def make_block_pool(model: nn.Module, *, block_size: int = 16, max_blocks: int | None = None,

@@ -24,10 +24,11 @@ MAX_RUNS = 4  # a table of up to this many runs of adjacent blocks is gathered b
 class Gather:
     """Where one sequence's tokens sit in storage, in order: runs of adjacent slots within one slab.
 
-    One run is read as a view (no copy). Several are gathered into a new array:
-    a few by slicing and concatenating, many (all in one slab) with one
-    ``mx.take`` over rows of the (kv_heads * slab slots, head_dim) view of that
-    slab (a row gather is several times faster on CPU than a take along the token axis).
+    Attention reads each run as a view (``segments``; ``decode_attention.py``).
+    Where one array is needed, several runs are gathered into a new one: a few
+    by slicing and concatenating, many (all in one slab) with one ``mx.take``
+    over rows of the (kv_heads * slab slots, head_dim) view of that slab (a row
+    gather is several times faster on CPU than a take along the token axis).
     """
 
     def __init__(self, block_ids: list[int], block_size: int, slab_blocks: int) -> None:
@@ -94,19 +95,34 @@ class LayerStorage:
     def fetch(self, gather: Gather, length: int) -> tuple[mx.array, mx.array]:
         """The first ``length`` tokens of a sequence in order, each (1, kv_heads, length, head_dim).
 
-        A view of storage when the sequence's first run of blocks holds them all, else a gathered copy.
+        A view of storage when the sequence's first run of blocks holds them all, else a gathered copy
+        (for callers that need one array: session files, and attention that cannot read segments).
         """
         if not self.keys or not gather.runs:
-            g = self._geometry
-            empty = mx.zeros((1, g.kv_heads, 0, g.head_dim), g.dtype)
-            return empty, empty
+            return self._empty()
         slab, start, size = gather.runs[0]
         if length <= size:
             return self.keys[slab][..., start:start + length, :], self.values[slab][..., start:start + length, :]
         return self.gather(gather, length)
 
-    def gather(self, gather: Gather, length: int, spare: int = 0) -> tuple[mx.array, mx.array]:
-        """A new contiguous copy of the first ``length`` tokens, followed by ``spare`` zero slots."""
+    def segments(self, gather: Gather, length: int) -> list[tuple[mx.array, mx.array]]:
+        """The first ``length`` tokens as views of storage, one (keys, values) pair per run, in order."""
+        if not self.keys or not gather.runs:
+            return [self._empty()]
+        views, left = [], length
+        for slab, start, size in gather.runs:
+            if left <= 0:
+                break
+            keys, values = self.keys[slab], self.values[slab]
+            if start or min(size, left) < keys.shape[2]:  # a whole slab needs no slice (one op less per layer)
+                piece = slice(start, start + min(size, left))
+                keys, values = keys[..., piece, :], values[..., piece, :]
+            views.append((keys, values))
+            left -= size
+        return views
+
+    def gather(self, gather: Gather, length: int) -> tuple[mx.array, mx.array]:
+        """A new contiguous copy of the first ``length`` tokens."""
         _, heads, _, dim = self.keys[0].shape
         slabs = {slab for slab, _, _ in gather.runs}
         if len(gather.runs) > MAX_RUNS and len(slabs) == 1:
@@ -114,21 +130,15 @@ class LayerStorage:
             capacity = self.keys[slab].shape[2]
             rows = gather.rows(heads, capacity)[:, :length]
             # take over rows gives (kv_heads, length, head_dim), contiguous
-            keys = [mx.take(self.keys[slab].reshape(heads * capacity, dim), rows, axis=0)[None]]
-            values = [mx.take(self.values[slab].reshape(heads * capacity, dim), rows, axis=0)[None]]
-        else:
-            keys, values, left = [], [], length
-            for slab, start, size in gather.runs:
-                if left <= 0:
-                    break
-                piece = slice(start, start + min(size, left))
-                keys.append(self.keys[slab][..., piece, :])
-                values.append(self.values[slab][..., piece, :])
-                left -= size
-        if spare:
-            keys.append(mx.zeros((1, heads, spare, dim), self.keys[0].dtype))
-            values.append(mx.zeros((1, heads, spare, dim), self.values[0].dtype))
-        return mx.concatenate(keys, axis=2), mx.concatenate(values, axis=2)
+            return (mx.take(self.keys[slab].reshape(heads * capacity, dim), rows, axis=0)[None],
+                    mx.take(self.values[slab].reshape(heads * capacity, dim), rows, axis=0)[None])
+        views = self.segments(gather, length)
+        return mx.concatenate([k for k, _ in views], axis=2), mx.concatenate([v for _, v in views], axis=2)
+
+    def _empty(self) -> tuple[mx.array, mx.array]:
+        g = self._geometry
+        empty = mx.zeros((1, g.kv_heads, 0, g.head_dim), g.dtype)
+        return empty, empty
 
     @property
     def arrays(self) -> list[mx.array]:

@@ -1,0 +1,103 @@
+"""Attention of a few queries (a decode step, a speculative verification block) over keys held in segments.
+
+A paged sequence lies in storage as a few runs of adjacent blocks (one per slab
+it crosses, more after a fork or a prefix hit). Gathering them into one array
+every step would copy the whole sequence per token; here each run is read
+where it lies (a view) and the runs meet only in the score row, which is small
+(query rows x keys): one softmax over the concatenated scores, then each run's
+weights times its own values, summed.
+
+Queries are grouped by the kv head they share: (1, kv_heads, rep * L, dim)
+against (1, kv_heads, keys, dim) is one plain matrix product per run, where
+MLX's CPU attention broadcasts a 5-D product per query head.
+
+- Metal and CUDA: one segment goes to ``mx.fast.scaled_dot_product_attention``
+  (its fused kernel); several take the grouped products above with MLX's softmax.
+- CPU: always the grouped products, with the softmax's exp from ``fast_exp``
+  (MLX's CPU exp runs one element at a time). Measured at the 8B's geometry
+  (32 query heads over 8 kv heads x 128) at 2,000 keys: 1.05 ms against 4.06 ms
+  for MLX's attention; at the embedded target's (6 over 2 x 32) at 3,000 keys:
+  0.25 ms against 0.41 ms. Outputs agree to float32 rounding (~1e-7).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import mlx.core as mx
+
+from mlxcore.fast_exp import fast_exp
+
+Segment = tuple[mx.array, mx.array]  # keys, values: (1, kv_heads, length, dim) each
+
+
+def attend(q: mx.array, segments: list[Segment], scale: float, mask: Any = None) -> mx.array:
+    """Softmax attention of ``q`` (1, heads, L, dim) over the keys of ``segments`` in order; (1, heads, L, dim).
+
+    ``mask``: None (every query sees every key), ``"causal"`` (the queries are the
+    last L positions) or an array broadcast to (L, keys): boolean (True = seen) or
+    additive.
+    """
+    on_cpu = mx.default_device() == mx.cpu
+    if (len(segments) == 1 and not on_cpu) or not _grouped_mask_ok(mask):
+        keys, values = _joined(segments)
+        return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
+    _, heads, n, dim = q.shape
+    kv_heads = segments[0][0].shape[1]
+    rows = (q * scale).reshape(1, kv_heads, heads // kv_heads * n, dim)  # query head h uses kv head h // rep
+    scores = [rows @ keys.swapaxes(-1, -2) for keys, _ in segments]  # (1, kv_heads, rep * L, length) each
+    scores = scores[0] if len(scores) == 1 else mx.concatenate(scores, axis=-1)
+    scores = _masked(_as(scores, mx.float32), mask, n)
+    values_dtype = segments[0][1].dtype
+    if on_cpu:
+        weights = fast_exp(scores - mx.max(scores, axis=-1, keepdims=True))
+        total = mx.sum(weights, axis=-1, keepdims=True)
+    else:
+        weights, total = mx.softmax(scores, axis=-1, precise=True), None
+    weights = _as(weights, values_dtype)
+    if len(segments) == 1:
+        out = weights @ segments[0][1]
+    else:  # one split (not a slice per run); each run's product added to the sum in the same call
+        ends = list(itertools.accumulate(keys.shape[2] for keys, _ in segments))[:-1]
+        parts = mx.split(weights, ends, axis=-1)
+        out = parts[0] @ segments[0][1]
+        for part, (_, values) in zip(parts[1:], segments[1:]):
+            out = mx.addmm(out, part, values)
+    if total is not None:
+        out = _as(out / total, values_dtype)
+    return out.reshape(1, heads, n, dim)
+
+
+def _as(array: mx.array, dtype: mx.Dtype) -> mx.array:
+    return array if array.dtype == dtype else array.astype(dtype)
+
+
+def _joined(segments: list[Segment]) -> Segment:
+    if len(segments) == 1:
+        return segments[0]
+    return mx.concatenate([k for k, _ in segments], axis=2), mx.concatenate([v for _, v in segments], axis=2)
+
+
+def _grouped_mask_ok(mask: Any) -> bool:
+    """Masks the grouped path applies: none, causal, or one (L, keys) mask for every head."""
+    return mask is None or isinstance(mask, str) and mask == "causal" or (
+        isinstance(mask, mx.array) and all(size == 1 for size in mask.shape[:-2]))
+
+
+def _masked(scores: mx.array, mask: Any, n: int) -> mx.array:
+    """Apply ``mask`` to scores (1, kv_heads, rep * L, keys) whose rows are (query head, query) pairs."""
+    if mask is None:
+        return scores
+    _, kv_heads, rows, keys = scores.shape
+    if isinstance(mask, str):  # causal: query i sees keys up to keys - L + i
+        if n == 1:
+            return scores
+        mask = mx.arange(keys)[None] <= mx.arange(n)[:, None] + (keys - n)
+    mask = mask.reshape(mask.shape[-2:])
+    grouped = scores.reshape(1, kv_heads, rows // n, n, keys)
+    if mask.dtype == mx.bool_:
+        grouped = mx.where(mask, grouped, -mx.inf)
+    else:
+        grouped = grouped + mask.astype(mx.float32)
+    return grouped.reshape(1, kv_heads, rows, keys)
