@@ -47,11 +47,15 @@ def has_qwen3_layout(model: nn.Module) -> bool:
 
 
 class _FusedLayer:
-    """One decoder layer as 'before attention' and 'after attention' functions, compiled if ``compiled``."""
+    """One decoder layer as 'before attention' and 'after attention' functions, compiled if ``compiled``.
+
+    The queries come out already multiplied by the attention scale (one multiply fewer per layer).
+    ``before_batch`` is ``before`` for a batch of one new token per sequence, with the keys and
+    values laid out as the block pool's scatter takes them (``batching/batch_forward.py``).
+    """
 
     def __init__(self, layer: nn.Module, compiled: bool) -> None:
         attn = layer.self_attn
-        self.scale = attn.scale
 
         def before(h: mx.array, offset: mx.array) -> tuple[mx.array, mx.array, mx.array]:
             b, n, _ = h.shape
@@ -59,14 +63,19 @@ class _FusedLayer:
             q = attn.q_norm(attn.q_proj(x).reshape(b, n, attn.n_heads, -1)).transpose(0, 2, 1, 3)
             k = attn.k_norm(attn.k_proj(x).reshape(b, n, attn.n_kv_heads, -1)).transpose(0, 2, 1, 3)
             v = attn.v_proj(x).reshape(b, n, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
-            return attn.rope(q, offset=offset), attn.rope(k, offset=offset), v
+            return attn.rope(q, offset=offset) * attn.scale, attn.rope(k, offset=offset), v
+
+        def before_batch(h: mx.array, offsets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+            q, k, v = before(h, offsets)  # h (B, 1, hidden), offsets (B,)
+            return q, k.transpose(2, 1, 0, 3), v.transpose(2, 1, 0, 3)  # k, v: (1, kv_heads, B, head_dim)
 
         def after(h: mx.array, attended: mx.array) -> mx.array:
             b, n, _ = h.shape
             h = h + attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))
             return h + layer.mlp(layer.post_attention_layernorm(h))
 
-        self.before, self.after = (mx.compile(before), mx.compile(after)) if compiled else (before, after)
+        wrap = mx.compile if compiled else (lambda fn: fn)
+        self.before, self.before_batch, self.after = wrap(before), wrap(before_batch), wrap(after)
 
     def __call__(self, h: mx.array, offset: mx.array, mask: Any, cache: Any) -> mx.array:
         q, k, v = self.before(h, offset)
@@ -74,7 +83,7 @@ class _FusedLayer:
             segments = cache.update_and_segments(k, v)
         else:
             segments = [cache.update_and_fetch(k, v)]
-        return self.after(h, attend(q, segments, self.scale, mask))
+        return self.after(h, attend(q, segments, 1.0, mask))  # q carries the scale
 
 
 class CompiledForward:

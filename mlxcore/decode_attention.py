@@ -43,12 +43,28 @@ def attend(q: mx.array, segments: list[Segment], scale: float, mask: Any = None)
     if (len(segments) == 1 and not on_cpu) or not _grouped_mask_ok(mask):
         keys, values = _joined(segments)
         return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
-    _, heads, n, dim = q.shape
+    return _grouped(q, segments, scale, lambda scores: _masked(scores, mask, q.shape[2]), on_cpu)
+
+
+def attend_batch(q: mx.array, segments: list[Segment], scale: float, valid: mx.array) -> mx.array:
+    """One query per sequence of a batch over keys padded to a common length, in pieces.
+
+    q: (B, heads, 1, dim); segments: (B, kv_heads, length, dim) keys and values each, in any
+    order along the length (a decode step sees every key it holds); valid: (B, 1, 1, keys)
+    booleans over the pieces' keys in order, False for padding. Returns (B, heads, 1, dim).
+    """
+    on_cpu = mx.default_device() == mx.cpu
+    return _grouped(q, segments, scale, lambda scores: mx.where(valid, scores, -mx.inf), on_cpu)
+
+
+def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, on_cpu: bool) -> mx.array:
+    """Grouped-query softmax attention over ``segments``; ``mask`` maps float32 scores to masked scores."""
+    batch, heads, n, dim = q.shape
     kv_heads = segments[0][0].shape[1]
-    rows = (q * scale).reshape(1, kv_heads, heads // kv_heads * n, dim)  # query head h uses kv head h // rep
-    scores = [rows @ keys.swapaxes(-1, -2) for keys, _ in segments]  # (1, kv_heads, rep * L, length) each
+    rows = (q if scale == 1.0 else q * scale).reshape(batch, kv_heads, heads // kv_heads * n, dim)  # head h: kv h // rep
+    scores = [rows @ keys.swapaxes(-1, -2) for keys, _ in segments]  # (B, kv_heads, rep * L, length) each
     scores = scores[0] if len(scores) == 1 else mx.concatenate(scores, axis=-1)
-    scores = _masked(_as(scores, mx.float32), mask, n)
+    scores = mask(_as(scores, mx.float32))
     values_dtype = segments[0][1].dtype
     if on_cpu:
         weights = fast_exp(scores - mx.max(scores, axis=-1, keepdims=True))
@@ -66,7 +82,7 @@ def attend(q: mx.array, segments: list[Segment], scale: float, mask: Any = None)
             out = mx.addmm(out, part, values)
     if total is not None:
         out = _as(out / total, values_dtype)
-    return out.reshape(1, heads, n, dim)
+    return out.reshape(batch, heads, n, dim)
 
 
 def _as(array: mx.array, dtype: mx.Dtype) -> mx.array:
@@ -86,18 +102,18 @@ def _grouped_mask_ok(mask: Any) -> bool:
 
 
 def _masked(scores: mx.array, mask: Any, n: int) -> mx.array:
-    """Apply ``mask`` to scores (1, kv_heads, rep * L, keys) whose rows are (query head, query) pairs."""
+    """Apply ``mask`` to scores (B, kv_heads, rep * L, keys) whose rows are (query head, query) pairs."""
     if mask is None:
         return scores
-    _, kv_heads, rows, keys = scores.shape
+    kv_heads, rows, keys = scores.shape[1:]
     if isinstance(mask, str):  # causal: query i sees keys up to keys - L + i
         if n == 1:
             return scores
         mask = mx.arange(keys)[None] <= mx.arange(n)[:, None] + (keys - n)
     mask = mask.reshape(mask.shape[-2:])
-    grouped = scores.reshape(1, kv_heads, rows // n, n, keys)
+    grouped = scores.reshape(-1, kv_heads, rows // n, n, keys)
     if mask.dtype == mx.bool_:
         grouped = mx.where(mask, grouped, -mx.inf)
     else:
         grouped = grouped + mask.astype(mx.float32)
-    return grouped.reshape(1, kv_heads, rows, keys)
+    return grouped.reshape(-1, kv_heads, rows, keys)

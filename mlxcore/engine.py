@@ -25,6 +25,7 @@ from mlxcore.kv.errors import CacheStateError
 from mlxcore.kv.budget import KVBudget, machine_kv_bytes, weights_bytes, wire_recommended_limit
 from mlxcore.kv.geometry import activation_dtype
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
+from mlxcore.kv.paged_pool import BlockPool
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, prefill
 from mlxcore.reply_text import ReplyText
@@ -128,6 +129,14 @@ class Engine:
         if getattr(cache, "pool", None) is not None:
             self._pools[role] = cache.pool
         return cache
+
+    def pool(self, role: str) -> BlockPool:
+        """The paged block pool of ``role`` ("target" or "draft"), made (empty, in the budget) if there is none."""
+        if role not in self._pools:
+            model = self.model if role == "target" else self.draft_model
+            self._pools[role] = make_block_pool(model, block_size=self.kv.block_size, max_kv=self.kv.max_kv,
+                                                budget=self.kv_budget)
+        return self._pools[role]
 
     def new_caches(self) -> Caches:
         """Empty caches of the configured kind for the target (and the draft, if any)."""

@@ -14,6 +14,7 @@ class TokenEvent:
     logprob: float  # the target model's log-probability of this token (temperature 1, no masks)
     from_draft: bool = False  # proposed by the draft model and accepted by the target
     finish_reason: str | None = None  # set on the last token: "eos", "length" or "stop"
+    top_logprobs: tuple[tuple[int, float], ...] = ()  # (token id, log-probability), likeliest first, if asked
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class GenerationStats:
 class FinalEvent:
     """The last item ``Engine.generate`` yields."""
 
-    finish_reason: str  # "eos", "length", "stop"
+    finish_reason: str  # "eos", "length", "stop"; from the batching scheduler also "cancelled"
     text: str  # the whole reply's text
     stats: GenerationStats
 

@@ -149,6 +149,21 @@ class BlockManager:
 
     # growing and shrinking -------------------------------------------------
 
+    def cached_prefix(self, token_ids: Sequence[int]) -> tuple[int, int]:
+        """What ``reuse_prefix`` would attach for ``token_ids``, changing nothing: (tokens, of its blocks
+        those that are free now, so attaching them takes them from ``available_blocks``)."""
+        parent: bytes | None = None
+        tokens = free = 0
+        for start in range(0, (len(token_ids) - 1) // self.block_size * self.block_size, self.block_size):
+            chunk = tuple(token_ids[start:start + self.block_size])
+            parent = chain_hash(parent, chunk)
+            block_id = self._by_hash.get(parent)
+            if block_id is None or self._blocks[block_id].token_ids != chunk:
+                break
+            tokens += self.block_size
+            free += self._blocks[block_id].ref_count == 0
+        return tokens, free
+
     def reuse_prefix(self, seq_id: int, token_ids: Sequence[int]) -> int:
         """Attach the cached full blocks that start ``token_ids``; return the tokens attached.
 
@@ -243,6 +258,11 @@ class BlockManager:
         self._free_tail(seq, len(seq.block_ids) - keep_blocks)
 
     # metrics -------------------------------------------------------------
+
+    @property
+    def free_blocks(self) -> int:
+        """Blocks handed out before and free now (cached prefixes included)."""
+        return len(self._free)
 
     @property
     def available_blocks(self) -> int:

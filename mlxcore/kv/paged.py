@@ -155,6 +155,42 @@ class PagedCache(ModelCache):
             self._write_layer(layer, keys[..., reused:, :], values[..., reused:, :])
         mx.eval([s.arrays for s in self.pool.storage])
 
+    # a batched pass (mlxcore/batching/batch_forward.py) writes and reads for every layer itself ----------
+
+    def write_slot(self) -> tuple[int, int]:
+        """(slab, slot in the slab) where the one token announced by ``begin`` goes."""
+        plan = self._announced(1)
+        return self.pool.storage[0].where(plan.segments[0].slot)
+
+    def read_runs(self) -> list[tuple[int, int, int]]:
+        """(slab, first slot, slots) runs holding the sequence's tokens once the announced ones are written."""
+        plan, runs = self._announced(), []
+        left = plan.start + plan.length
+        for slab, first, size in self._gather_index().runs:
+            if left <= 0:
+                break
+            runs.append((slab, first, min(size, left)))
+            left -= size
+        return runs
+
+    def layer_segments(self, index: int) -> list[tuple[mx.array, mx.array]]:
+        """Layer ``index``'s tokens, the announced ones included, as views (one per run)."""
+        plan = self._announced()
+        return self.pool.storage[index].segments(self._gather_index(), plan.start + plan.length)
+
+    def finish_batched_pass(self) -> None:
+        """Every layer holds the announced tokens now (written by a batched pass)."""
+        plan = self._announced()
+        for layer in self.layers:
+            layer.offset = plan.start + plan.length
+        self._plan, self._pending_layers = None, 0
+
+    def _announced(self, length: int | None = None) -> AppendPlan:
+        plan = self._plan
+        if plan is None or self._pending_layers != len(self.layers) or (length and plan.length != length):
+            raise CacheStateError("Paged KV cache: a batched pass needs begin(ids) of one token first.")
+        return plan
+
     # internals -------------------------------------------------------------
 
     def _token_ids(self) -> list[int]:

@@ -29,7 +29,6 @@ import mlx.nn as nn
 
 from mlxcore.kv.block_manager import BlockManager, PoolStats
 from mlxcore.kv.budget import KVBudget, format_bytes
-from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.kv.geometry import KVGeometry, model_geometry
 from mlxcore.kv.slab_storage import LayerStorage
 
@@ -100,6 +99,14 @@ class BlockPool:
         if self.manager.available_blocks < needed:
             self.budget.reclaim()  # free slabs of every pool sharing the budget, cached prefixes too
             self.manager.num_blocks = max(self._affordable_blocks(), self.manager.materialized_blocks)
+
+    def obtainable_blocks(self) -> int:
+        """Blocks appends could take now: free ones (cached prefixes included) and those of slabs the budget
+        can still add. Tensor-free; the batching scheduler admits requests by it."""
+        if self.budget is None:
+            return self.manager.available_blocks
+        limit = max(self._affordable_blocks(), self.manager.materialized_blocks)
+        return self.manager.free_blocks + limit - self.manager.materialized_blocks
 
     def _affordable_blocks(self) -> int:
         room, blocks, index = self.budget.free, self.held_blocks, self.slabs

@@ -69,26 +69,26 @@ class LayerStorage:
         self.keys.pop()
         self.values.pop()
 
-    def _where(self, slot: int) -> tuple[int, int]:
+    def where(self, slot: int) -> tuple[int, int]:
         """(slab, slot in the slab) of a pool-wide slot."""
         return divmod(slot, self._config.slab_blocks * self._config.block_size)
 
     def copy_block(self, source: int, target: int) -> None:
         size = self._config.block_size
-        (s_slab, s_at), (t_slab, t_at) = self._where(source * size), self._where(target * size)
+        (s_slab, s_at), (t_slab, t_at) = self.where(source * size), self.where(target * size)
         self.keys[t_slab][..., t_at:t_at + size, :] = self.keys[s_slab][..., s_at:s_at + size, :]
         self.values[t_slab][..., t_at:t_at + size, :] = self.values[s_slab][..., s_at:s_at + size, :]
 
     def write(self, segments: tuple[WriteSegment, ...], keys: mx.array, values: mx.array) -> None:
         """Write new keys/values (1, kv_heads, L, head_dim) into the slots the segments name (never across a slab)."""
         if len(segments) == 1:  # a decode step: no slicing of the input (each slice costs a call per layer)
-            slab, at = self._where(segments[0].slot)
+            slab, at = self.where(segments[0].slot)
             length = segments[0].length
             self.keys[slab][..., at:at + length, :] = keys
             self.values[slab][..., at:at + length, :] = values
             return
         for seg in segments:
-            slab, at = self._where(seg.slot)
+            slab, at = self.where(seg.slot)
             self.keys[slab][..., at:at + seg.length, :] = keys[..., seg.source:seg.source + seg.length, :]
             self.values[slab][..., at:at + seg.length, :] = values[..., seg.source:seg.source + seg.length, :]
 

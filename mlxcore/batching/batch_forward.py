@@ -1,0 +1,149 @@
+"""One decode step for several paged sequences at once: one forward pass over the batch.
+
+Every layer runs once for the whole batch: the norms, projections, RoPE (at
+each sequence's own position) and MLP on a (B, 1, hidden) input, in the
+compiled halves of ``CompiledForward``. Around attention each sequence is its
+own: its new key and value go to the slot its block table names (one scatter
+per slab for the whole batch), and it attends over its own tokens. Two ways:
+
+- gathered: each slab's keys and values of every sequence are taken with one
+  ``mx.take`` into a (B, kv_heads, longest, dim) array padded with a mask, and
+  one attention serves the batch. Its cost is a copy of what attention reads,
+  so it is taken while that is small (short chats, ``GATHER_LIMIT_BYTES``);
+- per sequence: each sequence attends over views of its runs of blocks
+  (``decode_attention.attend``), no copy, a few operations per sequence.
+
+Measured on the embedded target (6 layers), 8 sequences of ~60 tokens, CPU:
+gathered, a step took 1.6x one sequence's step (4.9x the tokens per second);
+per sequence, 3.6x (2.2x).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import mlx.core as mx
+import numpy as np
+
+from mlxcore.compiled_forward import CompiledForward
+from mlxcore.decode_attention import attend, attend_batch
+from mlxcore.kv.paged import PagedCache
+from mlxcore.kv.slab_storage import LayerStorage
+
+# Gather while one layer's gathered keys and values of the whole batch stay under this.
+GATHER_LIMIT_BYTES = 16 * 2**20
+
+
+class BatchDecoder:
+    """Feeds one token to each of several sequences of one pool; ``forward`` must be split (Qwen3 layout)."""
+
+    def __init__(self, forward: CompiledForward) -> None:
+        if not forward.split:
+            raise ValueError("Batched decoding needs a Qwen3-layout model.")
+        self.forward = forward
+
+    def __call__(self, caches: list[PagedCache], ids: list[int], inputs: mx.array) -> mx.array:
+        """Logits (B, V) of the next token of each sequence after ``inputs`` (B,) int32.
+
+        ``ids`` are the same tokens as known ids (or ``PENDING`` where the value is not known yet:
+        correct it with ``cache.correct_tail`` afterwards), recorded as each cache's tokens.
+        """
+        pool = caches[0].pool
+        if any(cache.pool is not pool for cache in caches):
+            raise ValueError("A batch's sequences must share one block pool.")
+        offsets = mx.array([cache.offset for cache in caches], dtype=mx.int32)  # each one's next position
+        for cache, token in zip(caches, ids):
+            cache.begin([token])
+        writes = _Writes(caches)
+        reads = _Reads(caches, pool.geometry.token_bytes // pool.geometry.num_layers)
+        h = self.forward.model.embed_tokens(inputs[:, None])
+        for index, layer in enumerate(self.forward._layers):
+            q, k, v = layer.before_batch(h, offsets)  # (B, heads, 1, dim) scaled; (1, kv_heads, B, dim) x 2
+            storage = pool.storage[index]
+            writes.apply(storage, k, v)
+            h = layer.after(h, reads.attend(storage, index, q))
+        for cache in caches:
+            cache.finish_batched_pass()
+        return self.forward._head(h)[:, -1, :]
+
+
+class _Writes:
+    """Where each sequence's new token goes: per slab, the slots and the batch rows that write them."""
+
+    def __init__(self, caches: list[PagedCache]) -> None:
+        groups: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+        for row, cache in enumerate(caches):
+            slab, at = cache.write_slot()
+            groups[slab][0].append(at)
+            groups[slab][1].append(row)
+        everyone = len(caches)
+        self.groups = [(slab, mx.array(slots), None if len(rows) == everyone else mx.array(rows))
+                       for slab, (slots, rows) in groups.items()]
+
+    def apply(self, storage: LayerStorage, k: mx.array, v: mx.array) -> None:
+        """Scatter keys and values (1, kv_heads, B, dim) into their slots."""
+        for slab, slots, rows in self.groups:
+            keys, values = (k, v) if rows is None else (k[:, :, rows], v[:, :, rows])
+            storage.keys[slab][:, :, slots, :] = keys
+            storage.values[slab][:, :, slots, :] = values
+
+
+class _Reads:
+    """How the batch's sequences read their tokens in attention (see the module docstring)."""
+
+    def __init__(self, caches: list[PagedCache], layer_token_bytes: int) -> None:
+        self.caches = caches
+        runs = [cache.read_runs() for cache in caches]  # (slab, first slot, slots), the new token included
+        longest: dict[int, int] = defaultdict(int)
+        for table in runs:
+            for slab, count in _per_slab(table).items():
+                longest[slab] = max(longest[slab], count)
+        gathered = len(caches) * sum(longest.values()) * layer_token_bytes
+        self.gather = gathered <= GATHER_LIMIT_BYTES and len(caches) > 1
+        if self.gather:
+            self.slabs = sorted(longest)
+            self.slots, valid = self._layout(runs, longest)
+            self.valid = mx.array(valid)
+            self._rows: dict[int, list[mx.array]] = {}
+
+    def _layout(self, runs: list[list[tuple[int, int, int]]], longest: dict[int, int]):
+        """Per slab, the slot of each (sequence, position) (padding: slot 0); validity over all slabs' positions."""
+        slots = {slab: np.zeros((len(runs), longest[slab]), np.int32) for slab in self.slabs}
+        valid = [np.zeros((len(runs), longest[slab]), bool) for slab in self.slabs]
+        for row, table in enumerate(runs):
+            filled: dict[int, int] = defaultdict(int)
+            for slab, first, count in table:
+                at = filled[slab]
+                slots[slab][row, at:at + count] = np.arange(first, first + count)
+                valid[self.slabs.index(slab)][row, at:at + count] = True
+                filled[slab] += count
+        return slots, np.concatenate(valid, axis=1)[:, None, None, :]
+
+    def attend(self, storage: LayerStorage, index: int, q: mx.array) -> mx.array:
+        """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens."""
+        if not self.gather:
+            return mx.concatenate([attend(q[row:row + 1], cache.layer_segments(index), 1.0)
+                                   for row, cache in enumerate(self.caches)], axis=0)
+        segments = []
+        for slab in self.slabs:
+            keys, values = storage.keys[slab], storage.values[slab]
+            _, heads, capacity, dim = keys.shape
+            rows = self._slab_rows(slab, heads, capacity)  # (B, kv_heads, longest)
+            segments.append((mx.take(keys.reshape(heads * capacity, dim), rows, axis=0),
+                             mx.take(values.reshape(heads * capacity, dim), rows, axis=0)))
+        return attend_batch(q, segments, 1.0, self.valid)
+
+    def _slab_rows(self, slab: int, heads: int, capacity: int) -> mx.array:
+        """Rows of the (kv_heads * capacity, dim) view of a slab that each sequence reads; made once a step."""
+        key = (slab, heads, capacity)
+        if key not in self._rows:
+            slots = self.slots[slab]
+            self._rows[key] = mx.array(np.arange(heads, dtype=np.int32)[None, :, None] * capacity + slots[:, None, :])
+        return self._rows[key]
+
+
+def _per_slab(table: list[tuple[int, int, int]]) -> dict[int, int]:
+    counts: dict[int, int] = defaultdict(int)
+    for slab, _, count in table:
+        counts[slab] += count
+    return counts

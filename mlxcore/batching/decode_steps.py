@@ -1,0 +1,162 @@
+"""Batched decode steps, pipelined: a step's pass is queued before the previous step's tokens are read.
+
+Like ``plain_decode``, but for a batch: each step feeds every decoding sequence
+its newest token, the one the previous step picked and nobody has read yet
+(recorded as ``PENDING`` in its cache, corrected once read), then queues the
+pass and only then reads the previous picks. Building a step's graph (and the
+Python of the events) overlaps computing the previous one.
+
+A pick stays pending until the next step reads it, or until ``settle`` reads it
+early (a sequence about to be preempted, to decode speculatively, or cancelled).
+When a read token ends its reply, the pass that fed it has already run: the
+cache holds the reply's last token (as ``Engine.generate``'s do), and the pick
+that pass made is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.live import Live
+from mlxcore.kv.base import PENDING
+from mlxcore.sampling_graphs import greedy_pick
+
+Read = tuple[Live, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
+
+
+@dataclass
+class _Picks:
+    """One step's picks, in the order of ``lives``; lazy until read."""
+
+    lives: list[Live]
+    tokens: mx.array  # (B,) int
+    logprobs: mx.array  # (B,)
+    tops: list[tuple[mx.array, mx.array] | None]
+    fed: set[int]  # id(live) of those whose pick the next step fed (their caches' tail is PENDING)
+    values: list | None = None
+
+    def read(self) -> list:
+        if self.values is None:
+            self.values = list(zip(self.tokens.tolist(), self.logprobs.tolist()))
+        return self.values
+
+
+class DecodeSteps:
+    """Queues batched decode steps and reads their picks one step late (see the module docstring)."""
+
+    def __init__(self, forward, decoder: BatchDecoder) -> None:
+        self.forward, self.decoder = forward, decoder
+        self.last: _Picks | None = None  # the previous step's picks, read after the next step is queued
+        self._next: _Picks | None = None  # the step just queued
+
+    @property
+    def pending(self) -> bool:
+        return self.last is not None
+
+    def queue(self, lives: list[Live]) -> None:
+        """Queue one step for ``lives`` (each feeds its pending pick, or its last known id)."""
+        last = self.last
+        where = {id(live): row for row, live in enumerate(last.lives)} if last else {}
+        rows = [where.get(id(live)) for live in lives]
+        ids = [live.ids[-1] if row is None else PENDING for live, row in zip(lives, rows)]
+        if last is not None:
+            last.fed.update(id(live) for live, row in zip(lives, rows) if row is not None)
+        inputs = self._inputs(lives, rows, last)
+        logits = self._logits(lives, ids, inputs)  # (B, V)
+        tokens, logprobs = _pick(lives, logits)
+        tops = [_top(logits[row], live.handle.request.top_logprobs) for row, live in enumerate(lives)]
+        mx.async_eval(tokens, logprobs, [t for t in tops if t is not None])
+        self._next = _Picks(lives, tokens, logprobs, tops, set())
+
+    @staticmethod
+    def _inputs(lives: list[Live], rows: list[int | None], last: _Picks | None) -> mx.array:
+        """(B,) the token each sequence feeds: its pick of the last step (lazy), or its last known id."""
+        if last is not None and last.lives == lives:  # the same batch as last step: its picks are the inputs
+            return last.tokens
+        sources = [mx.array([live.ids[-1]]) if row is None else last.tokens[row:row + 1]
+                   for live, row in zip(lives, rows)]
+        return sources[0] if len(sources) == 1 else mx.concatenate(sources)
+
+    def _logits(self, lives: list[Live], ids: list[int], inputs: mx.array) -> mx.array:
+        if len(lives) == 1:
+            cache = lives[0].caches.target
+            cache.begin(ids)
+            return self.forward(inputs[None], cache=cache.layers)[:, -1, :]
+        return self.decoder([live.caches.target for live in lives], ids, inputs)
+
+    def advance(self) -> list[Read]:
+        """Read the previous step's picks (after ``queue``, or with nothing queued); make the queued step's
+        picks the ones to read next. Picks of ended replies are dropped."""
+        reads = self._read(self.last) if self.last else []
+        self.last, self._next = self._next, None
+        return reads
+
+    def settle(self, live: Live) -> Read | None:
+        """Read ``live``'s pending pick now, if it has one (it is then no longer pending)."""
+        last = self.last
+        if last is None or live not in last.lives:
+            return None
+        row = last.lives.index(live)
+        token, logprob = last.read()[row]
+        self._forget(live)
+        self._correct(live, token, fed=id(live) in last.fed)
+        return live, token, logprob, _pairs(last.tops[row])
+
+    def drop(self, live: Live) -> None:
+        """Forget ``live``'s pending pick (its reply ended or was cancelled)."""
+        self._forget(live)
+
+    def _forget(self, live: Live) -> None:
+        if self.last is not None and live in self.last.lives:
+            row = self.last.lives.index(live)
+            self.last = _without(self.last, row)
+
+    def _read(self, picks: _Picks) -> list[Read]:
+        reads = []
+        for row, (live, (token, logprob)) in enumerate(zip(picks.lives, picks.read())):
+            self._correct(live, token, fed=id(live) in picks.fed)
+            reads.append((live, token, logprob, _pairs(picks.tops[row])))
+        return reads
+
+    @staticmethod
+    def _correct(live: Live, token: int, fed: bool) -> None:
+        if fed:  # its cache holds the token as PENDING since this step's pass fed it
+            live.caches.target.correct_tail([token])
+
+
+def _without(picks: _Picks, row: int) -> _Picks | None:
+    """``picks`` less one row (read or dropped); None when no row is left."""
+    if len(picks.lives) == 1:
+        return None
+    keep = [r for r in range(len(picks.lives)) if r != row]
+    values = [picks.values[r] for r in keep] if picks.values is not None else None
+    index = mx.array(keep)
+    return _Picks([picks.lives[r] for r in keep], picks.tokens[index], picks.logprobs[index],
+                  [picks.tops[r] for r in keep], picks.fed, values)
+
+
+def _pick(lives: list[Live], logits: mx.array) -> tuple[mx.array, mx.array]:
+    """(tokens (B,), log-probabilities (B,)): one greedy pick for the whole batch where every reply is
+    plain greedy, else each reply's own sampler on its row."""
+    if all(live.params.greedy and live.params.repetition_penalty == 1.0 for live in lives):
+        return greedy_pick()(logits, logits)
+    picks = [live.picker(logits[row:row + 1]) for row, live in enumerate(lives)]
+    return mx.concatenate([t.reshape(1) for t, _ in picks]), mx.concatenate([lp.reshape(1) for _, lp in picks])
+
+
+def _top(row: mx.array, count: int) -> tuple[mx.array, mx.array] | None:
+    """The ``count`` likeliest tokens of a logits row and their log-probabilities (lazy), or None."""
+    if not count:
+        return None
+    logprobs = row.astype(mx.float32) - mx.logsumexp(row.astype(mx.float32))
+    ids = mx.argsort(-logprobs)[:count]
+    return ids, logprobs[ids]
+
+
+def _pairs(top: tuple[mx.array, mx.array] | None) -> tuple[tuple[int, float], ...]:
+    if top is None:
+        return ()
+    return tuple(zip(top[0].tolist(), top[1].tolist()))

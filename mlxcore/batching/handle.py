@@ -1,0 +1,119 @@
+"""What a caller gets for a submitted request: its events, readable from any thread or an asyncio loop.
+
+The engine thread puts events in; the caller reads them with ``events()`` (a
+blocking iterator) or ``aevents()`` (an async iterator that never blocks the
+loop: the engine thread hands each event to the loop with
+``call_soon_threadsafe``). The stream ends after one ``FinalEvent``; if the
+engine fails first, reading raises ``RequestFailedError``. ``cancel()`` may be
+called from any thread at any time: the request stops at the next step, its
+blocks are free after it, and its stream ends with a ``FinalEvent`` whose
+finish reason is ``"cancelled"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+
+from mlxcore.batching.request import Request
+from mlxcore.errors import MlxchatError
+from mlxcore.events import Event, FinalEvent
+
+
+class RequestFailedError(MlxchatError):
+    """The engine failed while this request was queued or running."""
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    """Figures for one request, set before its ``FinalEvent``."""
+
+    queue_seconds: float = 0.0  # from submit to the first step that worked on it
+    ttft_seconds: float = 0.0  # from submit to the first token
+    tpot_seconds: float = 0.0  # mean time per output token after the first
+    worst_gap_seconds: float = 0.0  # the longest wait between two of its tokens
+    preemptions: int = 0  # times its blocks were taken back for others (it resumed by recompute)
+    prefix_hit_tokens: int = 0  # prompt tokens found in the pool (not computed)
+    late: bool = False  # it had a deadline and ended after it (or was known to miss it)
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class RequestHandle:
+    """The caller's side of one request (see the module docstring)."""
+
+    def __init__(self, request: Request, cancel: Callable[[RequestHandle], None]) -> None:
+        self.request = request
+        self.metrics = RequestMetrics()
+        self._cancel = cancel
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_queue: asyncio.Queue | None = None
+        self.finished = threading.Event()  # set once the final event (or a failure) is put
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    def cancel(self) -> None:
+        """Stop generating (no-op once finished); the stream then ends with a ``"cancelled"`` final event."""
+        if not self.finished.is_set():
+            self._cancel(self)
+
+    # the engine thread's side -------------------------------------------------
+
+    def put(self, event: Event) -> None:
+        if isinstance(event, FinalEvent):
+            self.finished.set()
+        self._deliver(event)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.finished.is_set():
+            self.finished.set()
+            self._deliver(_Failure(error))
+
+    def _deliver(self, item: object) -> None:
+        with self._lock:
+            if self._loop is None:
+                self._queue.put(item)
+                return
+            loop, target = self._loop, self._async_queue
+        try:
+            loop.call_soon_threadsafe(target.put_nowait, item)
+        except RuntimeError:  # the reader's loop is closed: nobody is reading any more
+            pass
+
+    # the caller's side --------------------------------------------------------
+
+    def events(self, timeout: float | None = None) -> Iterator[Event]:
+        """The request's events, blocking; ``queue.Empty`` if none comes within ``timeout`` seconds."""
+        while True:
+            item = self._queue.get(timeout=timeout)
+            yield from self._unpack(item)
+            if isinstance(item, FinalEvent):
+                return
+
+    async def aevents(self) -> AsyncIterator[Event]:
+        """The request's events in an asyncio loop (call from that loop)."""
+        with self._lock:
+            self._loop, self._async_queue = asyncio.get_running_loop(), asyncio.Queue()
+            while not self._queue.empty():  # what came before this reader arrived
+                self._async_queue.put_nowait(self._queue.get_nowait())
+        while True:
+            item = await self._async_queue.get()
+            for event in self._unpack(item):
+                yield event
+            if isinstance(item, FinalEvent):
+                return
+
+    def _unpack(self, item: object) -> Iterator[Event]:
+        if isinstance(item, _Failure):
+            raise RequestFailedError(f"The engine failed while generating: {item.error}") from item.error
+        yield item

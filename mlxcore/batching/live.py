@@ -1,0 +1,112 @@
+"""The engine thread's side of one running reply: its caches, ids, sampler, text and clock.
+
+A ``Live`` outlives preemption: the caches go back to the pool, but the ids,
+the sampler's random stream and the text so far stay, so a resumed reply goes
+on exactly where it stopped (its prompt is the prompt plus what it generated).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import mlx.core as mx
+
+from mlxcore.batching.handle import RequestHandle, RequestMetrics
+from mlxcore.caches import Caches
+from mlxcore.decode_plain import TokenPicker
+from mlxcore.events import FinalEvent, GenerationStats, TokenEvent
+from mlxcore.params import GenerationParams
+from mlxcore.reply_text import ReplyText
+
+
+class Live:
+    """One reply being generated (one choice of a request)."""
+
+    def __init__(self, handle: RequestHandle, params: GenerationParams, tokenizer, eos_ids: set[int],
+                 cap: int | None, submitted: float) -> None:
+        self.handle = handle
+        self.params = params
+        self.ids = list(handle.request.prompt_ids)  # prompt, then every token generated
+        self.prompt_tokens = len(self.ids)
+        self.picker = TokenPicker(params, self.ids)
+        self.reply = ReplyText(tokenizer, eos_ids, params.stop, cap)
+        self.caches: Caches | None = None
+        self.speculative = None  # (decoder, token iterator) while it decodes alone with the draft
+        self.submitted = submitted
+        self.first_token = self.last_token = None
+        self.worst_gap = 0.0
+        self.prefix_hits = 0
+        self.computed_prompt = 0  # prompt tokens prefilled (not found cached)
+        self.preemptions = 0
+        self.late = False
+        self.started_at: float | None = None  # when a step first worked on it
+
+    @property
+    def request_id(self) -> str:
+        return self.handle.request_id
+
+    def fork(self, handle: RequestHandle, params: GenerationParams, tokenizer, eos_ids: set[int],
+             cap: int | None) -> Live:
+        """Another choice of the same prompt, on caches sharing this one's blocks."""
+        child = Live(handle, params, tokenizer, eos_ids, cap, self.submitted)
+        child.caches = self.caches.fork()
+        child.prefix_hits, child.computed_prompt = self.prefix_hits, self.computed_prompt
+        return child
+
+    def release(self) -> None:
+        """Give the caches back (their full blocks stay cached for a prefix hit)."""
+        self.close_speculative()
+        if self.caches is not None:
+            self.caches.release()
+            self.caches = None
+
+    def close_speculative(self) -> None:
+        """Leave speculative decoding: the target cache goes back to holding all ids but the last."""
+        if self.speculative is None:
+            return
+        _, tokens = self.speculative
+        self.speculative = None
+        tokens.close()  # settles both caches to hold exactly ``ids``
+        self.caches.target.trim(1)  # the last token is fed by the next decode step, as in a batched one
+
+    def emit(self, token: int, logprob: float, from_draft: bool = False,
+             top: tuple[tuple[int, float], ...] = ()) -> str | None:
+        """Record a generated token and put its event; the finish reason if the reply ends with it."""
+        now = time.monotonic()
+        if self.first_token is None:
+            self.first_token = now
+        elif self.last_token is not None:
+            self.worst_gap = max(self.worst_gap, now - self.last_token)
+        self.last_token = now
+        self.ids.append(token)
+        delta, finish = self.reply.add(token)
+        self.handle.put(TokenEvent(token=token, text=delta, logprob=logprob, from_draft=from_draft,
+                                   finish_reason=finish, top_logprobs=top))
+        return finish
+
+    def finish(self, reason: str, stats_extra: dict | None = None) -> None:
+        """Put the final event (``reason``: eos, length, stop or cancelled) with the request's figures."""
+        self.release()
+        now = time.monotonic()
+        count = self.reply.count
+        first = self.first_token or now
+        self.handle.metrics = RequestMetrics(
+            queue_seconds=max((self.started_at or now) - self.submitted, 0.0),
+            ttft_seconds=first - self.submitted,
+            tpot_seconds=((self.last_token or first) - first) / (count - 1) if count > 1 else 0.0,
+            worst_gap_seconds=self.worst_gap, preemptions=self.preemptions,
+            prefix_hit_tokens=self.prefix_hits, late=self.late)
+        stats = GenerationStats(prompt_tokens=self.prompt_tokens, reused_tokens=self.prefix_hits,
+                                prefill_tokens=self.computed_prompt, prefill_seconds=first - self.submitted,
+                                generated_tokens=count, decode_seconds=(self.last_token or first) - first,
+                                ttft_seconds=first - self.submitted, finish_reason=reason,
+                                peak_memory_bytes=mx.get_peak_memory())
+        if stats_extra:
+            stats = replace(stats, **stats_extra)
+        self.handle.put(FinalEvent(finish_reason=reason, text=self.reply.text, stats=stats))
+
+    def started(self, now: float) -> None:
+        """A step works on it (the first call sets ``started_at``)."""
+        if self.started_at is None:
+            self.started_at = now

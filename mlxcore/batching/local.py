@@ -1,0 +1,54 @@
+"""Batching on the caller's own thread: submit requests, then run steps until what you wait for is there.
+
+For code that already runs on the engine's thread (``ChatSession.alternatives``,
+benchmarks, tests): no inbox, no second thread. Events wait on each handle as
+``BatchWorker`` would deliver them; ``drain`` takes those that are there.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterator
+
+from mlxcore.batching.handle import RequestHandle
+from mlxcore.batching.policies import make_policy
+from mlxcore.batching.request import Request
+from mlxcore.batching.runner import BatchRunner
+from mlxcore.engine import Engine
+from mlxcore.events import Event
+
+
+class LocalBatch:
+    """A ``BatchRunner`` driven step by step by its caller."""
+
+    def __init__(self, engine: Engine, *, policy: str = "fcfs", max_running: int = 8, step_tokens: int = 512) -> None:
+        self.runner = BatchRunner(engine, make_policy(policy), step_tokens=step_tokens, max_running=max_running)
+
+    def submit(self, request: Request, n: int = 1) -> list[RequestHandle]:
+        """``n`` replies to ``request`` (one shares the prompt's blocks with the others)."""
+        handles = [RequestHandle(request.choice(i), self._cancel) for i in range(n)]
+        self.runner.submit(request, handles)
+        return handles
+
+    def _cancel(self, handle: RequestHandle) -> None:
+        self.runner.cancel(handle.request_id)
+
+    @property
+    def busy(self) -> bool:
+        return self.runner.busy
+
+    def step(self) -> None:
+        self.runner.step()
+
+    def run_until(self, done: Callable[[], bool]) -> None:
+        """Run steps until ``done()`` (or nothing is left to run)."""
+        while not done() and self.runner.busy:
+            self.runner.step()
+
+
+def drain(handle: RequestHandle) -> Iterator[Event]:
+    """The events waiting on ``handle`` now, without blocking."""
+    try:
+        yield from handle.events(timeout=0)
+    except queue.Empty:
+        return

@@ -1,0 +1,48 @@
+"""The scheduler's ``BlockAccount`` on the engine's target pool: block counts read from the block manager."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mlxcore.batching.scheduler import Sequence
+from mlxcore.engine import Engine
+from mlxcore.kv.paged_pool import BlockPool
+
+if TYPE_CHECKING:
+    from mlxcore.batching.runner import BatchRunner
+
+
+class PoolAccount:
+    """Counts blocks of the target's pool (the draft's shares the byte budget, which ``obtainable`` reads)."""
+
+    def __init__(self, engine: Engine, runner: BatchRunner) -> None:
+        self.engine, self.runner = engine, runner
+
+    @property
+    def pool(self) -> BlockPool:
+        return self.engine.pool("target")
+
+    def obtainable(self) -> int:
+        return self.pool.obtainable_blocks()
+
+    def needed(self, seq: Sequence, tokens: int) -> int:
+        cache = self._cache(seq)
+        manager = self.pool.manager
+        if cache is not None:
+            return manager.blocks_needed(cache.seq_id, tokens)
+        ids = self.runner.lives[id(seq)][0].ids[:tokens]
+        hit_tokens, free_hits = manager.cached_prefix(ids)
+        blocks = -(-tokens // manager.block_size)
+        return blocks - hit_tokens // manager.block_size + free_hits
+
+    def held(self, seq: Sequence) -> int:
+        cache = self._cache(seq)
+        if cache is None:
+            return 0
+        manager = self.pool.manager
+        return sum(1 for block in manager.block_ids(cache.seq_id) if manager.ref_count(block) == 1)
+
+    def _cache(self, seq: Sequence):
+        lives = self.runner.lives.get(id(seq))
+        caches = lives[0].caches if lives else None
+        return caches.target if caches is not None else None

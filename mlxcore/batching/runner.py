@@ -1,0 +1,286 @@
+"""Carries out the scheduler's plans on the engine's models and paged caches: all the MLX work of batching.
+
+Each ``step()``: apply cancellations; ask the scheduler for a plan; let
+preempted sequences go of their caches; feed prompt chunks (a newly admitted
+request first attaches the blocks it finds cached); fork a prompt read for
+several choices; then one decode step for every ready sequence. That step is
+one batched forward pass (``batch_forward.py``) for two or more; a lone
+sequence with a draft decodes speculatively instead (``SpeculativeDecoder``,
+one token pulled per step, so a newcomer waits at most one round), and goes
+back to batched decoding at a step boundary when others join. Greedy output is
+the same either way. Events go to each request's handle.
+
+Requests run on the engine's paged caches: ``Engine.new_caches`` makes them in
+the engine's pools and byte budget, the pools ``BlockAccount`` reads.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+
+from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.decode_steps import DecodeSteps
+from mlxcore.batching.errors import PromptTooLongError
+from mlxcore.batching.handle import RequestHandle
+from mlxcore.batching.live import Live
+from mlxcore.batching.policies import Policy
+from mlxcore.batching.request import Request
+from mlxcore.batching.scheduler import Scheduler, Sequence, StepPlan
+from mlxcore.batching.pool_account import PoolAccount
+from mlxcore.batching.tally import Tally
+from mlxcore.decode_speculative import SpeculativeDecoder
+from mlxcore.engine import Engine
+from mlxcore.errors import PromptError
+from mlxcore.kv.errors import PoolExhaustedError
+from mlxcore.params import GenerationParams
+from mlxcore.prefill import prefill
+
+
+class BatchRunner:
+    """Continuous batching on one engine; call everything from one thread (``worker.py`` makes it so)."""
+
+    def __init__(self, engine: Engine, policy: Policy, *, step_tokens: int = 512, max_running: int = 8) -> None:
+        if engine.kv.kind != "paged":
+            raise ValueError("Batching runs on the paged KV cache (--kv paged).")
+        self.engine = engine
+        self.decoder = BatchDecoder(engine.target_forward)
+        self.steps = DecodeSteps(engine.target_forward, self.decoder)
+        self.account = PoolAccount(engine, self)
+        self.scheduler = Scheduler(policy, self.account, step_tokens=step_tokens, max_running=max_running)
+        self.lives: dict[int, list[Live]] = {}  # id(sequence) -> its replies (several until a prompt forks)
+        self.sequences: dict[str, Sequence] = {}  # request id -> its sequence
+        self.tally = Tally()
+        self._cancelled: set[str] = set()
+
+    # requests ---------------------------------------------------------------
+
+    def submit(self, request: Request, handles: list[RequestHandle]) -> None:
+        """Queue ``request``; one handle per choice (several share the prompt's blocks)."""
+        try:
+            self.engine._check_prompt(request.prompt_ids)
+        except PromptError as error:
+            raise PromptTooLongError(str(error)) from None
+        now = time.monotonic()
+        cap = self.engine.reply_cap(request.params, len(request.prompt_ids))
+        seq = Sequence(request, now, len(request.prompt_ids), cap, choices=len(handles))
+        self.lives[id(seq)] = [Live(handle, _choice_params(request, i), self.engine.tokenizer, self.engine.eos_ids,
+                                    cap, now) for i, handle in enumerate(handles)]
+        for handle in handles:
+            self.sequences[handle.request_id] = seq
+        self.scheduler.add(seq)
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a request at the next step (its blocks are free after it)."""
+        self._cancelled.add(request_id)
+
+    @property
+    def busy(self) -> bool:
+        return self.scheduler.busy or bool(self._cancelled) or self.steps.pending
+
+    def fail_all(self, error: BaseException) -> None:
+        """The engine failed: every request's stream ends with the error."""
+        for lives in self.lives.values():
+            for live in lives:
+                live.handle.fail(error)
+        self.lives.clear()
+        self.sequences.clear()
+        self.scheduler.waiting.clear()
+        self.scheduler.running.clear()
+
+    # one step ---------------------------------------------------------------
+
+    def step(self) -> None:
+        start = time.monotonic()
+        self._apply_cancellations()
+        plan = self.scheduler.plan(start)
+        for seq in plan.preempted:
+            self._preempted(seq)
+        for seq in plan.late:
+            for live in self.lives[id(seq)]:
+                live.late = True
+        for seq, count in plan.prefill:
+            self._prefill(seq, count, start)
+        decoded = self._decode([seq for seq in plan.decode if id(seq) in self.lives], lone=self._lone(plan))
+        seconds = time.monotonic() - start
+        self.tally.step(len(plan.decode), decoded, seconds)
+        if decoded:
+            self.scheduler.step_seconds = seconds
+
+    def _lone(self, plan: StepPlan) -> bool:
+        """Whether the step's one decoding sequence may decode speculatively: nobody else runs or waits."""
+        return len(plan.decode) == 1 and not plan.prefill and len(self.scheduler.running) == 1 \
+            and not self.scheduler.waiting
+
+    # prefill ----------------------------------------------------------------
+
+    def _prefill(self, seq: Sequence, count: int, now: float) -> None:
+        lives = self.lives[id(seq)]
+        leader = lives[0]
+        leader.started(now)
+        try:
+            if leader.caches is None:
+                self._attach(seq, leader)
+            count = min(count, seq.prefill_left)
+            if count:
+                ids = leader.ids[seq.cached:seq.cached + count]
+                prefill(self.engine.model, leader.caches.target, ids, leader.params.prefill_chunk)
+                seq.cached += count
+                leader.computed_prompt += count
+        except PoolExhaustedError as error:
+            self._refused(seq, error)
+            return
+        if seq.prefill_left == 0 and seq.choices > 1:
+            self._fork(seq)
+
+    def _attach(self, seq: Sequence, live: Live) -> None:
+        """New caches for a (re)admitted sequence, holding every block of its ids found in the pool."""
+        live.caches = self.engine.new_caches()
+        if live.caches.draft is not None and not self._drafts(live):
+            live.caches.draft.release()
+            live.caches.draft = None
+        hits = live.caches.target.reuse_prefix(live.ids)
+        seq.cached = hits
+        if live.preemptions == 0:
+            live.prefix_hits = hits
+            self.tally.prompt(len(live.ids), hits)
+
+    def _refused(self, seq: Sequence, error: PoolExhaustedError) -> None:
+        """The pool could not take a prompt chunk: wait for room, or fail when nothing else could make any."""
+        for live in self.lives[id(seq)]:
+            live.release()
+        seq.cached = 0
+        self.scheduler.remove(seq)
+        if self.scheduler.running:
+            self.scheduler.add(seq)
+            return
+        self._end(seq, error=PromptTooLongError(str(error)))
+
+    def _fork(self, seq: Sequence) -> None:
+        """The prompt is read: one sequence per choice, each on caches sharing its blocks."""
+        leader, *others = self.lives.pop(id(seq))
+        children = [seq]
+        self.lives[id(seq)] = [leader]
+        seq.choices = 1
+        for live in others:
+            child = Sequence(seq.request, seq.arrival, seq.length, seq.max_new, cached=seq.cached)
+            fresh = leader.fork(live.handle, live.params, self.engine.tokenizer, self.engine.eos_ids, seq.max_new)
+            self.lives[id(child)] = [fresh]
+            self.sequences[live.handle.request_id] = child
+            children.append(child)
+        self.scheduler.replace(seq, children)
+
+    # decode -----------------------------------------------------------------
+
+    def _decode(self, seqs: list[Sequence], lone: bool) -> int:
+        """One token for each of ``seqs`` (queued; read next step, ``decode_steps.py``); tokens emitted."""
+        lives = [self.lives[id(seq)][0] for seq in seqs]
+        emitted = 0
+        if lone and self._drafts(lives[0]):
+            emitted += self._settle(lives[0])
+            if lives[0].request_id in self.sequences:
+                emitted += self._speculative(seqs[0], lives[0])
+        elif lives:
+            for live in lives:
+                live.close_speculative()
+            self.steps.queue(lives)
+            for seq, live in zip(seqs, lives):
+                seq.cached = live.caches.target.offset
+        for live, token, logprob, top in self.steps.advance():
+            self._emitted(live, token, logprob, False, top)
+            emitted += 1
+        return emitted
+
+    def _settle(self, live: Live) -> int:
+        """Emit ``live``'s pending pick now (before it leaves batched decoding); tokens emitted."""
+        read = self.steps.settle(live)
+        if read is None:
+            return 0
+        self._emitted(*read[:3], False, read[3])
+        return 1
+
+    def _preempted(self, seq: Sequence) -> None:
+        """Let go of a preempted sequence's caches (its pending pick emitted first: it is a real token)."""
+        for live in list(self.lives.get(id(seq), [])):
+            self._settle(live)
+        for live in self.lives.get(id(seq), []):  # still there unless that token ended its reply
+            live.release()
+            live.preemptions += 1
+            seq.cached = 0
+            self.tally.preemptions += 1
+
+    def _speculative(self, seq: Sequence, live: Live) -> int:
+        if live.speculative is None:
+            decoder = SpeculativeDecoder(self.engine.target_forward, self.engine.draft_forward, live.caches.target,
+                                         live.caches.draft, live.params, self.engine.draft_control)
+            live.speculative = (decoder, decoder.run(list(live.ids)))
+        _, tokens = live.speculative
+        token, logprob, from_draft = next(tokens)
+        seq.cached = live.caches.target.offset
+        self._emitted(live, token, logprob, from_draft, ())
+        return 1
+
+    def _drafts(self, live: Live) -> bool:
+        """Whether this reply may decode speculatively when alone."""
+        params = live.params
+        return (self.engine.draft_model is not None and live.handle.request.use_draft
+                and params.repetition_penalty == 1.0 and not live.handle.request.top_logprobs
+                and (live.caches is None or live.caches.draft is not None))
+
+    def _emitted(self, live: Live, token: int, logprob: float, from_draft: bool,
+                 top: tuple[tuple[int, float], ...]) -> None:
+        seq = self.sequences[live.request_id]
+        seq.length += 1
+        seq.generated += 1
+        self.tally.tokens += 1
+        finish = live.emit(token, logprob, from_draft, top)
+        if finish:
+            self.steps.drop(live)
+            self._end(seq, reason=finish)
+
+    # endings ----------------------------------------------------------------
+
+    def _apply_cancellations(self) -> None:
+        for request_id in list(self._cancelled):
+            seq = self.sequences.get(request_id)
+            if seq is not None:
+                self._cancel_one(seq, request_id)
+        self._cancelled.clear()
+
+    def _cancel_one(self, seq: Sequence, request_id: str) -> None:
+        lives = self.lives.get(id(seq), [])
+        live = next((l for l in lives if l.request_id == request_id), None)
+        if live is None:
+            return
+        self.steps.drop(live)
+        if len(lives) > 1:  # one choice of a prompt not read yet: the others go on
+            lives.remove(live)
+            seq.choices -= 1
+            del self.sequences[request_id]
+            self.tally.ended("cancelled", live.late)
+            live.finish("cancelled")
+            return
+        self._end(seq, reason="cancelled")
+
+    def _end(self, seq: Sequence, reason: str = "", error: BaseException | None = None) -> None:
+        self.scheduler.remove(seq)
+        for live in self.lives.pop(id(seq), []):
+            self.sequences.pop(live.request_id, None)
+            self.steps.drop(live)
+            if error is not None:
+                live.release()
+                live.handle.fail(error)
+                self.tally.failed += 1
+                continue
+            stats = self.engine._kv_stats()
+            live.finish(reason, stats)
+            self.tally.ended(reason, live.late)
+
+
+def _choice_params(request: Request, index: int) -> GenerationParams:
+    """Choice ``index``'s sampling: the request's, with the seed moved on by ``index`` when one is given."""
+    params = request.params
+    if index and params.seed is not None:
+        return replace(params, seed=params.seed + index)
+    return params

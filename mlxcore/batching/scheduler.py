@@ -1,0 +1,206 @@
+"""One step's plan: which sequences decode, which prefill how many tokens, which are preempted. Tensor-free.
+
+A step is one batched decode of every running sequence whose prompt is in its
+cache, then chunks of prefill for sequences still reading their prompts, all
+within ``step_tokens`` (a decode counts one token), so a long prompt joins over
+several steps and never stalls the running streams for longer than that.
+
+Admission counts blocks (``BlockAccount``): a waiting request is admitted when
+the pool can hold its whole prompt, less the blocks it finds cached (a shared
+system prompt, an earlier turn). When the running set's next tokens do not fit,
+the policy's last running sequence is preempted by recompute: its blocks go
+back (their hashes stay, so resuming is mostly prefix hits) and it waits again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mlxcore.batching.policies import NO_LIMIT_TOKENS, Policy
+from mlxcore.batching.request import Priority, Request
+
+
+@dataclass(eq=False)
+class Sequence:
+    """The scheduler's view of one request (one choice of it once its prompt is read)."""
+
+    request: Request
+    arrival: float  # time.monotonic() of submission
+    length: int  # tokens it consists of: prompt, then every token generated so far
+    max_new: int | None  # the most tokens it may generate; None = until the context is full
+    choices: int = 1  # replies still to fork from this prompt once it is read (``submit_choices``)
+    cached: int = 0  # tokens its cache holds
+    generated: int = 0
+    admitted: bool = False
+    preemptions: int = 0
+    late: bool = False
+    first_scheduled: float | None = None
+
+    @property
+    def priority(self) -> Priority:
+        return self.request.priority
+
+    @property
+    def deadline(self) -> float | None:
+        return self.request.deadline
+
+    @property
+    def prefill_left(self) -> int:
+        """Tokens to feed before it decodes (the last token is fed by its first decode step)."""
+        return max(self.length - 1 - self.cached, 0)
+
+    @property
+    def ready(self) -> bool:
+        return self.admitted and self.prefill_left == 0 and self.choices == 1
+
+    @property
+    def tokens_left(self) -> int:
+        output = NO_LIMIT_TOKENS if self.max_new is None else self.max_new - self.generated
+        return self.prefill_left + max(output, 0)
+
+
+class BlockAccount(Protocol):
+    """The pool as the scheduler sees it: counts of blocks, no tensors."""
+
+    def obtainable(self) -> int:
+        """Blocks appends could take now (free, cached or in slabs the budget can still add)."""
+
+    def needed(self, seq: Sequence, tokens: int) -> int:
+        """Blocks ``seq`` takes from ``obtainable`` to hold ``tokens`` more (a waiting one: from its start,
+        after the prefix it would find cached)."""
+
+    def held(self, seq: Sequence) -> int:
+        """Blocks that become obtainable if ``seq`` lets go of its cache (those no other sequence holds)."""
+
+
+@dataclass
+class StepPlan:
+    decode: list[Sequence] = field(default_factory=list)  # one token each, in one batched pass
+    prefill: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, most prompt tokens to feed)
+    admitted: list[Sequence] = field(default_factory=list)  # newly admitted this step (also in ``prefill``)
+    preempted: list[Sequence] = field(default_factory=list)  # to let go of their caches and wait again
+    late: list[Sequence] = field(default_factory=list)  # found unable to meet their deadline this step
+
+
+class Scheduler:
+    """Waiting and running sequences, and the plan of each step (see the module docstring)."""
+
+    def __init__(self, policy: Policy, account: BlockAccount, *, step_tokens: int = 512, max_running: int = 8) -> None:
+        if step_tokens < max_running:
+            raise ValueError(f"step_tokens ({step_tokens}) must be at least max_running ({max_running}).")
+        self.policy, self.account = policy, account
+        self.step_tokens, self.max_running = step_tokens, max_running
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+        self.step_seconds = 0.0  # recent seconds per step, for deadline estimates (set by the runner)
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new (or preempted) sequence."""
+        seq.admitted = False
+        self.waiting.append(seq)
+
+    def remove(self, seq: Sequence) -> None:
+        """Forget a finished or cancelled sequence, wherever it is."""
+        for queue in (self.waiting, self.running):
+            if seq in queue:
+                queue.remove(seq)
+
+    def replace(self, seq: Sequence, children: list[Sequence]) -> None:
+        """A prompt read for several choices goes on as one running sequence per choice."""
+        index = self.running.index(seq)
+        self.running[index:index + 1] = children
+        for child in children:
+            child.admitted = True
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def plan(self, now: float) -> StepPlan:
+        plan = StepPlan()
+        available = self.account.obtainable()
+        available = self._room_for_decode(plan, available, now)
+        budget = self.step_tokens - len(plan.decode)
+        budget, available = self._prefill_running(plan, budget, available, now)
+        self._admit(plan, budget, available, now)
+        plan.late = [seq for seq in self.running + self.waiting if not seq.late and self._misses_deadline(seq, now)]
+        for seq in plan.late:
+            seq.late = True
+        return plan
+
+    def _room_for_decode(self, plan: StepPlan, available: int, now: float) -> int:
+        """Decode every ready sequence; preempt from the policy's end while their next tokens do not fit."""
+        plan.decode = [seq for seq in self.running if seq.ready]
+        need = sum(self.account.needed(seq, 1) for seq in plan.decode)
+        while need > available and self.running:
+            victim = self._worst_running(now)
+            if victim in plan.decode:
+                need -= self.account.needed(victim, 1)
+            available += self._preempt(plan, victim)
+        return available - need
+
+    def _prefill_running(self, plan: StepPlan, budget: int, available: int, now: float) -> tuple[int, int]:
+        """Next chunks of prompts being read, in policy order, while tokens and blocks last."""
+        reading = sorted((s for s in self.running if not s.ready and s.prefill_left), key=lambda s: self.policy.key(s, now))
+        for seq in reading:
+            if budget <= 0:
+                break
+            count = min(seq.prefill_left, budget)
+            need = self.account.needed(seq, count)
+            if need > available:
+                continue
+            plan.prefill.append((seq, count))
+            budget, available = budget - count, available - need
+        return budget, available
+
+    def _admit(self, plan: StepPlan, budget: int, available: int, now: float) -> None:
+        """Admit waiting sequences in policy order while their whole prompts fit (preempting where the policy says)."""
+        for seq in sorted(self.waiting, key=lambda s: self.policy.key(s, now)):
+            if budget <= 0 or len(self.running) >= self.max_running:
+                return
+            need = self.account.needed(seq, seq.length)
+            while need > available and self._may_preempt_for(seq, now):
+                available += self._preempt(plan, self._worst_running(now))
+            if need > available:
+                return  # the rest wait behind it, in order
+            self.waiting.remove(seq)
+            self.running.append(seq)
+            seq.admitted = True
+            if seq.first_scheduled is None:
+                seq.first_scheduled = now
+            count = min(max(seq.prefill_left, 0), budget)
+            plan.admitted.append(seq)
+            plan.prefill.append((seq, count))
+            budget -= max(count, 1)
+            available -= need
+
+    def _may_preempt_for(self, seq: Sequence, now: float) -> bool:
+        return bool(self.running) and self.policy.preempts(seq, self._worst_running(now), now)
+
+    def _worst_running(self, now: float) -> Sequence:
+        return max(self.running, key=lambda s: self.policy.key(s, now))
+
+    def _preempt(self, plan: StepPlan, victim: Sequence) -> int:
+        """Take ``victim`` out of the running set; the blocks it frees."""
+        freed = self.account.held(victim)
+        self.running.remove(victim)
+        for index, (seq, _) in enumerate(plan.prefill):
+            if seq is victim:
+                del plan.prefill[index]
+                break
+        for chosen in (plan.admitted, plan.decode):
+            if victim in chosen:
+                chosen.remove(victim)
+        victim.preemptions += 1
+        plan.preempted.append(victim)
+        self.add(victim)
+        return freed
+
+    def _misses_deadline(self, seq: Sequence, now: float) -> bool:
+        if seq.deadline is None:
+            return False
+        if now > seq.deadline:
+            return True
+        left = seq.tokens_left
+        return left < NO_LIMIT_TOKENS and now + left * self.step_seconds > seq.deadline

@@ -1,0 +1,142 @@
+"""Rows of the continuous-batching scheduler, on the load of ``batch_load`` (the same as mlx-lm's side).
+
+Our streams run through ``LocalBatch`` on this thread; a token's time is the
+wall clock when the step that made it returned, as mlx-lm's side stamps the
+return of ``BatchGenerator.next()``. Rates, the join figures and their windows
+are computed by the same functions (``mlx_lm_batch.decode_rate``, ``stall_figures``).
+Every stream is greedy and none ends early (no end-of-sequence ids).
+
+- ``batch8_throughput_vs_single``: 8 streams of 256 tokens, aggregate decode
+  tok/s / one stream alone through the scheduler (no draft).
+- ``batch8_vs_mlx_lm``: the same 8-stream load, ours / mlx-lm's ``BatchGenerator``.
+- ``join_stall_seconds``: the worst gap of 4 running streams while a 2,000-token
+  prompt joins (value), against twice their median step (the goal) and mlx-lm's.
+- ``spec_lone_vs_plain``: a lone stream through the scheduler with the draft /
+  plain ``Engine.generate``; ``spec_speedup_greedy``'s measure beside it.
+Ratios are medians of runs that alternate the two sides.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from mlxcore.batching.local import LocalBatch, drain
+from mlxcore.batching.request import Request
+from mlxcore.bench import mlx_lm_batch
+from mlxcore.bench.batch_load import (JOIN_PROMPT_TOKENS, JOIN_RUNNING, REPLY_TOKENS, STREAMS, batch_prompts,
+                                      long_prompt)
+from mlxcore.bench.mlx_lm_batch import JOIN_AFTER, JOIN_WATCH_STEPS, StreamTrace, decode_rate, stall_figures
+from mlxcore.engine import Engine, KVConfig
+from mlxcore.events import TokenEvent
+from mlxcore.loading import load_model
+from mlxcore.params import GenerationParams
+
+
+def _engine(model_ref: str, draft_ref: str | None = None) -> Engine:
+    loaded = load_model(model_ref)
+    draft = load_model(draft_ref).model if draft_ref else None
+    engine = Engine(loaded.model, loaded.tokenizer, kv=KVConfig(kind="paged"), draft_model=draft)
+    engine.eos_ids = set()  # every stream has its full length
+    engine.warm_up()
+    return engine
+
+
+def decode_streams(engine: Engine, prompts: list[list[int]], tokens: int) -> list[StreamTrace]:
+    """Every prompt submitted at once; steps run until each stream has ``tokens`` tokens."""
+    batch = LocalBatch(engine, max_running=max(len(prompts), 1))
+    handles = [batch.submit(Request(tuple(p), GenerationParams(max_tokens=tokens)))[0] for p in prompts]
+    traces = [StreamTrace() for _ in prompts]
+    while batch.busy:
+        batch.step()
+        _collect(handles, traces, time.perf_counter())
+    return traces
+
+
+def _collect(handles, traces: list[StreamTrace], now: float) -> None:
+    for handle, trace in zip(handles, traces):
+        for event in drain(handle):
+            if isinstance(event, TokenEvent):
+                trace.add(event.token, now)
+
+
+def batch8_throughput(model_ref: str, runs: int) -> dict:
+    """``batch8_throughput_vs_single`` and ``batch8_vs_mlx_lm`` from one set of alternating runs."""
+    engine = _engine(model_ref)
+    model = engine.model
+    prompts = batch_prompts(model.args.vocab_size, STREAMS)
+    decode_streams(engine, prompts, REPLY_TOKENS)  # warm-up: every batch size's kernels
+    mlx_lm_batch.decode_batch(model, prompts, REPLY_TOKENS)
+    ours8, ours1, theirs8 = [], [], []
+    for _ in range(runs):
+        ours8.append(decode_rate(decode_streams(engine, prompts, REPLY_TOKENS))["tokens_per_second"])
+        ours1.append(decode_rate(decode_streams(engine, prompts[:1], REPLY_TOKENS))["tokens_per_second"])
+        theirs8.append(decode_rate(mlx_lm_batch.decode_batch(model, prompts, REPLY_TOKENS))["tokens_per_second"])
+    return {"vs_single": statistics.median(a / b for a, b in zip(ours8, ours1)),
+            "vs_mlx_lm": statistics.median(a / b for a, b in zip(ours8, theirs8)),
+            "ours8_tps": statistics.median(ours8), "ours1_tps": statistics.median(ours1),
+            "mlx_lm8_tps": statistics.median(theirs8), "streams": STREAMS, "tokens": REPLY_TOKENS}
+
+
+def join_run(engine: Engine, prompt_tokens: int = JOIN_PROMPT_TOKENS) -> tuple[list[StreamTrace], float]:
+    """4 streams decode; when each has ``JOIN_AFTER`` tokens the long prompt joins; run until it has
+    1 + ``JOIN_WATCH_STEPS`` tokens. (traces: the running ones', then the joined one's; time it joined)."""
+    vocab = engine.model.args.vocab_size
+    batch = LocalBatch(engine, max_running=JOIN_RUNNING + 1)
+    params = GenerationParams(max_tokens=REPLY_TOKENS)
+    handles = [batch.submit(Request(tuple(p), params))[0] for p in batch_prompts(vocab, JOIN_RUNNING)]
+    traces = [StreamTrace() for _ in handles]
+
+    def run_until(done) -> None:
+        while not done():
+            batch.step()
+            _collect(handles, traces, time.perf_counter())
+
+    run_until(lambda: all(len(t.tokens) >= JOIN_AFTER for t in traces))
+    joined_at = time.perf_counter()
+    handles.append(batch.submit(Request(tuple(long_prompt(vocab, prompt_tokens)),
+                                        GenerationParams(max_tokens=1 + JOIN_WATCH_STEPS)))[0])
+    traces.append(StreamTrace())
+    run_until(lambda: len(traces[-1].tokens) == 1 + JOIN_WATCH_STEPS)
+    for handle in handles[:-1]:
+        handle.cancel()
+    batch.run_until(lambda: False)
+    return traces, joined_at
+
+
+def join_stall(model_ref: str) -> dict:
+    """``join_stall_seconds``: ours, then mlx-lm's on the same load, each after an untimed run."""
+    engine = _engine(model_ref)
+    join_run(engine)
+    traces, joined_at = join_run(engine)
+    ours = stall_figures(traces[:-1], traces[-1], joined_at)
+    theirs = mlx_lm_batch.measure_join(engine.model).figures
+    return {"value": ours["worst_gap_seconds"], "goal_seconds": 2 * ours["median_step_seconds"],
+            "ratio": ours["ratio"], "median_step_seconds": ours["median_step_seconds"],
+            "join_ttft_seconds": ours["join_ttft_seconds"], "mlx_lm_worst_gap_seconds": theirs["worst_gap_seconds"],
+            "mlx_lm_ratio": theirs["ratio"], "mlx_lm_join_ttft_seconds": theirs["join_ttft_seconds"]}
+
+
+def spec_lone_vs_plain(model_ref: str, draft_ref: str, runs: int, tokens: int = REPLY_TOKENS) -> dict:
+    """A lone greedy stream through the scheduler with the draft / ``Engine.generate`` plain, alternating;
+    the engine's own speculative / plain ratio (``spec_speedup_greedy``'s measure) beside it."""
+    speculative, plain = _engine(model_ref, draft_ref), _engine(model_ref)
+    prompt = batch_prompts(plain.model.args.vocab_size, 1)[0]
+
+    def engine_rate(engine: Engine) -> float:
+        list(engine.generate(prompt, engine.new_caches(), GenerationParams(max_tokens=tokens)))
+        return engine.last_stats.decode_tps
+
+    def scheduler_rate() -> float:
+        return decode_rate(decode_streams(speculative, [prompt], tokens))["tokens_per_second"]
+
+    scheduler_rate(), engine_rate(plain), engine_rate(speculative)  # warm-up
+    ours, alone, engine_spec = [], [], []
+    for _ in range(runs):
+        ours.append(scheduler_rate())
+        alone.append(engine_rate(plain))
+        engine_spec.append(engine_rate(speculative))
+    return {"value": statistics.median(a / b for a, b in zip(ours, alone)),
+            "spec_speedup_greedy": statistics.median(a / b for a, b in zip(engine_spec, alone)),
+            "scheduler_spec_tps": statistics.median(ours), "plain_tps": statistics.median(alone),
+            "engine_spec_tps": statistics.median(engine_spec)}

@@ -1,0 +1,59 @@
+"""The batched decode pass against each sequence decoded alone, on both of its attention paths."""
+
+from __future__ import annotations
+
+import mlxcore  # noqa: F401  (optimized BLAS before mlx)
+import mlx.core as mx
+import pytest
+
+from mlxcore.batching import batch_forward
+from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.compiled_forward import CompiledForward
+from mlxcore.kv.model_cache import make_block_pool, make_model_cache
+from mlxcore.prefill import prefill
+from tiny_models import tiny_qwen3
+
+MODEL = tiny_qwen3(seed=21, layers=3, heads=6, kv_heads=2)
+FORWARD = CompiledForward(MODEL)
+STEPS = 30
+
+
+def prompts() -> list[list[int]]:
+    return [[(s * 131 + i * 7919) % 383 + 1 for i in range(5 + 19 * s)] for s in range(6)]
+
+
+def alone(prompt: list[int]) -> list[int]:
+    cache = make_model_cache(MODEL, "paged", block_size=4)
+    prefill(MODEL, cache, prompt[:-1], 64)
+    token, out = prompt[-1], []
+    for _ in range(STEPS):
+        cache.begin([token])
+        token = int(mx.argmax(FORWARD(mx.array([[token]]), cache=cache.layers)[0, -1]).item())
+        out.append(token)
+    return out
+
+
+@pytest.mark.parametrize("gather", [True, False])
+def test_each_sequence_of_a_batch_decodes_as_it_would_alone(monkeypatch, gather):
+    """Six sequences of different lengths, blocks of 4 tokens in slabs of 8 blocks (so tables span slabs
+    and interleave), one of them a fork sharing another's prompt."""
+    monkeypatch.setattr(batch_forward, "GATHER_LIMIT_BYTES", 1 << 30 if gather else 0)
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
+    caches = []
+    for p in prompts()[:5]:
+        cache = make_model_cache(MODEL, "paged", pool=pool, block_size=4)
+        prefill(MODEL, cache, p[:-1], 64)
+        caches.append(cache)
+    caches.append(caches[4].fork())  # the sixth shares the fifth's prompt
+    decoder, last = BatchDecoder(FORWARD), [p[-1] for p in prompts()[:5]] + [prompts()[4][-1]]
+    outs = [[] for _ in caches]
+    for _ in range(STEPS):
+        logits = decoder(caches, last, mx.array(last))
+        last = mx.argmax(logits, axis=-1).tolist()
+        for out, token in zip(outs, last):
+            out.append(token)
+    expected = [alone(p) for p in prompts()[:5]] + [alone(prompts()[4])]
+    assert outs == expected
+    for cache, p, out in zip(caches, prompts()[:5] + [prompts()[4]], outs):
+        assert cache.tokens == p + out[:-1], "each cache holds its prompt and the tokens fed since"
+    assert any(len(c._gather_index().runs) > 2 for c in caches), "tables of several runs were read"

@@ -1,0 +1,181 @@
+"""Continuous batching on the embedded target: every request's tokens equal the same request run alone.
+
+The reference is ``Engine.generate`` on one request at a time (greedy, or sampled
+with the same seed). Requests differ in prompt length, join at different steps,
+are cancelled, preempted and resumed, share a prompt as several choices, and a
+lone one decodes speculatively.
+"""
+
+from __future__ import annotations
+
+import mlxcore  # noqa: F401  (optimized BLAS before mlx)
+import pytest
+
+from mlxcore.batching.local import LocalBatch, drain
+from mlxcore.batching.request import Request
+from mlxcore.bench.batch_load import stream_prompt
+from mlxcore.engine import Engine, KVConfig
+from mlxcore.events import FinalEvent, TokenEvent
+from mlxcore.loading import load_model
+from mlxcore.params import GenerationParams
+
+TARGET, DRAFT = load_model("mini-target"), load_model("mini-draft")
+VOCAB = TARGET.model.args.vocab_size
+
+
+def engine(draft: bool = False, max_kv_bytes: int | None = None) -> Engine:
+    made = Engine(TARGET.model, TARGET.tokenizer, kv=KVConfig(kind="paged", max_kv_bytes=max_kv_bytes),
+                  draft_model=DRAFT.model if draft else None)
+    made.eos_ids = set()  # replies run to max_tokens: long enough to cross steps and blocks
+    return made
+
+
+def alone(prompt: list[int], params: GenerationParams) -> list[int]:
+    reference = engine()
+    return [e.token for e in reference.generate(prompt, reference.new_caches(), params) if isinstance(e, TokenEvent)]
+
+
+def prompt(stream: int, length: int) -> list[int]:
+    return stream_prompt(VOCAB, stream, length)
+
+
+class Collector:
+    """Every handle's events, taken after each step."""
+
+    def __init__(self, batch: LocalBatch) -> None:
+        self.batch, self.events = batch, {}
+
+    def submit(self, request: Request, n: int = 1):
+        handles = self.batch.submit(request, n)
+        for handle in handles:
+            self.events[handle.request_id] = (handle, [])
+        return handles
+
+    def step(self, count: int = 1) -> None:
+        for _ in range(count):
+            if self.batch.busy:
+                self.batch.step()
+            for handle, events in self.events.values():
+                events.extend(drain(handle))
+
+    def run(self) -> None:
+        while self.batch.busy:
+            self.step()
+
+    def tokens(self, handle) -> list[int]:
+        return [e.token for e in self.events[handle.request_id][1] if isinstance(e, TokenEvent)]
+
+    def final(self, handle) -> FinalEvent:
+        events = self.events[handle.request_id][1]
+        assert isinstance(events[-1], FinalEvent), "the stream ends with a final event"
+        return events[-1]
+
+
+def test_batches_joining_at_different_steps_with_one_cancelled_equal_each_alone():
+    batch = Collector(LocalBatch(engine(), max_running=8))
+    params = GenerationParams(max_tokens=40)
+    prompts = [prompt(s, 9 + 23 * s) for s in range(8)]
+    handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts[:3]]
+    batch.step(5)
+    handles += [batch.submit(Request(tuple(p), params))[0] for p in prompts[3:6]]
+    batch.step(7)
+    cancelled = handles[1]
+    cancelled.cancel()
+    handles += [batch.submit(Request(tuple(p), params))[0] for p in prompts[6:]]
+    batch.run()
+    for index, (handle, p) in enumerate(zip(handles, prompts)):
+        expected = alone(p, params)
+        if handle is cancelled:
+            got = batch.tokens(handle)
+            assert batch.final(handle).finish_reason == "cancelled" and 0 < len(got) < 40
+            assert got == expected[:len(got)], "what a cancelled request got is what it would have got"
+            continue
+        assert batch.tokens(handle) == expected, f"request {index} differs from the same request alone"
+        assert batch.final(handle).finish_reason == "length"
+    assert batch.batch.runner.tally.mean_batch_size > 3
+
+
+def test_a_cancelled_requests_blocks_are_free_after_the_next_step():
+    made = engine()
+    batch = Collector(LocalBatch(made))
+    params = GenerationParams(max_tokens=200)
+    keep, drop = (batch.submit(Request(tuple(prompt(s, 100)), params))[0] for s in (1, 2))
+    batch.step(6)
+    pool = made.pool("target")
+    both = pool.stats().used_blocks
+    drop.cancel()
+    batch.step(1)
+    assert pool.stats().used_blocks < both
+    assert pool.stats().used_blocks == len(pool.manager.block_ids(
+        batch.batch.runner.lives[id(batch.batch.runner.sequences[keep.request_id])][0].caches.target.seq_id))
+    keep.cancel()
+    batch.run()
+    assert pool.stats().used_blocks == 0
+
+
+@pytest.mark.parametrize("seed", [None, 7])
+def test_preempted_requests_resume_with_unchanged_output(seed):
+    made = engine(max_kv_bytes=260_000)  # ~84 tokens of the target's KV: three requests cannot all run
+    batch = Collector(LocalBatch(made))
+    params = GenerationParams(max_tokens=30, temperature=0.0 if seed is None else 0.8, seed=seed)
+    prompts = [prompt(s, 30 + 5 * s) for s in range(3)]
+    handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts]
+    batch.run()
+    assert batch.batch.runner.tally.preemptions > 0, "the budget made the scheduler preempt"
+    for handle, p in zip(handles, prompts):
+        assert batch.tokens(handle) == alone(p, params)
+    assert made.kv_budget.peak <= made.kv_budget.limit
+
+
+def test_choices_share_the_prompts_blocks_and_follow_their_seeds():
+    made = engine()
+    batch = Collector(LocalBatch(made))
+    p = prompt(3, 160)
+    params = GenerationParams(max_tokens=12, temperature=0.9, seed=11)
+    handles = batch.submit(Request(tuple(p), params), n=3)
+    while not any(batch.tokens(h) for h in handles):
+        batch.step()
+    pool = made.pool("target")
+    # the 10 blocks of the prompt are held once; each choice has its own copy of the partial last one and,
+    # with the next step queued, one new block (3 separate prompts would hold 30 and more)
+    assert pool.stats().used_blocks <= 160 // 16 + 2 * 3, "the prompt's blocks are held once"
+    batch.run()
+    for index, handle in enumerate(handles):
+        assert batch.tokens(handle) == alone(p, GenerationParams(max_tokens=12, temperature=0.9, seed=11 + index))
+    assert len({tuple(batch.tokens(h)) for h in handles}) > 1
+
+
+def test_a_lone_request_decodes_speculatively_and_a_second_one_joins_batched():
+    made = engine(draft=True)
+    batch = Collector(LocalBatch(made))
+    params = GenerationParams(max_tokens=60)
+    text = TARGET.tokenizer.encode("Once upon a time there was a little cat who liked to play in the garden.")
+    first = batch.submit(Request(tuple(text), params))[0]
+    batch.step(20)
+    second = batch.submit(Request(tuple(prompt(5, 50)), params))[0]
+    batch.run()
+    for handle, p in ((first, text), (second, prompt(5, 50))):
+        assert batch.tokens(handle) == alone(p, params)
+    drafted = [e for e in batch.events[first.request_id][1] if isinstance(e, TokenEvent) and e.from_draft]
+    assert drafted, "alone, the first request took draft tokens"
+
+
+def test_top_logprobs_are_the_likeliest_tokens_in_order():
+    batch = Collector(LocalBatch(engine()))
+    handle = batch.submit(Request(tuple(prompt(6, 20)), GenerationParams(max_tokens=5), top_logprobs=4))[0]
+    batch.run()
+    for event in (e for e in batch.events[handle.request_id][1] if isinstance(e, TokenEvent)):
+        ids, values = zip(*event.top_logprobs)
+        assert len(ids) == 4 and list(values) == sorted(values, reverse=True)
+        assert ids[0] == event.token and values[0] == pytest.approx(event.logprob, abs=1e-4)
+
+
+def test_the_final_event_reports_the_prefix_hit_of_a_shared_prompt():
+    batch = Collector(LocalBatch(engine()))
+    p = prompt(7, 100)
+    first = batch.submit(Request(tuple(p), GenerationParams(max_tokens=3)))[0]
+    batch.run()
+    second = batch.submit(Request(tuple(p + [5, 6]), GenerationParams(max_tokens=3)))[0]
+    batch.run()
+    assert batch.final(first).stats.reused_tokens == 0
+    assert batch.final(second).stats.reused_tokens == 96, "six full blocks of the first prompt were found"
