@@ -22,11 +22,13 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.models.activations import swiglu
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxcore.compile_support import compile_works
-from mlxcore.decode_attention import attend
+from mlxcore.decode_attention import Attended, attend_parts
+from mlxcore.fused_linear import fuse
 
 MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer inputs run uncompiled
 # Lengths whose kernels a warm-up builds: one decode step, and one verification block, whose kernels
@@ -34,6 +36,7 @@ MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer 
 WARM_UP_LENGTHS = (1, 2)
 _LAYER_PARTS = ("input_layernorm", "post_attention_layernorm", "self_attn", "mlp")
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "rope", "n_heads", "n_kv_heads", "scale")
+_MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 def has_qwen3_layout(model: nn.Module) -> bool:
     """True when ``model`` is laid out like mlx-lm's Qwen3 (the layers this module fuses)."""
     if getattr(getattr(model, "args", None), "model_type", None) != "qwen3":
@@ -43,7 +46,8 @@ def has_qwen3_layout(model: nn.Module) -> bool:
     if not layers or not hasattr(inner, "embed_tokens") or not hasattr(inner, "norm"):
         return False
     return all(all(hasattr(layer, p) for p in _LAYER_PARTS)
-               and all(hasattr(layer.self_attn, p) for p in _ATTENTION_PARTS) for layer in layers)
+               and all(hasattr(layer.self_attn, p) for p in _ATTENTION_PARTS)
+               and all(hasattr(layer.mlp, p) for p in _MLP_PARTS) for layer in layers)
 
 
 class _FusedLayer:
@@ -51,31 +55,44 @@ class _FusedLayer:
 
     The queries come out already multiplied by the attention scale (one multiply fewer per layer).
     ``before_batch`` is ``before`` for a batch of one new token per sequence, with the keys and
-    values laid out as the block pool's scatter takes them (``batching/batch_forward.py``).
+    values stacked as the block pool's scatter takes them (``batching/batch_forward.py``).
     """
 
     def __init__(self, layer: nn.Module, compiled: bool) -> None:
-        attn = layer.self_attn
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv = fuse([attn.q_proj, attn.k_proj, attn.v_proj])  # one product where the formats allow
+        gate_up = fuse([mlp.gate_proj, mlp.up_proj])
 
         def before(h: mx.array, offset: mx.array) -> tuple[mx.array, mx.array, mx.array]:
             b, n, _ = h.shape
-            x = layer.input_layernorm(h)
-            q = attn.q_norm(attn.q_proj(x).reshape(b, n, attn.n_heads, -1)).transpose(0, 2, 1, 3)
-            k = attn.k_norm(attn.k_proj(x).reshape(b, n, attn.n_kv_heads, -1)).transpose(0, 2, 1, 3)
-            v = attn.v_proj(x).reshape(b, n, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
+            q, k, v = qkv(layer.input_layernorm(h))
+            q = attn.q_norm(q.reshape(b, n, attn.n_heads, -1)).transpose(0, 2, 1, 3)
+            k = attn.k_norm(k.reshape(b, n, attn.n_kv_heads, -1)).transpose(0, 2, 1, 3)
+            v = v.reshape(b, n, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
             return attn.rope(q, offset=offset) * attn.scale, attn.rope(k, offset=offset), v
 
-        def before_batch(h: mx.array, offsets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        def before_batch(h: mx.array, offsets: mx.array) -> tuple[mx.array, mx.array]:
             q, k, v = before(h, offsets)  # h (B, 1, hidden), offsets (B,)
-            return q, k.transpose(2, 1, 0, 3), v.transpose(2, 1, 0, 3)  # k, v: (1, kv_heads, B, head_dim)
+            return q, mx.concatenate([k, v], axis=2).transpose(2, 1, 0, 3)  # keys, values: (2, kv_heads, B, dim)
 
         def after(h: mx.array, attended: mx.array) -> mx.array:
             b, n, _ = h.shape
             h = h + attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))
-            return h + layer.mlp(layer.post_attention_layernorm(h))
+            gate, up = gate_up(layer.post_attention_layernorm(h))
+            return h + mlp.down_proj(swiglu(gate, up))
+
+        def after_parts(h: mx.array, out: mx.array, total: mx.array) -> mx.array:
+            b, n, _ = h.shape  # out, total: decode_attention.attend_parts' grouped layout
+            return after(h, (out / total).astype(out.dtype).reshape(b, attn.n_heads, n, -1))
 
         wrap = mx.compile if compiled else (lambda fn: fn)
-        self.before, self.before_batch, self.after = wrap(before), wrap(before_batch), wrap(after)
+        self.before, self.before_batch = wrap(before), wrap(before_batch)
+        self._after, self._after_parts = wrap(after), wrap(after_parts)
+
+    def after(self, h: mx.array, parts: Attended) -> mx.array:
+        """The rest of the layer after attention; the attention's last division runs inside it."""
+        out, total = parts
+        return self._after(h, out) if total is None else self._after_parts(h, out, total)
 
     def __call__(self, h: mx.array, offset: mx.array, mask: Any, cache: Any) -> mx.array:
         q, k, v = self.before(h, offset)
@@ -83,7 +100,7 @@ class _FusedLayer:
             segments = cache.update_and_segments(k, v)
         else:
             segments = [cache.update_and_fetch(k, v)]
-        return self.after(h, attend(q, segments, 1.0, mask))  # q carries the scale
+        return self.after(h, attend_parts(q, segments, 1.0, mask))  # q carries the scale
 
 
 class CompiledForward:
@@ -129,3 +146,5 @@ class CompiledForward:
         cache = make_prompt_cache(self.wrapped)
         for n in WARM_UP_LENGTHS:
             mx.eval(self(mx.zeros((1, n), dtype=mx.int32), cache=cache))
+        h = self.model.embed_tokens(mx.zeros((2, 1), dtype=mx.int32))  # a batched step's first half
+        mx.eval(self._layers[0].before_batch(h, mx.zeros((2,), dtype=mx.int32)))

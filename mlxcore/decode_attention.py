@@ -27,9 +27,12 @@ from typing import Any
 
 import mlx.core as mx
 
-from mlxcore.fast_exp import fast_exp
+from mlxcore.fast_exp import fast_exp_below
 
 Segment = tuple[mx.array, mx.array]  # keys, values: (1, kv_heads, length, dim) each
+
+
+Attended = tuple[mx.array, mx.array | None]  # (out, row sums to divide it by, or None when out is final)
 
 
 def attend(q: mx.array, segments: list[Segment], scale: float, mask: Any = None) -> mx.array:
@@ -39,25 +42,40 @@ def attend(q: mx.array, segments: list[Segment], scale: float, mask: Any = None)
     last L positions) or an array broadcast to (L, keys): boolean (True = seen) or
     additive.
     """
+    return normalized(attend_parts(q, segments, scale, mask), q.shape)
+
+
+def attend_parts(q: mx.array, segments: list[Segment], scale: float, mask: Any = None) -> Attended:
+    """``attend`` before its last division: (out, total), so that a caller can fold ``out / total`` and the
+    reshape to (B, heads, L, dim) into its own compiled step (``normalized`` does them otherwise).
+    out: (B, kv_heads, rep * L, dim) unnormalised, total: (B, kv_heads, rep * L, 1); or (attention, None)."""
     on_cpu = mx.default_device() == mx.cpu
     if (len(segments) == 1 and not on_cpu) or not _grouped_mask_ok(mask):
         keys, values = _joined(segments)
-        return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
+        return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask), None
     return _grouped(q, segments, scale, lambda scores: _masked(scores, mask, q.shape[2]), on_cpu)
 
 
-def attend_batch(q: mx.array, segments: list[Segment], scale: float, valid: mx.array) -> mx.array:
-    """One query per sequence of a batch over keys padded to a common length, in pieces.
+def attend_batch_parts(q: mx.array, segments: list[Segment], scale: float, valid: mx.array) -> Attended:
+    """One query per sequence of a batch over keys padded to a common length, in pieces; as ``attend_parts``.
 
     q: (B, heads, 1, dim); segments: (B, kv_heads, length, dim) keys and values each, in any
     order along the length (a decode step sees every key it holds); valid: (B, 1, 1, keys)
-    booleans over the pieces' keys in order, False for padding. Returns (B, heads, 1, dim).
+    booleans over the pieces' keys in order, False for padding.
     """
     on_cpu = mx.default_device() == mx.cpu
     return _grouped(q, segments, scale, lambda scores: mx.where(valid, scores, -mx.inf), on_cpu)
 
 
-def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, on_cpu: bool) -> mx.array:
+def normalized(parts: Attended, shape: tuple[int, ...]) -> mx.array:
+    """The attention (B, heads, L, dim) of ``attend_parts``' result, for queries of ``shape``."""
+    out, total = parts
+    if total is None:
+        return out
+    return _as(out / total, out.dtype).reshape(shape)
+
+
+def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, on_cpu: bool) -> Attended:
     """Grouped-query softmax attention over ``segments``; ``mask`` maps float32 scores to masked scores."""
     batch, heads, n, dim = q.shape
     kv_heads = segments[0][0].shape[1]
@@ -67,7 +85,7 @@ def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, on_cpu: b
     scores = mask(_as(scores, mx.float32))
     values_dtype = segments[0][1].dtype
     if on_cpu:
-        weights = fast_exp(scores - mx.max(scores, axis=-1, keepdims=True))
+        weights = fast_exp_below(scores, mx.max(scores, axis=-1, keepdims=True))
         total = mx.sum(weights, axis=-1, keepdims=True)
     else:
         weights, total = mx.softmax(scores, axis=-1, precise=True), None
@@ -80,9 +98,9 @@ def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, on_cpu: b
         out = parts[0] @ segments[0][1]
         for part, (_, values) in zip(parts[1:], segments[1:]):
             out = mx.addmm(out, part, values)
-    if total is not None:
-        out = _as(out / total, values_dtype)
-    return out.reshape(batch, heads, n, dim)
+    if total is None:
+        return out.reshape(batch, heads, n, dim), None
+    return out, total
 
 
 def _as(array: mx.array, dtype: mx.Dtype) -> mx.array:

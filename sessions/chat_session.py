@@ -14,6 +14,8 @@ from mlxcore.held_tokens import prompt_ids as held_prompt_ids
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, StopPrefill
 from mlxcore.think_blocks import EMPTY, close_open_block
+from mlxcore.batching.local import LocalBatch
+from sessions.batched_turn import Alternatives, BatchedTurn
 from sessions.messages import Message
 from sessions.titles import shown_title
 
@@ -136,6 +138,44 @@ class ChatSession:
     def clear(self) -> None:
         """Forget the conversation but keep the system prompt (and its cached tokens)."""
         self.messages = self.messages[:1] if self.system is not None else []
+
+    # turns on the batching scheduler ---------------------------------------------------
+
+    def start_turn(self, text: str, batch: LocalBatch, n: int = 1) -> BatchedTurn:
+        """A user message answered by the batching scheduler: ``n`` replies at once, generated as whoever
+        runs ``batch``'s steps runs them; ``keep`` one (``sessions.batched_turn``)."""
+        if not text.strip():
+            raise PromptError("The message is empty: type something first.")
+        before = list(self.messages)
+        self.messages.append(Message("user", text))
+        return self._batched(before, batch, n)
+
+    def start_regenerate(self, batch: LocalBatch, n: int = 1) -> BatchedTurn:
+        """``n`` new replies in place of the last one, on the batching scheduler."""
+        if not self.messages or self.messages[-1].role != "assistant":
+            raise PromptError("There is no reply to regenerate yet.")
+        before = list(self.messages)
+        self.messages.pop()
+        return self._batched(before, batch, n)
+
+    def alternatives(self, text: str | None, n: int) -> Alternatives:
+        """``n`` replies to ``text`` (None: regenerate the last reply) generated side by side, sharing the
+        prompt's blocks. Iterate for (choice, text chunk) as they come, then ``keep(choice)``: that reply
+        joins the history (``discard()`` keeps none)."""
+        if n < 1:
+            raise ValueError(f"n must be at least 1, not {n}")
+        batch = LocalBatch(self.engine, max_running=max(n, 1))
+        turn = self.start_regenerate(batch, n) if text is None else self.start_turn(text, batch, n)
+        return Alternatives(turn)
+
+    def _batched(self, before: list[Message], batch: LocalBatch, n: int) -> BatchedTurn:
+        self.cut_in_thinking = False
+        try:
+            self._keep_system_in_window()
+            return BatchedTurn(self, batch, before, n)
+        except Exception:
+            self.messages = before  # refused: the turn did not happen
+            raise
 
     def stream_events(self, text: str) -> Iterator[Event]:
         """Like ``stream``, but yields the Engine's events (token ids, draft flags, final stats)."""

@@ -111,12 +111,12 @@ def test_warm_up_traces_decode_and_verification_lengths_once():
     model.model.layers[0].input_layernorm = _CountingNorm(model.model.layers[0].input_layernorm, traced)
     forward = CompiledForward(model)
     forward.warm_up()
-    assert traced == [1, 2]
+    assert traced == [1, 2, 1], "decode, verification, and the first half of a batched step (2 sequences)"
     cache = make_model_cache(model, "paged")  # a real decode afterwards, on another cache kind: no new trace
     for ids in ([5], [6, 7], [8]):
         cache.begin(ids)
         mx.eval(forward(mx.array([ids]), cache=cache.layers))
-    assert traced == [1, 2]
+    assert traced == [1, 2, 1]
 
 
 def test_warm_up_leaves_engine_state_alone():

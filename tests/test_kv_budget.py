@@ -113,10 +113,10 @@ def test_slabs_are_added_without_copying_and_given_back_when_chats_close():
     pool = make_block_pool(TARGET, block_size=4, slab_blocks=4, budget=budget)
     chat = make_model_cache(TARGET, "paged", pool=pool)
     feed(TARGET, chat, list(range(1, 10)))
-    first = pool.storage[0].keys[0]
+    first = pool.storage[0].slabs[0]
     for token in range(55):  # to 64 tokens: 16 blocks, 4 full slabs
         feed(TARGET, chat, [token + 1])
-    assert pool.storage[0].keys[0] is first, "growing adds slabs; the first one is the same array"
+    assert pool.storage[0].slabs[0] is first, "growing adds slabs; the first one is the same array"
     assert pool.slabs == 4 and pool.bytes_allocated == 4 * 4 * pool.block_bytes
     assert len(chat._gather_index().runs) == 4, "a chat across slabs is read as one run per slab"
     assert budget.peak == pool.bytes_allocated, "never two copies of the storage at once"

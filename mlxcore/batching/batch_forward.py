@@ -26,7 +26,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlxcore.compiled_forward import CompiledForward
-from mlxcore.decode_attention import attend, attend_batch
+from mlxcore.decode_attention import Attended, attend, attend_batch_parts
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.slab_storage import LayerStorage
 
@@ -58,10 +58,11 @@ class BatchDecoder:
         reads = _Reads(caches, pool.geometry.token_bytes // pool.geometry.num_layers)
         h = self.forward.model.embed_tokens(inputs[:, None])
         for index, layer in enumerate(self.forward._layers):
-            q, k, v = layer.before_batch(h, offsets)  # (B, heads, 1, dim) scaled; (1, kv_heads, B, dim) x 2
+            q, both = layer.before_batch(h, offsets)  # (B, heads, 1, dim) scaled; (2, kv_heads, B, dim)
             storage = pool.storage[index]
-            writes.apply(storage, k, v)
+            writes.apply(storage, both)
             h = layer.after(h, reads.attend(storage, index, q))
+            mx.async_eval(h)  # start this layer while the next one's graph is built (MLX's CPU queue is short)
         for cache in caches:
             cache.finish_batched_pass()
         return self.forward._head(h)[:, -1, :]
@@ -80,12 +81,10 @@ class _Writes:
         self.groups = [(slab, mx.array(slots), None if len(rows) == everyone else mx.array(rows))
                        for slab, (slots, rows) in groups.items()]
 
-    def apply(self, storage: LayerStorage, k: mx.array, v: mx.array) -> None:
-        """Scatter keys and values (1, kv_heads, B, dim) into their slots."""
+    def apply(self, storage: LayerStorage, both: mx.array) -> None:
+        """Scatter keys and values (2, kv_heads, B, dim) into their slots."""
         for slab, slots, rows in self.groups:
-            keys, values = (k, v) if rows is None else (k[:, :, rows], v[:, :, rows])
-            storage.keys[slab][:, :, slots, :] = keys
-            storage.values[slab][:, :, slots, :] = values
+            storage.scatter(slab, slots, both if rows is None else both[:, :, rows])
 
 
 class _Reads:
@@ -119,26 +118,27 @@ class _Reads:
                 filled[slab] += count
         return slots, np.concatenate(valid, axis=1)[:, None, None, :]
 
-    def attend(self, storage: LayerStorage, index: int, q: mx.array) -> mx.array:
-        """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens."""
+    def attend(self, storage: LayerStorage, index: int, q: mx.array) -> Attended:
+        """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens (``attend_parts``)."""
         if not self.gather:
             return mx.concatenate([attend(q[row:row + 1], cache.layer_segments(index), 1.0)
-                                   for row, cache in enumerate(self.caches)], axis=0)
+                                   for row, cache in enumerate(self.caches)], axis=0), None
         segments = []
         for slab in self.slabs:
-            keys, values = storage.keys[slab], storage.values[slab]
-            _, heads, capacity, dim = keys.shape
-            rows = self._slab_rows(slab, heads, capacity)  # (B, kv_heads, longest)
-            segments.append((mx.take(keys.reshape(heads * capacity, dim), rows, axis=0),
-                             mx.take(values.reshape(heads * capacity, dim), rows, axis=0)))
-        return attend_batch(q, segments, 1.0, self.valid)
+            both = storage.slabs[slab]
+            _, heads, capacity, dim = both.shape
+            rows = self._slab_rows(slab, heads, capacity)  # (B, 2, kv_heads, longest)
+            taken = mx.take(both.reshape(2 * heads * capacity, dim), rows, axis=0)  # (B, 2, kv_heads, longest, dim)
+            segments.append((taken[:, 0], taken[:, 1]))
+        return attend_batch_parts(q, segments, 1.0, self.valid)
 
     def _slab_rows(self, slab: int, heads: int, capacity: int) -> mx.array:
-        """Rows of the (kv_heads * capacity, dim) view of a slab that each sequence reads; made once a step."""
+        """Rows of the (2 * kv_heads * capacity, dim) view of a slab that each sequence reads; made once a step."""
         key = (slab, heads, capacity)
         if key not in self._rows:
-            slots = self.slots[slab]
-            self._rows[key] = mx.array(np.arange(heads, dtype=np.int32)[None, :, None] * capacity + slots[:, None, :])
+            slots = self.slots[slab]  # (B, longest)
+            heads_rows = np.arange(2 * heads, dtype=np.int32).reshape(1, 2, heads, 1) * capacity
+            self._rows[key] = mx.array(heads_rows + slots[:, None, None, :])
         return self._rows[key]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlxcore.errors import MlxchatError
+from mlxcore.errors import MlxchatError, PromptError
 
 
 class OverloadedError(MlxchatError):
@@ -14,5 +14,5 @@ class OverloadedError(MlxchatError):
         self.retry_after = retry_after
 
 
-class PromptTooLongError(MlxchatError):
+class PromptTooLongError(PromptError):
     """A prompt longer than the model's context, or than the whole KV budget can ever hold."""

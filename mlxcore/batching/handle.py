@@ -57,6 +57,7 @@ class RequestHandle:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_queue: asyncio.Queue | None = None
         self.finished = threading.Event()  # set once the final event (or a failure) is put
+        self.caches = None  # with ``Request.keep_caches``: the reply's caches once it ended (the caller releases them)
 
     @property
     def request_id(self) -> str:

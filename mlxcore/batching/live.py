@@ -56,19 +56,21 @@ class Live:
 
     def release(self) -> None:
         """Give the caches back (their full blocks stay cached for a prefix hit)."""
-        self.close_speculative()
+        self.close_speculative(decoding_on=False)
         if self.caches is not None:
             self.caches.release()
             self.caches = None
 
-    def close_speculative(self) -> None:
-        """Leave speculative decoding: the target cache goes back to holding all ids but the last."""
+    def close_speculative(self, decoding_on: bool = True) -> None:
+        """Leave speculative decoding. ``decoding_on``: batched decoding goes on, so the target cache goes
+        back to holding all ids but the last (fed by the next step); else it holds them all."""
         if self.speculative is None:
             return
         _, tokens = self.speculative
         self.speculative = None
         tokens.close()  # settles both caches to hold exactly ``ids``
-        self.caches.target.trim(1)  # the last token is fed by the next decode step, as in a batched one
+        if decoding_on:
+            self.caches.target.trim(1)
 
     def emit(self, token: int, logprob: float, from_draft: bool = False,
              top: tuple[tuple[int, float], ...] = ()) -> str | None:
@@ -86,7 +88,11 @@ class Live:
         return finish
 
     def finish(self, reason: str, stats_extra: dict | None = None) -> None:
-        """Put the final event (``reason``: eos, length, stop or cancelled) with the request's figures."""
+        """Put the final event (``reason``: eos, length, stop or cancelled) with the request's figures;
+        the caches go back to the pool, or to the caller with ``Request.keep_caches``."""
+        if self.handle.request.keep_caches and self.caches is not None:
+            self.close_speculative(decoding_on=False)
+            self.handle.caches, self.caches = self.caches, None
         self.release()
         now = time.monotonic()
         count = self.reply.count

@@ -37,6 +37,7 @@ class Request:
     deadline: float | None = None  # time.monotonic() by which the reply should be done; None = no deadline
     top_logprobs: int = 0  # also report this many likeliest tokens (and log-probabilities) at each position
     use_draft: bool = True  # decode speculatively when it runs alone and the engine has a draft
+    keep_caches: bool = False  # hand the reply's caches to the caller (``RequestHandle.caches``) at its end
     request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
 
     def __post_init__(self) -> None:

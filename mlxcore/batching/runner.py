@@ -32,7 +32,7 @@ from mlxcore.batching.pool_account import PoolAccount
 from mlxcore.batching.tally import Tally
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.engine import Engine
-from mlxcore.errors import PromptError
+from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
@@ -43,7 +43,7 @@ class BatchRunner:
 
     def __init__(self, engine: Engine, policy: Policy, *, step_tokens: int = 512, max_running: int = 8) -> None:
         if engine.kv.kind != "paged":
-            raise ValueError("Batching runs on the paged KV cache (--kv paged).")
+            raise UsageError("Replies side by side need the paged KV cache (--kv paged).")
         self.engine = engine
         self.decoder = BatchDecoder(engine.target_forward)
         self.steps = DecodeSteps(engine.target_forward, self.decoder)
@@ -141,6 +141,8 @@ class BatchRunner:
             live.caches.draft.release()
             live.caches.draft = None
         hits = live.caches.target.reuse_prefix(live.ids)
+        if live.caches.draft is not None:  # the draft's blocks of a chat it decoded before, for speculation alone
+            live.caches.draft.reuse_prefix(live.ids)
         seq.cached = hits
         if live.preemptions == 0:
             live.prefix_hits = hits

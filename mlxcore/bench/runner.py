@@ -6,7 +6,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mlxcore.bench import speculative
+from mlxcore.bench import batching, speculative
 from mlxcore.bench.blas import blas_speedup
 from mlxcore.bench.decode import decode_vs_mlx_lm
 from mlxcore.bench.paged_decode import paged_decode_vs_standard_long, paged_decode_vs_standard_twin
@@ -57,6 +57,14 @@ ROWS: dict[str, tuple[str, Row]] = {
                                lambda s: twin_prefill_vs_mlx_lm(max(2, s.runs // 2))),
     "spec_worst_case": ("speculative / plain tok/s with an untrained draft",
                         lambda s: speculative.spec_worst_case(s.model, s.draft, s.runs)),
+    "batch8_throughput_vs_single": ("aggregate decode tok/s of 8 streams of 256 tokens / one stream, scheduler",
+                                    lambda s: batching.batch8_row(s.model, s.runs, "vs_single")),
+    "batch8_vs_mlx_lm": ("the same 8-stream load, mlxchat's scheduler / mlx-lm's BatchGenerator",
+                         lambda s: batching.batch8_row(s.model, s.runs, "vs_mlx_lm")),
+    "join_stall_seconds": ("worst gap of 4 running streams while a 2,000-token prompt joins (goal: 2x median step)",
+                           lambda s: batching.join_stall(s.model)),
+    "spec_lone_vs_plain": ("a lone stream through the scheduler with the draft / plain decode, temperature 0",
+                           lambda s: batching.spec_lone_vs_plain(s.model, s.draft, s.runs)),
 }
 
 

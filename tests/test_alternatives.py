@@ -1,0 +1,88 @@
+"""ChatSession.alternatives: several replies to one turn side by side, one kept; the chat goes on from it."""
+
+from __future__ import annotations
+
+import mlxcore  # noqa: F401  (optimized BLAS before mlx)
+import pytest
+
+from mlxcore.engine import Engine, KVConfig
+from mlxcore.errors import MlxchatError, PromptError
+from mlxcore.loading import load_model
+from mlxcore.params import GenerationParams
+from sessions.chat_session import ChatSession
+from turn_checks import send_matching_a_cold_run
+
+TARGET, DRAFT = load_model("mini-target"), load_model("mini-draft")
+
+
+def session(draft: bool = True, kind: str = "paged", **params) -> ChatSession:
+    engine = Engine(TARGET.model, TARGET.tokenizer, kv=KVConfig(kind=kind, max_kv=4096 if kind == "rotating" else None),
+                    draft_model=DRAFT.model if draft else None)
+    made = ChatSession(engine, system="You are terse.", params=GenerationParams(max_tokens=24, **params))
+    made.enable_thinking = False
+    return made
+
+
+def test_three_sampled_replies_one_kept_and_the_chat_goes_on_from_it():
+    chat = session(temperature=0.9, seed=5)
+    chat.send("Hello there, who are you?")
+    before = list(chat.messages)
+    alts = chat.alternatives("Tell me a story about a cat.", 3)
+    chunks = list(alts)
+    assert {choice for choice, _ in chunks} == {0, 1, 2}
+    texts = alts.texts
+    assert len(set(texts)) > 1, "sampled with their own seeds, the replies differ"
+    kept = alts.keep(1)
+    assert chat.messages[:len(before)] == before and chat.messages[-1].content == kept
+    assert kept.strip() and texts[1].strip() in kept
+    chat.params = GenerationParams(max_tokens=24)  # greedy, so the next turn can be checked against a cold run
+    send_matching_a_cold_run(chat, "And then what happened?")
+
+
+def test_greedy_alternatives_are_the_same_reply_and_share_the_prompt():
+    chat = session(draft=False)
+    chat.send("Hello there, who are you? " * 8)
+    pool = chat.engine.pool("target")
+    alts = chat.alternatives("Say it again.", 2)
+    iterator = iter(alts)
+    next(iterator)
+    prompt_blocks = -(-len(chat.prompt_ids()) // 16)
+    assert pool.stats().used_blocks < prompt_blocks + 2 * 3, "the conversation's blocks are held once"
+    list(iterator)
+    assert alts.texts[0] == alts.texts[1]
+    alts.keep(0)
+    send_matching_a_cold_run(chat, "Thanks.")
+
+
+def test_discarding_leaves_the_history_as_it_was():
+    chat = session()
+    chat.send("Hi")
+    before = list(chat.messages)
+    alts = chat.alternatives("Write a poem.", 2)
+    for count, _ in enumerate(alts):
+        if count == 5:
+            break
+    alts.discard()
+    assert chat.messages == before
+    send_matching_a_cold_run(chat, "Write a poem.")
+
+
+def test_regenerating_as_alternatives_replaces_the_last_reply():
+    chat = session()
+    chat.send("Name a colour.")
+    user_turns = [m for m in chat.messages if m.role == "user"]
+    alts = chat.alternatives(None, 2)
+    list(alts)
+    alts.keep(1)
+    assert [m for m in chat.messages if m.role == "user"] == user_turns
+    assert chat.messages[-1].role == "assistant"
+
+
+def test_refused_turns_leave_no_trace():
+    chat = session()
+    before = list(chat.messages)
+    with pytest.raises(PromptError):
+        chat.alternatives("word " * 5000, 2)
+    assert chat.messages == before
+    with pytest.raises(MlxchatError, match="paged"):
+        session(kind="rotating").alternatives("Hi", 2)
