@@ -49,6 +49,10 @@ class BatchedTurn:
                 got.append((choice, event))
         return got
 
+    def prompt_progress(self) -> tuple[int, int]:
+        """(prompt tokens read, prompt tokens in all) while the prompt is being read."""
+        return self.batch.prompt_progress(self.handles[0])
+
     def stop(self) -> None:
         """Stop every reply still generating (what each has so far stays, to keep or not)."""
         for handle, final in zip(self.handles, self.finals):

@@ -40,6 +40,14 @@ class LocalBatch:
     def step(self) -> None:
         self.runner.step()
 
+    def prompt_progress(self, handle: RequestHandle) -> tuple[int, int]:
+        """(prompt tokens in the cache, prompt tokens in all) of a request; (0, 0) once it has ended."""
+        seq = self.runner.sequences.get(handle.request_id)
+        if seq is None:
+            return 0, 0
+        total = len(handle.request.prompt_ids)
+        return min(seq.cached, total), total
+
     def run_until(self, done: Callable[[], bool]) -> None:
         """Run steps until ``done()`` (or nothing is left to run)."""
         while not done() and self.runner.busy:
