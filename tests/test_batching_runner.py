@@ -92,7 +92,7 @@ def test_batches_joining_at_different_steps_with_one_cancelled_equal_each_alone(
             continue
         assert batch.tokens(handle) == expected, f"request {index} differs from the same request alone"
         assert batch.final(handle).finish_reason == "length"
-    assert batch.batch.runner.tally.mean_batch_size > 3
+    assert batch.batch.runner.tally.largest_batch >= 4, "they decoded together"
 
 
 def test_a_cancelled_requests_blocks_are_free_after_the_next_step():

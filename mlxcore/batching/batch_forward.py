@@ -26,7 +26,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlxcore.compiled_forward import CompiledForward
-from mlxcore.decode_attention import Attended, attend, attend_batch_parts
+from mlxcore.decode_attention import Attended, attend, attend_batch_parts, normalized
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.slab_storage import LayerStorage
 
@@ -42,47 +42,70 @@ class BatchDecoder:
             raise ValueError("Batched decoding needs a Qwen3-layout model.")
         self.forward = forward
 
-    def __call__(self, caches: list[PagedCache], ids: list[int], inputs: mx.array) -> mx.array:
+    def __call__(self, caches: list[PagedCache], ids: list[int], inputs: mx.array,
+                 chunk: tuple[PagedCache, list[int]] | None = None) -> mx.array:
         """Logits (B, V) of the next token of each sequence after ``inputs`` (B,) int32.
 
         ``ids`` are the same tokens as known ids (or ``PENDING`` where the value is not known yet:
         correct it with ``cache.correct_tail`` afterwards), recorded as each cache's tokens.
+        ``chunk``: (cache, prompt ids) of another sequence reading its prompt, fed in the same pass as
+        more rows (one token a row at its own position), attended causally over its own tokens.
         """
         pool = caches[0].pool
-        if any(cache.pool is not pool for cache in caches):
+        if any(cache.pool is not pool for cache in caches + ([chunk[0]] if chunk else [])):
             raise ValueError("A batch's sequences must share one block pool.")
-        offsets = mx.array([cache.offset for cache in caches], dtype=mx.int32)  # each one's next position
+        positions = [cache.offset for cache in caches]  # each one's next position
+        if chunk is not None:  # first: a chunk the pool cannot take raises before anything changed
+            chunk[0].begin(chunk[1])
+            positions += range(chunk[0].offset, chunk[0].offset + len(chunk[1]))
+            inputs = mx.concatenate([inputs, mx.array(chunk[1], dtype=inputs.dtype)])
         for cache, token in zip(caches, ids):
             cache.begin([token])
-        writes = _Writes(caches)
+        offsets = mx.array(positions, dtype=mx.int32)
+        writes = _Writes(caches, chunk[0] if chunk else None)
         reads = _Reads(caches, pool.geometry.token_bytes // pool.geometry.num_layers)
-        h = self.forward.model.embed_tokens(inputs[:, None])
+        rows = len(caches)
+        causal = _causal(chunk[0], len(chunk[1])) if chunk else None
+        h = self.forward.model.embed_tokens(inputs[:, None])  # (rows + chunk, 1, hidden): a row a token
         for index, layer in enumerate(self.forward._layers):
-            q, both = layer.before_batch(h, offsets)  # (B, heads, 1, dim) scaled; (2, kv_heads, B, dim)
+            q, both = layer.before_batch(h, offsets)  # (R, heads, 1, dim) scaled; (2, kv_heads, R, dim)
             storage = pool.storage[index]
             writes.apply(storage, both)
-            h = layer.after(h, reads.attend(storage, index, q))
+            if chunk is None:
+                h = layer.after(h, reads.attend(storage, index, q))
+            else:
+                h = layer.after(h, (self._mixed(reads, storage, index, q, rows, chunk[0], causal), None))
             mx.async_eval(h)  # start this layer while the next one's graph is built (MLX's CPU queue is short)
-        for cache in caches:
+        for cache in caches + ([chunk[0]] if chunk else []):
             cache.finish_batched_pass()
-        return self.forward._head(h)[:, -1, :]
+        return self.forward._head(h[:rows])[:, -1, :]
+
+    @staticmethod
+    def _mixed(reads: _Reads, storage: LayerStorage, index: int, q: mx.array, rows: int,
+               cache: PagedCache, causal: mx.array) -> mx.array:
+        """Attention of the decode rows (as without a chunk) and of the chunk's rows (``causal`` (L, keys),
+        over its own tokens), as one (R, heads, 1, dim) array."""
+        decoded = normalized(reads.attend(storage, index, q[:rows]), q[:rows].shape)
+        queries = q[rows:].transpose(2, 1, 0, 3)  # (1, heads, L, dim)
+        chunk = attend(queries, cache.layer_segments(index), 1.0, causal).transpose(2, 1, 0, 3)
+        return mx.concatenate([decoded, chunk], axis=0)
 
 
 class _Writes:
-    """Where each sequence's new token goes: per slab, the slots and the batch rows that write them."""
+    """Where each row's key and value go: per slab, the slots and the rows that write them."""
 
-    def __init__(self, caches: list[PagedCache]) -> None:
+    def __init__(self, caches: list[PagedCache], chunk: PagedCache | None = None) -> None:
         groups: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
-        for row, cache in enumerate(caches):
-            slab, at = cache.write_slot()
+        places = [cache.write_slot() for cache in caches] + (chunk.write_slots() if chunk else [])
+        for row, (slab, at) in enumerate(places):
             groups[slab][0].append(at)
             groups[slab][1].append(row)
-        everyone = len(caches)
+        everyone = len(places)
         self.groups = [(slab, mx.array(slots), None if len(rows) == everyone else mx.array(rows))
                        for slab, (slots, rows) in groups.items()]
 
     def apply(self, storage: LayerStorage, both: mx.array) -> None:
-        """Scatter keys and values (2, kv_heads, B, dim) into their slots."""
+        """Scatter keys and values (2, kv_heads, R, dim) into their slots."""
         for slab, slots, rows in self.groups:
             storage.scatter(slab, slots, both if rows is None else both[:, :, rows])
 
@@ -140,6 +163,13 @@ class _Reads:
             heads_rows = np.arange(2 * heads, dtype=np.int32).reshape(1, 2, heads, 1) * capacity
             self._rows[key] = mx.array(heads_rows + slots[:, None, None, :])
         return self._rows[key]
+
+
+def _causal(cache: PagedCache, count: int) -> mx.array:
+    """(count, keys) booleans: query i of a chunk of ``count`` new tokens sees keys up to its own position
+    (made once a pass; the layers share it)."""
+    keys = cache.offset + count
+    return mx.arange(keys)[None] <= mx.arange(count)[:, None] + (keys - count)
 
 
 def _per_slab(table: list[tuple[int, int, int]]) -> dict[int, int]:

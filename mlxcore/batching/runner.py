@@ -20,14 +20,17 @@ import time
 from dataclasses import replace
 
 
+
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.decode_steps import DecodeSteps
 from mlxcore.batching.errors import PromptTooLongError
 from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.live import Live
+from mlxcore.batching.pacing import Pacing
 from mlxcore.batching.policies import Policy
 from mlxcore.batching.request import Request
 from mlxcore.batching.scheduler import Scheduler, Sequence, StepPlan
+from mlxcore.compiled_forward import MAX_FED_TOKENS
 from mlxcore.batching.pool_account import PoolAccount
 from mlxcore.batching.tally import Tally
 from mlxcore.decode_speculative import SpeculativeDecoder
@@ -52,6 +55,7 @@ class BatchRunner:
         self.lives: dict[int, list[Live]] = {}  # id(sequence) -> its replies (several until a prompt forks)
         self.sequences: dict[str, Sequence] = {}  # request id -> its sequence
         self.tally = Tally()
+        self.pacing = Pacing()
         self._cancelled: set[str] = set()
 
     # requests ---------------------------------------------------------------
@@ -94,19 +98,29 @@ class BatchRunner:
     def step(self) -> None:
         start = time.monotonic()
         self._apply_cancellations()
+        self.scheduler.prefill_cap = self.pacing.cap()
         plan = self.scheduler.plan(start)
         for seq in plan.preempted:
             self._preempted(seq)
         for seq in plan.late:
             for live in self.lives[id(seq)]:
                 live.late = True
+        paced = bool(plan.decode) and self.scheduler.prefill_cap is not None
+        chunk = None
         for seq, count in plan.prefill:
-            self._prefill(seq, count, start)
-        decoded = self._decode([seq for seq in plan.decode if id(seq) in self.lives], lone=self._lone(plan))
+            if paced and chunk is None:  # read in the decode pass itself, as more rows of the batch
+                chunk = self._chunk(seq, count, start)
+            else:
+                self._prefill(seq, count, start)
+        decoded = self._decode([seq for seq in plan.decode if id(seq) in self.lives], self._lone(plan), chunk)
         seconds = time.monotonic() - start
         self.tally.step(len(plan.decode), decoded, seconds)
         if decoded:
             self.scheduler.step_seconds = seconds
+            if not plan.prefill:
+                self.pacing.observe_decode(seconds)
+            elif chunk is not None and self.pacing.decode_seconds is not None:
+                self.pacing.observe_chunk(len(chunk[2]), seconds - self.pacing.decode_seconds)
 
     def _lone(self, plan: StepPlan) -> bool:
         """Whether the step's one decoding sequence may decode speculatively: nobody else runs or waits."""
@@ -114,6 +128,19 @@ class BatchRunner:
             and not self.scheduler.waiting
 
     # prefill ----------------------------------------------------------------
+
+    def _chunk(self, seq: Sequence, count: int, now: float) -> tuple[Sequence, Live, list[int]] | None:
+        """The prompt ids ``seq`` reads in this step's decode pass (its caches attached first), or None."""
+        leader = self.lives[id(seq)][0]
+        leader.started(now)
+        if leader.caches is None:
+            self._attach(seq, leader)
+        count = min(count, seq.prefill_left, MAX_FED_TOKENS)
+        if not count:
+            if seq.choices > 1:
+                self._fork(seq)
+            return None
+        return seq, leader, leader.ids[seq.cached:seq.cached + count]
 
     def _prefill(self, seq: Sequence, count: int, now: float) -> None:
         lives = self.lives[id(seq)]
@@ -175,8 +202,9 @@ class BatchRunner:
 
     # decode -----------------------------------------------------------------
 
-    def _decode(self, seqs: list[Sequence], lone: bool) -> int:
-        """One token for each of ``seqs`` (queued; read next step, ``decode_steps.py``); tokens emitted."""
+    def _decode(self, seqs: list[Sequence], lone: bool, chunk: tuple | None = None) -> int:
+        """One token for each of ``seqs`` (queued; read next step, ``decode_steps.py``), and ``chunk``'s
+        prompt ids (sequence, reply, ids) fed in the same pass; tokens emitted."""
         lives = [self.lives[id(seq)][0] for seq in seqs]
         emitted = 0
         if lone and self._drafts(lives[0]):
@@ -186,13 +214,29 @@ class BatchRunner:
         elif lives:
             for live in lives:
                 live.close_speculative()
-            self.steps.queue(lives)
+            self._queue(lives, chunk)
             for seq, live in zip(seqs, lives):
                 seq.cached = live.caches.target.offset
         for live, token, logprob, top in self.steps.advance():
             self._emitted(live, token, logprob, False, top)
             emitted += 1
         return emitted
+
+    def _queue(self, lives: list[Live], chunk: tuple | None) -> None:
+        """Queue the decode pass, with the prompt chunk if the pool takes it (else that sequence waits)."""
+        if chunk is not None:
+            seq, reader, ids = chunk
+            try:
+                self.steps.queue(lives, (reader.caches.target, ids))
+            except PoolExhaustedError as error:
+                self._refused(seq, error)
+            else:
+                seq.cached += len(ids)
+                reader.computed_prompt += len(ids)
+                if seq.prefill_left == 0 and seq.choices > 1:
+                    self._fork(seq)
+                return
+        self.steps.queue(lives)
 
     def _settle(self, live: Live) -> int:
         """Emit ``live``'s pending pick now (before it leaves batched decoding); tokens emitted."""

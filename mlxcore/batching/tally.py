@@ -24,6 +24,7 @@ class Tally:
     steps: int = 0
     decode_steps: int = 0
     batched_sequences: int = 0  # sum over decode steps of the sequences decoded
+    largest_batch: int = 0  # the most sequences one decode step decoded
     recent: deque = field(default_factory=deque)  # (time, tokens emitted) of recent steps
 
     def step(self, batch: int, emitted: int, seconds: float) -> None:
@@ -31,6 +32,7 @@ class Tally:
         if batch:
             self.decode_steps += 1
             self.batched_sequences += batch
+            self.largest_batch = max(self.largest_batch, batch)
         now = time.monotonic()
         self.recent.append((now, emitted))
         while self.recent and self.recent[0][0] < now - RATE_WINDOW_SECONDS:

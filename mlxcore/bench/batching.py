@@ -26,7 +26,7 @@ from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore.bench import mlx_lm_batch
 from mlxcore.bench.batch_load import (JOIN_PROMPT_TOKENS, JOIN_RUNNING, REPLY_TOKENS, STREAMS, batch_prompts,
-                                      long_prompt)
+                                      long_prompt, stream_prompt)
 from mlxcore.bench.mlx_lm_batch import JOIN_AFTER, JOIN_WATCH_STEPS, StreamTrace, decode_rate, stall_figures
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import TokenEvent
@@ -86,9 +86,10 @@ def batch8_throughput(model_ref: str, runs: int) -> dict:
             "mlx_lm8_tps": statistics.median(theirs8), "streams": STREAMS, "tokens": REPLY_TOKENS}
 
 
-def join_run(engine: Engine, prompt_tokens: int = JOIN_PROMPT_TOKENS) -> tuple[list[StreamTrace], float]:
-    """4 streams decode; when each has ``JOIN_AFTER`` tokens the long prompt joins; run until it has
-    1 + ``JOIN_WATCH_STEPS`` tokens. (traces: the running ones', then the joined one's; time it joined)."""
+def join_run(engine: Engine, prompt_tokens: int = JOIN_PROMPT_TOKENS,
+             joining: list[int] | None = None) -> tuple[list[StreamTrace], float]:
+    """4 streams decode; when each has ``JOIN_AFTER`` tokens the long prompt (or ``joining``) joins; run until
+    it has 1 + ``JOIN_WATCH_STEPS`` tokens. (traces: the running ones', then the joined one's; time it joined)."""
     vocab = engine.model.args.vocab_size
     batch = LocalBatch(engine, max_running=JOIN_RUNNING + 1)
     params = GenerationParams(max_tokens=REPLY_TOKENS)
@@ -102,7 +103,7 @@ def join_run(engine: Engine, prompt_tokens: int = JOIN_PROMPT_TOKENS) -> tuple[l
 
     run_until(lambda: all(len(t.tokens) >= JOIN_AFTER for t in traces))
     joined_at = time.perf_counter()
-    handles.append(batch.submit(Request(tuple(long_prompt(vocab, prompt_tokens)),
+    handles.append(batch.submit(Request(tuple(joining or long_prompt(vocab, prompt_tokens)),
                                         GenerationParams(max_tokens=1 + JOIN_WATCH_STEPS)))[0])
     traces.append(StreamTrace())
     run_until(lambda: len(traces[-1].tokens) == 1 + JOIN_WATCH_STEPS)
@@ -113,9 +114,12 @@ def join_run(engine: Engine, prompt_tokens: int = JOIN_PROMPT_TOKENS) -> tuple[l
 
 
 def join_stall(model_ref: str) -> dict:
-    """``join_stall_seconds``: ours, then mlx-lm's on the same load, each after an untimed run."""
+    """``join_stall_seconds``: ours, then mlx-lm's on the same load, each after an untimed run. Ours warms up
+    with another 2,000-token prompt, so the measured one is not in the pool's cache: it is read in full, as
+    mlx-lm reads it (the running streams' prompts are, as they are on mlx-lm's side after its warm-up)."""
     engine = _engine(model_ref)
-    join_run(engine)
+    vocab = engine.model.args.vocab_size
+    join_run(engine, joining=stream_prompt(vocab, 98, JOIN_PROMPT_TOKENS))
     traces, joined_at = join_run(engine)
     ours = stall_figures(traces[:-1], traces[-1], joined_at)
     theirs = mlx_lm_batch.measure_join(engine.model).figures

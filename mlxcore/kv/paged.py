@@ -162,6 +162,11 @@ class PagedCache(ModelCache):
         plan = self._announced(1)
         return self.pool.storage[0].where(plan.segments[0].slot)
 
+    def write_slots(self) -> list[tuple[int, int]]:
+        """(slab, slot in the slab) of each token announced by ``begin``, in order."""
+        plan, where = self._announced(), self.pool.storage[0].where
+        return [where(seg.slot + i) for seg in plan.segments for i in range(seg.length)]
+
     def read_runs(self) -> list[tuple[int, int, int]]:
         """(slab, first slot, slots) runs holding the sequence's tokens once the announced ones are written."""
         plan, runs = self._announced(), []
