@@ -179,3 +179,15 @@ def test_the_final_event_reports_the_prefix_hit_of_a_shared_prompt():
     batch.run()
     assert batch.final(first).stats.reused_tokens == 0
     assert batch.final(second).stats.reused_tokens == 96, "six full blocks of the first prompt were found"
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 8])
+def test_every_batch_size_decodes_as_each_request_alone(size):
+    batch = Collector(LocalBatch(engine(), max_running=8))
+    params = GenerationParams(max_tokens=16)
+    prompts = [prompt(20 + s, 7 + 31 * s) for s in range(size)]
+    handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts]
+    batch.run()
+    assert batch.batch.runner.tally.largest_batch == size
+    for handle, p in zip(handles, prompts):
+        assert batch.tokens(handle) == alone(p, params)

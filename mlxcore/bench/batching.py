@@ -122,11 +122,22 @@ def join_stall(model_ref: str) -> dict:
     join_run(engine, joining=stream_prompt(vocab, 98, JOIN_PROMPT_TOKENS))
     traces, joined_at = join_run(engine)
     ours = stall_figures(traces[:-1], traces[-1], joined_at)
+    quiet = _quiet_worst(engine, sum(ours["gaps_after_join"]) // JOIN_RUNNING)
     theirs = mlx_lm_batch.measure_join(engine.model).figures
     return {"value": ours["worst_gap_seconds"], "goal_seconds": 2 * ours["median_step_seconds"],
             "ratio": ours["ratio"], "median_step_seconds": ours["median_step_seconds"],
-            "join_ttft_seconds": ours["join_ttft_seconds"], "mlx_lm_worst_gap_seconds": theirs["worst_gap_seconds"],
+            "join_ttft_seconds": ours["join_ttft_seconds"], "no_join_worst_ratio": quiet,
+            "mlx_lm_worst_gap_seconds": theirs["worst_gap_seconds"],
             "mlx_lm_ratio": theirs["ratio"], "mlx_lm_join_ttft_seconds": theirs["join_ttft_seconds"]}
+
+
+def _quiet_worst(engine: Engine, steps: int) -> float:
+    """The worst gap / median gap of the same 4 streams over ``steps`` steps with nobody joining: this
+    machine's own spread, to read the join's figure against."""
+    traces = decode_streams(engine, batch_prompts(engine.model.args.vocab_size, JOIN_RUNNING), JOIN_AFTER + steps)
+    before = [gap for t in traces for _, gap in t.gaps()[:JOIN_AFTER]]
+    after = [gap for t in traces for _, gap in t.gaps()[JOIN_AFTER:]]
+    return max(after) / statistics.median(before)
 
 
 def spec_lone_vs_plain(model_ref: str, draft_ref: str, runs: int, tokens: int = REPLY_TOKENS) -> dict:
