@@ -12,11 +12,12 @@ from mlxcore.errors import UsageError
 
 
 def all_rows() -> dict[str, tuple[str, Row]]:
-    """mlxcore's rows plus those of the layers above it (sessions, TUI)."""
+    """mlxcore's rows plus those of the layers above it (sessions, TUI, server)."""
     from sessions.bench_restore import restore_ttft_vs_cold
     from sessions.bench_store import autosave_write_ratio, store_list_seconds
     from sessions.bench_turns import turn10_prefill_fraction, turn10_prefill_fraction_long
     from app.tui_bench import tui_decode_vs_headless
+    from app.serve import bench as serve_bench
 
     return ROWS | {
         "turn10_prefill_fraction": ("tokens prefilled at turn 10 / tokens of the whole templated conversation",
@@ -34,6 +35,12 @@ def all_rows() -> dict[str, tuple[str, Row]]:
         "tui_decode_vs_headless": ("decode tok/s while the TUI streams 2,000 tokens over 60 messages / headless",
                                    # twice the pairs: on 2 cores one pair's ratio spreads by +-10%
                                    lambda s: tui_decode_vs_headless(runs=2 * s.runs)),
+        "serve1_vs_ask": ("decode tok/s of one streaming client of `mlxchat serve` / `mlxchat ask`, same prompt",
+                          lambda s: serve_bench.serve1_vs_ask(s.model, s.runs)),
+        "serve8_throughput_vs_mlx_lm": ("output tok/s, 8 streaming clients, `mlxchat serve` / `mlx_lm.server`",
+                                        lambda s: serve_bench.serve8_throughput_vs_mlx_lm(s.model, s.runs)),
+        "serve8_ttft_p99_vs_mlx_lm": ("TTFT p99, 8 streaming clients, `mlxchat serve` / `mlx_lm.server`",
+                                      lambda s: serve_bench.serve8_ttft_p99_vs_mlx_lm(s.model, s.runs)),
     }
 
 

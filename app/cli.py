@@ -1,4 +1,4 @@
-"""The `mlxchat` command: the chat TUI, `ask`, `bench`."""
+"""The `mlxchat` command: the chat TUI, `ask`, `bench`, `serve`."""
 
 from __future__ import annotations
 
@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.sessions_cmd import add_sessions_parser
     add_sessions_parser(commands)
 
+    from app.serve.command import add_serve_parser
+    add_serve_parser(commands)
+
     bench = commands.add_parser("bench", help="measure mlxchat against mlx-lm on this machine",
                                 description="Run the benchmarks of DESIGN.md's Measures and print a table.")
     bench.add_argument("--json", metavar="FILE", help="also write the results to FILE as JSON")
@@ -58,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "sessions":
             from app.sessions_cmd import run_sessions
             return run_sessions(args)
+        if args.command == "serve":
+            from app.serve.command import run_serve
+            return run_serve(args)
         if args.command == "bench":
             from app.bench_cmd import run_bench
             return run_bench(args)

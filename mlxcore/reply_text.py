@@ -1,4 +1,9 @@
-"""Turns emitted token ids into text deltas, and decides when the reply ends."""
+"""Turns emitted token ids into text deltas, and decides when the reply ends.
+
+Text that might be the start of a stop string is held back until the next
+tokens tell: a reply that stops at "</answer>" never shows a caller "</ans"
+first. It is released as soon as it cannot be one, and at the reply's end.
+"""
 
 from __future__ import annotations
 
@@ -14,39 +19,50 @@ class ReplyText:
         self._stop = stop
         self._max_tokens = max_tokens
         self.count = 0
-        self.text = ""
+        self.text = ""  # the reply so far (cut before a stop string)
+        self._shown = 0  # characters of ``text`` handed out as deltas
 
     def add(self, token: int) -> tuple[str, str | None]:
         """Record one emitted token; return (text delta, finish reason or None)."""
         self.count += 1
         if token in self._eos:
-            return self._flush(), "eos"
-        delta = ""
+            self._flush()
+            return self._release(), "eos"
         if self._detok is not None:
             self._detok.add_token(token)
-            delta = self._detok.last_segment
-        delta, stopped = self._append(delta)
-        if stopped:
-            return delta, "stop"
+            if self._append(self._detok.last_segment):
+                return self._release(), "stop"
         if self._max_tokens is not None and self.count >= self._max_tokens:
-            return delta + self._flush(), "length"
-        return delta, None
+            stopped = self._flush()
+            return self._release(), "stop" if stopped else "length"
+        return self._release(held=self._maybe_stop()), None
 
-    def _flush(self) -> str:
+    def _flush(self) -> bool:
+        """The detokenizer's last characters; whether they complete a stop string."""
         if self._detok is None:
-            return ""
+            return False
         self._detok.finalize()
-        tail, _ = self._append(self._detok.last_segment)
-        return tail
+        return self._append(self._detok.last_segment)
 
-    def _append(self, delta: str) -> tuple[str, bool]:
-        """Add ``delta`` to the reply, cut before a stop string (which may span earlier deltas)."""
+    def _append(self, delta: str) -> bool:
+        """Add ``delta`` to the reply, cut before a stop string (which may span earlier deltas); whether cut."""
         joined = self.text + delta
         hits = [joined.find(s, max(0, len(self.text) - len(s) + 1)) for s in self._stop]
         cut = min((h for h in hits if h >= 0), default=-1)
-        if cut < 0:
-            self.text = joined
-            return delta, False
-        shown = len(self.text)
-        self.text = joined[:cut]
-        return self.text[shown:], True
+        self.text = joined if cut < 0 else joined[:cut]
+        return cut >= 0
+
+    def _maybe_stop(self) -> int:
+        """Characters at the end of the reply that could begin a stop string (held back)."""
+        longest = 0
+        for stop in self._stop:
+            for size in range(min(len(stop) - 1, len(self.text)), longest, -1):
+                if self.text.endswith(stop[:size]):
+                    longest = size
+                    break
+        return longest
+
+    def _release(self, held: int = 0) -> str:
+        end = max(len(self.text) - held, self._shown)
+        delta, self._shown = self.text[self._shown:end], end
+        return delta

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
+import mlx.core as mx
 import pytest
 
 from mlxcore.batching.errors import OverloadedError, PromptTooLongError
@@ -146,3 +147,29 @@ def test_cancel_from_another_thread_ends_the_stream():
 
     result = serve(make_worker(), client)
     assert result["final"].finish_reason == "cancelled" and result["final"].stats.generated_tokens < 100
+
+
+def failure_cause(engine: Engine, request: Request) -> BaseException:
+    """Why ``request`` failed on a worker of ``engine`` (it must fail)."""
+    def client(worker, result):
+        handle = worker.submit(request)
+        with pytest.raises(RequestFailedError) as failed:
+            list(handle.events(timeout=30))
+        result["cause"] = failed.value.__cause__
+
+    return serve(BatchWorker(engine), client)["cause"]
+
+
+def test_a_prompt_over_the_whole_kv_budget_fails_at_once():
+    engine = Engine(TARGET.model, TARGET.tokenizer, kv=KVConfig(kind="paged", max_kv_bytes=200_000))
+    cause = failure_cause(engine, Request(tuple([5] * 1500), GenerationParams(max_tokens=3)))
+    assert isinstance(cause, PromptTooLongError) and "whole KV memory budget" in str(cause)
+
+
+def test_a_prompt_that_others_keep_out_fails_with_retry_later_instead_of_waiting():
+    engine = Engine(TARGET.model, TARGET.tokenizer, kv=KVConfig(kind="paged", max_kv_bytes=600_000))
+    holder = engine.new_caches()  # a chat outside the scheduler holding most of the budget
+    holder.target.begin(list(range(1, 150)))
+    mx.eval(engine.model(mx.array([list(range(1, 150))]), cache=holder.target.layers))
+    cause = failure_cause(engine, Request(tuple([5] * 100), GenerationParams(max_tokens=3)))
+    assert isinstance(cause, OverloadedError) and cause.retry_after > 0

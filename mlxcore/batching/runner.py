@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.decode_steps import DecodeSteps
-from mlxcore.batching.errors import PromptTooLongError
+from mlxcore.batching.errors import OverloadedError, PromptTooLongError
 from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.live import Live
 from mlxcore.batching.pacing import Pacing
@@ -36,6 +36,7 @@ from mlxcore.batching.tally import Tally
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.engine import Engine
 from mlxcore.errors import PromptError, UsageError
+from mlxcore.kv.budget import format_bytes
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
@@ -69,11 +70,35 @@ class BatchRunner:
         now = time.monotonic()
         cap = self.engine.reply_cap(request.params, len(request.prompt_ids))
         seq = Sequence(request, now, len(request.prompt_ids), cap, choices=len(handles))
+        self._check_fits(len(request.prompt_ids))
         self.lives[id(seq)] = [Live(handle, _choice_params(request, i), self.engine.tokenizer, self.engine.eos_ids,
                                     cap, now) for i, handle in enumerate(handles)]
         for handle in handles:
             self.sequences[handle.request_id] = seq
         self.scheduler.add(seq)
+
+    def _check_fits(self, tokens: int) -> None:
+        """``PromptTooLongError`` for a prompt the whole KV budget could not hold even with nothing else in it."""
+        pool, budget = self.engine.pool("target"), self.engine.kv_budget
+        need = -(-tokens // pool.block_size) * pool.block_bytes
+        if need > budget.limit:
+            raise PromptTooLongError(
+                f"The prompt has {tokens:,} tokens: its KV cache ({format_bytes(need)}) is more than the whole "
+                f"KV memory budget ({format_bytes(budget.limit)}). Shorten it, or give more memory (--max-kv).")
+
+    def _unstick(self, plan: StepPlan) -> None:
+        """Nothing runs and nothing was admitted, yet requests wait: memory held outside the scheduler (other
+        chats' caches, cached prefixes) keeps them out. Cached prefixes are given back first; a request that
+        still does not fit fails with ``OverloadedError`` (retry later) rather than wait forever."""
+        scheduler = self.scheduler
+        if scheduler.running or not scheduler.waiting or plan.admitted or plan.prefill:
+            return
+        self.engine.kv_budget.reclaim()
+        for seq in list(scheduler.waiting):
+            if self.account.needed(seq, seq.length) > self.account.obtainable():
+                self._end(seq, error=OverloadedError(
+                    "The KV memory budget is held by other chats: this prompt does not fit now. Try again "
+                    "later, close other chats, or give more memory (--max-kv).", retry_after=5.0))
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step (its blocks are free after it)."""
@@ -100,6 +125,7 @@ class BatchRunner:
         self._apply_cancellations()
         self.scheduler.prefill_cap = self.pacing.cap()
         plan = self.scheduler.plan(start)
+        self._unstick(plan)
         for seq in plan.preempted:
             self._preempted(seq)
         for seq in plan.late:

@@ -1,0 +1,26 @@
+"""`mlxchat serve`: an OpenAI-compatible HTTP server on the continuous-batching scheduler.
+
+The HTTP side (FastAPI on uvicorn's event loop) never touches MLX: it renders
+and tokenizes prompts, submits ``Request``s to the ``BatchWorker`` and relays the
+events of their handles; everything that needs the Engine runs on the worker's
+thread (``worker.call``).
+
+- ``command.py``: the `serve` subcommand: options, engine, worker, uvicorn.
+- ``app.py``: the ASGI app: routes, error handlers, middleware.
+- ``state.py``: what the routes share (worker, model facts, settings, metrics).
+- ``schemas.py``: request bodies (pydantic, unknown fields forbidden).
+- ``prompts.py``: a request body -> the scheduler's ``Request``.
+- ``tokenizing.py``: chat templates and tokenization on a helper thread.
+- ``running.py``: submitting, merging choices' events, cancelling when the client leaves.
+- ``exchange.py``: one request in flight, its metrics and log line.
+- ``choices.py``: a choice's text, reasoning, logprobs and usage as events arrive.
+- ``replies.py``: OpenAI's response and chunk objects.
+- ``streaming.py``: server-sent events.
+- ``routes_generate.py``, ``routes_info.py``, ``routes_sessions.py``: the endpoints.
+- ``session_jobs.py``: session save/restore on the engine thread.
+- ``middleware.py``: API key, body limit, one log line per request.
+- ``errors.py``: OpenAI-style errors and statuses.
+- ``metrics.py``: Prometheus ``/metrics``.
+- ``load.py``: the bounded load test (any OpenAI-compatible server; ``python -m app.serve.load``).
+- ``processes.py``, ``bench.py``: server processes for the bench (ours and ``mlx_lm.server``), the bench rows.
+"""

@@ -1,0 +1,134 @@
+"""One choice of a reply as its events arrive: its text split into reasoning and answer, logprobs, finish.
+
+``ChoiceState.feed(event)`` returns what the event adds (a ``Delta``), which a
+stream sends at once; the state keeps the sums, which a non-streaming reply
+sends at the end. The same object serves both, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mlxcore.events import Event, FinalEvent, TokenEvent
+from sessions.thinking import ThinkingSplitter
+
+FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "cancelled"}
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One position's log-probabilities: the token chosen, then the likeliest ones (id, logprob)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What one event adds to a choice."""
+
+    reasoning: str = ""
+    content: str = ""
+    logprob: TokenLogprob | None = None
+    finish_reason: str | None = None  # OpenAI's: "stop" or "length"
+
+    @property
+    def empty(self) -> bool:
+        return not (self.reasoning or self.content or self.logprob or self.finish_reason)
+
+
+@dataclass
+class ChoiceState:
+    """The sums of one choice so far; ``split`` is off for the completions endpoint (raw text).
+
+    Text that may be the start of a stop string is held back until the next tokens
+    show it is not (the engine's deltas carry it; its final text is cut before the
+    stop string), so a client never sees any part of a stop string.
+    """
+
+    index: int
+    split: bool = True
+    stops: tuple[str, ...] = ()
+    reasoning: str = ""
+    content: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    tokens: int = 0
+    finish_reason: str | None = None
+    final: FinalEvent | None = None
+    _raw: str = ""  # the reply's text as the engine's deltas spell it
+    _sent: int = 0  # how much of it went out
+    _splitter: ThinkingSplitter = field(default_factory=ThinkingSplitter)
+
+    def feed(self, event: Event) -> Delta:
+        if isinstance(event, TokenEvent):
+            self.tokens += 1
+            entry = TokenLogprob(event.token, event.logprob, event.top_logprobs)
+            self.logprobs.append(entry)
+            self._raw += event.text
+            return self._add(*self._split(self._release(held_back(self._raw, self.stops))), logprob=entry)
+        self.final = event
+        self.finish_reason = FINISH_REASONS.get(event.finish_reason, "stop")
+        self._raw = event.text if event.finish_reason == "stop" else self._raw
+        reasoning, content = self._split(self._release(0))
+        if self.split:
+            more = self._splitter.finish()
+            reasoning, content = reasoning + more[0], content + more[1]
+        return self._add(reasoning, content, finish=self.finish_reason)
+
+    def _release(self, hold: int) -> str:
+        """The text not sent yet, but the last ``hold`` characters."""
+        end = max(self._sent, len(self._raw) - hold)
+        text, self._sent = self._raw[self._sent:end], end
+        return text
+
+    def _split(self, text: str) -> tuple[str, str]:
+        return self._splitter.feed(text) if self.split else ("", text)
+
+    def _add(self, reasoning: str, content: str, *, logprob: TokenLogprob | None = None,
+             finish: str | None = None) -> Delta:
+        self.reasoning += reasoning
+        self.content += content
+        return Delta(reasoning, content, logprob, finish)
+
+
+def held_back(text: str, stops: tuple[str, ...]) -> int:
+    """Length of the longest end of ``text`` that begins some stop string (it may yet become one)."""
+    longest = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:n]):
+                longest = n
+                break
+    return longest
+
+
+def usage(choices: list[ChoiceState], prompt_tokens: int) -> dict:
+    """OpenAI's usage object; cached tokens are the prompt tokens found in the KV pool (prefix hits)."""
+    completion = sum(choice.tokens for choice in choices)
+    finals = [choice.final for choice in choices if choice.final is not None]
+    cached = finals[0].stats.reused_tokens if finals else 0
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion, "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def chat_logprobs(entries: list[TokenLogprob], text_of: Callable[[int], str]) -> dict:
+    """``choices[i].logprobs`` of the chat endpoint: one record per token, with its likeliest alternatives."""
+    def record(token: int, logprob: float) -> dict:
+        text = text_of(token)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    return {"content": [record(e.token, e.logprob) | {"top_logprobs": [record(t, lp) for t, lp in e.top]}
+                        for e in entries]}
+
+
+def completion_logprobs(entries: list[TokenLogprob], text_of: Callable[[int], str], offset: int = 0) -> dict:
+    """``choices[i].logprobs`` of the legacy completions endpoint (parallel lists; offsets into the text)."""
+    tokens = [text_of(e.token) for e in entries]
+    offsets, at = [], offset
+    for text in tokens:
+        offsets.append(at)
+        at += len(text)
+    return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{text_of(t): lp for t, lp in e.top} for e in entries], "text_offset": offsets}

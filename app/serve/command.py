@@ -1,0 +1,153 @@
+"""`mlxchat serve`: load the model, run the batching worker, serve the HTTP API with uvicorn.
+
+The main thread (which loaded the models) runs the worker: all MLX work happens
+there. Uvicorn's event loop runs on a thread of its own and does the HTTP. If the
+engine fails, the process stays up, so that ``/health`` says 503 instead of a
+client finding a closed port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+from app.options import add_generation_options, add_model_options, generation_params, kv_config, model_choice
+from mlxcore.errors import UsageError
+
+POLICIES = ("fcfs", "priority", "shortest", "deadline")
+MAX_BODY_BYTES = 4 * 2**20
+# The rest is imported when the server starts: building the parser (every `mlxchat` command) stays light.
+
+
+def add_serve_parser(commands) -> None:
+    serve = commands.add_parser("serve", help="serve an OpenAI-compatible HTTP API",
+                                description="Serve the model over an OpenAI-compatible HTTP API (chat and "
+                                            "completions, streaming), with continuous batching.")
+    group = serve.add_argument_group("server")
+    group.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this "
+                                                           "machine only)")
+    group.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
+    group.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' on every request "
+                                                        "but /health")
+    group.add_argument("--max-body", type=int, default=MAX_BODY_BYTES, metavar="BYTES",
+                       help=f"largest request body (default: {MAX_BODY_BYTES:,}; larger is a 413)")
+    group.add_argument("--policy", choices=POLICIES, default="fcfs", help="scheduling order (default: fcfs)")
+    group.add_argument("--max-running", type=int, default=8, metavar="N",
+                       help="requests decoding at once (default: 8)")
+    group.add_argument("--max-waiting", type=int, default=64, metavar="N",
+                       help="requests queued before new ones get 429 (default: 64)")
+    group.add_argument("--step-tokens", type=int, default=512, metavar="N",
+                       help="tokens per scheduler step, decode and chunked prefill together (default: 512)")
+    add_model_options(serve)
+    add_generation_options(serve)
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("port", "max_body", "max_running", "max_waiting", "step_tokens"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
+    if args.port > 65535:
+        raise UsageError(f"--port must be at most 65535, not {args.port}")
+    if args.kv != "paged":
+        raise UsageError(f"mlxchat serve batches requests on the paged KV cache, not --kv {args.kv}: leave --kv out.")
+    generation_params(args)  # bad sampling options fail before the model loads
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _say(text: str) -> None:
+    print(f"mlxchat: {text}", file=sys.stderr, flush=True)
+
+
+def real_worker(engine, args: argparse.Namespace):
+    from mlxcore.batching.worker import BatchWorker
+    return BatchWorker(engine, policy=args.policy, max_waiting=args.max_waiting, max_running=args.max_running,
+                       step_tokens=args.step_tokens)
+
+
+def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> int:
+    """Serve until SIGINT or SIGTERM; ``make_worker(engine, args)`` builds the scheduler (tests may pass another).
+
+    The engine runs on this (the main) thread, where the models were loaded (see
+    ``mlxcore.batching.worker``); uvicorn serves from a thread of its own.
+    """
+    from app.serve.state import ModelInfo, ServerState, ServeSettings
+    from mlxcore.launch import open_engine
+
+    _check(args)
+    if not is_loopback(args.host) and not args.api_key:
+        _say(f"warning: listening on {args.host} without --api-key: anyone who can reach this port can use "
+             "the model. Give --api-key KEY, or serve on 127.0.0.1.")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft, notice=_say)
+    if opened.note:
+        _say(opened.note)
+    worker = make_worker(opened.engine, args)
+    info = ModelInfo.of(opened.engine, opened.target_name, opened.draft_name)
+    info = dataclasses.replace(info, default_params=generation_params(args, info.default_params))
+    settings = ServeSettings(api_key=args.api_key, max_body_bytes=args.max_body, system=args.system,
+                             thinking=True if args.think is None else args.think)
+    _serve(ServerState(worker, info, settings), args)
+    return 0
+
+
+def _serve(state, args: argparse.Namespace) -> None:
+    """The HTTP thread serves; this thread runs the engine until the HTTP side stops it."""
+    import uvicorn
+    from app.serve.app import create_app
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:  # listening now
+                draft = f" with the draft {state.model.draft}" if state.model.draft else ""
+                _say(f"serving {state.model.id}{draft} on http://{args.host}:{args.port}/v1 (ctrl+c stops)")
+
+    config = uvicorn.Config(create_app(state), host=args.host, port=args.port, access_log=False,
+                            log_level="warning", timeout_graceful_shutdown=5)
+    server = Server(config)
+    http = threading.Thread(target=_http, args=(server, state), name="http")
+    _stop_on_signals(server)
+    http.start()
+    try:
+        state.worker.run()
+    except Exception:  # the engine died: keep answering, so that /health says 503 and requests say why
+        logging.getLogger("mlxchat.serve").exception("the engine thread failed; /health now answers 503")
+    http.join()
+    if not server.started:
+        raise UsageError(f"Cannot listen on {args.host}:{args.port} (see the error above): "
+                         "is another server there? Pick another --port.")
+
+
+def _http(server, state) -> None:
+    try:
+        server.run()  # on a failed start, uvicorn raises SystemExit here: this thread ends, the engine stops
+    finally:
+        try:
+            state.close()  # held sessions go back to the pool (on the engine thread, still running)
+        finally:
+            state.worker.close()  # whatever happened, the engine thread must return
+
+
+def _stop_on_signals(server) -> None:
+    """SIGINT or SIGTERM: stop taking requests, let those in flight end (5 s at most), then stop the engine."""
+    def stop(signum, frame) -> None:
+        if server.should_exit:
+            server.force_exit = True
+        server.should_exit = True
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)

@@ -1,0 +1,51 @@
+"""One request in flight: its handles, the choices being built, its timing, and what it leaves behind.
+
+``Exchange.open`` submits the request (all of its ``n`` choices, sharing the
+prompt's blocks); ``finish`` observes the latencies into the metrics and writes
+the request's log summary, whether it ended, failed or its client left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.serve.choices import ChoiceState, usage
+from app.serve.replies import ReplyHeader
+from app.serve.running import ReplyClock, submit
+from app.serve.state import ServerState
+from mlxcore.batching.handle import RequestHandle
+from mlxcore.batching.request import Request
+
+
+@dataclass
+class Exchange:
+    """See the module docstring."""
+
+    header: ReplyHeader
+    handles: list[RequestHandle]
+    choices: list[ChoiceState]
+    prompt_tokens: int
+    user: str | None = None
+    clock: ReplyClock = field(default_factory=ReplyClock)
+
+    @classmethod
+    def open(cls, state: ServerState, request: Request, *, kind: str, n: int, split: bool,
+             user: str | None) -> Exchange:
+        clock = ReplyClock()  # started before submitting: the TTFT includes the queue
+        handles = submit(state.worker, request, n)
+        stops = request.params.stop
+        return cls(ReplyHeader(kind, state.model.id), handles, [ChoiceState(i, split, stops) for i in range(n)],
+                   len(request.prompt_ids), user, clock)
+
+    def usage(self) -> dict:
+        return usage(self.choices, self.prompt_tokens)
+
+    def finish(self, state: ServerState, scope_state: dict, outcome: str | None = None) -> None:
+        """Record latencies and the log summary; ``outcome`` overrides the finish reasons ("client gone")."""
+        state.metrics.observe_reply(self.clock)
+        used = self.usage()
+        reasons = outcome or ",".join(str(c.finish_reason) for c in self.choices)
+        ttft = f"{self.clock.ttft:.3f}s" if self.clock.ttft is not None else "-"
+        prompt, cached = used["prompt_tokens"], used["prompt_tokens_details"]["cached_tokens"]
+        scope_state["summary"] = (f"prompt={prompt} cached={cached} completion={used['completion_tokens']} "
+                                  f"ttft={ttft} finish={reasons}" + (f" user={self.user!r}" if self.user else ""))

@@ -1,0 +1,84 @@
+"""``GET /metrics``: the scheduler's state and the server's latencies, as Prometheus text.
+
+The scheduler's figures are read from ``worker.stats()`` (a thread-safe
+snapshot) at each scrape, so they are never stale; the latency histograms are
+filled by the HTTP side as replies end, as the clients saw them. Each server has
+its own registry (no process-global state, so tests can run several).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from app.serve.running import ReplyClock
+from mlxcore.batching.stats import WorkerStats
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+# WorkerStats field -> (metric name, help, counter?)
+_FIELDS = {
+    "waiting": ("mlxchat_queue_length", "requests waiting to be admitted (preempted ones included)", False),
+    "running": ("mlxchat_running_requests", "requests prefilling or decoding", False),
+    "finished": ("mlxchat_requests_finished", "requests that ended with eos, length or a stop string", True),
+    "cancelled": ("mlxchat_requests_cancelled", "requests cancelled (clients that went away included)", True),
+    "failed": ("mlxchat_requests_failed", "requests ended by an engine failure", True),
+    "preemptions": ("mlxchat_preemptions", "times a running request's blocks were taken back", True),
+    "generated_tokens": ("mlxchat_generated_tokens", "tokens generated, all requests", True),
+    "prompt_tokens": ("mlxchat_prompt_tokens", "prompt tokens of admitted requests", True),
+    "prefix_hit_tokens": ("mlxchat_prefix_hit_tokens", "prompt tokens found in the KV pool (not computed)", True),
+    "tokens_per_second": ("mlxchat_tokens_per_second", "tokens generated per second, last few seconds", False),
+    "mean_batch_size": ("mlxchat_mean_batch_size", "sequences per decode step, mean since start", False),
+    "kv_bytes": ("mlxchat_kv_bytes", "KV memory the pools hold (target and draft)", False),
+    "kv_budget_bytes": ("mlxchat_kv_budget_bytes", "the KV memory budget", False),
+    "pool_used_blocks": ("mlxchat_pool_used_blocks", "target pool blocks some sequence holds", False),
+    "pool_capacity_blocks": ("mlxchat_pool_capacity_blocks", "target pool blocks it may hand out", False),
+}
+
+
+class _SchedulerCollector:
+    """Reads the worker's stats at each scrape."""
+
+    def __init__(self, stats: Callable[[], WorkerStats], alive: Callable[[], bool]) -> None:
+        self._stats, self._alive = stats, alive
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        for name, (metric, text, counter) in _FIELDS.items():
+            family = CounterMetricFamily if counter else GaugeMetricFamily
+            yield family(metric, text, value=getattr(stats, name))
+        yield GaugeMetricFamily("mlxchat_prefix_hit_rate", "prefix-hit tokens / prompt tokens since start",
+                                value=stats.prefix_hit_rate)
+        yield GaugeMetricFamily("mlxchat_engine_alive", "1 while the engine thread runs", value=int(self._alive()))
+
+
+class ServerMetrics:
+    """The registry ``/metrics`` shows, and what the HTTP side observes into it."""
+
+    def __init__(self, stats: Callable[[], WorkerStats], alive: Callable[[], bool]) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_SchedulerCollector(stats, alive))
+        self.ttft = Histogram("mlxchat_time_to_first_token_seconds", "from request to first token, as sent",
+                              buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.inter_token = Histogram("mlxchat_inter_token_seconds", "gap between two tokens of one choice",
+                                     buckets=GAP_BUCKETS, registry=self.registry)
+        self.duration = Histogram("mlxchat_request_duration_seconds", "from request to last byte",
+                                  ["endpoint"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.requests = Counter("mlxchat_http_requests", "HTTP requests by endpoint and status",
+                                ["endpoint", "status"], registry=self.registry)
+
+    def observe_reply(self, clock: ReplyClock) -> None:
+        if clock.ttft is not None:
+            self.ttft.observe(clock.ttft)
+        for gap in clock.gaps:
+            self.inter_token.observe(gap)
+
+    def observe_http(self, endpoint: str, status: int, seconds: float) -> None:
+        self.requests.labels(endpoint, str(status)).inc()
+        self.duration.labels(endpoint).observe(seconds)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,103 @@
+"""What every HTTP request passes through: the API key (401), the body limit (413), one log line, counters.
+
+A plain ASGI middleware rather than Starlette's ``BaseHTTPMiddleware``, which
+would wrap ``receive`` and hide a client's disconnect from the routes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.serve.errors import APIError
+from app.serve.metrics import ServerMetrics
+
+log = logging.getLogger("mlxchat.serve")
+OPEN_PATHS = ("/health",)  # answered without the API key: a load balancer's probe has none
+DRAIN_BYTES = 64 * 2**20  # a refused body is read (and dropped) up to this size; beyond it the connection closes
+
+
+class ServeMiddleware:
+    """See the module docstring; ``scope["state"]["summary"]``, set by a route, ends its log line."""
+
+    def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int, metrics: ServerMetrics) -> None:
+        self.app, self.api_key, self.max_body_bytes, self.metrics = app, api_key, max_body_bytes, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), [500]
+        scope.setdefault("state", {})
+
+        async def sent(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await _drain(receive)
+                await refusal.response()(scope, receive, sent)
+            else:
+                await self.app(scope, self._limited(receive), sent)
+        finally:
+            self._record(scope, status[0], time.perf_counter() - start)
+
+    def _refusal(self, scope: Scope) -> APIError | None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if self.api_key is not None and scope["path"] not in OPEN_PATHS:
+            given = headers.get("authorization", "")
+            if not given:
+                return APIError(401, "Missing API key: send it as 'Authorization: Bearer KEY'.", code="no_api_key")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+                return APIError(401, "Wrong API key.", code="invalid_api_key")
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body_bytes:
+            return self._too_large()
+        return None
+
+    def _too_large(self) -> APIError:
+        return APIError(413, f"The request body is larger than this server's limit of {self.max_body_bytes:,} "
+                             "bytes (--max-body).", code="body_too_large")
+
+    def _limited(self, receive: Receive) -> Receive:
+        """``receive``, failing with 413 once a body without a Content-Length outgrows the limit."""
+        seen = [0]
+
+        async def limited() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                seen[0] += len(message.get("body", b""))
+                if seen[0] > self.max_body_bytes:
+                    if message.get("more_body"):
+                        await _drain(receive)
+                    raise HTTPException(413, self._too_large().message)
+            return message
+
+        return limited
+
+    def _record(self, scope: Scope, status: int, seconds: float) -> None:
+        route = scope.get("route")
+        endpoint = getattr(route, "path", None) or "other"
+        self.metrics.observe_http(endpoint, status, seconds)
+        client = scope.get("client") or ("-", 0)
+        summary = scope["state"].get("summary", "")
+        log.info("%s %s %s %d %.3fs%s", client[0], scope["method"], scope["path"], status, seconds,
+                 f" {summary}" if summary else "")
+
+
+async def _drain(receive: Receive, limit: int = DRAIN_BYTES) -> None:
+    """Read and drop the rest of a refused body (up to ``limit`` bytes), so that the client reads our answer:
+    closing a socket with unread data in it resets the connection under the client's feet."""
+    seen = 0
+    while seen <= limit:
+        message = await receive()
+        seen += len(message.get("body", b""))
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return

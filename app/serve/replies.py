@@ -1,0 +1,97 @@
+"""The JSON objects OpenAI's API returns, built from ``ChoiceState``s and ``Delta``s.
+
+Chat: ``chat.completion`` and ``chat.completion.chunk``, with the reasoning
+apart from the answer as ``reasoning_content`` (vLLM's convention). Legacy
+completions: ``text_completion``, streamed as the same object with deltas.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.serve.choices import ChoiceState, Delta, TokenLogprob, chat_logprobs, completion_logprobs
+
+TextOf = Callable[[int], str]
+
+
+@dataclass(frozen=True)
+class ReplyHeader:
+    """What every object of one reply repeats: its id, creation time and model."""
+
+    kind: str  # "chat" or "completion"
+    model: str
+    id: str = field(default_factory=lambda: secrets.token_hex(12))
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def object(self, chunk: bool = False) -> dict:
+        """The fields every object starts with; a chat chunk is a ``chat.completion.chunk``."""
+        if self.kind == "chat":
+            name = "chat.completion.chunk" if chunk else "chat.completion"
+            return {"id": f"chatcmpl-{self.id}", "object": name, "created": self.created, "model": self.model}
+        return {"id": f"cmpl-{self.id}", "object": "text_completion", "created": self.created, "model": self.model}
+
+
+def chat_message(choice: ChoiceState, thinking: bool) -> dict:
+    message = {"role": "assistant", "content": choice.content}
+    if thinking:
+        message["reasoning_content"] = choice.reasoning or None
+    return message
+
+
+def chat_completion(header: ReplyHeader, choices: list[ChoiceState], usage: dict, *, thinking: bool,
+                    text_of: TextOf | None) -> dict:
+    """The whole reply of a non-streaming chat request; ``text_of`` set when logprobs were asked for."""
+    return header.object() | {
+        "choices": [{"index": c.index, "message": chat_message(c, thinking),
+                     "logprobs": chat_logprobs(c.logprobs, text_of) if text_of else None,
+                     "finish_reason": c.finish_reason} for c in choices],
+        "usage": usage}
+
+
+def text_completion(header: ReplyHeader, choices: list[ChoiceState], usage: dict, *,
+                    text_of: TextOf | None) -> dict:
+    """The whole reply of a non-streaming completions request."""
+    return header.object() | {
+        "choices": [{"index": c.index, "text": c.content,
+                     "logprobs": completion_logprobs(c.logprobs, text_of) if text_of else None,
+                     "finish_reason": c.finish_reason} for c in choices],
+        "usage": usage}
+
+
+def chat_chunk(header: ReplyHeader, index: int, delta: Delta, *, text_of: TextOf | None,
+               usage_field: bool) -> dict:
+    """One streamed event of choice ``index`` (``usage: null`` on each when the client asked for usage)."""
+    body: dict = {}
+    if delta.reasoning:
+        body["reasoning_content"] = delta.reasoning
+    if delta.content:
+        body["content"] = delta.content
+    logprobs = chat_logprobs([delta.logprob], text_of) if text_of and delta.logprob else None
+    chunk = header.object(chunk=True) | {"choices": [{"index": index, "delta": body, "logprobs": logprobs,
+                                                      "finish_reason": delta.finish_reason}]}
+    return chunk | ({"usage": None} if usage_field else {})
+
+
+def chat_role_chunk(header: ReplyHeader, index: int, usage_field: bool) -> dict:
+    """The first chunk of a choice: the assistant role, as OpenAI's stream begins."""
+    chunk = header.object(chunk=True) | {"choices": [{"index": index, "delta": {"role": "assistant", "content": ""},
+                                                      "logprobs": None, "finish_reason": None}]}
+    return chunk | ({"usage": None} if usage_field else {})
+
+
+def completion_chunk(header: ReplyHeader, index: int, delta: Delta, *, text_of: TextOf | None,
+                     usage_field: bool, offset: int) -> dict:
+    """One streamed event of a completions choice; ``offset`` is where its text starts in the choice's text."""
+    entries: list[TokenLogprob] = [delta.logprob] if delta.logprob else []
+    logprobs = completion_logprobs(entries, text_of, offset) if text_of and entries else None
+    chunk = header.object(chunk=True) | {"choices": [{"index": index, "text": delta.content, "logprobs": logprobs,
+                                                      "finish_reason": delta.finish_reason}]}
+    return chunk | ({"usage": None} if usage_field else {})
+
+
+def usage_chunk(header: ReplyHeader, usage: dict) -> dict:
+    """The last chunk when ``stream_options.include_usage`` is set: no choices, the whole request's usage."""
+    return header.object(chunk=True) | {"choices": [], "usage": usage}

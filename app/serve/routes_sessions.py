@@ -1,0 +1,86 @@
+"""``POST /v1/sessions/{name}/save`` and ``POST /v1/sessions/{name}/restore`` (see ``session_jobs``).
+
+The jobs touch the Engine, so they run on its thread through ``worker.call``,
+between two scheduler steps; the route waits for them on a helper thread, so
+the event loop keeps streaming meanwhile.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from app.serve.errors import APIError, from_engine_error
+from app.serve.prompts import with_empty_blocks
+from app.serve.running import engine_down
+from app.serve.schemas import SessionSaveRequest
+from app.serve.session_jobs import is_session_name
+from app.serve.state import ServerState
+from mlxcore.batching.handle import RequestFailedError
+from mlxcore.errors import MlxchatError
+from mlxcore.kv.errors import PoolExhaustedError
+from sessions.errors import SessionFileError, SessionInUseError, SessionNotFoundError, SessionSaveError
+from sessions.thinking import ThinkingSplitter
+
+router = APIRouter()
+JOB_TIMEOUT_S = 600.0  # a save prefills the conversation: long ones on big models take a while
+
+
+def _checked(name: str) -> str:
+    if not is_session_name(name):
+        raise APIError(400, f"{name!r} is not a session name: use letters, digits, '-' and '_' (at most 64, "
+                            "starting with a letter or digit), no paths or dots.", param="name")
+    return name
+
+
+async def _run(state: ServerState, job, *args):
+    if not state.worker.alive:
+        raise engine_down(state.worker)
+    try:
+        return await run_in_threadpool(state.worker.call, lambda engine: job(engine, *args), JOB_TIMEOUT_S)
+    except MlxchatError as error:
+        raise _session_error(error) from None
+
+
+def _session_error(error: MlxchatError) -> APIError:
+    if isinstance(error, SessionNotFoundError):
+        return APIError(404, str(error), code="session_not_found")
+    if isinstance(error, SessionInUseError):
+        return APIError(409, str(error), code="session_in_use")
+    if isinstance(error, SessionSaveError):
+        return APIError(500, str(error), code="session_not_saved")
+    if isinstance(error, SessionFileError):
+        return APIError(422, str(error), code="session_file_error")
+    if isinstance(error, PoolExhaustedError):
+        return APIError(503, f"{error} Retry when fewer requests run.", code="kv_full", retry_after=5)
+    if isinstance(error, RequestFailedError):
+        return APIError(503, str(error), code="engine_failed")
+    return from_engine_error(error)
+
+
+@router.post("/v1/sessions/{name}/save")
+async def save(name: str, body: SessionSaveRequest, request: Request) -> dict:
+    """Store the conversation (as the chat requests render it, so that the cache matches them)."""
+    state: ServerState = request.app.state.serve
+    thinking = body.thinking(state.settings.thinking)
+    messages = [m.as_dict() for m in body.messages]
+    messages = messages if thinking else with_empty_blocks(messages)
+    return await _run(state, state.sessions.save, _checked(name), messages, thinking, body.title)
+
+
+@router.post("/v1/sessions/{name}/restore")
+async def restore(name: str, request: Request) -> dict:
+    """The stored conversation, its replies as a chat reply gives them (reasoning apart), to send on."""
+    state: ServerState = request.app.state.serve
+    restored = await _run(state, state.sessions.restore, _checked(name))
+    return restored | {"messages": [_as_client_sends(m) for m in restored["messages"]]}
+
+
+def _as_client_sends(message: dict) -> dict:
+    if message["role"] != "assistant":
+        return message
+    splitter = ThinkingSplitter()
+    reasoning, answer = splitter.feed(message["content"])
+    more = splitter.finish()
+    reasoning, answer = reasoning + more[0], answer + more[1]
+    return message | {"content": answer} | ({"reasoning_content": reasoning} if reasoning.strip() else {})

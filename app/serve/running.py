@@ -1,0 +1,132 @@
+"""Submitting a request to the scheduler and following its choices from the event loop.
+
+A client that goes away, streaming or not, cancels every choice of its request:
+streams notice it when sse-starlette cancels their generator; non-streaming
+requests watch the connection (``reply_unless_gone``) while they wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request as HTTPRequest
+
+from app.serve.choices import ChoiceState
+from app.serve.errors import APIError, from_engine_error
+from mlxcore.batching.errors import OverloadedError, PromptTooLongError
+from mlxcore.batching.handle import RequestFailedError, RequestHandle
+from mlxcore.batching.request import Request
+from mlxcore.events import Event, TokenEvent
+
+_DONE = object()
+
+
+def submit(worker, request: Request, n: int) -> list[RequestHandle]:
+    """The handles of the ``n`` choices (which share the prompt's blocks); API errors when refused."""
+    if not worker.alive:
+        raise engine_down(worker)
+    try:
+        return worker.submit_choices(request, n) if n > 1 else [worker.submit(request)]
+    except (OverloadedError, PromptTooLongError) as error:
+        raise from_engine_error(error) from None
+    except RequestFailedError:
+        raise engine_down(worker) from None
+
+
+def engine_down(worker) -> APIError:
+    return APIError(503, f"The engine has stopped ({worker.failure}); this server cannot answer until it is "
+                         "restarted. See its log.", code="engine_failed")
+
+
+def cancel_all(handles: list[RequestHandle]) -> None:
+    for handle in handles:
+        handle.cancel()  # a no-op once it finished
+
+
+class ReplyClock:
+    """When a reply's tokens arrived: for the TTFT and inter-token histograms (as the client sees them)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.first: float | None = None
+        self.gaps: list[float] = []
+        self._last: dict[int, float] = {}
+
+    def tick(self, index: int, event: Event) -> None:
+        if not isinstance(event, TokenEvent):
+            return
+        now = time.perf_counter()
+        self.first = self.first or now
+        if index in self._last:
+            self.gaps.append(now - self._last[index])
+        self._last[index] = now
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first is None else self.first - self.start
+
+
+async def merged(handles: list[RequestHandle]) -> AsyncIterator[tuple[int, Event]]:
+    """(choice index, event) from every handle, in arrival order; raises what a handle raises."""
+    if len(handles) == 1:
+        async for event in handles[0].aevents():
+            yield 0, event
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(index: int, handle: RequestHandle) -> None:
+        try:
+            async for event in handle.aevents():
+                queue.put_nowait((index, event))
+            queue.put_nowait((index, _DONE))
+        except Exception as error:  # RequestFailedError: the reader re-raises it
+            queue.put_nowait((index, error))
+
+    tasks = [asyncio.create_task(pump(i, h)) for i, h in enumerate(handles)]
+    try:
+        left = len(handles)
+        while left:
+            index, item = await queue.get()
+            if isinstance(item, Exception):
+                raise item
+            if item is _DONE:
+                left -= 1
+                continue
+            yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def follow(handles: list[RequestHandle], choices: list[ChoiceState], clock: ReplyClock) -> None:
+    """Feed every event to its choice until all choices end."""
+    async for index, event in merged(handles):
+        clock.tick(index, event)
+        choices[index].feed(event)
+
+
+async def until_disconnected(request: HTTPRequest) -> None:
+    """Returns when the client closes the connection (the body has been read, so only that can come)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def reply_unless_gone(request: HTTPRequest, handles: list[RequestHandle], choices: list[ChoiceState],
+                            clock: ReplyClock) -> bool:
+    """Wait for every choice to end; if the client leaves first, cancel them all and return False."""
+    work = asyncio.create_task(follow(handles, choices, clock))
+    watch = asyncio.create_task(until_disconnected(request))
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            work.result()  # raises RequestFailedError if the engine failed
+            return True
+        return False
+    except RequestFailedError as error:
+        raise from_engine_error(error) from None
+    finally:
+        watch.cancel()
+        work.cancel()
+        cancel_all(handles)

@@ -1,0 +1,175 @@
+"""The request bodies ``mlxchat serve`` accepts, as pydantic models.
+
+Every model forbids fields it does not know (``extra="forbid"``) and is strict
+about types (no "5" for 5), so a field we do not support, a wrong type or an
+out-of-range value is a 400 that names it, never silently ignored. Fields that
+OpenAI's API has but that we cannot honour (``response_format`` JSON modes,
+penalties other than 0, ``echo``) are refused by validators, with a sentence
+that says why.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+MAX_STOP_STRINGS = 16
+MAX_CHOICES = 16  # n: the choices share the prompt's blocks, but each decodes on its own
+
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+
+
+class Strict(BaseModel):
+    """Unknown fields and loose types are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class StreamOptions(Strict):
+    include_usage: bool = False  # a last chunk with the usage of the whole request
+
+
+class TemplateKwargs(Strict):
+    enable_thinking: bool | None = None  # Qwen3: think in <think>...</think> first; None: the server's default
+
+
+class ResponseFormat(Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict | None = None
+
+    @model_validator(mode="after")
+    def _only_text(self) -> ResponseFormat:
+        if self.type != "text":
+            raise ValueError(f"response_format {self.type!r} is not supported: mlxchat serve has no constrained "
+                             "decoding, so it cannot promise JSON. Ask for JSON in the prompt instead, or leave "
+                             "response_format out.")
+        return self
+
+
+class TextPart(Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(Strict):
+    """One message; ``developer`` is OpenAI's newer name for ``system``."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart]
+
+    def as_dict(self) -> dict[str, str]:
+        text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+
+
+class Sampling(Strict):
+    """Fields the chat and the completions endpoints share."""
+
+    model: str
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)  # extension (vLLM's): 0 = off
+    min_p: float | None = Field(None, ge=0, lt=1)  # extension
+    repetition_penalty: float | None = Field(None, gt=0)  # extension
+    seed: int | None = None
+    stop: NonEmpty | list[NonEmpty] | None = Field(None, max_length=MAX_STOP_STRINGS)
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
+    user: str | None = None  # logged with the request
+    priority: Literal["low", "normal", "high"] = "normal"  # extension: the scheduler's priority policy
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+
+    @model_validator(mode="after")
+    def _check_sampling(self) -> Sampling:
+        for name in ("frequency_penalty", "presence_penalty"):
+            if getattr(self, name) not in (None, 0):
+                raise ValueError(f"{name} is not supported (only 0); use repetition_penalty instead.")
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options is only allowed when stream is true.")
+        return self
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(Sampling):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)  # None: until the end of the context
+    max_completion_tokens: int | None = Field(None, ge=1)  # OpenAI's newer name; wins over max_tokens
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    chat_template_kwargs: TemplateKwargs | None = None
+    response_format: ResponseFormat | None = None
+
+    @model_validator(mode="after")
+    def _check_chat(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs set to true.")
+        return self
+
+    @property
+    def reply_cap(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def thinking(self, default: bool) -> bool:
+        """Whether the model thinks first: the request's ``enable_thinking``, else ``default``."""
+        asked = self.chat_template_kwargs.enable_thinking if self.chat_template_kwargs else None
+        return default if asked is None else asked
+
+
+PROMPT_SHAPES = ("prompt must be a non-empty string or a non-empty list of token ids (integers >= 0), one prompt "
+                 "per request: send several requests for several prompts")
+
+
+def _one_prompt(prompt: object) -> str | list[int]:
+    """The prompt as text or token ids, unwrapped from a batch of one; ``ValueError`` for any other shape."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        return prompt
+    if isinstance(prompt, list) and prompt and all(type(t) is int and t >= 0 for t in prompt):
+        return prompt
+    raise ValueError(PROMPT_SHAPES)
+
+
+class CompletionRequest(Sampling):
+    """``POST /v1/completions``: the prompt as text or token ids, one prompt per request."""
+
+    prompt: str | list
+    max_tokens: int | None = Field(16, ge=1)  # OpenAI's default for this endpoint
+    logprobs: int | None = Field(None, ge=0, le=20)  # also this many likeliest tokens at each position
+    echo: bool = False
+
+    @field_validator("prompt")
+    @classmethod
+    def _single(cls, prompt: object) -> str | list[int]:
+        return _one_prompt(prompt)
+
+    @model_validator(mode="after")
+    def _check_completion(self) -> CompletionRequest:
+        if self.echo:
+            raise ValueError("echo is not supported: the reply holds the completion only.")
+        return self
+
+
+class SessionSaveRequest(Strict):
+    """``POST /v1/sessions/{name}/save``: the conversation to store, with its KV cache."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    chat_template_kwargs: TemplateKwargs | None = None
+    title: str | None = None  # shown in `mlxchat sessions ls`; default: from the first user message
+
+    def thinking(self, default: bool) -> bool:
+        """Whether the model thinks first: the request's ``enable_thinking``, else ``default``."""
+        asked = self.chat_template_kwargs.enable_thinking if self.chat_template_kwargs else None
+        return default if asked is None else asked

@@ -1,0 +1,113 @@
+"""Saving and restoring conversations in the session store, on the engine thread (through ``worker.call``).
+
+Save: the conversation the client sends becomes a ``ChatSession`` whose caches
+hold its tokens (the prefix already in the KV pool is reused, the rest
+prefilled), written to the store under ``name``, like the chat window's
+autosave; the window and `mlxchat sessions` see it. Restore: the stored chat is
+opened, its KV blocks go into the pool and stay held (the last few restored
+chats), so the client's next request on that conversation computes only what
+is new, like llama.cpp's slot restore.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from pathlib import Path
+
+from mlxcore.caches import Caches
+from mlxcore.chat_template import render_chat
+from mlxcore.engine import Engine
+from mlxcore.kv.errors import CacheStateError
+from mlxcore.params import GenerationParams
+from sessions.chat_session import ChatSession
+from sessions.messages import Message
+from sessions.store import SessionStore
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # the store's ids: no paths, no dots
+
+
+def is_session_name(name: str) -> bool:
+    return NAME.fullmatch(name) is not None
+
+
+def conversation(engine: Engine, messages: list[dict], enable_thinking: bool) -> ChatSession:
+    """A session holding ``messages`` (the system prompt first, when there is one), with empty caches."""
+    system = messages[0]["content"] if messages[0]["role"] == "system" else None
+    session = ChatSession(engine, system=system, enable_thinking=enable_thinking)
+    session.messages += [Message(m["role"], m["content"]) for m in messages[1 if system is not None else 0:]]
+    return session
+
+
+def fill_caches(engine: Engine, session: ChatSession) -> int:
+    """Make the session's caches hold its conversation's tokens; returns how many (prefix hits computed nothing).
+
+    A conversation ending with a reply is cached without a generation prompt (the next turn adds a user
+    message); one ending with a user message with it, ready for the reply.
+    """
+    messages = [m.as_dict() for m in session.history]
+    ids = render_chat(engine.tokenizer, messages, enable_thinking=session.enable_thinking,
+                      add_generation_prompt=messages[-1]["role"] != "assistant")
+    events = engine.generate(ids, session.caches, GenerationParams(max_tokens=1))  # one token past the prompt...
+    for _ in events:
+        pass
+    for cache in (session.caches.target, session.caches.draft):  # ...taken back
+        extra = cache.offset - len(ids) if cache is not None else 0
+        if extra > 0 and cache.trim(extra) != extra:
+            raise CacheStateError(f"The KV cache could not be rewound to the conversation's {len(ids)} tokens.")
+    return len(ids)
+
+
+class SessionJobs:
+    """The store, the jobs, and the caches of recently restored chats (held so that their blocks stay)."""
+
+    def __init__(self, root: Path | None, pinned: int = 4) -> None:
+        self.root, self.pinned = root, pinned
+        self._store: SessionStore | None = None  # opened on the engine thread, used only there
+        self._held: OrderedDict[str, Caches] = OrderedDict()
+
+    def store(self) -> SessionStore:
+        if self._store is None:
+            self._store = SessionStore(self.root)
+        return self._store
+
+    def save(self, engine: Engine, name: str, messages: list[dict], enable_thinking: bool,
+             title: str | None) -> dict:
+        session = conversation(engine, messages, enable_thinking)
+        session.title = title
+        try:
+            tokens = fill_caches(engine, session)
+            store = self.store()
+            try:
+                store.save(session, session_id=name)
+            finally:
+                store.release(name)  # let the chat window open it
+        finally:
+            session.caches.release()  # the blocks stay in the pool's prefix cache until reused
+        return {"name": name, "messages": len(messages), "cached_tokens": tokens}
+
+    def restore(self, engine: Engine, name: str) -> dict:
+        store = self.store()
+        try:
+            session = store.load(name, engine)
+        finally:
+            store.release(name)
+        self._hold(name, session.caches)
+        return {"name": name, "messages": [m.as_dict() for m in session.history],
+                "enable_thinking": session.enable_thinking, "cached_tokens": session.caches.target.offset,
+                "note": session.restore_note or None}
+
+    def _hold(self, name: str, caches: Caches) -> None:
+        old = self._held.pop(name, None)
+        if old is not None:
+            old.release()
+        self._held[name] = caches
+        while len(self._held) > self.pinned:
+            self._held.popitem(last=False)[1].release()
+
+    def close(self) -> None:
+        for caches in self._held.values():
+            caches.release()
+        self._held.clear()
+        if self._store is not None:
+            self._store.close()

@@ -1,0 +1,126 @@
+"""A real `mlxchat serve` process on a loopback port, for the serve tests (as users run it).
+
+``ServeProcess`` starts it, waits until ``/health`` answers (polling, bounded),
+and stops it; its stderr (one log line per request) is kept for the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from process_watch import HANG_S
+
+ROOT = Path(__file__).resolve().parent.parent
+PAIR = ("--model", "mini-target", "--draft", "mini-draft")
+MODEL = "mini-target"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def serve_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "app.cli", "serve", *args]
+
+
+def poll_until(condition, limit: float = HANG_S, every: float = 0.01) -> float:
+    """Seconds until ``condition()`` came true; fails after ``limit`` seconds."""
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < limit, f"not true after {limit} s: {condition}"
+        time.sleep(every)
+    return time.monotonic() - start
+
+
+def http(method: str, url: str, body: object = None, headers: dict | None = None,
+         timeout: float = 30) -> tuple[int, dict, object]:
+    """(status, headers, JSON or text) of one request, whatever the status."""
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            status, head, raw = reply.status, dict(reply.headers), reply.read()
+    except urllib.error.HTTPError as error:
+        status, head, raw = error.code, dict(error.headers), error.read()
+    try:
+        return status, head, json.loads(raw)
+    except ValueError:
+        return status, head, raw.decode(errors="replace")
+
+
+class ServeProcess:
+    """`mlxchat serve` on a free loopback port; a context manager."""
+
+    def __init__(self, tmp: Path, *args: str, pair: tuple[str, ...] = PAIR, script: str | None = None,
+                 env: dict[str, str] | None = None, api_key: str | None = None, home: Path | None = None) -> None:
+        """``script``: a helper in tests/ to run instead of `mlxchat serve` (same options); ``env``: added to it;
+        ``api_key``: served with --api-key, which ``client`` and ``metrics`` send; ``home``: its MLXCHAT_HOME
+        (the session store's parent; default: ``tmp/home``)."""
+        self.api_key = api_key
+        args = (*args, "--api-key", api_key) if api_key else args
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.home = home or tmp / "home"
+        self.log_path = tmp / f"serve-{self.port}.log"
+        options = ("--port", str(self.port), *pair, *args)
+        self.command = [sys.executable, str(ROOT / "tests" / script), *options] if script else serve_command(*options)
+        self.env = env or {}
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> ServeProcess:
+        env = dict(os.environ, HF_HUB_OFFLINE="1", MLXCHAT_HOME=str(self.home), **self.env)
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(self.command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.wait_healthy()
+        return self
+
+    def wait_healthy(self) -> None:
+        deadline = time.monotonic() + HANG_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"mlxchat serve exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if http("GET", f"{self.url}/health", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass  # not listening yet
+            time.sleep(0.05)
+        raise AssertionError(f"mlxchat serve did not become healthy in {HANG_S} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def client(self, **kwargs):
+        import openai
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=kwargs.pop("api_key", self.api_key or "none"),
+                             max_retries=0,
+                             timeout=kwargs.pop("timeout", 60), **kwargs)
+
+    def metrics(self) -> dict[str, float]:
+        """``/metrics`` as {sample name with labels: value}."""
+        key = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        status, _, text = http("GET", f"{self.url}/metrics", headers=key)
+        assert status == 200, text
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines() if line and not line.startswith("#")}
+
+    def __exit__(self, *exc) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=15)

@@ -1,0 +1,44 @@
+"""`mlxchat serve` on a real BatchWorker whose steps are slowed down, and which can be made to fail.
+
+The embedded models answer in a fraction of a second, too fast for a test to
+act while a reply is under way (close the connection after 5 tokens, fail the
+engine while two requests run). Here each scheduler step first waits
+``MLXCHAT_TEST_STEP_SECONDS``; once the file ``MLXCHAT_TEST_FAULT_FILE`` exists,
+the next step raises, as an engine failure would (the worker's own handling
+then runs unchanged). Usage: python tests/serve_slow_server.py [serve options].
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import mlxcore  # noqa: F401  (before mlx.core: it picks the BLAS)
+
+from app.cli import build_parser
+from app.serve.command import real_worker, run_serve
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+def slow_worker(engine, args):
+    worker = real_worker(engine, args)
+    step, delay = worker.runner.step, float(os.environ.get("MLXCHAT_TEST_STEP_SECONDS", "0"))
+    fault = os.environ.get("MLXCHAT_TEST_FAULT_FILE")
+
+    def slow_step() -> None:
+        if fault and Path(fault).exists():
+            raise InjectedFault("injected engine fault (tests/serve_slow_server.py)")
+        time.sleep(delay)
+        step()
+
+    worker.runner.step = slow_step
+    return worker
+
+
+if __name__ == "__main__":
+    sys.exit(run_serve(build_parser().parse_args(["serve", *sys.argv[1:]]), make_worker=slow_worker))

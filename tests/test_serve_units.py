@@ -1,0 +1,71 @@
+"""The HTTP side's own logic, without a server: stop strings held back, reasoning split, chat history."""
+
+from __future__ import annotations
+
+from app.serve.choices import ChoiceState, completion_logprobs, held_back
+from app.serve.prompts import with_empty_blocks
+from mlxcore.events import FinalEvent, GenerationStats, TokenEvent
+from mlxcore.think_blocks import EMPTY
+
+
+def feed(choice: ChoiceState, deltas: list[str], final_text: str, reason: str) -> list[str]:
+    """The content deltas a client would see."""
+    sent = [choice.feed(TokenEvent(token=i, text=d, logprob=-0.1)).content for i, d in enumerate(deltas)]
+    return sent + [choice.feed(FinalEvent(reason, final_text, GenerationStats())).content]
+
+
+def test_a_stop_string_across_tokens_never_reaches_the_client():
+    choice = ChoiceState(0, split=False, stops=("7 =",))
+    # the engine streams "7" before it knows " =" follows; then its delta and final text stop before "7 ="
+    sent = feed(choice, ["Ones: 2 + ", "7", ""], "Ones: 2 + ", "stop")
+    assert "".join(sent) == choice.content == "Ones: 2 + "
+    assert all("7" not in part for part in sent)
+    assert choice.finish_reason == "stop"
+
+
+def test_text_held_for_a_stop_string_is_sent_when_it_is_not_one():
+    choice = ChoiceState(0, split=False, stops=("7 =",))
+    sent = feed(choice, ["a 7", " +", " 1"], "a 7 + 1", "eos")
+    assert sent[0] == "a " and sent[1] == "7 +" and "".join(sent) == "a 7 + 1"
+
+
+def test_held_back_is_the_longest_start_of_a_stop_string():
+    assert held_back("abc 7", ("7 =", "c 7 x")) == 3
+    assert held_back("abc", ("7 =",)) == 0 and held_back("", ("x",)) == 0
+
+
+def test_reasoning_and_answer_are_split_as_they_stream():
+    choice = ChoiceState(0)
+    for i, text in enumerate(["<thi", "nk>\nstep one", "</th", "ink>\n\nAnswer", "."]):
+        choice.feed(TokenEvent(token=i, text=text, logprob=-0.1))
+    choice.feed(FinalEvent("eos", "", GenerationStats()))
+    assert (choice.reasoning, choice.content, choice.tokens) == ("\nstep one", "Answer.", 5)
+
+
+def test_thinking_off_history_keeps_the_empty_block_the_reply_was_written_after():
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."},
+                {"role": "assistant", "content": "<think>\nx\n</think>\n\nYes."}]
+    kept = with_empty_blocks(messages)
+    assert kept[0] == messages[0] and kept[1]["content"] == EMPTY + "Hello." and kept[2] == messages[2]
+
+
+def test_completion_logprobs_offsets_follow_the_text():
+    from app.serve.choices import TokenLogprob
+    texts = {1: "Hel", 2: "lo", 3: "!"}
+    entries = [TokenLogprob(1, -0.5, ((1, -0.5), (3, -2.0))), TokenLogprob(2, -0.1), TokenLogprob(3, -0.2)]
+    logprobs = completion_logprobs(entries, texts.__getitem__, offset=4)
+    assert logprobs["tokens"] == ["Hel", "lo", "!"] and logprobs["text_offset"] == [4, 7, 9]
+    assert logprobs["top_logprobs"][0] == {"Hel": -0.5, "!": -2.0}
+
+
+def test_request_fields_override_the_servers_defaults_and_only_those():
+    from app.serve.prompts import generation_params
+    from app.serve.schemas import ChatCompletionRequest
+    from mlxcore.params import GenerationParams
+    defaults = GenerationParams(temperature=0.6, top_p=0.95, top_k=20, max_tokens=100)  # model card, --max-tokens
+    body = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], temperature=0.0,
+                                 stop="x")
+    params = generation_params(body, defaults, body.reply_cap)
+    assert (params.temperature, params.top_p, params.top_k, params.max_tokens, params.stop) == (0.0, 0.95, 20, 100,
+                                                                                                ("x",))
+    assert generation_params(body, defaults, 7).max_tokens == 7
