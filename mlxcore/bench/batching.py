@@ -24,10 +24,11 @@ from functools import lru_cache
 
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
-from mlxcore.bench import mlx_lm_batch
+from mlxcore.bench import mlx_lm_batch, speculative
 from mlxcore.bench.batch_load import (JOIN_PROMPT_TOKENS, JOIN_RUNNING, REPLY_TOKENS, STREAMS, batch_prompts,
                                       long_prompt, stream_prompt)
 from mlxcore.bench.mlx_lm_batch import JOIN_AFTER, JOIN_WATCH_STEPS, StreamTrace, decode_rate, stall_figures
+from mlxcore.bench.timing import paired_median
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import TokenEvent
 from mlxcore.loading import load_model
@@ -140,26 +141,27 @@ def _quiet_worst(engine: Engine, steps: int) -> float:
     return max(after) / statistics.median(before)
 
 
-def spec_lone_vs_plain(model_ref: str, draft_ref: str, runs: int, tokens: int = REPLY_TOKENS) -> dict:
-    """A lone greedy stream through the scheduler with the draft / ``Engine.generate`` plain, alternating;
-    the engine's own speculative / plain ratio (``spec_speedup_greedy``'s measure) beside it."""
-    speculative, plain = _engine(model_ref, draft_ref), _engine(model_ref)
-    prompt = batch_prompts(plain.model.args.vocab_size, 1)[0]
+def spec_lone_vs_plain(model_ref: str, draft_ref: str, runs: int) -> dict:
+    """A lone greedy reply through the scheduler with the draft / ``Engine.generate`` plain, on
+    ``spec_speedup_greedy``'s chat prompts and measure (paired runs); that row's own ratio beside it."""
+    target, draft, prompts = speculative._pair(model_ref, draft_ref)
+    kv, params = KVConfig(kind="paged"), GenerationParams(max_tokens=speculative.MAX_TOKENS)
+    spec = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model)
+    plain = Engine(target.model, target.tokenizer, kv=kv)
 
-    def engine_rate(engine: Engine) -> float:
-        list(engine.generate(prompt, engine.new_caches(), GenerationParams(max_tokens=tokens)))
-        return engine.last_stats.decode_tps
+    def scheduled(ids):
+        batch = LocalBatch(spec)
+        handle = batch.submit(Request(tuple(ids), params))[0]
+        while batch.busy:
+            batch.step()
+            yield from (e for e in drain(handle) if isinstance(e, TokenEvent))
 
-    def scheduler_rate() -> float:
-        return decode_rate(decode_streams(speculative, [prompt], tokens))["tokens_per_second"]
-
-    scheduler_rate(), engine_rate(plain), engine_rate(speculative)  # warm-up
-    ours, alone, engine_spec = [], [], []
-    for _ in range(runs):
-        ours.append(scheduler_rate())
-        alone.append(engine_rate(plain))
-        engine_spec.append(engine_rate(speculative))
-    return {"value": statistics.median(a / b for a, b in zip(ours, alone)),
-            "spec_speedup_greedy": statistics.median(a / b for a, b in zip(engine_spec, alone)),
-            "scheduler_spec_tps": statistics.median(ours), "plain_tps": statistics.median(alone),
-            "engine_spec_tps": statistics.median(engine_spec)}
+    ours, base = scheduled, speculative._ours(plain, params)
+    engine_spec = speculative._ours(spec, params)
+    for run_one in (ours, base, engine_spec):  # warm up, learn k
+        speculative._rate_over_prompts(run_one, prompts[:2])
+    rate = speculative._rate_over_prompts
+    r = paired_median(lambda: rate(ours, prompts), lambda: rate(base, prompts), runs)
+    e = paired_median(lambda: rate(engine_spec, prompts), lambda: rate(base, prompts), runs)
+    return {"value": r["ratio"], "spec_speedup_greedy": e["ratio"], "scheduler_spec_tps": r["ours"],
+            "plain_tps": r["theirs"], "engine_spec_tps": e["ours"], "ratios": r["ratios"]}
