@@ -25,6 +25,7 @@ class KVConfig:
     max_kv: int | None = None  # rotating: window in tokens; paged: pool capacity in tokens (None = grow as needed)
     block_size: int = 16  # paged: tokens per block
     max_kv_bytes: int | None = None  # paged: KV memory budget shared by target and draft (None = from the machine)
+    kv_bits: int | None = None  # paged, rotating: keys and values quantized to 8 bits (None = the model's float)
 
     def __post_init__(self) -> None:
         if self.kind not in ("paged", "rotating", "standard"):
@@ -37,6 +38,8 @@ class KVConfig:
             raise ValueError(f"max_kv_bytes must be positive, not {self.max_kv_bytes}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be positive, not {self.block_size}")
+        if self.kv_bits is not None and self.kind == "standard":
+            raise ValueError("a quantized KV cache (--kv-bits) needs --kv paged or --kv rotating")
 
 
 def check_num_draft(num_draft: int) -> int:

@@ -22,6 +22,7 @@ from mlx_lm.models.base import create_attention_mask
 
 from mlxcore.compiled_forward import has_qwen3_layout
 from mlxcore.cpu_attention import segmented_causal_attention
+from mlxcore.decode_attention import attend, dequantized
 from mlxcore.fast_exp import fast_silu
 
 
@@ -29,7 +30,8 @@ def uses_cpu_prefill(model: nn.Module, cache_layers: list) -> bool:
     """Whether ``cpu_prefill_body`` applies to this model and these caches."""
     return (mx.default_device() == mx.cpu and has_qwen3_layout(model)
             and model.model.embed_tokens.weight.dtype == mx.float32
-            and not any(hasattr(layer, "bits") for layer in cache_layers))  # quantized caches: their own attention
+            # mlx-lm's quantized caches take its own attention; ours hand their runs over (update_and_segments)
+            and not any(hasattr(layer, "bits") and not hasattr(layer, "update_and_segments") for layer in cache_layers))
 
 
 def _layer(layer: nn.Module, h: mx.array, mask: Any, cache: Any) -> mx.array:
@@ -41,10 +43,16 @@ def _layer(layer: nn.Module, h: mx.array, mask: Any, cache: Any) -> mx.array:
     k = attn.k_norm(attn.k_proj(x).reshape(b, n, attn.n_kv_heads, -1)).transpose(0, 2, 1, 3)
     v = attn.v_proj(x).reshape(b, n, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
     q, k = attn.rope(q, offset=cache.offset), attn.rope(k, offset=cache.offset)
-    if mask == "causal":  # a paged cache hands over its runs of blocks as views, others their one array
-        segments = cache.update_and_segments(k, v) if hasattr(cache, "update_and_segments") else \
-            [cache.update_and_fetch(k, v)]
-        attended = segmented_causal_attention(q, segments, attn.scale)
+    if hasattr(cache, "update_and_segments"):  # a paged cache hands over its runs of blocks as views
+        segments = cache.update_and_segments(k, v)
+        if mask != "causal":  # one token: decode attention reads float and quantized runs alike
+            attended = attend(q, segments, attn.scale, mask)
+        else:  # quantized runs become float a layer at a time: never the whole cache in float at once
+            quantized = isinstance(segments[0][0], tuple)
+            attended = segmented_causal_attention(q, dequantized(segments, q.shape[-1]) if quantized else segments,
+                                                  attn.scale)
+    elif mask == "causal":
+        attended = segmented_causal_attention(q, [cache.update_and_fetch(k, v)], attn.scale)
     else:  # one token (no mask) or a cache's own mask array (a sliding window)
         k, v = cache.update_and_fetch(k, v)
         attended = mx.fast.scaled_dot_product_attention(q, k, v, scale=attn.scale, mask=mask)

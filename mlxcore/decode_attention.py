@@ -29,7 +29,8 @@ import mlx.core as mx
 
 from mlxcore.fast_exp import fast_exp_below
 
-Segment = tuple[mx.array, mx.array]  # keys, values: (1, kv_heads, length, dim) each
+# keys, values: (1, kv_heads, length, dim) each, or quantized per token: (packed, scales, biases) each
+Segment = tuple[Any, Any]
 
 
 Attended = tuple[mx.array, mx.array | None]  # (out, row sums to divide it by, or None when out is final)
@@ -50,10 +51,18 @@ def attend_parts(q: mx.array, segments: list[Segment], scale: float, mask: Any =
     reshape to (B, heads, L, dim) into its own compiled step (``normalized`` does them otherwise).
     out: (B, kv_heads, rep * L, dim) unnormalised, total: (B, kv_heads, rep * L, 1); or (attention, None)."""
     on_cpu = mx.default_device() == mx.cpu
-    if (len(segments) == 1 and not on_cpu) or not _grouped_mask_ok(mask):
-        keys, values = _joined(segments)
+    quantized = isinstance(segments[0][0], tuple)
+    if (len(segments) == 1 and not on_cpu and not quantized) or not _grouped_mask_ok(mask):
+        keys, values = _joined(dequantized(segments, q.shape[-1]) if quantized else segments)
         return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask), None
     return _grouped(q, segments, scale, lambda scores: _masked(scores, mask, q.shape[2]), on_cpu)
+
+
+def dequantized(segments: list[Segment], dim: int) -> list[Segment]:
+    """Float keys and values of quantized segments (for attention that cannot read them as stored)."""
+    def one(parts: tuple) -> mx.array:
+        return mx.dequantize(*parts, **_quantization(parts, dim))
+    return [(one(keys), one(values)) for keys, values in segments]
 
 
 def attend_batch_parts(q: mx.array, segments: list[Segment], scale: float, valid: mx.array) -> Attended:
@@ -78,12 +87,13 @@ def normalized(parts: Attended, shape: tuple[int, ...]) -> mx.array:
 def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, on_cpu: bool) -> Attended:
     """Grouped-query softmax attention over ``segments``; ``mask`` maps float32 scores to masked scores."""
     batch, heads, n, dim = q.shape
-    kv_heads = segments[0][0].shape[1]
+    keys = segments[0][0]
+    kv_heads = (keys[0] if isinstance(keys, tuple) else keys).shape[1]
     rows = (q if scale == 1.0 else q * scale).reshape(batch, kv_heads, heads // kv_heads * n, dim)  # head h: kv h // rep
-    scores = [rows @ keys.swapaxes(-1, -2) for keys, _ in segments]  # (B, kv_heads, rep * L, length) each
+    scores = [_scores(rows, keys) for keys, _ in segments]  # (B, kv_heads, rep * L, length) each
     scores = scores[0] if len(scores) == 1 else mx.concatenate(scores, axis=-1)
     scores = mask(_as(scores, mx.float32))
-    values_dtype = segments[0][1].dtype
+    values_dtype = _dtype(segments[0][1])
     if on_cpu:
         weights = fast_exp_below(scores, mx.max(scores, axis=-1, keepdims=True))
         total = mx.sum(weights, axis=-1, keepdims=True)
@@ -91,16 +101,46 @@ def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, on_cpu: b
         weights, total = mx.softmax(scores, axis=-1, precise=True), None
     weights = _as(weights, values_dtype)
     if len(segments) == 1:
-        out = weights @ segments[0][1]
+        out = _weighted(weights, segments[0][1], dim)
     else:  # one split (not a slice per run); each run's product added to the sum in the same call
-        ends = list(itertools.accumulate(keys.shape[2] for keys, _ in segments))[:-1]
+        ends = list(itertools.accumulate(_length(keys) for keys, _ in segments))[:-1]
         parts = mx.split(weights, ends, axis=-1)
-        out = parts[0] @ segments[0][1]
+        out = _weighted(parts[0], segments[0][1], dim)
         for part, (_, values) in zip(parts[1:], segments[1:]):
-            out = mx.addmm(out, part, values)
+            out = mx.addmm(out, part, values) if not isinstance(values, tuple) else out + _weighted(part, values, dim)
     if total is None:
         return out.reshape(batch, heads, n, dim), None
     return out, total
+
+
+def _scores(rows: mx.array, keys) -> mx.array:
+    """rows (B, kv_heads, R, dim) times keys transposed: float (B, kv_heads, T, dim), or quantized per token
+    (packed, scales, biases) read as they are stored (``kv_format.py``)."""
+    if not isinstance(keys, tuple):
+        return rows @ keys.swapaxes(-1, -2)
+    return mx.quantized_matmul(rows, *keys, transpose=True, **_quantization(keys, rows.shape[-1]))
+
+
+def _weighted(weights: mx.array, values, dim: int) -> mx.array:
+    """weights (B, kv_heads, R, T) times values (T, dim), float or quantized per token."""
+    if not isinstance(values, tuple):
+        return weights @ values
+    return mx.quantized_matmul(weights, *values, transpose=False, **_quantization(values, dim))
+
+
+def _quantization(parts: tuple, dim: int) -> dict:
+    """group_size and bits of quantized keys or values of head size ``dim``, read from their shapes."""
+    packed, scales, _ = parts
+    return {"group_size": dim // scales.shape[-1], "bits": packed.shape[-1] * 32 // dim}
+
+
+def _length(keys) -> int:
+    return (keys[0] if isinstance(keys, tuple) else keys).shape[2]
+
+
+def _dtype(values) -> mx.Dtype:
+    """The dtype attention's weights take to meet ``values`` (a quantized one's scales)."""
+    return values[1].dtype if isinstance(values, tuple) else values.dtype
 
 
 def _as(array: mx.array, dtype: mx.Dtype) -> mx.array:

@@ -107,7 +107,8 @@ class Engine:
     def _new_model_cache(self, model: nn.Module, role: str) -> ModelCache:
         budget = self.kv_budget if self.kv.kind == "paged" else None
         cache = make_model_cache(model, kind=self.kv.kind, block_size=self.kv.block_size, max_kv=self.kv.max_kv,
-                                 max_rewind=self.rewind_room, pool=self._pools.get(role), budget=budget)
+                                 max_rewind=self.rewind_room, pool=self._pools.get(role), budget=budget,
+                                 kv_bits=self.kv.kv_bits)
         if getattr(cache, "pool", None) is not None:
             self._pools[role] = cache.pool
         return cache
@@ -135,7 +136,7 @@ class Engine:
         if role not in self._pools:
             model = self.model if role == "target" else self.draft_model
             self._pools[role] = make_block_pool(model, block_size=self.kv.block_size, max_kv=self.kv.max_kv,
-                                                budget=self.kv_budget)
+                                                budget=self.kv_budget, kv_bits=self.kv.kv_bits)
         return self._pools[role]
 
     def new_caches(self) -> Caches:

@@ -148,11 +148,8 @@ class _Reads:
                                    for row, cache in enumerate(self.caches)], axis=0), None
         segments = []
         for slab in self.slabs:
-            both = storage.slabs[slab]
-            _, heads, capacity, dim = both.shape
-            rows = self._slab_rows(slab, heads, capacity)  # (B, 2, kv_heads, longest)
-            taken = mx.take(both.reshape(2 * heads * capacity, dim), rows, axis=0)  # (B, 2, kv_heads, longest, dim)
-            segments.append((taken[:, 0], taken[:, 1]))
+            _, heads, capacity, _ = storage.slabs[slab][0].shape
+            segments.append(storage.take(slab, self._slab_rows(slab, heads, capacity)))  # (B, kv_heads, longest, ..)
         return attend_batch_parts(q, segments, 1.0, self.valid)
 
     def _slab_rows(self, slab: int, heads: int, capacity: int) -> mx.array:

@@ -1,4 +1,4 @@
-"""The shape of a model's KV cache, read from its config: layers, KV heads, head size, dtype."""
+"""The shape of a model's KV cache, read from its config: layers, KV heads, head size, dtype; and its format."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxcore.kv.errors import CacheShapeError
+from mlxcore.kv.kv_format import KVFormat, kv_format
 
 
 @dataclass(frozen=True)
@@ -18,11 +19,12 @@ class KVGeometry:
     kv_heads: int
     head_dim: int
     dtype: mx.Dtype  # the dtype attention computes in (the model's activation dtype)
+    format: KVFormat = KVFormat()  # how keys and values are stored: float, or quantized
 
     @property
     def token_bytes(self) -> int:
-        """Bytes of keys and values of one token across all layers."""
-        return 2 * self.num_layers * self.kv_heads * self.head_dim * self.dtype.size
+        """Bytes of keys and values of one token across all layers, as stored."""
+        return self.num_layers * self.format.token_bytes(self.kv_heads, self.head_dim, self.dtype.size)
 
     def check(self, keys: mx.array, values: mx.array, where: str) -> None:
         """Raise ``CacheShapeError`` unless keys/values are (1, kv_heads, L, head_dim) in ``dtype``."""
@@ -34,13 +36,14 @@ class KVGeometry:
                     f"holds (1, {self.kv_heads}, L, {self.head_dim}) in {self.dtype}.")
 
 
-def model_geometry(model: nn.Module) -> KVGeometry:
-    """The KV geometry of an mlx-lm model (Qwen3 and models with the same config names)."""
+def model_geometry(model: nn.Module, kv_bits: int | None = None) -> KVGeometry:
+    """The KV geometry of an mlx-lm model (Qwen3 and models with the same config names), its keys and values
+    stored in ``kv_bits`` (None: float; ``KVFormatError`` if the model's heads cannot take it)."""
     args = model.args
     heads = args.num_attention_heads
     head_dim = getattr(args, "head_dim", None) or args.hidden_size // heads
     kv_heads = getattr(args, "num_key_value_heads", None) or heads
-    return KVGeometry(len(model.layers), kv_heads, head_dim, activation_dtype(model))
+    return KVGeometry(len(model.layers), kv_heads, head_dim, activation_dtype(model), kv_format(kv_bits, head_dim))
 
 
 def activation_dtype(model: nn.Module) -> mx.Dtype:

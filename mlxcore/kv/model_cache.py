@@ -35,7 +35,8 @@ __all__ = ["KINDS", "BlockPool", "Kind", "ModelCache", "make_block_pool", "make_
 def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: int = 16,
                      max_blocks: int | None = None, max_kv: int | None = None, keep: int = 0,
                      max_rewind: int = 16, pool: BlockPool | None = None,
-                     max_bytes: int | None = None, budget: KVBudget | None = None) -> ModelCache:
+                     max_bytes: int | None = None, budget: KVBudget | None = None,
+                     kv_bits: int | None = None) -> ModelCache:
     """An empty cache for ``model``.
 
     standard: mlx-lm's ``KVCache`` per layer; the other arguments are ignored.
@@ -45,13 +46,16 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
       ``budget`` (bytes shared with other pools) when one is given.
     rotating: a window of ``max_kv`` tokens (default 4,096) that keeps the first
       ``keep`` and can rewind ``max_rewind`` tokens after it wrapped.
+    ``kv_bits`` (paged, rotating): keys and values quantized to this many bits (``kv_format.py``).
     """
     if kind == "standard":
+        if kv_bits is not None:
+            raise ValueError("The standard cache is mlx-lm's float one: quantized KV needs --kv paged or rotating.")
         return StandardCache(model_geometry(model))
     if kind == "paged":
         if pool is None:
-            pool = make_block_pool(model, block_size=block_size, max_blocks=max_blocks,
-                                   max_kv=max_kv, max_bytes=max_bytes, budget=budget)
+            pool = make_block_pool(model, block_size=block_size, max_blocks=max_blocks, max_kv=max_kv,
+                                   max_bytes=max_bytes, budget=budget, kv_bits=kv_bits)
         return PagedCache(pool)
     if kind == "rotating":
         window = Window(max_kv or DEFAULT_WINDOW, keep, max_rewind)

@@ -28,10 +28,30 @@ from mlxcore.kv.base import ModelCache, Tensors, layer_tensors, saved_layer
 from mlxcore.kv.block_manager import AppendPlan
 from mlxcore.kv.errors import CacheShapeError, CacheStateError, KVCacheError, PoolExhaustedError, TrimError
 from mlxcore.kv.geometry import KVGeometry
+from mlxcore.kv.kv_format import KVFormat, kv_format
 from mlxcore.kv.paged_pool import BlockPool, make_block_pool
 from mlxcore.kv.slab_storage import Gather
 
-_NAMES = ("keys", "values")
+def stored_names(fmt: KVFormat) -> tuple[str, ...]:
+    """Names of a layer's tensors in ``state_dict``: keys then values (quantized: packed words, scales, biases)."""
+    if not fmt.quantized:
+        return ("keys", "values")
+    return ("keys", "keys.scales", "keys.biases", "values", "values.scales", "values.biases")
+
+
+def _flat(pair: tuple) -> tuple[mx.array, ...]:
+    """A layer's (keys, values), each an array or a quantized tuple, as one tuple of arrays (keys first)."""
+    keys, values = pair
+    return (*keys, *values) if isinstance(keys, tuple) else (keys, values)
+
+
+def _as_float(parts: list[mx.array], fmt: KVFormat, geometry: KVGeometry) -> tuple[mx.array, mx.array]:
+    """Saved keys and values as float arrays of the geometry's dtype."""
+    if not fmt.quantized:
+        return parts[0].astype(geometry.dtype), parts[1].astype(geometry.dtype)
+    options = {"group_size": fmt.group_size, "bits": fmt.bits}
+    keys, values = (mx.dequantize(*group, **options).astype(geometry.dtype) for group in (parts[:3], parts[3:]))
+    return keys, values
 # A table of more runs than this is read as one gathered copy per forward pass: a product per run
 # would cost more than the copy. The block manager keeps tables far below it (a run per slab spanned,
 # plus one per fork or prefix hit).
@@ -85,6 +105,17 @@ class PagedLayerCache:
         return blocks * self._owner.pool.block_bytes // len(self._owner.layers)
 
 
+class QuantizedPagedLayerCache(PagedLayerCache):
+    """A layer of a paged sequence whose keys and values are quantized (``kv_format.py``): ``bits`` and
+    ``group_size`` tell mlx-lm's attention to read the (packed, scales, biases) that ``update_and_fetch``
+    returns as they are."""
+
+    def __init__(self, owner: PagedCache, index: int) -> None:
+        super().__init__(owner, index)
+        fmt = owner.pool.geometry.format
+        self.bits, self.group_size = fmt.bits, fmt.group_size
+
+
 class PagedCache(ModelCache):
     """A sequence in a ``BlockPool``: prefix sharing, copy-on-write forks, block-exact trims."""
 
@@ -94,7 +125,8 @@ class PagedCache(ModelCache):
         """A new empty sequence in ``pool``, or (``seq_id``) one the pool's manager already holds."""
         self.pool = pool
         self.seq_id = pool.manager.new_sequence() if seq_id is None else seq_id
-        self.layers: list[PagedLayerCache] = [PagedLayerCache(self, i) for i in range(pool.geometry.num_layers)]
+        layer = QuantizedPagedLayerCache if pool.geometry.format.quantized else PagedLayerCache
+        self.layers: list[PagedLayerCache] = [layer(self, i) for i in range(pool.geometry.num_layers)]
         for layer in self.layers:
             layer.offset = len(pool.manager.token_ids(self.seq_id))
         self._plan: AppendPlan | None = None
@@ -126,34 +158,58 @@ class PagedCache(ModelCache):
         self.pool.release_free_slabs()
 
     def state_dict(self) -> tuple[Tensors, dict[str, Any]]:
-        """Only this sequence's tokens, in order (not whole blocks, not other sequences')."""
+        """Only this sequence's tokens, in order (not whole blocks, not other sequences'); quantized blocks
+        as they are stored (``stored_names``), so a file holds the same bytes as the pool."""
         self._settle()
-        arrays = [self._fetch(layer) for layer in self.layers] if self.offset else []
-        meta = {"kind": self.kind, "tokens": self.tokens, "block_size": self.pool.block_size}
-        return layer_tensors(_NAMES, arrays), meta
+        fmt = self.pool.geometry.format
+        arrays = [_flat(self._fetch(layer)) for layer in self.layers] if self.offset else []
+        meta = {"kind": self.kind, "tokens": self.tokens, "block_size": self.pool.block_size,
+                "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
+        return layer_tensors(stored_names(fmt), arrays), meta
 
     @classmethod
     def _restore(cls, model: nn.Module, tensors: Tensors, meta: dict[str, Any], pool: Any) -> PagedCache:
-        pool = pool or make_block_pool(model, block_size=int(meta.get("block_size", 16)))
+        pool = pool or make_block_pool(model, block_size=int(meta.get("block_size", 16)), kv_bits=meta.get("kv_bits"))
         cache, ids = cls(pool), [int(t) for t in meta.get("tokens", [])]
         if not ids:
             return cache
         try:
-            cache._write_saved(tensors, ids)
+            cache._write_saved(tensors, ids, meta.get("kv_bits"))
         except KVCacheError:
             cache.release()
             raise
         return cache
 
-    def _write_saved(self, tensors: Tensors, ids: list[int]) -> None:
-        saved = [saved_layer(tensors, layer.index, _NAMES) for layer in self.layers]
-        if any(keys.shape[2:3] != (len(ids),) for keys, _ in saved):
+    def _write_saved(self, tensors: Tensors, ids: list[int], saved_bits: int | None = None) -> None:
+        """Write a saved sequence's keys and values (float, or quantized as ``saved_bits``) into its blocks:
+        as they are when the pool stores the same format, else through float."""
+        saved_format = kv_format(saved_bits, self.pool.geometry.head_dim)
+        names = stored_names(saved_format)
+        saved = [saved_layer(tensors, layer.index, names) for layer in self.layers]
+        if any(parts[0].shape[2:3] != (len(ids),) for parts in saved):
             raise CacheStateError("Saved paged KV state: tensor length and token count differ.")
         reused = self.reuse_prefix(ids)  # blocks another session already holds are shared, not copied
         self.begin(ids[reused:])
-        for layer, (keys, values) in zip(self.layers, saved):
-            self._write_layer(layer, keys[..., reused:, :], values[..., reused:, :])
+        same = saved_format == self.pool.geometry.format
+        for layer, parts in zip(self.layers, saved):
+            parts = [part[..., reused:, :] for part in parts]
+            if same:
+                self._write_stored(layer, parts)
+            else:
+                keys, values = _as_float(parts, saved_format, self.pool.geometry)
+                self._write_layer(layer, keys, values)
         mx.eval([s.arrays for s in self.pool.storage])
+
+    def _write_stored(self, layer: PagedLayerCache, parts: list[mx.array]) -> None:
+        """Write keys and values already in the pool's format: keys' parts, then values' (1, kv_heads, L, w)."""
+        half = len(parts) // 2
+        both = [mx.concatenate([k, v], axis=0) for k, v in zip(parts[:half], parts[half:])]
+        plan = self._plan
+        self.pool.storage[layer.index].write_parts(plan.segments, tuple(both))
+        layer.offset += plan.length
+        self._pending_layers -= 1
+        if not self._pending_layers:
+            self._plan = None
 
     # a batched pass (mlxcore/batching/batch_forward.py) writes and reads for every layer itself ----------
 

@@ -187,14 +187,16 @@ class BlockPool:
 
 def make_block_pool(model: nn.Module, *, block_size: int = 16, max_blocks: int | None = None,
                     max_kv: int | None = None, max_bytes: int | None = None,
-                    slab_blocks: int | None = None, budget: KVBudget | None = None) -> BlockPool:
+                    slab_blocks: int | None = None, budget: KVBudget | None = None,
+                    kv_bits: int | None = None) -> BlockPool:
     """A pool for ``model``; capacity from ``max_blocks``, else ``max_kv`` tokens, else ``max_bytes``.
 
     With none given the pool may hold 65,536 tokens; memory is taken a slab at a time
     as blocks are used, and within ``budget`` (shared with other pools) when one is given.
     Slabs hold ``slab_blocks`` blocks, by default 256 or an eighth of the budget if less.
+    ``kv_bits``: keys and values quantized to this many bits (``kv_format.py``); None: float.
     """
-    geometry = model_geometry(model)
+    geometry = model_geometry(model, kv_bits)
     if max_blocks is None and max_kv is not None:
         max_blocks = -(-max_kv // block_size)
     if max_blocks is None and max_bytes is not None:

@@ -1,9 +1,10 @@
 """The MLX storage of one layer of a block pool, in slabs, and how a sequence's tokens are found in it.
 
-Layout: a list of slabs, each one array of keys and values, shape (2, kv_heads, slab_blocks *
-block_size, head_dim) (index 0 the keys, 1 the values: one write and one gather serve both); block
-``b`` owns token slots ``(b % slab_blocks) * block_size ..`` of slab ``b // slab_blocks``. The
-bookkeeping (which blocks, how many slabs) is ``paged_pool.py``'s.
+Layout: a list of slabs, each keys and values of shape (2, kv_heads, slab_blocks * block_size,
+width) (index 0 the keys, 1 the values: one write and one gather serve both), in one part (float)
+or three (quantized: packed words, scales, biases; ``kv_format.py``); block ``b`` owns token slots
+``(b % slab_blocks) * block_size ..`` of slab ``b // slab_blocks``. The bookkeeping (which blocks,
+how many slabs) is ``paged_pool.py``'s.
 """
 
 from __future__ import annotations
@@ -54,15 +55,30 @@ class Gather:
 
 
 class LayerStorage:
-    """The keys and values of every block, for one layer (layout in the module docstring)."""
+    """The keys and values of every block, for one layer (layout in the module docstring).
+
+    A slab is a tuple of parts, each (2, kv_heads, slab slots, width): for float keys and values one
+    part (width head_dim); quantized, three (``mx.quantize``'s packed words, scales and biases per
+    token). Keys and values come out as arrays (float) or as (packed, scales, biases) tuples, the form
+    mlx-lm's quantized attention and ``decode_attention`` take.
+    """
 
     def __init__(self, geometry: KVGeometry, config: PoolConfig) -> None:
         self._geometry, self._config = geometry, config
-        self.slabs: list[mx.array] = []  # one (2, kv_heads, slab slots, head_dim) array per slab
+        self.slabs: list[tuple[mx.array, ...]] = []
 
     def add_slab(self) -> None:
-        g, slots = self._geometry, self._config.slab_size(len(self.slabs)) * self._config.block_size
-        self.slabs.append(mx.zeros((2, g.kv_heads, slots, g.head_dim), g.dtype))
+        slots = self._config.slab_size(len(self.slabs)) * self._config.block_size
+        self.slabs.append(tuple(mx.zeros((2, *shape[:1], slots, *shape[1:]), dtype) for shape, dtype in self._parts()))
+
+    def _parts(self) -> list[tuple[tuple[int, int], mx.Dtype]]:
+        """((kv_heads, width), dtype) of each part."""
+        g, fmt = self._geometry, self._geometry.format
+        if not fmt.quantized:
+            return [((g.kv_heads, g.head_dim), g.dtype)]
+        groups = g.head_dim // fmt.group_size
+        return [((g.kv_heads, g.head_dim * fmt.bits // 32), mx.uint32),
+                ((g.kv_heads, groups), g.dtype), ((g.kv_heads, groups), g.dtype)]
 
     def drop_slab(self) -> None:
         self.slabs.pop()
@@ -74,25 +90,52 @@ class LayerStorage:
     def copy_block(self, source: int, target: int) -> None:
         size = self._config.block_size
         (s_slab, s_at), (t_slab, t_at) = self.where(source * size), self.where(target * size)
-        self.slabs[t_slab][:, :, t_at:t_at + size, :] = self.slabs[s_slab][:, :, s_at:s_at + size, :]
+        for from_part, to_part in zip(self.slabs[s_slab], self.slabs[t_slab]):
+            to_part[:, :, t_at:t_at + size, :] = from_part[:, :, s_at:s_at + size, :]
+
+    def encode(self, both: mx.array) -> tuple[mx.array, ...]:
+        """Keys and values (2, kv_heads, n, head_dim) as this storage holds them (its parts)."""
+        fmt = self._geometry.format
+        if not fmt.quantized:
+            return (both,)
+        return tuple(mx.quantize(both, group_size=fmt.group_size, bits=fmt.bits))
 
     def write(self, segments: tuple[WriteSegment, ...], keys: mx.array, values: mx.array) -> None:
         """Write new keys/values (1, kv_heads, L, head_dim) into the slots the segments name (never across a slab)."""
-        both = mx.concatenate([keys, values], axis=0)  # (2, kv_heads, L, head_dim)
+        parts = self.encode(mx.concatenate([keys, values], axis=0))  # each (2, kv_heads, L, width)
         if len(segments) == 1:  # a decode step: no slicing of the input (each slice costs a call per layer)
             slab, at = self.where(segments[0].slot)
-            self.slabs[slab][:, :, at:at + segments[0].length, :] = both
+            for target, part in zip(self.slabs[slab], parts):
+                target[:, :, at:at + segments[0].length, :] = part
             return
         for seg in segments:
             slab, at = self.where(seg.slot)
-            self.slabs[slab][:, :, at:at + seg.length, :] = both[:, :, seg.source:seg.source + seg.length, :]
+            for target, part in zip(self.slabs[slab], parts):
+                target[:, :, at:at + seg.length, :] = part[:, :, seg.source:seg.source + seg.length, :]
+
+    def write_parts(self, segments: tuple[WriteSegment, ...], parts: tuple[mx.array, ...]) -> None:
+        """As ``write``, for keys and values already encoded as this storage holds them (a restored session)."""
+        for seg in segments:
+            slab, at = self.where(seg.slot)
+            for target, part in zip(self.slabs[slab], parts):
+                target[:, :, at:at + seg.length, :] = part[:, :, seg.source:seg.source + seg.length, :]
 
     def scatter(self, slab: int, slots: mx.array, both: mx.array) -> None:
         """Write one token each into ``slots`` (n,) of ``slab``: ``both`` (2, kv_heads, n, head_dim)."""
-        self.slabs[slab][:, :, slots, :] = both
+        for target, part in zip(self.slabs[slab], self.encode(both)):
+            target[:, :, slots, :] = part
 
-    def fetch(self, gather: Gather, length: int) -> tuple[mx.array, mx.array]:
-        """The first ``length`` tokens of a sequence in order, each (1, kv_heads, length, head_dim).
+    def take(self, slab: int, rows: mx.array) -> tuple:
+        """Keys and values of a batch, (B, kv_heads, n, width) each (per part), from ``rows`` (B, 2, kv_heads, n)
+        of the (2 * kv_heads * slab slots, width) view of ``slab``'s parts."""
+        taken = []
+        for part in self.slabs[slab]:
+            two, heads, capacity, width = part.shape
+            taken.append(mx.take(part.reshape(two * heads * capacity, width), rows, axis=0))  # (B, 2, heads, n, w)
+        return self._pair([t[:, 0] for t in taken], [t[:, 1] for t in taken])
+
+    def fetch(self, gather: Gather, length: int) -> tuple:
+        """The first ``length`` tokens of a sequence in order, keys and values (1, kv_heads, length, width).
 
         A view of storage when the sequence's first run of blocks holds them all, else a gathered copy
         (for callers that need one array: session files, and attention that cannot read segments).
@@ -101,10 +144,10 @@ class LayerStorage:
             return self._empty()
         slab, start, size = gather.runs[0]
         if length <= size:
-            return _split(self.slabs[slab][:, :, start:start + length, :])
+            return self._split([part[:, :, start:start + length, :] for part in self.slabs[slab]])
         return self.gather(gather, length)
 
-    def segments(self, gather: Gather, length: int) -> list[tuple[mx.array, mx.array]]:
+    def segments(self, gather: Gather, length: int) -> list[tuple]:
         """The first ``length`` tokens as views of storage, one (keys, values) pair per run, in order."""
         if not self.slabs or not gather.runs:
             return [self._empty()]
@@ -112,40 +155,52 @@ class LayerStorage:
         for slab, start, size in gather.runs:
             if left <= 0:
                 break
-            both = self.slabs[slab]
-            if start or min(size, left) < both.shape[2]:  # a whole slab needs no slice (one op less per layer)
-                both = both[:, :, start:start + min(size, left), :]
-            views.append(_split(both))
+            parts = self.slabs[slab]
+            if start or min(size, left) < parts[0].shape[2]:  # a whole slab needs no slice (one op less per layer)
+                parts = [part[:, :, start:start + min(size, left), :] for part in parts]
+            views.append(self._split(parts))
             left -= size
         return views
 
-    def gather(self, gather: Gather, length: int) -> tuple[mx.array, mx.array]:
-        """A new contiguous copy of the first ``length`` tokens."""
-        _, heads, _, dim = self.slabs[0].shape
+    def gather(self, gather: Gather, length: int) -> tuple:
+        """A new contiguous copy of the first ``length`` tokens (keys, values)."""
         slabs = {slab for slab, _, _ in gather.runs}
         if len(gather.runs) > MAX_RUNS and len(slabs) == 1:
             slab = slabs.pop()
-            capacity = self.slabs[slab].shape[2]
-            rows = gather.rows(heads, capacity)[..., :length]
-            # take over rows gives (2, kv_heads, length, head_dim), contiguous
-            return _split(mx.take(self.slabs[slab].reshape(2 * heads * capacity, dim), rows, axis=0))
+            parts = []
+            for part in self.slabs[slab]:
+                two, heads, capacity, width = part.shape
+                rows = gather.rows(heads, capacity)[..., :length]
+                # take over rows gives (2, kv_heads, length, width), contiguous
+                parts.append(mx.take(part.reshape(two * heads * capacity, width), rows, axis=0))
+            return self._split(parts)
         views = self.segments(gather, length)
-        return mx.concatenate([k for k, _ in views], axis=2), mx.concatenate([v for _, v in views], axis=2)
+        keys, values = zip(*views)
+        return _joined(keys), _joined(values)
 
-    def _empty(self) -> tuple[mx.array, mx.array]:
-        g = self._geometry
-        empty = mx.zeros((1, g.kv_heads, 0, g.head_dim), g.dtype)
-        return empty, empty
+    def _split(self, parts) -> tuple:
+        """Keys and values of parts (2, kv_heads, n, width) each."""
+        return self._pair([part[0:1] for part in parts], [part[1:2] for part in parts])
+
+    def _pair(self, keys: list[mx.array], values: list[mx.array]) -> tuple:
+        if self._geometry.format.quantized:
+            return tuple(keys), tuple(values)
+        return keys[0], values[0]
+
+    def _empty(self) -> tuple:
+        return self._split([mx.zeros((2, shape[0], 0, shape[1]), dtype) for shape, dtype in self._parts()])
 
     @property
     def arrays(self) -> list[mx.array]:
-        return self.slabs
+        return [part for parts in self.slabs for part in parts]
 
     @property
     def nbytes(self) -> int:
-        return sum(array.nbytes for array in self.slabs)
+        return sum(array.nbytes for array in self.arrays)
 
 
-def _split(both: mx.array) -> tuple[mx.array, mx.array]:
-    """Keys and values, (1, kv_heads, n, head_dim) each, of a (2, kv_heads, n, head_dim) array."""
-    return both[0:1], both[1:2]
+def _joined(pieces: tuple) -> object:
+    """Pieces of keys (or values) in order, joined along the token axis: arrays, or quantized tuples."""
+    if isinstance(pieces[0], tuple):
+        return tuple(mx.concatenate(list(part), axis=2) for part in zip(*pieces))
+    return pieces[0] if len(pieces) == 1 else mx.concatenate(list(pieces), axis=2)
