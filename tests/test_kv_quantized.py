@@ -152,3 +152,32 @@ def test_batched_8_bit_replies_equal_each_alone():
             tokens.extend(e.token for e in drain(handle) if isinstance(e, TokenEvent))
     for tokens, p in zip(got, prompts):
         assert tokens == generate(engine(8), p, 20)
+
+
+def test_speculative_greedy_equals_plain_on_an_8_bit_rotating_window_after_it_wrapped():
+    prompt = TARGET.tokenizer.encode("Once upon a time there was a little cat who liked to play in the garden.")
+
+    def rotating(draft: bool) -> Engine:
+        made = Engine(TARGET.model, TARGET.tokenizer, kv=KVConfig(kind="rotating", max_kv=48, kv_bits=8),
+                      draft_model=DRAFT.model if draft else None)
+        made.eos_ids = set()
+        return made
+
+    spec, plain = rotating(True), rotating(False)
+    caches = spec.new_caches()
+    spec_tokens = [e.token for e in spec.generate(prompt, caches, GenerationParams(max_tokens=120))
+                   if isinstance(e, TokenEvent)]
+    assert caches.target.layers[0].wrapped and caches.target.layers[0].bits == 8
+    assert spec_tokens == generate(plain, prompt, 120)
+    assert spec.last_stats.draft_accepted > 0
+
+
+def test_an_8_bit_rotating_window_saves_and_restores_as_stored():
+    cache = make_model_cache(MODEL, "rotating", max_kv=40, keep=4, kv_bits=8)
+    for start in range(0, 90, 9):  # past the window: it wrapped
+        feed(MODEL, cache, ids(9, 40 + start))
+    tensors, meta = cache.state_dict()
+    assert meta["kv_format"] == "q8g32" and tensors["0.keys"].dtype == mx.uint32
+    restored = ModelCache.from_state(MODEL, tensors, meta)
+    assert_same_state(restored, cache)
+    np.testing.assert_array_equal(feed(FORWARD, restored, [3]), feed(FORWARD, cache, [3]))

@@ -59,5 +59,5 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
         return PagedCache(pool)
     if kind == "rotating":
         window = Window(max_kv or DEFAULT_WINDOW, keep, max_rewind)
-        return RotatingCache(model_geometry(model), window)
+        return RotatingCache(model_geometry(model, kv_bits), window)
     raise ValueError(f"Unknown KV cache kind {kind!r}; choose one of {', '.join(KINDS)}.")

@@ -28,22 +28,10 @@ from mlxcore.kv.base import ModelCache, Tensors, layer_tensors, saved_layer
 from mlxcore.kv.block_manager import AppendPlan
 from mlxcore.kv.errors import CacheShapeError, CacheStateError, KVCacheError, PoolExhaustedError, TrimError
 from mlxcore.kv.geometry import KVGeometry
+from mlxcore.kv import stored
 from mlxcore.kv.kv_format import KVFormat, kv_format
 from mlxcore.kv.paged_pool import BlockPool, make_block_pool
 from mlxcore.kv.slab_storage import Gather
-
-def stored_names(fmt: KVFormat) -> tuple[str, ...]:
-    """Names of a layer's tensors in ``state_dict``: keys then values (quantized: packed words, scales, biases)."""
-    if not fmt.quantized:
-        return ("keys", "values")
-    return ("keys", "keys.scales", "keys.biases", "values", "values.scales", "values.biases")
-
-
-def _flat(pair: tuple) -> tuple[mx.array, ...]:
-    """A layer's (keys, values), each an array or a quantized tuple, as one tuple of arrays (keys first)."""
-    keys, values = pair
-    return (*keys, *values) if isinstance(keys, tuple) else (keys, values)
-
 
 def _as_float(parts: list[mx.array], fmt: KVFormat, geometry: KVGeometry) -> tuple[mx.array, mx.array]:
     """Saved keys and values as float arrays of the geometry's dtype."""
@@ -159,13 +147,13 @@ class PagedCache(ModelCache):
 
     def state_dict(self) -> tuple[Tensors, dict[str, Any]]:
         """Only this sequence's tokens, in order (not whole blocks, not other sequences'); quantized blocks
-        as they are stored (``stored_names``), so a file holds the same bytes as the pool."""
+        as they are stored (``stored.names``), so a file holds the same bytes as the pool."""
         self._settle()
         fmt = self.pool.geometry.format
-        arrays = [_flat(self._fetch(layer)) for layer in self.layers] if self.offset else []
+        arrays = [stored.flat(*self._fetch(layer)) for layer in self.layers] if self.offset else []
         meta = {"kind": self.kind, "tokens": self.tokens, "block_size": self.pool.block_size,
                 "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
-        return layer_tensors(stored_names(fmt), arrays), meta
+        return layer_tensors(stored.names(fmt), arrays), meta
 
     @classmethod
     def _restore(cls, model: nn.Module, tensors: Tensors, meta: dict[str, Any], pool: Any) -> PagedCache:
@@ -184,7 +172,7 @@ class PagedCache(ModelCache):
         """Write a saved sequence's keys and values (float, or quantized as ``saved_bits``) into its blocks:
         as they are when the pool stores the same format, else through float."""
         saved_format = kv_format(saved_bits, self.pool.geometry.head_dim)
-        names = stored_names(saved_format)
+        names = stored.names(saved_format)
         saved = [saved_layer(tensors, layer.index, names) for layer in self.layers]
         if any(parts[0].shape[2:3] != (len(ids),) for parts in saved):
             raise CacheStateError("Saved paged KV state: tensor length and token count differ.")

@@ -7,7 +7,9 @@ speculative rewind of up to ``max_rewind`` tokens stays exact after the window
 wrapped, and a trim it cannot do raises ``TrimError``.
 
 Memory: keys/values of (1, kv_heads, slots, head_dim), grown in steps of 256
-slots up to max_size + max_rewind, then flat however long the chat runs.
+slots up to max_size + max_rewind, then flat however long the chat runs. With
+8-bit keys and values (``kv_format.py``) each is a (packed, scales, biases)
+tuple of such arrays, written quantized and read as stored.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import create_attention_mask
 
+from mlxcore.kv import stored
 from mlxcore.kv.base import RecordedTokens, Tensors, layer_tensors, saved_layer
 from mlxcore.kv.errors import CacheStateError, TrimError
 from mlxcore.kv.geometry import KVGeometry, model_geometry
 from mlxcore.kv.window import Window
 
-_NAMES = ("keys", "values")
 _STEP = 256
 
 
@@ -33,10 +35,12 @@ class RotatingLayerCache:
 
     def __init__(self, geometry: KVGeometry, window: Window) -> None:
         self._geometry, self.window = geometry, window
-        self.keys: mx.array | None = None  # (1, kv_heads, slots, head_dim)
-        self.values: mx.array | None = None
+        self.keys: stored.Stored | None = None  # (1, kv_heads, slots, head_dim), or its quantized parts
+        self.values: stored.Stored | None = None
         self.offset = 0
         self.high = 0  # one past the largest position ever written
+        if geometry.format.quantized:  # mlx-lm's attention reads what update_and_fetch returns as stored
+            self.bits, self.group_size = geometry.format.bits, geometry.format.group_size
 
     @property
     def wrapped(self) -> bool:
@@ -47,13 +51,14 @@ class RotatingLayerCache:
         """Store (1, kv_heads, N, head_dim) keys/values; return the keys/values that ``make_mask(N)`` describes."""
         self._geometry.check(keys, values, "rotating KV cache")
         layout, count = self._layout(keys.shape[2])
+        keys, values = (stored.encode(x, self._geometry.format) for x in (keys, values))
         if layout != "concat":
             self._write(keys, values)
-            return self.keys[..., :count, :], self.values[..., :count, :]
+            return stored.first(self.keys, count), stored.first(self.values, count)
         # Too many new tokens for the ring: attend over the old slots + all new tokens, then store.
         fetched = (keys, values) if not count else (
-            mx.concatenate([self.keys[..., :count, :], keys], axis=2),
-            mx.concatenate([self.values[..., :count, :], values], axis=2))
+            stored.joined([stored.first(self.keys, count), keys]),
+            stored.joined([stored.first(self.values, count), values]))
         self._write(keys, values)
         return fetched
 
@@ -89,13 +94,13 @@ class RotatingLayerCache:
         return n
 
     @property
-    def state(self) -> tuple[mx.array, mx.array]:
-        """The filled slots, (1, kv_heads, slots, head_dim) each, in slot order (see ``window.py``)."""
+    def state(self) -> tuple[stored.Stored, stored.Stored]:
+        """The filled slots, (1, kv_heads, slots, head_dim) each (or their parts), in slot order (``window.py``)."""
         if self.keys is None:
-            g = self._geometry
-            return (mx.zeros((1, g.kv_heads, 0, g.head_dim), g.dtype),) * 2
+            empty = stored.zeros(self._geometry, 0)
+            return empty, empty
         count = min(self.high, self.window.slots)
-        return self.keys[..., :count, :], self.values[..., :count, :]
+        return stored.first(self.keys, count), stored.first(self.values, count)
 
     @property
     def meta_state(self) -> tuple[str, ...]:
@@ -104,7 +109,7 @@ class RotatingLayerCache:
 
     @property
     def nbytes(self) -> int:
-        return 0 if self.keys is None else self.keys.nbytes + self.values.nbytes
+        return 0 if self.keys is None else stored.nbytes(self.keys) + stored.nbytes(self.values)
 
     # internals -------------------------------------------------------------
 
@@ -124,28 +129,26 @@ class RotatingLayerCache:
             return "ring", min(high, w.slots)
         return "concat", min(self.high, w.slots)
 
-    def _write(self, keys: mx.array, values: mx.array) -> None:
-        w, start, n = self.window, self.offset, keys.shape[2]
+    def _write(self, keys: stored.Stored, values: stored.Stored) -> None:
+        w, start, n = self.window, self.offset, stored.length(keys)
         self._grow(min(start + n, w.slots))
         for position, length in _runs(w, start, n):
             slot, source = w.slot_of(position), position - start
-            self.keys[..., slot:slot + length, :] = keys[..., source:source + length, :]
-            self.values[..., slot:slot + length, :] = values[..., source:source + length, :]
+            stored.put(self.keys, slot, keys, source, length)
+            stored.put(self.values, slot, values, source, length)
         self.offset = start + n
         self.high = max(self.high, self.offset)
 
     def _grow(self, slots: int) -> None:
-        have = 0 if self.keys is None else self.keys.shape[2]
+        have = 0 if self.keys is None else stored.length(self.keys)
         if slots <= have:
             return
-        g = self._geometry
         size = min(self.window.slots, max(slots, have + _STEP))
-        extra = mx.zeros((1, g.kv_heads, size - have, g.head_dim), g.dtype)
         if self.keys is None:
-            self.keys, self.values = extra, mx.zeros_like(extra)
+            self.keys, self.values = stored.zeros(self._geometry, size), stored.zeros(self._geometry, size)
         else:
-            self.keys = mx.concatenate([self.keys, extra], axis=2)
-            self.values = mx.concatenate([self.values, mx.zeros_like(extra)], axis=2)
+            extra = stored.zeros(self._geometry, size - have)
+            self.keys, self.values = stored.joined([self.keys, extra]), stored.joined([self.values, extra])
 
 
 def _runs(w: Window, start: int, n: int) -> list[tuple[int, int]]:
@@ -205,18 +208,20 @@ class RotatingCache(RecordedTokens):
         child._ids = self.tokens
         for mine, theirs in zip(self.layers, child.layers):
             theirs.offset, theirs.high = mine.offset, mine.high
-            if mine.keys is not None:
-                theirs.keys, theirs.values = mine.keys[...], mine.values[...]  # new arrays: writes stay apart
+            if mine.keys is not None:  # new arrays: writes stay apart
+                theirs.keys, theirs.values = stored.copied(mine.keys), stored.copied(mine.values)
         return child
 
     def state_dict(self) -> tuple[Tensors, dict[str, Any]]:
         """Every filled slot and the ring's counters: a wrapped cache restores exactly."""
         self._check_layers_agree()
         w, first = self.window, self.layers[0]
-        arrays = [layer.state for layer in self.layers] if first.keys is not None else []
+        fmt = self.geometry.format
+        arrays = [stored.flat(*layer.state) for layer in self.layers] if first.keys is not None else []
         meta = {"kind": self.kind, "tokens": self.tokens, "offset": first.offset, "high": first.high,
-                "max_size": w.max_size, "keep": w.keep, "max_rewind": w.max_rewind}
-        return layer_tensors(_NAMES, arrays), meta
+                "max_size": w.max_size, "keep": w.keep, "max_rewind": w.max_rewind,
+                "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
+        return layer_tensors(stored.names(fmt), arrays), meta
 
     @classmethod
     def _restore(cls, model: nn.Module, tensors: Tensors, meta: dict[str, Any], pool: Any) -> RotatingCache:
@@ -227,12 +232,12 @@ class RotatingCache(RecordedTokens):
             raise CacheStateError(f"Saved rotating KV state has bad metadata: {error}") from None
         if len(ids) != offset or not offset <= high:
             raise CacheStateError("Saved rotating KV state: offsets and token count differ.")
-        cache = cls(model_geometry(model), window)
+        cache = cls(model_geometry(model, meta.get("kv_bits")), window)  # a window keeps the format it was saved in
         cache._ids = ids
         for index, layer in enumerate(cache.layers if high else []):
-            keys, values = saved_layer(tensors, index, _NAMES)
-            cache.geometry.check(keys, values, "saved rotating KV state")
-            if keys.shape[2] != min(high, window.slots):
+            keys, values = stored.unflat(saved_layer(tensors, index, stored.names(cache.geometry.format)))
+            stored.check(keys, values, cache.geometry, "saved rotating KV state")
+            if stored.length(keys) != min(high, window.slots):
                 raise CacheStateError("Saved rotating KV state: slot count does not fit its window.")
             layer.keys, layer.values, layer.offset, layer.high = keys, values, offset, high
         return cache
