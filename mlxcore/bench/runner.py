@@ -6,7 +6,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mlxcore.bench import batching, speculative
+from mlxcore.bench import batching, kv_quant, speculative
 from mlxcore.bench.blas import blas_speedup
 from mlxcore.bench.decode import decode_vs_mlx_lm
 from mlxcore.bench.paged_decode import paged_decode_vs_standard_long, paged_decode_vs_standard_twin
@@ -63,6 +63,18 @@ ROWS: dict[str, tuple[str, Row]] = {
                          lambda s: batching.batch8_row(s.model, s.runs, "vs_mlx_lm")),
     "join_stall_seconds": ("worst gap of 4 running streams while a 2,000-token prompt joins (goal: 2x median step)",
                            lambda s: batching.join_stall(s.model)),
+    "kv8_bytes_ratio": ("bytes of a token's keys and values, 8-bit / float (the pool's own account)",
+                        lambda s: kv_quant.bytes_ratio(s.model, 8)),
+    "kv4_bytes_ratio": ("the same at 4 bits (measured only: 4 bits is not offered, see kv4_accuracy)",
+                        lambda s: kv_quant.bytes_ratio(s.model, 4)),
+    "kv8_decode_vs_float_long": ("decode tok/s at a 3,000-token context, 8-bit KV / float KV, paged",
+                                 lambda s: kv_quant.decode_vs_float_long(s.model, s.runs)),
+    "kv8_prefill_peak_vs_float": ("MLX's peak memory prefilling 2,000 tokens, 8-bit KV / float KV",
+                                  lambda s: kv_quant.prefill_peak_vs_float(s.model)),
+    "kv8_accuracy": ("mean KL(float || 8-bit) of next-token distributions over 1,000 decoded tokens (+ agreement)",
+                     lambda s: kv_quant.accuracy(s.model, 8)),
+    "kv4_accuracy": ("the same at 4 bits (per token, the layout 8 bits uses)",
+                     lambda s: kv_quant.accuracy(s.model, 4)),
     "spec_lone_vs_plain": ("a lone stream through the scheduler with the draft / plain decode, temperature 0",
                            lambda s: batching.spec_lone_vs_plain(s.model, s.draft, s.runs)),
 }
