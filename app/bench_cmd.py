@@ -13,6 +13,7 @@ from mlxcore.errors import UsageError
 
 def all_rows() -> dict[str, tuple[str, Row]]:
     """mlxcore's rows plus those of the layers above it (sessions, TUI, server)."""
+    from sessions.bench_kv8 import kv8_session_file_ratio
     from sessions.bench_restore import restore_ttft_vs_cold
     from sessions.bench_store import autosave_write_ratio, store_list_seconds
     from sessions.bench_turns import turn10_prefill_fraction, turn10_prefill_fraction_long
@@ -32,6 +33,8 @@ def all_rows() -> dict[str, tuple[str, Row]]:
                                  lambda s: autosave_write_ratio(s.model, s.draft, s.runs)),
         "store_list_seconds": ("seconds to list a store of 50 chats of 3,000 tokens",
                                lambda s: store_list_seconds(s.model, s.draft, s.runs)),
+        "kv8_session_file_ratio": ("bytes of a session file of a 2,000-token chat, 8-bit KV / float KV",
+                                   lambda s: kv8_session_file_ratio(s.model, s.draft)),
         "tui_decode_vs_headless": ("decode tok/s while the TUI streams 2,000 tokens over 60 messages / headless",
                                    # twice the pairs: on 2 cores one pair's ratio spreads by +-10%
                                    lambda s: tui_decode_vs_headless(runs=2 * s.runs)),

@@ -125,7 +125,7 @@ class Engine:
         model = self.model if role == "target" else self.draft_model
         if meta.get("kind") == "paged" and role not in self._pools:  # the first paged cache: a pool in the budget
             self._pools[role] = make_block_pool(model, block_size=int(meta.get("block_size", 16)),
-                                                max_kv=self.kv.max_kv, budget=self.kv_budget)
+                                                max_kv=self.kv.max_kv, budget=self.kv_budget, kv_bits=self.kv.kv_bits)
         cache = ModelCache.from_state(model, tensors, meta, pool=self._pools.get(role))
         if getattr(cache, "pool", None) is not None:
             self._pools[role] = cache.pool
@@ -152,6 +152,15 @@ class Engine:
             raise PromptError(f"The prompt has {len(prompt_ids)} tokens, more than the model's context of "
                               f"{limit}: shorten it, start a new chat, or use --kv rotating.")
 
+    def keep_prefix(self, caches: Caches, prompt_ids: list[int]) -> int:
+        """Trim ``caches`` to their longest common prefix with the prompt (at least one token left to
+        compute; a draft cache too); the target's tokens kept. As ``generate`` does before a turn."""
+        prompt_ids = list(prompt_ids)
+        kept = self._reuse(caches, "target", prompt_ids)
+        if caches.draft is not None:
+            self._reuse(caches, "draft", prompt_ids)
+        return kept
+
     def _reuse(self, caches: Caches, role: str, prompt_ids: list[int]) -> int:
         """Trim the ``role`` cache to its longest common prefix with the prompt; return tokens kept.
 
@@ -166,6 +175,7 @@ class Engine:
         keep = min(common_prefix_length(cache.tokens, prompt_ids), len(prompt_ids) - 1)
         if cache.offset - keep > cache.max_trim:
             cache = self._replace_cache(caches, role)
+            keep = 0
         cache.trim(cache.offset - keep)
         if cache.offset == 0:
             keep = cache.reuse_prefix(prompt_ids)

@@ -13,6 +13,7 @@ it was before it.
 
 from __future__ import annotations
 
+from mlxcore.batching.handle import RequestFailedError
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore.events import Event, FinalEvent, TokenEvent
@@ -26,27 +27,34 @@ class BatchedTurn:
     def __init__(self, session, batch: LocalBatch, before: list[Message], n: int) -> None:
         self.session, self.batch, self.before = session, batch, before
         prompt, self.lead = session._prompt()
-        request = Request(tuple(prompt), session.params, use_draft=session.use_draft, keep_caches=True)
+        # The chat's own caches go with the request: the turn computes only what is new, to the token.
+        request = Request(tuple(prompt), session.params, use_draft=session.use_draft, keep_caches=True,
+                          caches=session.caches)
         self.handles = batch.submit(request, n)  # PromptError here: the caller restores the history
         self.texts = [""] * n
         self.tokens: list[list[int]] = [[] for _ in range(n)]
         self.finals: list[FinalEvent | None] = [None] * n
+        self.failures: list[RequestFailedError | None] = [None] * n
 
     @property
     def done(self) -> bool:
-        return all(final is not None for final in self.finals)
+        return all(final is not None or failure is not None for final, failure in zip(self.finals, self.failures))
 
     def events(self) -> list[tuple[int, Event]]:
-        """(choice, event) for the events that have come since the last call (none block)."""
+        """(choice, event) for the events that have come since the last call (none block). A reply whose
+        request failed ends there (``failures``); the others' events still come."""
         got = []
         for choice, handle in enumerate(self.handles):
-            for event in drain(handle):
-                if isinstance(event, TokenEvent):
-                    self.texts[choice] += event.text
-                    self.tokens[choice].append(event.token)
-                elif isinstance(event, FinalEvent):
-                    self.finals[choice] = event
-                got.append((choice, event))
+            try:
+                for event in drain(handle):
+                    if isinstance(event, TokenEvent):
+                        self.texts[choice] += event.text
+                        self.tokens[choice].append(event.token)
+                    elif isinstance(event, FinalEvent):
+                        self.finals[choice] = event
+                    got.append((choice, event))
+            except RequestFailedError as error:
+                self.failures[choice] = error
         return got
 
     def prompt_progress(self) -> tuple[int, int]:
@@ -55,8 +63,8 @@ class BatchedTurn:
 
     def stop(self) -> None:
         """Stop every reply still generating (what each has so far stays, to keep or not)."""
-        for handle, final in zip(self.handles, self.finals):
-            if final is None:
+        for handle, final, failure in zip(self.handles, self.finals, self.failures):
+            if final is None and failure is None:
                 handle.cancel()
 
     def keep(self, choice: int) -> str:
@@ -71,10 +79,11 @@ class BatchedTurn:
         if not self.tokens[choice]:  # nothing generated: the turn adds no reply
             self._adopt(self.handles[choice].caches)
             return ""
-        held = session._as_held(final.text, self.tokens[choice], final.finish_reason)
+        text, finish = (final.text, final.finish_reason) if final else (self.texts[choice], None)  # failed: as far as it got
+        held = session._as_held(text, self.tokens[choice], finish)
         stored, session.cut_in_thinking = close_open_block(self.lead + held)
         session.messages.append(Message("assistant", stored))
-        session.last_stats = final.stats
+        session.last_stats = final.stats if final else None
         self._adopt(self.handles[choice].caches)
         return stored
 
@@ -84,15 +93,16 @@ class BatchedTurn:
         self.batch.run_until(lambda: all(h.finished.is_set() for h in self.handles))
         self.events()
         for handle in self.handles:
-            if handle.caches is not None:
+            if handle.caches is not None and handle.caches is not self.session.caches:
                 handle.caches.release()
         self.session.messages = list(self.before)
 
     def _adopt(self, caches) -> None:
-        """The chosen reply's caches replace the session's (they share every block they have in common)."""
-        if caches is None:
-            return
+        """The chosen reply's caches become the session's: its own, which went with the request, grown by
+        the turn; or a choice forked from them (they share every block they have in common)."""
         session = self.session
+        if caches is None or caches is session.caches:
+            return
         if session.caches.draft is not None and caches.draft is None:
             caches.draft, session.caches.draft = session.caches.draft, None  # the session's draft lags, but lives
         session.caches.release()

@@ -5,8 +5,10 @@ block of a cache may hold fewer). Its key chains the previous block's key with i
 own token ids, like the paged cache's prefix hash, so two caches share a stored
 block exactly when they hold the same tokens from position 0 up to its end. The
 chain starts from a *salt* naming the model's fingerprint, the role (target or
-draft) and the tensor layout (names, dtypes, per-token shapes): blocks of other
-models, roles, dtypes or KV formats can never collide, even for the same tokens.
+draft), the tensor layout (names, dtypes, per-token shapes) and the KV format
+(float, or quantized as "q8g32"...): blocks of other models, roles, dtypes or KV
+formats can never collide, even for the same tokens, so a float chat and an 8-bit
+chat of the same tokens share no block.
 
 A rotating window's slots depend on evictions, not on a token prefix, so its state
 is stored whole under ``window_key``: a hash of the salt and of the bytes themselves.
@@ -36,17 +38,21 @@ class BlockRef:
     end: int
 
 
-def layout_salt(fingerprint: str, role: str, family: str, layout: dict[str, tuple[str, tuple[int, ...]]]) -> bytes:
+def layout_salt(fingerprint: str, role: str, family: str, layout: dict[str, tuple[str, tuple[int, ...]]],
+                kv_format: str = "float") -> bytes:
     """The chain's start for one model's cache.
 
     ``family``: "positional" (standard and paged caches: token i at position i) or
     "window" (rotating). ``layout``: tensor name -> (dtype name, shape with the token
-    axis as -1), e.g. {"0.keys": ("F32", (1, 2, -1, 32)), ...}.
+    axis as -1), e.g. {"0.keys": ("F32", (1, 2, -1, 32)), ...}. ``kv_format``:
+    ``KVFormat.name`` ("float", "q8g32", ...).
     """
-    described = json.dumps({"storage": STORAGE_VERSION, "model": fingerprint, "role": role, "family": family,
-                            "layout": {name: [dtype, list(shape)] for name, (dtype, shape) in sorted(layout.items())}},
-                           sort_keys=True, separators=(",", ":"))
-    return hashlib.blake2b(described.encode(), digest_size=_DIGEST).digest()
+    described = {"storage": STORAGE_VERSION, "model": fingerprint, "role": role, "family": family,
+                 "layout": {name: [dtype, list(shape)] for name, (dtype, shape) in sorted(layout.items())}}
+    if kv_format != "float":  # float salts stay as before quantized formats existed: stores keep their keys
+        described["kv_format"] = kv_format
+    text = json.dumps(described, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=_DIGEST).digest()
 
 
 def chain_keys(salt: bytes, tokens: Sequence[int], block_tokens: int = BLOCK_TOKENS) -> list[BlockRef]:

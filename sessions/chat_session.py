@@ -117,6 +117,10 @@ class ChatSession:
 
     def stream_edit_last_user(self, text: str) -> Iterator[str]:
         """Replace the last user message (dropping the reply after it) and answer it again."""
+        return self._reply(self._edit_last_user(text))
+
+    def _edit_last_user(self, text: str) -> list[Message]:
+        """Replace the last user message, dropping what follows it; the history before the edit."""
         users = [i for i, m in enumerate(self.messages) if m.role == "user"]
         if not users:
             raise PromptError("There is no message to edit yet.")
@@ -124,7 +128,7 @@ class ChatSession:
             raise PromptError("The message is empty: type something first.")
         before = list(self.messages)
         self.messages = self.messages[: users[-1]] + [Message("user", text)]
-        return self._reply(before)
+        return before
 
     def fork(self) -> ChatSession:
         """An independent copy of this conversation; with the paged cache it shares the cached blocks."""
@@ -157,6 +161,10 @@ class ChatSession:
         before = list(self.messages)
         self.messages.pop()
         return self._batched(before, batch, n)
+
+    def start_edit_last_user(self, text: str, batch: LocalBatch, n: int = 1) -> BatchedTurn:
+        """Replace the last user message (dropping the reply after it) and answer it on the scheduler."""
+        return self._batched(self._edit_last_user(text), batch, n)
 
     def alternatives(self, text: str | None, n: int) -> Alternatives:
         """``n`` replies to ``text`` (None: regenerate the last reply) generated side by side, sharing the

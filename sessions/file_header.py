@@ -3,6 +3,12 @@
 ``read_saved_session`` turns an untrusted dict into a ``SavedSession`` or
 raises ``SessionFileError`` naming the field; nothing is built from a header
 that did not pass.
+
+Versions: 1 holds float caches; 2 added quantized ones (each cache's ``kv_format``,
+its tensors laid out as saved_kv.py says). A file is written with the lowest version
+that describes it, so a session with float caches is still a version-1 file that
+earlier mlxchats open, and one with 8-bit caches is refused by them as "newer"
+rather than misread as damaged.
 """
 
 from __future__ import annotations
@@ -12,16 +18,19 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from mlxcore.kv.geometry import KVGeometry
+from mlxcore.kv.kv_format import KVFormat
 from mlxcore.kv.window import Window
 from mlxcore.params import GenerationParams
 from sessions.errors import SessionFileError
 from sessions.json_fields import (Fields, is_bool, is_count, is_count_list, is_number, is_optional_text,
                                   is_positive, is_text, is_time, show)
 from sessions.messages import ROLES, Message
-from sessions.safetensors_payload import DTYPES, dtype_name
+from sessions.safetensors_payload import FLOAT_DTYPES, dtype_name
+from sessions.saved_kv import FLOAT, FORMAT_KEYS, format_of, layer_tensors, meta_fields, read_format
 
 FORMAT = "mlxchat-session"
-VERSION = 1
+VERSION = 2  # the newest this reads: 2 added quantized KV caches
+FLOAT_VERSION = 1  # what a file with float caches only is written as (earlier mlxchats read it)
 KINDS = ("standard", "paged", "rotating")
 ROLES_SAVED = ("target", "draft")
 
@@ -33,9 +42,10 @@ class SavedCache:
     layers: int
     kv_heads: int
     head_dim: int
-    dtype: str  # safetensors name: "F32", "F16", "BF16"
+    dtype: str  # safetensors name of the model's dtype: "F32", "F16", "BF16"
     tokens: tuple[int, ...]  # the ids the cache holds
     state: dict[str, int]  # the kind's counters (paged: block_size; rotating: offset, high, window)
+    kv_format: KVFormat = FLOAT  # how keys and values are stored (saved_kv.py)
 
     def tensor_shapes(self, kind: str, role: str) -> dict[str, tuple[str, tuple[int, ...]]]:
         """Name -> (dtype, shape) of every tensor this cache must have in the payload."""
@@ -45,12 +55,12 @@ class SavedCache:
             length = len(self.tokens)
         if not length:
             return {}
-        shape = (1, self.kv_heads, length, self.head_dim)
-        return {f"{role}.{i}.{name}": (self.dtype, shape) for i in range(self.layers) for name in ("keys", "values")}
+        layer = layer_tensors(self.kv_format, self.dtype, self.kv_heads, self.head_dim, length)
+        return {f"{role}.{i}.{name}": spec for i in range(self.layers) for name, spec in layer.items()}
 
     def meta(self, kind: str) -> dict[str, Any]:
         """The metadata ``ModelCache.from_state`` takes."""
-        return {"kind": kind, "tokens": list(self.tokens), **self.state}
+        return {"kind": kind, "tokens": list(self.tokens), **self.state, **meta_fields(self.kv_format)}
 
     def fits(self, geometry: KVGeometry) -> bool:
         return (self.layers, self.kv_heads, self.head_dim, self.dtype) == (
@@ -95,8 +105,10 @@ def build_header(*, created: float, title: str | None, model: tuple[str, str], d
     """The header dict. ``caches`` maps "target"/"draft" to (geometry, ``state_dict`` metadata)."""
     system = messages[0].content if messages and messages[0].role == "system" else None
     history = messages[1:] if system is not None else messages
+    quantized = any(format_of(meta).quantized for _, meta in caches.values())
     return {
-        "format": FORMAT, "version": VERSION, "created": created, "updated": time.time(), "title": title,
+        "format": FORMAT, "version": VERSION if quantized else FLOAT_VERSION, "created": created,
+        "updated": time.time(), "title": title,
         "model": {"name": model[0], "fingerprint": model[1]},
         "draft": {"name": draft[0], "fingerprint": draft[1]} if draft else None,
         "params": {f.name: list(v) if isinstance(v := getattr(params, f.name), tuple) else v
@@ -109,9 +121,11 @@ def build_header(*, created: float, title: str | None, model: tuple[str, str], d
 
 
 def _cache_header(geometry: KVGeometry, meta: dict[str, Any]) -> dict[str, Any]:
+    described = ("kind", "tokens", *FORMAT_KEYS)  # said elsewhere in the header
     return {"layers": geometry.num_layers, "kv_heads": geometry.kv_heads, "head_dim": geometry.head_dim,
-            "dtype": dtype_name(geometry.dtype), "tokens": [int(t) for t in meta["tokens"]],
-            "state": {k: v for k, v in meta.items() if k not in ("kind", "tokens")}}
+            "dtype": dtype_name(geometry.dtype), "kv_format": format_of(meta).name,
+            "tokens": [int(t) for t in meta["tokens"]],
+            "state": {k: v for k, v in meta.items() if k not in described}}
 
 
 # reading --------------------------------------------------------------------------------------
@@ -123,13 +137,13 @@ _STATE_KEYS = {"standard": (), "paged": ("block_size",), "rotating": ("offset", 
 def read_saved_session(data: dict[str, Any], where: str) -> SavedSession:
     """Check every field of a header dict; ``SessionFileError`` saying which is wrong."""
     top = Fields(data, where)
-    _check_format(top, where)
+    version = _check_format(top, where)
     model = top.sub("model")
     draft = None if top.data.get("draft") is None else top.sub("draft")
     cache = top.sub("cache")
     kind = cache.get("kind", lambda v: v in KINDS, f"one of {', '.join(KINDS)}")
     saved = SavedSession(
-        version=VERSION, created=top.get("created", is_time, "a time"),
+        version=version, created=top.get("created", is_time, "a time"),
         updated=top.get("updated", is_time, "a time"),
         title=top.get("title", is_optional_text, "text or null"),
         model_name=model.get("name", is_text, "text"), model_fingerprint=model.get("fingerprint", is_text, "text"),
@@ -144,10 +158,14 @@ def read_saved_session(data: dict[str, Any], where: str) -> SavedSession:
         target=_read_cache(cache, "target", kind, where), draft=_read_cache(cache, "draft", kind, where))
     if saved.draft is not None and saved.draft_fingerprint is None:
         raise SessionFileError(f"{where}: the header has a draft cache but no draft model.")
+    if version < VERSION and any(c is not None and c.kv_format.quantized for c in (saved.target, saved.draft)):
+        raise SessionFileError(f"{where}: session format {version} holds float caches only, yet the header "
+                               "names a quantized one: the file is inconsistent.")
     return saved
 
 
-def _check_format(top: Fields, where: str) -> None:
+def _check_format(top: Fields, where: str) -> int:
+    """The header's format version, when this mlxchat reads it."""
     if top.data.get("format") != FORMAT:
         raise SessionFileError(f"{where}: not an mlxchat session (format {show(top.data.get('format'))}).")
     version = top.get("version", is_count, "a whole number")
@@ -156,6 +174,7 @@ def _check_format(top: Fields, where: str) -> None:
                                f"reads {VERSION}): update mlxchat to open it.")
     if version < 1:
         raise SessionFileError(f"{where}: session format version {version} does not exist.")
+    return version
 
 
 def _read_params(params: Fields, where: str) -> GenerationParams:
@@ -187,13 +206,15 @@ def _read_cache(cache: Fields, role: str, kind: str, where: str) -> SavedCache |
         return None
     c = cache.sub(role)
     state = c.sub("state")
+    head_dim = c.get("head_dim", is_positive, "a positive whole number")
     saved = SavedCache(
         layers=c.get("layers", is_positive, "a positive whole number"),
         kv_heads=c.get("kv_heads", is_positive, "a positive whole number"),
-        head_dim=c.get("head_dim", is_positive, "a positive whole number"),
-        dtype=c.get("dtype", lambda v: v in DTYPES, f"one of {', '.join(DTYPES)}"),
+        head_dim=head_dim,
+        dtype=c.get("dtype", lambda v: v in FLOAT_DTYPES, f"one of {', '.join(FLOAT_DTYPES)}"),
         tokens=tuple(c.get("tokens", is_count_list, "a list of token ids")),
-        state={key: state.get(key, is_count, "a whole number") for key in _STATE_KEYS[kind]})
+        state={key: state.get(key, is_count, "a whole number") for key in _STATE_KEYS[kind]},
+        kv_format=read_format(c.data.get("kv_format", FLOAT.name), head_dim, f"{where}: the {role} cache"))
     _check_state(saved, kind, f"{where}: the {role} cache")
     return saved
 

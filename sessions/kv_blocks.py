@@ -9,8 +9,10 @@ evicted, which no token prefix names (and the window bounds its size anyway).
 
 A block's payload: the number of tokens (u32), their ids (u32 each), then each state
 tensor's slice for those tokens in name order, raw little-endian, shaped
-(1, kv_heads, n, head_dim). Only ``state_dict()`` of the cache is used, so any kind
-that follows ``ModelCache`` is stored the same way.
+(1, kv_heads, n, width). Only ``state_dict()`` of the cache is used, so any kind
+that follows ``ModelCache`` is stored the same way, and a quantized cache's blocks
+hold its packed words, scales and biases as the pool stores them (saved_kv.py),
+under keys salted with its format.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sessions.block_files import BlockFileError
 from sessions.errors import SessionFileError
 from sessions.file_header import SavedSession
 from sessions.safetensors_payload import DTYPES, dtype_name, from_words, raw_words
+from sessions.saved_kv import format_of
 from sessions.store_index import StoredBlock
 
 WINDOW_KINDS = ("rotating",)
@@ -78,12 +81,13 @@ def cache_blocks(cache: ModelCache, fingerprint: str, role: str) -> CacheBlocks:
     tensors, meta = cache.state_dict()
     tokens = [int(t) for t in meta["tokens"]]
     layout = {name: (dtype_name(a.dtype), (*a.shape[:2], -1, *a.shape[3:])) for name, a in tensors.items()}
+    fmt = format_of(meta).name
     if meta["kind"] in WINDOW_KINDS:
-        salt = layout_salt(fingerprint, role, "window", layout)
+        salt = layout_salt(fingerprint, role, "window", layout, fmt)
         window = _payload(tokens, (raw_words(tensors[name]) for name in sorted(tensors)))
         refs = [BlockRef(window_key(salt, window), 0, len(tokens))]
     else:
-        refs, window = chain_keys(layout_salt(fingerprint, role, "positional", layout), tokens), None
+        refs, window = chain_keys(layout_salt(fingerprint, role, "positional", layout, fmt), tokens), None
     rows = [StoredBlock(ref.key, token_bytes(tokens[ref.start:ref.end])) for ref in refs]
     return CacheBlocks(cache.geometry, meta, refs, rows, tensors, window)
 
@@ -99,12 +103,12 @@ def tensors_from_blocks(saved: SavedSession, role: str, rows: Sequence[StoredBlo
     shapes = cache.tensor_shapes(saved.cache_kind, role)
     fingerprint = saved.model_fingerprint if role == "target" else saved.draft_fingerprint
     layout = {name[len(role) + 1:]: (dtype, (*shape[:2], -1, *shape[3:])) for name, (dtype, shape) in shapes.items()}
-    tokens = list(cache.tokens)
+    tokens, fmt = list(cache.tokens), cache.kv_format.name
     if saved.cache_kind in WINDOW_KINDS:
         refs = [BlockRef(rows[0].key, 0, len(tokens))] if rows and shapes else []
-        salt = layout_salt(fingerprint, role, "window", layout)
+        salt = layout_salt(fingerprint, role, "window", layout, fmt)
     else:
-        refs = chain_keys(layout_salt(fingerprint, role, "positional", layout), tokens) if shapes else []
+        refs = chain_keys(layout_salt(fingerprint, role, "positional", layout, fmt), tokens) if shapes else []
     if [ref.key for ref in refs] != [row.key for row in rows]:
         raise SessionFileError(f"{where}: the index lists other {role} cache blocks than its tokens need "
                                "(the store's index is damaged).")

@@ -2,8 +2,9 @@
 
 Own reader and writer (the format is an 8-byte length, a JSON index and raw
 little-endian data) so that bfloat16 caches round-trip through numpy as raw
-16-bit words, and so that a malformed payload gives a ``SessionFileError``
-saying what is wrong rather than whatever a parser happens to raise.
+16-bit words (a quantized cache's uint32 words as they are), and so that a
+malformed payload gives a ``SessionFileError`` saying what is wrong rather than
+whatever a parser happens to raise.
 """
 
 from __future__ import annotations
@@ -28,14 +29,17 @@ DTYPES: dict[str, tuple[np.dtype, mx.Dtype]] = {
     "F32": (np.dtype("<f4"), mx.float32),
     "F16": (np.dtype("<f2"), mx.float16),
     "BF16": (np.dtype("<u2"), mx.bfloat16),  # numpy has no bfloat16: keep the raw words
+    "U32": (np.dtype("<u4"), mx.uint32),  # a quantized cache's packed words (saved_kv.py)
 }
+FLOAT_DTYPES = ("F32", "F16", "BF16")  # what a model's KV (and a quantized cache's scales and biases) may be
 _NAMES = {mlx_dtype: name for name, (_, mlx_dtype) in DTYPES.items()}
 
 
 def dtype_name(dtype: mx.Dtype) -> str:
-    """The safetensors name of an MLX dtype ("F32", "F16", "BF16"); ``SessionFileError`` for others."""
+    """The safetensors name of an MLX dtype ("F32", "F16", "BF16", "U32"); ``SessionFileError`` for others."""
     if dtype not in _NAMES:
-        raise SessionFileError(f"Cannot save a KV cache of dtype {dtype}: only float32, float16 and bfloat16.")
+        raise SessionFileError(f"Cannot save a KV cache of dtype {dtype}: only float32, float16 and bfloat16 "
+                               "(and uint32 for quantized words).")
     return _NAMES[dtype]
 
 

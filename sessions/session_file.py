@@ -1,11 +1,14 @@
 """Save a ChatSession to one file and open it again: ``save_session`` and ``load_session``.
 
 The file (see file_format.py) holds a JSON header (file_header.py) and the
-target's and draft's cache tensors (safetensors_payload.py). Loading checks the
-whole file first, then builds the session; a file made with another model,
-with another kind of KV cache, or with a rotating window that has less rewind
-room than this engine's drafts need, restores its conversation and leaves the
-cache to be rebuilt by the next turn's prefill, saying so in ``session.restore_note``.
+target's and draft's cache tensors (safetensors_payload.py), quantized ones as
+the pool stores them (saved_kv.py). Loading checks the whole file first, then
+builds the session; a file made with another model, with another kind of KV
+cache, or with a rotating window that has less rewind room than this engine's
+drafts need, restores its conversation and leaves the cache to be rebuilt by the
+next turn's prefill, saying so in ``session.restore_note``. A paged cache saved
+in another KV format than the engine's (float, 8-bit) is converted through float
+into the engine's pool, and the note says so too.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
+from mlxcore.caches import Caches
 from mlxcore.engine import Engine
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheShapeError, CacheStateError
@@ -24,6 +28,11 @@ from sessions.errors import SessionFileError
 from sessions.file_format import encode_header, read_file, write_file
 from sessions.file_header import ROLES_SAVED, SavedCache, SavedSession, build_header, read_saved_session
 from sessions.safetensors_payload import decode_tensors, dtype_name, encode_tensors
+from sessions.saved_kv import describe
+
+# Kinds whose restore (``ModelCache.from_state``) converts another KV format through float; a rotating
+# window keeps the format it was saved in, so one saved in another format is rebuilt instead.
+CONVERTING_KINDS = ("paged",)
 
 if TYPE_CHECKING:
     from sessions.chat_session import ChatSession
@@ -81,7 +90,7 @@ def open_saved(saved: SavedSession, engine: Engine, tensors: dict[str, mx.array]
         if not getattr(saved, role).fits(model_geometry(model)):
             raise SessionFileError(f"{where}: its {role} cache does not fit the model it was saved with "
                                    "(same fingerprint, other shape): the file is inconsistent.")
-    return _build_session(saved, engine, tensors, restore, " ".join(notes) or None, where)
+    return _build_session(saved, engine, tensors, restore, notes, where)
 
 
 def check_tensors(saved: SavedSession, tensors: dict[str, mx.array], where: str) -> None:
@@ -133,7 +142,7 @@ def _rewind_room_fits(cache: SavedCache, engine: Engine) -> bool:
 
 
 def _build_session(saved: SavedSession, engine: Engine, tensors: dict[str, mx.array], restore: list[str],
-                   note: str | None, where: str) -> ChatSession:
+                   notes: list[str], where: str) -> ChatSession:
     from sessions.chat_session import ChatSession
 
     # A file saved without a draft model did not choose plain decoding: use the engine's draft.
@@ -141,6 +150,8 @@ def _build_session(saved: SavedSession, engine: Engine, tensors: dict[str, mx.ar
     session = ChatSession(engine, saved.system, saved.params, enable_thinking=saved.enable_thinking,
                           use_draft=use_draft)
     session.messages.extend(saved.history)
+    restore, format_notes = _format_plan(saved, session.caches, restore)
+    note = " ".join(notes + format_notes) or None
     session.title, session.created_at, session.restore_note = saved.title, saved.created, note
     restored: list[ModelCache] = []
     try:
@@ -154,6 +165,20 @@ def _build_session(saved: SavedSession, engine: Engine, tensors: dict[str, mx.ar
             cache.release()
         raise SessionFileError(f"{where}: its cache cannot be restored: {error}") from None
     return session
+
+
+def _format_plan(saved: SavedSession, fresh: Caches, restore: list[str]) -> tuple[list[str], list[str]]:
+    """Of the caches to restore, those saved in another KV format than ``fresh`` (the engine's) are converted
+    (``CONVERTING_KINDS``) or left to be rebuilt; (caches to restore, notes for the user)."""
+    changed = [role for role in restore if getattr(saved, role).kv_format != getattr(fresh, role).geometry.format]
+    if not changed:
+        return restore, []
+    was, now = getattr(saved, changed[0]).kv_format, getattr(fresh, changed[0]).geometry.format
+    told = f"This chat was saved with {describe(was)} and this engine keeps {describe(now)}"
+    if saved.cache_kind in CONVERTING_KINDS:
+        return restore, [f"{told}: its cache was converted, so replies may differ slightly from the saved "
+                         "chat's."]
+    return [role for role in restore if role not in changed], [f"{told}: the cache will be rebuilt on the next turn."]
 
 
 def _restore_cache(engine: Engine, role: str, saved: SavedSession, tensors: dict[str, mx.array]) -> ModelCache:

@@ -158,6 +158,8 @@ def test_a_lone_request_decodes_speculatively_and_a_second_one_joins_batched():
         assert batch.tokens(handle) == alone(p, params)
     drafted = [e for e in batch.events[first.request_id][1] if isinstance(e, TokenEvent) and e.from_draft]
     assert drafted, "alone, the first request took draft tokens"
+    stats = batch.final(first).stats
+    assert stats.draft_accepted >= len(drafted) and stats.draft_proposed >= stats.draft_accepted
 
 
 def test_top_logprobs_are_the_likeliest_tokens_in_order():

@@ -215,3 +215,18 @@ def test_wrapped_state_round_trips_exactly():
     assert restored.tokens == cache.tokens and restored.max_trim == cache.max_trim
     for ids in ([7], [1, 2, 3], list(range(30))):
         np.testing.assert_allclose(np.array(feed(restored, ids)), np.array(feed(cache, ids)), atol=0)
+
+
+def test_a_window_that_cannot_rewind_to_the_next_prompt_is_rebuilt_across_turns():
+    """Regression: after a wrapped window was replaced, the engine trimmed it by a negative count."""
+    from mlxcore.engine import Engine, KVConfig
+    from mlxcore.loading import load_model
+    from mlxcore.params import GenerationParams
+    from sessions.chat_session import ChatSession
+
+    target, draft = load_model("mini-target"), load_model("mini-draft")
+    engine = Engine(target.model, target.tokenizer, kv=KVConfig(kind="rotating", max_kv=48), draft_model=draft.model)
+    chat = ChatSession(engine, params=GenerationParams(max_tokens=20))  # thinking on: the template then drops
+    for text in ("Hi there, how are you today?", "Tell me about cats.", "And dogs?"):  # a think block; the third raised
+        assert chat.send(text)
+    assert chat.caches.draft.offset == chat.caches.target.offset, "the draft's window was rebuilt and caught up"

@@ -27,6 +27,7 @@ from sessions.bench_turns import measure_turns
 from sessions.chat_session import ChatSession
 from sessions.errors import SessionFileError
 from sessions.file_format import MAGIC, encode_header, read_file, write_file
+from sessions.file_header import VERSION
 from sessions.messages import Message
 from sessions.safetensors_payload import decode_tensors, encode_tensors
 from sessions.session_file import load_session
@@ -243,8 +244,8 @@ def test_missing_file_and_folder(valid, tmp_path):
 
 
 def test_future_version(valid, tmp_path):
-    path = resealed(tmp_path, valid[0], lambda h: h.update(version=2))
-    assert_rejected(path, valid[1], "newer mlxchat .*format 2")
+    path = resealed(tmp_path, valid[0], lambda h: h.update(version=VERSION + 1))
+    assert_rejected(path, valid[1], f"newer mlxchat .*format {VERSION + 1}")
 
 
 def test_oversized_header_is_refused_before_reading_it(valid, tmp_path):

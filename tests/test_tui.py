@@ -104,7 +104,7 @@ def test_regenerate_replaces_the_reply_from_the_cache():
     first, second, stats, views = asyncio.run(scenario())
     assert second == first, "greedy: the regenerated reply is the same"
     assert views == 2
-    assert stats["reused_tokens"] > 0, "the prompt before the reply comes from the cache"
+    assert stats["reused_tokens"] == stats["prompt_tokens"] - 1, "all the prompt but its last token came from the cache"
 
 
 def test_save_quit_reopen_and_continue(store_home):
@@ -210,6 +210,10 @@ def test_copy_last_reply_and_code_block():
             await send(pilot, app, QUESTION)
             await pilot.press("ctrl+o")
             copied = app.clipboard
-            return copied, app.state.messages[-1][1]
-    copied, reply = asyncio.run(scenario())
+            app.query(MessageView).first().focus()
+            await pilot.press("c")  # on a message: copies it
+            await pilot.pause()
+            return copied, app.state.messages[-1][1], app.clipboard
+    copied, reply, message = asyncio.run(scenario())
     assert copied == split_reply(reply)[1].strip()
+    assert message == QUESTION

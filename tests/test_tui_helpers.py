@@ -12,6 +12,7 @@ from app.tui.protocol import Chunk, Open
 
 TARGET, DRAFT = "mini-target", "mini-draft"  # shipped in assets/models: a missing one fails the tests
 SIZE = (110, 34)
+BLOCK = 16  # tokens per KV block (--block-size): the batching scheduler shares whole blocks between requests
 
 
 def open_command(max_tokens: int = 48, **changes) -> Open:
@@ -100,3 +101,12 @@ async def send(pilot, app: ChatApp, text: str) -> None:
     app.prompt.load_text(text)
     await pilot.press("enter")
     await settle(pilot, app, done + 1)
+
+
+def scheduled_send(session: Any, batch: Any, text: str) -> Any:
+    """A turn as the chat window runs it (on the batching scheduler ``batch``): returns the reply's stats."""
+    turn = session.start_turn(text, batch)
+    batch.run_until(lambda: turn.done)
+    turn.events()
+    turn.keep(0)
+    return turn.finals[0].stats

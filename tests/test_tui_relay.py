@@ -76,7 +76,10 @@ def test_a_gone_ui_stops_the_reply_without_reading_the_pipe():
 
 def test_protocol_messages_pickle():
     for message in (p.Open(params={"temperature": 0.0}, messages=(("user", "hi"),)), p.Chunk("a", "b", 2, "<think>a</think>b"),
-                    p.Done("eos", {"decode_tps": 1.0}, 0.0), p.Failure("t", "m", True)):
+                    p.Done("eos", {"decode_tps": 1.0}, 0.0), p.Failure("t", "m", True), p.Send("hi", n=3), p.Pick(1),
+                    p.Conversation(None, "t", (), {}, None, True, False, False, turn=2,
+                                   replies=(p.ReplySoFar("<think>a"), p.ReplySoFar("b", "eos"))),
+                    p.ChoiceEnded(1, "stopped"), p.Generating(("a",), ("b",))):
         assert pickle.loads(pickle.dumps(message)) == message
 
 

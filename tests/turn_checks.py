@@ -1,10 +1,10 @@
 """The check every "nothing was lost" test ends with: the next turn on a reused cache equals a cold run.
 
-"Cold" is a new standard-cache engine on the same model, fed the same prompt ids
-with nothing cached; greedy, so a speculative warm turn must match it token for
-token. The prompt ids must also spell the conversation exactly as the chat
-template renders it (they may keep the model's own tokens for its earlier
-replies: mlxcore/held_tokens.py).
+"Cold" is a new standard-cache engine on the same model (for a quantized cache, a
+new paged one with the same bits), fed the same prompt ids with nothing cached;
+greedy, so a speculative warm turn must match it token for token. The prompt ids
+must also spell the conversation exactly as the chat template renders it (they
+may keep the model's own tokens for its earlier replies: mlxcore/held_tokens.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ def send_matching_a_cold_run(session: ChatSession, text: str) -> str:
     prompt, generated = held[:stats.prompt_tokens], held[stats.prompt_tokens:]
     assert engine.tokenizer.decode(prompt) == render_chat_text(engine.tokenizer, before,
                                                                enable_thinking=session.enable_thinking)
-    cold = Engine(engine.model, engine.tokenizer, kv=KVConfig(kind="standard"))
+    bits = engine.kv.kv_bits  # the standard cache is float only
+    kv = KVConfig(kind="paged", kv_bits=bits) if bits else KVConfig(kind="standard")
+    cold = Engine(engine.model, engine.tokenizer, kv=kv)
     cold.eos_ids = engine.eos_ids
     tokens = [e.token for e in cold.generate(prompt, cold.new_caches(), session.params) if isinstance(e, TokenEvent)]
     assert generated == tokens, "the reused cache answered differently from a cold run on the same prompt"

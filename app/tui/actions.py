@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from textual import on
-
 from app.tui import protocol as p
 from app.tui.screens.dialogs import ConfirmDialog, TextDialog
 from app.tui.screens.help import HelpScreen
-from app.tui.screens.settings import SettingsScreen
+from app.tui.screens.settings import ChosenSettings, SettingsScreen
 from app.tui.text_parts import code_blocks, split_reply
 from app.tui.widgets.message_view import MessageView
 from app.tui.widgets.prompt_input import PromptInput
@@ -20,24 +18,32 @@ class ChatActions:
     """Mixed into ChatApp: the user's intents. Uses ChatApp's client, state, chat, prompt and status."""
 
     client: Any
+    open_command: p.Open
     state: p.Conversation | None
     generating: bool
+    picking: int
+    alternatives_count: int
+    answering: tuple[str, ...] = ()  # the stored chats generating a reply, on screen or not
     _thinking_shown = False
 
     def _busy(self) -> bool:
-        """True (and says so) while a reply is being generated, or while there is no engine to ask."""
+        """True (and says so) while the chat on screen is answering or waits for a pick, or while there is no
+        engine to ask."""
         if not self._engine_running():
             return True
         if self.generating:
             self.notify("A reply is being written: wait, or press Esc to stop it.", severity="warning")
-        return self.generating
+        elif self.picking:
+            self.notify(f"Keep one of the replies first: keys 1-{self.picking} on them, their Keep button, or "
+                        "ctrl+p.", severity="warning")
+        return self.generating or bool(self.picking)
 
-    def _generate(self, command: Any) -> None:
+    def _generate(self, command: Any, replies: int = 1) -> None:
         self.generating = True
         self.pending_reply = ""
         self.collector.hold()
         self.chat.follow()
-        self.status.generating_started()
+        self.status.generating_started(replies)
         self.client.send(command)
 
     # sending ------------------------------------------------------------------------------
@@ -52,6 +58,8 @@ class ChatActions:
     def action_stop(self) -> None:
         if self.generating:
             self.client.send(p.Stop())
+        elif self.chat.alternatives is not None:
+            self.chat.alternatives.focus()  # where 1-n keep a reply
         else:
             self.prompt.focus()
 
@@ -76,9 +84,18 @@ class ChatActions:
     # the chat -----------------------------------------------------------------------------
 
     def action_new_chat(self) -> None:
-        if not self._busy():
+        if self._may_leave():
             self.client.send(p.Chat("new"))
             self.prompt.focus()
+
+    def _may_leave(self) -> bool:
+        """Whether the user may go to another chat now: a chat answering goes on in the background (on the
+        paged KV cache: with the others, a reply runs to its end first)."""
+        if self.open_command.kv != "paged":
+            return not self._busy()
+        if self._engine_running() and (self.generating or self.picking):
+            self.notify("This chat goes on in the background: the sidebar (ctrl+b) shows when it is done.")
+        return self._engine_running()
 
     def action_fork(self) -> None:
         if not self._busy():
@@ -133,15 +150,21 @@ class ChatActions:
 
     def action_settings(self) -> None:
         if self.state and not self._busy():
-            self.push_screen(SettingsScreen(self.state, self.model_defaults), self._configured)
+            self.push_screen(SettingsScreen(self.state, self.model_defaults, self.alternatives_count),
+                             self._configured)
 
-    def _configured(self, command: p.Configure | None) -> None:
-        if command is not None:
-            self.client.send(command)
+    def _configured(self, chosen: ChosenSettings | None) -> None:
+        if chosen is not None:
+            self.client.send(chosen.configure)
+            self.alternatives_count = chosen.alternatives
             self.notify("Settings applied to the next replies.")
 
     def action_switch_model(self) -> None:
         if self._busy():
+            return
+        if self.answering:
+            self.notify("Other chats are still answering: wait for them before switching the model.",
+                        severity="warning")
             return
 
         def chosen(ref: str | None) -> None:
@@ -184,8 +207,8 @@ class ChatActions:
         blocks = code_blocks(self._last_answer() or "")
         self._copy(blocks[-1] if blocks else None, "the last code block")
 
-    @on(MessageView.CopyRequest)
-    def _copy_request(self, event: MessageView.CopyRequest) -> None:
+    def on_message_view_copy_request(self, event: MessageView.CopyRequest) -> None:
+        # named, not @on(...): Textual collects decorated handlers only from its own classes, not mixins
         self._copy(event.text, f"the {event.what}")
 
     def _copy(self, text: str | None, what: str) -> None:
@@ -198,7 +221,7 @@ class ChatActions:
     # sidebar ------------------------------------------------------------------------------------
 
     def on_sidebar_chosen(self, event: Sidebar.Chosen) -> None:
-        if not self._busy() and (not self.state or event.session_id != self.state.session_id):
+        if (not self.state or event.session_id != self.state.session_id) and self._may_leave():
             self.client.send(p.OpenSession(event.session_id))
 
     def on_sidebar_search(self, event: Sidebar.Search) -> None:

@@ -24,6 +24,7 @@ from app.tui.engine_recovery import EngineRecovery
 from app.tui.gc_pauses import CollectorHold
 from app.tui.screens.dialogs import ConfirmDialog, ErrorDialog
 from app.tui.screens.download import DownloadScreen
+from app.tui.turns import TurnView
 from app.tui.widgets.chat_log import ChatLog
 from app.tui.widgets.prompt_input import PromptInput
 from app.tui.widgets.sidebar import Sidebar
@@ -41,7 +42,7 @@ class EngineEvent(Message):
 QUIT_NOTE_AFTER_S = 0.5  # a quit that waits longer for the final save says so
 
 
-class ChatApp(EngineRecovery, ChatActions, App[int]):
+class ChatApp(EngineRecovery, TurnView, ChatActions, App[int]):
     """mlxchat's terminal chat."""
 
     CSS_PATH = Path(__file__).with_name("theme.tcss")
@@ -111,6 +112,11 @@ class ChatApp(EngineRecovery, ChatActions, App[int]):
         yield from super().get_system_commands(screen)
         for action in ACTIONS:
             yield SystemCommand(action.title, action.help, partial(self.run_action, action.action))
+        logs = screen.query(ChatLog)
+        view = logs.first().alternatives if logs else None
+        for number in range(1, len(view.columns) + 1 if view is not None else 1):
+            yield SystemCommand(f"Keep reply {number}", f"Keep reply {number} of the replies side by side; the others "
+                                "go.", partial(self.action_pick, number))
 
     # widgets --------------------------------------------------------------------------
 
@@ -159,16 +165,11 @@ class ChatApp(EngineRecovery, ChatActions, App[int]):
     async def _engine_conversation(self, event: p.Conversation) -> None:
         if not self.generating:  # the engine's chat now holds the finished reply
             self.pending_reply = None
-        await self.chat.sync(list(event.messages))
+        await self._show_turn(event)
         self.state = event
         self.updates += 1
         self.title = f"mlxchat · {event.title}"
         self.query_one(Sidebar).current = event.session_id
-
-    async def _engine_chunk(self, event: p.Chunk) -> None:
-        self.pending_reply = (self.pending_reply or "") + event.raw
-        await self.chat.stream(event.thinking, event.answer)
-        self.status.generating_progress(event.pieces)
 
     async def _engine_prefill(self, event: p.Prefill) -> None:
         self.status.prefilling(event.done, event.total)
@@ -182,6 +183,10 @@ class ChatApp(EngineRecovery, ChatActions, App[int]):
         self.updates_at_done = self.updates
         self.status.finished(event.stats, event.finish_reason)
         self.call_after_refresh(self.collector.release)  # once the finished reply is on screen
+
+    async def _engine_generating(self, event: p.Generating) -> None:
+        self.answering = event.session_ids
+        self.query_one(Sidebar).mark(event.session_ids, event.picking)
 
     async def _engine_sessions(self, event: p.Sessions) -> None:
         sidebar = self.query_one(Sidebar)

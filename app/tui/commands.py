@@ -23,6 +23,8 @@ class ChatAction:
 ACTIONS: tuple[ChatAction, ...] = (
     ChatAction("ctrl+n", "new_chat", "New chat", "Start a new chat (the current one stays saved).", True),
     ChatAction("ctrl+r", "regenerate", "Regenerate", "Replace the last reply with a new one.", True),
+    ChatAction("f7", "alternatives", "Replies side by side",
+               "Several replies at once to the message typed (or in place of the last reply); keep one."),
     ChatAction("ctrl+l", "edit_last", "Edit last message", "Change your last message and answer it again."),
     ChatAction("ctrl+f", "fork", "Fork chat", "Continue in a copy of this chat; the original stays."),
     ChatAction("f8", "clear", "Clear chat", "Forget this chat's messages (the system prompt stays)."),
@@ -41,7 +43,7 @@ ACTIONS: tuple[ChatAction, ...] = (
                "Start the model process again after it stopped; the chat goes on from its file."),
     ChatAction("ctrl+b", "toggle_sidebar", "Sessions", "Show or hide the list of saved chats.", True),
     ChatAction("ctrl+end", "follow", "Follow new text", "Jump to the bottom and follow the reply again."),
-    ChatAction("escape", "stop", "Stop reply", "Stop the reply being written (the text so far is kept)."),
+    ChatAction("escape", "stop", "Stop reply", "Stop the reply of the chat on screen (the text so far is kept)."),
     ChatAction("f1", "help", "Help", "Show the keys.", True),
 )
 
@@ -52,6 +54,7 @@ OTHER_KEYS: tuple[tuple[str, str], ...] = (
     ("pageup / pagedown", "Scroll the chat"),
     ("tab / shift+tab", "Move focus (messages, sessions, input)"),
     ("c, 1-9 on a message", "Copy the message, or its code block n"),
+    ("1-4 on the replies", "Keep that one of the replies side by side (or click its Keep button)"),
     ("mouse drag, ctrl+c", "Select text and copy it"),
     ("delete, r in sessions", "Delete or rename the highlighted chat"),
     ("ctrl+p", "Command palette"),

@@ -13,25 +13,33 @@ from pathlib import Path
 from typing import Any
 
 from app.tui import protocol as p
+from app.tui.open_chat import OpenChat
+from mlxcore.errors import MlxchatError
 
 PROGRESS_EVERY_S = 0.1  # download progress
 
 
 class OpenCommands:
-    """Mixed into EngineServer; uses its opened, session, session_id, session_file, store, send, _publish,
-    _on_listsessions, _on_opensession and _tell_restore_note."""
+    """Mixed into EngineServer; uses its opened, chat (on screen), background, batch, session, session_id,
+    session_file, store, send, _publish, _autosave, _on_listsessions, _on_opensession and _tell_restore_note."""
 
     opened: Any
+    chat: OpenChat | None
+    background: list[OpenChat]
+    batch: Any
     session: Any
     session_id: str | None
     session_file: Path | None
     store: Any
-    _file_lock: Any = None  # the SessionLock of session_file
+    _store: Any
 
     def _on_open(self, command: p.Open) -> None:
         from mlxcore.engine import KVConfig
         from mlxcore.launch import ModelChoice, open_engine
 
+        if any(chat.run is not None for chat in self._chats()):
+            raise MlxchatError("Chats are still answering (or waiting for a pick): let them end before switching "
+                               "the model.")
         self._on_listsessions(p.ListSessions())
         kv = KVConfig(kind=command.kv, max_kv=command.max_kv, block_size=command.block_size,
                       max_kv_bytes=command.max_kv_bytes)
@@ -41,12 +49,16 @@ class OpenCommands:
         if command.ignore_eos:
             opened.engine.eos_ids = set()
         self.flush_seconds = command.flush_seconds
+        self._let_go_of_background()
         previous, self.opened = self.session, opened
+        self.batch = _scheduler(opened.engine)
         self.send(p.Ready(opened.target_name, opened.draft_name, opened.note, opened.engine.generation_defaults))
         if previous is not None:  # switching models: the conversation continues, its cache is rebuilt
+            unsaved = self.chat.save_error
             self._replace_session(self._new_session(previous.system, previous.params, previous.enable_thinking,
                                                     messages=previous.messages, title=previous.title),
-                                  self.session_id, self.session_file)
+                                  self.session_id, self.session_file, keep_old=False)
+            self.chat.save_error = unsaved
             self._publish()
             return
         try:  # a session that cannot be opened leaves a new chat behind, and a dialog that says why
@@ -97,15 +109,37 @@ class OpenCommands:
         session.title = title
         return session
 
-    def _replace_session(self, session: Any, session_id: str | None = None, file: Path | None = None) -> None:
-        if self.session is not None and self.session is not session:
-            self.session.caches.release()
-        if self.session_id is not None and self.session_id != session_id:
-            self.store.release(self.session_id)  # the chat left behind can be opened in another window now
-        if self._file_lock is not None and file != self.session_file:
-            self._file_lock.release()
-            self._file_lock = None
-        self.session, self.session_id, self.session_file = session, session_id, file
+    def _replace_session(self, session: Any, session_id: str | None = None, file: Path | None = None,
+                         keep_old: bool = True) -> None:
+        """Put ``session`` on screen (``_show``). The same chat on a new session (a model switch) keeps its hold
+        in the store and its file's lock."""
+        chat, old = OpenChat(session, session_id, file), self.chat
+        if old is not None and old.session is not session:
+            if file is not None and file == old.file:
+                chat.file_lock, old.file_lock = old.file_lock, None
+            if session_id is not None and session_id == old.session_id:
+                old.session_id = None  # the hold in the store goes with the chat
+        self._show(chat, keep_old)
+
+    def _show(self, chat: OpenChat, keep_old: bool = True) -> None:
+        """Put ``chat`` on screen. The chat that was there is let go, unless ``keep_old`` and it still answers
+        (or waits for a pick, or is unsaved): then it stays open in the background."""
+        old, self.chat = self.chat, chat
+        if chat in self.background:
+            self.background.remove(chat)
+        if old is None or old is chat or old.session is chat.session:
+            return
+        if keep_old and (old.run is not None or old.save_error is not None):
+            self.background.append(old)
+        else:
+            old.release(self._store)
+
+    def _let_go_of_background(self) -> None:
+        """Before a model switch: chats left unsaved in the background get one more try, then go."""
+        for chat in list(self.background):
+            self._autosave(chat=chat)
+            self.background.remove(chat)
+            chat.release(self._store)
 
     def _open_file(self, path: Path, command: p.Open) -> None:
         from sessions.chat_session import ChatSession
@@ -118,13 +152,21 @@ class OpenCommands:
                 lock.release()
                 raise
             self._replace_session(session, file=path)
-            self._file_lock = lock
+            self.chat.file_lock = lock
             self._tell_restore_note()
             self._apply_options(command)
         else:  # a new file: start a chat that autosaves there
             self._replace_session(self._new_session(command.system, self._given_params(command),
                                                     command.think is not False), file=path)
-            self._file_lock = lock
+            self.chat.file_lock = lock
+
+
+def _scheduler(engine: Any) -> Any:
+    """The batching scheduler every chat's replies run on; None when the KV cache is not paged (it needs it)."""
+    if engine.kv.kind != "paged":
+        return None
+    from mlxcore.batching.local import LocalBatch
+    return LocalBatch(engine)
 
 
 def _messages(pairs: tuple[tuple[str, str], ...]) -> list[Any] | None:

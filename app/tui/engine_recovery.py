@@ -13,7 +13,7 @@ from mlxcore.errors import MlxchatError
 
 
 class EngineRecovery:
-    """Mixed into ChatApp; uses its client, state, chat, status, open_command and generating."""
+    """Mixed into ChatApp; uses its client, state, chat, status, open_command, generating and turn."""
 
     client: Any
     state: p.Conversation | None
@@ -27,6 +27,8 @@ class EngineRecovery:
         self.generating, self.ready, self.engine_down = False, False, True
         if self.chat.live is not None:
             await self.chat.live.finish()  # the partial reply stays on screen
+        await self.chat.remove_alternatives()  # replies side by side went with the engine: none was kept
+        self.turn = 0
         saved = self._salvage()
         self.collector.release()
         self.status.loading("The engine stopped: f9 restarts it, ctrl+q quits")

@@ -1,13 +1,14 @@
-"""The engine host: owns the Engine, the open ChatSession and the session store; serves the UI's commands.
+"""The engine host: owns the Engine, the open chats and the session store; serves the UI's commands.
 
 It runs on one thread (in the engine child process, or a thread in the
-benchmark), so every MLX call happens on the thread that made the model.
+benchmark), so every MLX call happens on the thread that made the model. Its
+loop takes the UI's commands one at a time and, while any chat has a reply in
+progress, runs a step of the batching scheduler between them (engine_replies.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -16,41 +17,52 @@ from app.tui import protocol as p
 from app.tui.channel import Channel
 from app.tui.engine_autosave import Autosave
 from app.tui.engine_open import OpenCommands
+from app.tui.engine_replies import ReplyCommands
 from app.tui.engine_store import StoreCommands
 from app.tui.failure_text import failure_title, with_hint
 from app.tui.inbox import Inbox
-from app.tui.reply_stream import FLUSH_SECONDS, done_event, relay_reply
+from app.tui.open_chat import OpenChat
+from app.tui.reply_stream import FLUSH_SECONDS
 from mlxcore.errors import MlxchatError, PromptError
 
-PREFILL_EVERY_S = 0.25  # prompt-reading progress
 
-
-class EngineServer(OpenCommands, Autosave, StoreCommands):
-    """Handles one command at a time; replies stream as batched chunks."""
+class EngineServer(ReplyCommands, OpenCommands, Autosave, StoreCommands):
+    """Handles the UI's commands; replies stream as batched chunks, every chat's on one scheduler."""
 
     def __init__(self, channel: Channel) -> None:
         super().__init__()
         self.channel = channel
         self.inbox = Inbox(channel)
         self.opened: Any = None  # mlxcore.launch.OpenedEngine
-        self.session: Any = None  # sessions.chat_session.ChatSession
-        self.session_id: str | None = None  # in the store; None until first saved (or for a file)
-        self.session_file: Path | None = None  # mlxchat --session FILE: autosave goes there
+        self.chat: OpenChat | None = None  # the chat on screen
+        self.background: list[OpenChat] = []  # off screen, still answering (or waiting for a pick, or unsaved)
+        self.batch: Any = None  # mlxcore.batching.local.LocalBatch (paged KV); None: one reply at a time
         self._store: Any = None
         self.flush_seconds = FLUSH_SECONDS
-        self._prefill_sent = 0.0
 
     def serve(self) -> None:
-        """Answer commands until Shutdown (or the UI goes away); a chat whose last save failed is tried once more."""
+        """Answer commands until Shutdown (or the UI goes away), stepping the replies in progress between them."""
         while True:
-            command = self.inbox.next()
+            command = self.inbox.next(wait=not self.stepping)
             if isinstance(command, p.Shutdown):
-                if self.save_error is not None:
-                    self._autosave()
-                if self._store is not None:
-                    self._store.close()  # other windows may open its chats now (a thread host outlives this)
+                self._shut_down()
                 return
-            self.handle(command)
+            if command is not None:
+                self.handle(command)
+            if self.stepping:
+                try:
+                    self.advance()
+                except Exception as error:  # noqa: BLE001  a bug must not take the chats down: report it
+                    self.send(self._failure(error))
+
+    def _shut_down(self) -> None:
+        """Every reply stops and is kept; the chats are saved (a chat whose last save failed is tried once more)."""
+        self._stop_every_turn()
+        for chat in self._chats():
+            if chat.save_error is not None:
+                self._autosave(chat=chat)
+        if self._store is not None:
+            self._store.close()  # other windows may open its chats now (a thread host outlives this)
 
     def handle(self, command: Any) -> None:
         """Run one command; errors become Failure events, never a crash."""
@@ -59,15 +71,19 @@ class EngineServer(OpenCommands, Autosave, StoreCommands):
             if handler is None:
                 raise MlxchatError(f"unknown command {type(command).__name__}")
             handler(command)
-        except MlxchatError as error:
-            fatal = self.opened is None and isinstance(command, p.Open)
-            opening = isinstance(command, (p.Open, p.OpenSession))
-            refused = getattr(command, "text", None) if isinstance(error, PromptError) else None
-            self.send(p.Failure(failure_title(error, opening), with_hint(error, fatal, opening), fatal=fatal,
-                                returned_text=refused))
-        except Exception as error:  # a bug must not take the chat down: report it and go on
-            self.send(p.Failure("Unexpected error", f"{type(error).__name__}: {error}\n\n"
-                                + traceback.format_exc(limit=4), fatal=self.opened is None))
+        except Exception as error:  # noqa: BLE001  a bug must not take the chat down: report it and go on
+            self.send(self._failure(error, command))
+
+    def _failure(self, error: BaseException, command: Any = None) -> p.Failure:
+        """The Failure event that tells the user about ``error`` (raised by ``command``, if one)."""
+        if not isinstance(error, MlxchatError):
+            return p.Failure("Unexpected error", f"{type(error).__name__}: {error}\n\n"
+                             + "".join(traceback.format_exception(error, limit=4)), fatal=self.opened is None)
+        fatal = self.opened is None and isinstance(command, p.Open)
+        opening = isinstance(command, (p.Open, p.OpenSession))
+        refused = getattr(command, "text", None) if isinstance(error, PromptError) else None
+        return p.Failure(failure_title(error, opening), with_hint(error, fatal, opening), fatal=fatal,
+                         returned_text=refused)
 
     def send(self, event: Any) -> None:
         self.channel.send(event)
@@ -79,55 +95,28 @@ class EngineServer(OpenCommands, Autosave, StoreCommands):
             self._store = SessionStore()
         return self._store
 
-    # replies ------------------------------------------------------------------------
+    # the chat on screen, as the command mixins name it
 
-    def _on_send(self, command: p.Send) -> None:
-        self._reply(self.session.stream(command.text))
+    @property
+    def session(self) -> Any:
+        return self.chat.session if self.chat is not None else None
 
-    def _on_regenerate(self, command: p.Regenerate) -> None:
-        self._reply(self.session.stream_regenerate())
+    @property
+    def session_id(self) -> str | None:
+        return self.chat.session_id if self.chat is not None else None
 
-    def _on_editlast(self, command: p.EditLast) -> None:
-        self._reply(self.session.stream_edit_last_user(command.text))
+    @property
+    def session_file(self) -> Path | None:
+        return self.chat.file if self.chat is not None else None
 
-    def _on_stop(self, command: p.Stop) -> None:
-        pass  # nothing is being generated
-
-    def _reply(self, chunks: Any) -> None:
-        self._publish()  # the UI shows the user's message (and drops a replaced reply)
-        self.session.prefill_progress = self._prefill_progress
-        last, failed = time.monotonic(), True
-        try:
-            last = relay_reply(chunks, self.send, self.inbox.stop_asked, self.flush_seconds)
-            failed = False
-        finally:
-            self.send(done_event(self.session.last_stats, self.opened.engine.context_length, last, failed,
-                                 cut_in_thinking=self.session.cut_in_thinking))
-            self._autosave()
-            self._publish()
-
-    def _prefill_progress(self, done: int, total: int) -> None:
-        """Between prefill chunks: stop when asked, and say how far the prompt is read.
-
-        A chat that has no file yet is saved as prefill starts, so that the user's
-        message survives whatever happens to this process during the reply.
-        """
-        from mlxcore.prefill import StopPrefill
-        if self.inbox.stop_asked():
-            raise StopPrefill
-        now = time.monotonic()
-        if done == 0:
-            self._prefill_sent = 0.0
-            if not self._has_file():
-                self._autosave()
-                self._publish()
-        if now - self._prefill_sent >= PREFILL_EVERY_S:
-            self._prefill_sent = now
-            self.send(p.Prefill(done, total))
+    @property
+    def save_error(self) -> str | None:
+        return self.chat.save_error if self.chat is not None else None
 
     # settings and chat structure ----------------------------------------------------------
 
     def _on_configure(self, command: p.Configure) -> None:
+        self._check_idle()
         session = self.session
         if command.params is not None:
             try:
@@ -158,6 +147,8 @@ class EngineServer(OpenCommands, Autosave, StoreCommands):
 
     def _on_chat(self, command: p.Chat) -> None:
         action = command.action
+        if action != "new":  # a new chat leaves this one answering in the background
+            self._check_idle()
         if action == "new":
             old = self.session
             self._replace_session(self._new_session(old.system, old.params, old.enable_thinking))
@@ -178,7 +169,8 @@ class EngineServer(OpenCommands, Autosave, StoreCommands):
         self._publish()
 
     def _publish(self) -> None:
-        s = self.session
+        """Send the chat on screen: its settings, history and turn in progress (its replies so far)."""
+        s, run = self.session, self.chat.run if self.chat is not None else None
         if s is None:
             return
         self.send(p.Conversation(
@@ -186,5 +178,6 @@ class EngineServer(OpenCommands, Autosave, StoreCommands):
             messages=tuple((m.role, m.content) for m in s.messages if m.role != "system"),
             params=dataclasses.asdict(s.params), system=s.system, think=s.enable_thinking,
             use_draft=s.caches.draft is not None, has_draft=self.opened.engine.draft_model is not None,
-            save_error=self.save_error, file=self._file()))
+            save_error=self.save_error, file=self._file(),
+            turn=run.number if run is not None else 0, replies=run.so_far() if run is not None else ()))
 

@@ -6,22 +6,34 @@ from pathlib import Path
 from typing import Any
 
 from app.tui import protocol as p
+from app.tui.open_chat import OpenChat
 from mlxcore.errors import MlxchatError
 
 
 class StoreCommands:
-    """Mixed into EngineServer; uses its store, session, session_id, send, _publish and _replace_session."""
+    """Mixed into EngineServer; uses its store, chat (on screen), background, session, session_id, send,
+    _publish, _show, _replace_session, _new_session and _chats."""
 
     store: Any
+    chat: OpenChat | None
+    background: list[OpenChat]
     session: Any
     session_id: str | None
     opened: Any
 
     def _on_opensession(self, command: p.OpenSession) -> None:
-        session = self.store.load(command.session_id, self.opened.engine)
-        self._replace_session(session, command.session_id)
-        self._tell_restore_note()
+        held = self._held(command.session_id)
+        if held is not None:  # a chat still answering in the background: back on screen as it is
+            self._show(held)
+        else:
+            session = self.store.load(command.session_id, self.opened.engine)
+            self._replace_session(session, command.session_id)
+            self._tell_restore_note()
         self._publish()
+
+    def _held(self, session_id: str) -> OpenChat | None:
+        """The chat with this id that is open here (on screen or in the background), if any."""
+        return next((chat for chat in self._chats() if chat.session_id == session_id), None)
 
     def _tell_restore_note(self) -> None:
         note = getattr(self.session, "restore_note", None)
@@ -36,17 +48,25 @@ class StoreCommands:
 
     def _on_managesession(self, command: p.ManageSession) -> None:
         store, sid = self.store, command.session_id
+        held = self._held(sid)
         if command.action == "rename":
             store.rename(sid, command.title or "")
-            if sid == self.session_id:
-                self.session.title = command.title or None
+            if held is not None:  # its next autosave keeps the new title
+                held.session.title = command.title or None
+            if held is self.chat:
                 self._publish()
         elif command.action == "delete":
+            if held is not None and held.run is not None:
+                raise MlxchatError(f"“{held.title}” is still answering: open it and stop it (Esc) first.")
             store.delete(sid)
-            if sid == self.session_id:
+            if held is self.chat:
                 old = self.session
-                self._replace_session(self._new_session(old.system, old.params, old.enable_thinking))
+                self._replace_session(self._new_session(old.system, old.params, old.enable_thinking),
+                                      keep_old=False)
                 self._publish()
+            elif held is not None:  # unsaved, in the background: it goes with its stored copy
+                self.background.remove(held)
+                held.release(self._store)
         elif command.action == "export":
             self._export(sid, command.path)
         else:
@@ -54,7 +74,8 @@ class StoreCommands:
         self._on_listsessions(p.ListSessions())
 
     def _export(self, sid: str, path: str | None) -> None:
-        source = self.session if sid == self.session_id or not sid else sid
+        held = self.chat if not sid else self._held(sid)
+        source = held.session if held is not None else sid
         text = self.store.export_markdown(source)
         target = Path(path or f"{_slug(self.session.display_title())}.md").expanduser()
         target.write_text(text, encoding="utf-8")

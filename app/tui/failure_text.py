@@ -4,9 +4,10 @@ from __future__ import annotations
 
 _TITLES = {"SessionSaveError": "Chat not saved", "ModelLoadError": "Model cannot be loaded",
            "TokenizerMismatchError": "Draft does not fit the model", "PromptError": "Cannot send this",
-           "PoolExhaustedError": "Cache memory is full", "SessionNotFoundError": "No such chat",
+           "PoolExhaustedError": "Cache memory is full", "OverloadedError": "Cache memory is full", "SessionNotFoundError": "No such chat",
            "SessionInUseError": "Chat is open in another window",
-           "SystemPromptTooLongError": "System prompt too long"}
+           "SystemPromptTooLongError": "System prompt too long",
+           "SideBySideError": "Replies side by side need --kv paged"}
 
 _HINTS = {
     "SessionSaveError": "The chat is still here, on screen and in memory. Fix what is said above, then press "
@@ -14,9 +15,12 @@ _HINTS = {
     "SessionNotFoundError": "Pick a chat from the sidebar (ctrl+b).",
     "PoolExhaustedError": "Start a new chat (ctrl+n) or close chats you do not need, or restart mlxchat with "
                           "a larger --max-kv (e.g. --max-kv 8GB).",
+    "OverloadedError": "Start a new chat (ctrl+n) or let the chats answering in the background end, or restart "
+                       "mlxchat with a larger --max-kv (e.g. --max-kv 8GB).",
     "PromptError": "Start a new chat (ctrl+n) or shorten the message.",
     "SystemPromptTooLongError": "Shorten the system prompt in the settings (f4), or restart mlxchat with a "
                                 "larger --max-kv.",
+    "SideBySideError": "Send it with Enter for one reply, or restart mlxchat with --kv paged (the default).",
 }
 _OPEN_HINT = ("A new chat was opened instead. Pick another chat in the sidebar (ctrl+b), "
               "or delete this one there.")

@@ -1,4 +1,5 @@
-"""The engine host's incoming commands: Stop and Shutdown end a reply, anything else waits its turn."""
+"""The engine host's incoming commands, one at a time; during a reply that runs to its end (no scheduler),
+Stop and Shutdown end it and anything else waits its turn."""
 
 from __future__ import annotations
 
@@ -22,16 +23,17 @@ class Inbox:
         self.deferred: deque[Any] = deque()  # read while a reply ran; handled after it
         self.ui_gone = threading.Event()
 
-    def next(self) -> Any:
-        """The next command to handle (waits for one); Shutdown once the UI is gone."""
+    def next(self, wait: bool = True) -> Any | None:
+        """The next command to handle; Shutdown once the UI is gone. ``wait``: wait for one, else None when
+        none has come (replies in progress get a scheduler step instead)."""
         if self.deferred:
             return self.deferred.popleft()
         if self.ui_gone.is_set():
             return Shutdown()
-        return self.channel.receive()
+        return self.channel.receive(timeout=None if wait else 0)
 
     def stop_asked(self) -> bool:
-        """True when the running reply must stop: the user asked, or the UI is going or gone."""
+        """True when a reply that runs to its end must stop: the user asked, or the UI is going or gone."""
         if self.ui_gone.is_set():
             return True
         while (command := self.channel.receive(timeout=0)) is not None:

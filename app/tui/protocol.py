@@ -1,9 +1,10 @@
 """The messages between the TUI and its engine host: small, frozen, picklable.
 
 The UI sends commands; the engine host (a child process, or a thread in
-benchmarks) owns the Engine, the ChatSession and the session store, and
-answers with events. Nothing here imports mlx, so the UI process stays free
-of model work.
+benchmarks) owns the Engine, the open chats (the one on screen, and those still
+answering in the background) and the session store, and answers with events.
+Commands and events are about the chat on screen, except Generating (every chat).
+Nothing here imports mlx, so the UI process stays free of model work.
 """
 
 from __future__ import annotations
@@ -43,11 +44,12 @@ class Open:
 @dataclass(frozen=True)
 class Send:
     text: str
+    n: int = 1  # replies to generate side by side (the user keeps one with Pick)
 
 
 @dataclass(frozen=True)
 class Regenerate:
-    pass
+    n: int = 1  # as Send's: several new replies in place of the last one, to pick from
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,14 @@ class EditLast:
 
 @dataclass(frozen=True)
 class Stop:
-    """Stop the reply being generated; the partial reply is kept."""
+    """Stop the reply of the chat on screen (every one of its alternatives); what they have so far stays."""
+
+
+@dataclass(frozen=True)
+class Pick:
+    """Keep alternative ``choice`` of the chat on screen as its reply; the others go."""
+
+    choice: int
 
 
 @dataclass(frozen=True)
@@ -102,7 +111,7 @@ class Shutdown:
     pass
 
 
-Command = (Open | Send | Regenerate | EditLast | Stop | Configure | Chat | OpenSession | ManageSession
+Command = (Open | Send | Regenerate | EditLast | Stop | Pick | Configure | Chat | OpenSession | ManageSession
            | ListSessions | Shutdown)
 
 # events: engine -> UI -------------------------------------------------------------
@@ -125,8 +134,16 @@ class Ready:
 
 
 @dataclass(frozen=True)
+class ReplySoFar:
+    """One reply of a turn in progress, as far as it got (sent when its chat comes on screen)."""
+
+    raw: str  # as generated (<think> tags included), as far as the Chunk events carried it
+    ended: str = ""  # its finish reason once it ended; "" while it is generated
+
+
+@dataclass(frozen=True)
 class Conversation:
-    """The whole state of the open chat, sent after every change of its shape."""
+    """The whole state of the chat on screen, sent after every change of its shape."""
 
     session_id: str | None
     title: str
@@ -138,6 +155,8 @@ class Conversation:
     has_draft: bool
     save_error: str | None = None  # why the last save failed; None when the file holds this state
     file: str | None = None  # the session file that autosave writes (store or --session), once there is one
+    turn: int = 0  # the turn in progress in this chat (numbered by the engine host); 0 when there is none
+    replies: tuple[ReplySoFar, ...] = ()  # that turn's replies: one, or the alternatives side by side
 
 
 @dataclass(frozen=True)
@@ -148,6 +167,7 @@ class Chunk:
     answer: str
     pieces: int = 0  # text pieces generated since the last chunk (about one per token)
     raw: str = ""  # the same text as generated (<think> tags included): what the session stores
+    choice: int = 0  # which of the turn's alternatives it belongs to
 
 
 @dataclass(frozen=True)
@@ -165,6 +185,22 @@ class Done:
     finish_reason: str
     stats: dict[str, Any]  # GenerationStats fields plus prefill_tps, decode_tps, acceptance
     last_token_time: float  # time.monotonic() when the last chunk was sent (same clock in both processes)
+
+
+@dataclass(frozen=True)
+class ChoiceEnded:
+    """One of the alternatives on screen ended (the turn waits for a Pick once all have)."""
+
+    choice: int
+    finish_reason: str  # "eos", "length", "stop", "stopped" or "error"
+
+
+@dataclass(frozen=True)
+class Generating:
+    """The stored chats that have a reply in progress (on screen or not); sent when the sets change."""
+
+    session_ids: tuple[str, ...]  # generating
+    picking: tuple[str, ...] = ()  # their alternatives ended: waiting for the user to pick one
 
 
 @dataclass(frozen=True)
@@ -212,4 +248,5 @@ class EngineGone:
     log_path: str
 
 
-Event = Progress | Ready | Conversation | Chunk | Prefill | Done | Sessions | Notice | Failure | Exported | EngineGone
+Event = (Progress | Ready | Conversation | Chunk | Prefill | Done | ChoiceEnded | Generating | Sessions | Notice | Failure
+         | Exported | EngineGone)

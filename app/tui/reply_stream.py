@@ -1,4 +1,4 @@
-"""Relay one reply from a ChatSession stream to the UI in batches, and stop it when asked."""
+"""Relay replies to the UI in batches: split into thinking and answer, sent a few times a second."""
 
 from __future__ import annotations
 
@@ -7,8 +7,52 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
-from app.tui.protocol import FLUSH_SECONDS, Chunk, Done
+from app.tui.protocol import FLUSH_SECONDS, Chunk, Done, ReplySoFar
 from sessions.thinking import ThinkingSplitter
+
+
+class ReplyRelay:
+    """One reply's text on its way to the UI: fed as generated, taken as Chunk events.
+
+    ``so_far`` is what the taken chunks added up to: what a UI that saw them all shows.
+    """
+
+    def __init__(self, choice: int = 0) -> None:
+        self.choice = choice
+        self.splitter = ThinkingSplitter()
+        self.thinking: list[str] = []  # fed, not taken yet (one entry per piece fed)
+        self.answer: list[str] = []
+        self.raw: list[str] = []
+        self.taken = ""  # the raw text of the chunks taken so far
+
+    def add(self, text: str) -> None:
+        t, a = self.splitter.feed(text)
+        self.thinking.append(t)
+        self.answer.append(a)
+        self.raw.append(text)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.raw)
+
+    @property
+    def fed(self) -> str:
+        """Everything fed so far, taken or not."""
+        return self.taken + "".join(self.raw)
+
+    def take(self, final: bool = False) -> Chunk:
+        """What was fed since the last chunk; ``final``: the reply ended (the splitter lets go of all it held)."""
+        t, a = self.splitter.finish() if final else ("", "")
+        chunk = Chunk("".join(self.thinking) + t, "".join(self.answer) + a, len(self.thinking), "".join(self.raw),
+                      self.choice)
+        self.thinking.clear()
+        self.answer.clear()
+        self.raw.clear()
+        self.taken += chunk.raw
+        return chunk
+
+    def so_far(self, ended: str = "") -> ReplySoFar:
+        return ReplySoFar(self.taken, ended)
 
 
 def relay_reply(chunks: Iterator[str], send: Callable[[Any], None], stop_asked: Callable[[], bool],
@@ -18,21 +62,14 @@ def relay_reply(chunks: Iterator[str], send: Callable[[Any], None], stop_asked: 
     ``stop_asked`` is asked after every piece. Closing the iterator keeps the
     partial reply, as ChatSession defines.
     """
-    splitter = ThinkingSplitter()
-    thinking, answer, raw = [], [], []
+    relay = ReplyRelay()
     last_flush = time.monotonic()
     try:
         for text in chunks:
-            t, a = splitter.feed(text)
-            thinking.append(t)
-            answer.append(a)
-            raw.append(text)
+            relay.add(text)
             now = time.monotonic()
             if now - last_flush >= flush_seconds:
-                send(Chunk("".join(thinking), "".join(answer), len(thinking), "".join(raw)))
-                thinking.clear()
-                answer.clear()
-                raw.clear()
+                send(relay.take())
                 last_flush = now
             if stop_asked():
                 break
@@ -40,8 +77,7 @@ def relay_reply(chunks: Iterator[str], send: Callable[[Any], None], stop_asked: 
         close = getattr(chunks, "close", None)
         if close:
             close()
-    t, a = splitter.finish()
-    send(Chunk("".join(thinking) + t, "".join(answer) + a, len(thinking), "".join(raw)))
+    send(relay.take(final=True))
     return time.monotonic()
 
 
@@ -60,6 +96,8 @@ def done_event(stats: Any, context_length: int | None, last_token_time: float, f
     ``cut_in_thinking``: the reply stopped inside its think block (it has no answer): the reason says so.
     """
     data = {} if failed else stats_dict(stats, context_length)
+    if data.get("finish_reason") == "cancelled":  # the scheduler's word for a reply the user stopped
+        data["finish_reason"] = "stopped"
     reason = "error" if failed else data.get("finish_reason", "stopped")
     if cut_in_thinking and not failed:
         reason = "cut while thinking"

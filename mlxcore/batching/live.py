@@ -41,6 +41,7 @@ class Live:
         self.preemptions = 0
         self.late = False
         self.started_at: float | None = None  # when a step first worked on it
+        self.draft_proposed = self.draft_accepted = 0  # over its speculative spells
 
     @property
     def request_id(self) -> str:
@@ -66,9 +67,11 @@ class Live:
         back to holding all ids but the last (fed by the next step); else it holds them all."""
         if self.speculative is None:
             return
-        _, tokens = self.speculative
+        decoder, tokens = self.speculative
         self.speculative = None
         tokens.close()  # settles both caches to hold exactly ``ids``
+        self.draft_proposed += decoder.counters.proposed
+        self.draft_accepted += decoder.counters.accepted
         if decoding_on:
             self.caches.target.trim(1)
 
@@ -90,8 +93,8 @@ class Live:
     def finish(self, reason: str, stats_extra: dict | None = None) -> None:
         """Put the final event (``reason``: eos, length, stop or cancelled) with the request's figures;
         the caches go back to the pool, or to the caller with ``Request.keep_caches``."""
+        self.close_speculative(decoding_on=False)
         if self.handle.request.keep_caches and self.caches is not None:
-            self.close_speculative(decoding_on=False)
             self.handle.caches, self.caches = self.caches, None
         self.release()
         now = time.monotonic()
@@ -107,7 +110,8 @@ class Live:
                                 prefill_tokens=self.computed_prompt, prefill_seconds=first - self.submitted,
                                 generated_tokens=count, decode_seconds=(self.last_token or first) - first,
                                 ttft_seconds=first - self.submitted, finish_reason=reason,
-                                peak_memory_bytes=mx.get_peak_memory())
+                                peak_memory_bytes=mx.get_peak_memory(), draft_proposed=self.draft_proposed,
+                                draft_accepted=self.draft_accepted)
         if stats_extra:
             stats = replace(stats, **stats_extra)
         self.handle.put(FinalEvent(finish_reason=reason, text=self.reply.text, stats=stats))

@@ -38,6 +38,9 @@ class Request:
     top_logprobs: int = 0  # also report this many likeliest tokens (and log-probabilities) at each position
     use_draft: bool = True  # decode speculatively when it runs alone and the engine has a draft
     keep_caches: bool = False  # hand the reply's caches to the caller (``RequestHandle.caches``) at its end
+    # Caches to start from (a chat's own): kept up to their common prefix with the prompt, so a turn
+    # computes only what is new, to the token. They are the request's then (given back with keep_caches).
+    caches: object | None = field(default=None, compare=False, repr=False)
     request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
 
     def __post_init__(self) -> None:
@@ -49,4 +52,4 @@ class Request:
 
     def choice(self, index: int) -> Request:
         """Choice ``index`` of ``n`` replies to this prompt: its own request id (the first keeps this one's)."""
-        return self if index == 0 else replace(self, request_id=f"{self.request_id}-{index}")
+        return self if index == 0 else replace(self, request_id=f"{self.request_id}-{index}", caches=None)

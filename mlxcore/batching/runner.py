@@ -81,6 +81,10 @@ class BatchRunner:
         """``PromptTooLongError`` for a prompt the whole KV budget could not hold even with nothing else in it."""
         pool, budget = self.engine.pool("target"), self.engine.kv_budget
         need = -(-tokens // pool.block_size) * pool.block_bytes
+        capacity = pool.config.max_blocks * pool.block_size
+        if tokens > capacity:
+            raise PromptTooLongError(f"The prompt has {tokens:,} tokens, more than the KV cache's {capacity:,} "
+                                     "(--max-kv): shorten it, or give the cache more room.")
         if need > budget.limit:
             raise PromptTooLongError(
                 f"The prompt has {tokens:,} tokens: its KV cache ({format_bytes(need)}) is more than the whole "
@@ -94,11 +98,17 @@ class BatchRunner:
         if scheduler.running or not scheduler.waiting or plan.admitted or plan.prefill:
             return
         self.engine.kv_budget.reclaim()
+        capacity = self.account.pool.config.max_blocks * self.account.pool.block_size
         for seq in list(scheduler.waiting):
-            if self.account.needed(seq, seq.length) > self.account.obtainable():
+            if seq.length >= capacity:  # a reply that outgrew the cache's room in tokens (--max-kv)
+                self._end(seq, error=PoolExhaustedError(
+                    f"The chat outgrew the KV cache's {capacity:,} tokens (--max-kv): start a new chat, or give "
+                    "the cache more room."))
+            elif self.account.needed(seq, seq.length) > self.account.obtainable():
                 self._end(seq, error=OverloadedError(
-                    "The KV memory budget is held by other chats: this prompt does not fit now. Try again "
-                    "later, close other chats, or give more memory (--max-kv).", retry_after=5.0))
+                    f"The KV memory budget ({format_bytes(self.engine.kv_budget.limit)}) cannot take this "
+                    f"{seq.length:,}-token prompt next to what other chats hold now: try again later, close "
+                    "other chats, or give more memory (--max-kv).", retry_after=5.0))
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step (its blocks are free after it)."""
@@ -109,9 +119,10 @@ class BatchRunner:
         return self.scheduler.busy or bool(self._cancelled) or self.steps.pending
 
     def fail_all(self, error: BaseException) -> None:
-        """The engine failed: every request's stream ends with the error."""
+        """The engine failed: every request's stream ends with the error, and its caches go back."""
         for lives in self.lives.values():
             for live in lives:
+                live.release()
                 live.handle.fail(error)
         self.lives.clear()
         self.sequences.clear()
@@ -188,14 +199,21 @@ class BatchRunner:
             self._fork(seq)
 
     def _attach(self, seq: Sequence, live: Live) -> None:
-        """New caches for a (re)admitted sequence, holding every block of its ids found in the pool."""
-        live.caches = self.engine.new_caches()
+        """Caches for a (re)admitted sequence: the ones the request came with, kept up to their common
+        prefix with its ids (``Engine.keep_prefix``), else new ones holding every block of its ids found
+        in the pool."""
+        given = live.handle.request.caches if live.preemptions == 0 else None
+        if given is not None:
+            live.caches = given
+            hits = self.engine.keep_prefix(given, live.ids)
+        else:
+            live.caches = self.engine.new_caches()
+            hits = live.caches.target.reuse_prefix(live.ids)
+            if live.caches.draft is not None:  # the draft's blocks of a chat it decoded before
+                live.caches.draft.reuse_prefix(live.ids)
         if live.caches.draft is not None and not self._drafts(live):
             live.caches.draft.release()
             live.caches.draft = None
-        hits = live.caches.target.reuse_prefix(live.ids)
-        if live.caches.draft is not None:  # the draft's blocks of a chat it decoded before, for speculation alone
-            live.caches.draft.reuse_prefix(live.ids)
         seq.cached = hits
         if live.preemptions == 0:
             live.prefix_hits = hits

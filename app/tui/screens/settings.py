@@ -1,7 +1,9 @@
-"""Settings of the open chat: system prompt, sampling, max tokens, draft and thinking."""
+"""Settings of the open chat: system prompt, sampling, max tokens, draft and thinking; and the window's
+number of replies side by side."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from textual.app import ComposeResult
@@ -16,17 +18,26 @@ NUMBER_FIELDS = (("temperature", "Temperature (0 = greedy)", float), ("top_p", "
                  ("top_k", "Top-k (0 = off)", int), ("min_p", "Min-p (0 = off)", float),
                  ("max_tokens", "Max tokens (empty: no limit)", int))
 OPTIONAL = {"max_tokens"}  # may be left empty (None)
+ALTERNATIVES = range(2, 5)  # replies side by side (f7): more do not fit the screen's width
 
 
-class SettingsScreen(ModalScreen[Configure | None]):
-    """Edits the chat's settings; dismisses with a Configure command, or None when cancelled."""
+@dataclass(frozen=True)
+class ChosenSettings:
+    configure: Configure  # the chat's settings, for the engine
+    alternatives: int  # how many replies f7 asks for (the window's setting, not the chat's)
+
+
+class SettingsScreen(ModalScreen[ChosenSettings | None]):
+    """Edits the chat's settings; dismisses with ChosenSettings, or None when cancelled."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+s", "apply", "Apply", priority=True)]
 
-    def __init__(self, state: Conversation, model_defaults: dict[str, Any] | None = None) -> None:
+    def __init__(self, state: Conversation, model_defaults: dict[str, Any] | None = None,
+                 alternatives: int = 2) -> None:
         super().__init__(classes="dialog")
         self.state = state
         self.model_defaults = model_defaults or {}  # the sampling the model's generation_config.json sets
+        self.alternatives = alternatives
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog-box -wide", id="settings"):
@@ -43,6 +54,9 @@ class SettingsScreen(ModalScreen[Configure | None]):
                 with Horizontal(classes="field"):
                     yield Label("Thinking before answering")
                     yield Switch(self.state.think, id="set-think")
+                with Horizontal(classes="field"):
+                    yield Label(f"Replies side by side, f7 ({ALTERNATIVES[0]}-{ALTERNATIVES[-1]})")
+                    yield Input(str(self.alternatives), id="set-alternatives")
                 yield Label("System prompt")
                 yield TextArea(self.state.system or "", id="set-system", soft_wrap=True)
             yield Static("", id="settings-error")
@@ -58,7 +72,7 @@ class SettingsScreen(ModalScreen[Configure | None]):
             return f" (model: {self.model_defaults[name]:g})"
         return " (model: -)"
 
-    def read(self) -> Configure:
+    def read(self) -> ChosenSettings:
         """The settings as entered; ValueError names a field that is not a number."""
         params: dict[str, Any] = {}
         for name, label, kind in NUMBER_FIELDS:
@@ -71,9 +85,16 @@ class SettingsScreen(ModalScreen[Configure | None]):
             except ValueError:
                 raise ValueError(f"{label}: {raw!r} is not a {'whole ' if kind is int else ''}number") from None
         draft = self.query_one("#set-draft", Switch).value
-        return Configure(params=params, system=self.query_one("#set-system", TextArea).text,
-                         think=self.query_one("#set-think", Switch).value,
-                         use_draft=draft if self.state.has_draft else None)
+        configure = Configure(params=params, system=self.query_one("#set-system", TextArea).text,
+                              think=self.query_one("#set-think", Switch).value,
+                              use_draft=draft if self.state.has_draft else None)
+        return ChosenSettings(configure, self._alternatives())
+
+    def _alternatives(self) -> int:
+        raw = self.query_one("#set-alternatives", Input).value.strip()
+        if not raw.isdigit() or int(raw) not in ALTERNATIVES:
+            raise ValueError(f"Replies side by side: {raw!r} is not one of {ALTERNATIVES[0]} to {ALTERNATIVES[-1]}")
+        return int(raw)
 
     def action_apply(self) -> None:
         try:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from app.tui.protocol import ReplySoFar
+from app.tui.widgets.alternatives import AlternativesView
 from app.tui.widgets.message_view import MessageView
 from mlxcore.sequences import common_prefix_length
 
@@ -28,6 +30,7 @@ class ChatLog(VerticalScroll):
         self.records: list[tuple[str, str]] = []  # every message (role, content) of the chat
         self.first_mounted = 0  # index in records of the first mounted MessageView
         self.live: MessageView | None = None  # the reply being streamed
+        self.alternatives: AlternativesView | None = None  # replies side by side, below the messages
 
     def compose(self):
         yield Static("", classes="earlier")
@@ -55,7 +58,7 @@ class ChatLog(VerticalScroll):
         self.records = list(messages)
         new = [MessageView(role, content) for role, content in messages[max(keep, self.first_mounted):]]
         if new:
-            await self.mount_all(new)
+            await self.mount_all(new, before=self.alternatives)
         await self._trim_when_following()
         self._update_earlier()
 
@@ -69,12 +72,31 @@ class ChatLog(VerticalScroll):
                 self.records[index] = messages[index]
         self.live = None
 
-    async def start_reply(self) -> MessageView:
-        """Mount an empty assistant message to stream into."""
-        self.live = MessageView("assistant", streaming=True)
+    async def start_reply(self, so_far: str = "") -> MessageView:
+        """Mount an assistant message to stream into (holding ``so_far``: the reply as generated until now)."""
+        self.live = MessageView("assistant", so_far, streaming=True)
         self.records.append(("assistant", ""))
         await self.mount(self.live)
         return self.live
+
+    async def drop_live(self) -> None:
+        """Take away the reply being streamed (its chat left the screen, still answering)."""
+        if self.live is not None:
+            await self.live.remove()
+            self.records.pop()
+            self.live = None
+
+    async def show_alternatives(self, replies: tuple[ReplySoFar, ...]) -> AlternativesView:
+        """Mount the replies of a turn side by side, below the messages."""
+        await self.remove_alternatives()
+        self.alternatives = AlternativesView(replies)
+        await self.mount(self.alternatives)
+        return self.alternatives
+
+    async def remove_alternatives(self) -> None:
+        if self.alternatives is not None:
+            await self.alternatives.remove()
+            self.alternatives = None
 
     async def stream(self, thinking: str, answer: str) -> None:
         """Add a batch of the reply being generated (starting it if needed)."""

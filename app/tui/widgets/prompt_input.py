@@ -41,14 +41,20 @@ class PromptInput(TextArea):
 
     def submit(self) -> None:
         """Send the text (when there is any) and remember it."""
+        text = self.take()
+        if text is not None:
+            self.post_message(self.Submitted(text))
+
+    def take(self) -> str | None:
+        """The text typed (remembered, and the box cleared); None when there is none."""
         text = self.text
         if not text.strip():
-            return
+            return None
         if not self.sent or self.sent[-1] != text:
             self.sent.append(text)
         self._browse, self._draft = 0, ""
         self.clear()
-        self.post_message(self.Submitted(text))
+        return text
 
     def _step(self, direction: int) -> bool:
         """Move through the history (1 = older); False when there is nowhere to go."""

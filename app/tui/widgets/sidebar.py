@@ -1,4 +1,4 @@
-"""The sessions sidebar: every saved chat, newest first, searchable by title."""
+"""The sessions sidebar: every saved chat, newest first, searchable by title; it marks the chats answering."""
 
 from __future__ import annotations
 
@@ -64,6 +64,8 @@ class Sidebar(Vertical):
         self.show_ages = show_ages  # off in snapshot tests
         self.current: str | None = None
         self.rows: tuple[SessionRow, ...] = ()
+        self.answering: frozenset[str] = frozenset()  # chats generating a reply (on screen or not)
+        self.picking: frozenset[str] = frozenset()  # chats whose replies side by side wait for a pick
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="Search chats", id="session-search")
@@ -78,6 +80,11 @@ class Sidebar(Vertical):
             return  # not composed yet: on_mount shows the rows
         self._fill(listing)
 
+    def mark(self, answering: tuple[str, ...], picking: tuple[str, ...]) -> None:
+        """Show which chats are answering and which wait for a pick."""
+        self.answering, self.picking = frozenset(answering), frozenset(picking)
+        self.show(self.rows, self.current)
+
     def on_mount(self) -> None:
         self._fill(self.query_one(SessionList))
 
@@ -89,6 +96,8 @@ class Sidebar(Vertical):
             mark = "● " if row.session_id == self.current else "  "
             title = row.title + (" (cannot be read)" if row.broken else "")
             title += " (open in another window)" if row.open_elsewhere else ""
+            title += " · answering…" if row.session_id in self.answering else ""
+            title += " · pick a reply" if row.session_id in self.picking else ""
             age = f"  [dim]{_age(row.updated, now)}[/]" if self.show_ages else ""
             listing.add_option(Option(f"{mark}{title}{age}", id=row.session_id))
         ids = [row.session_id for row in self.rows]

@@ -45,9 +45,14 @@ class StatusLine(Static):
     def loading(self, what: str) -> None:
         self.update(what)
 
-    def generating_started(self) -> None:
+    def generating_started(self, replies: int = 1) -> None:
         self._started, self._tokens = time.monotonic(), 0
-        self.update(f"{self.model} · generating… (Esc stops)")
+        what = "generating…" if replies == 1 else f"generating {replies} replies side by side…"
+        self.update(f"{self.model} · {what} (Esc stops)")
+
+    def picking(self, replies: int) -> None:
+        """Replies side by side have ended: the user keeps one."""
+        self.update(f"{self.model} · keep one reply: 1-{replies}, or click Keep")
 
     def prefilling(self, done: int, total: int) -> None:
         """The prompt is being read (a long prompt, or a chat whose cache is rebuilt)."""
