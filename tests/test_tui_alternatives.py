@@ -17,7 +17,7 @@ from app.tui.widgets.alternatives import AlternativesView
 from mlxcore.launch import ModelChoice, open_engine
 from mlxcore.params import GenerationParams
 from sessions.store import SUFFIX, SessionStore
-from test_tui_helpers import DRAFT, SIZE, TARGET, EventGate, make_app, settle, wait_for, wait_ready
+from test_tui_helpers import DRAFT, SIZE, TARGET, EventGate, make_app, send, settle, wait_for, wait_ready
 from turn_checks import send_matching_a_cold_run
 
 pytestmark = pytest.mark.slow
@@ -179,3 +179,16 @@ def test_settings_refuse_a_number_of_replies_that_does_not_fit():
     error, count = asyncio.run(scenario())
     assert "2 to 4" in error and count == 2
 
+
+
+def test_the_window_runs_its_chats_with_8_bit_kv_when_asked():
+    async def scenario():
+        app = make_app(kv_bits=8, max_tokens=16)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await send(pilot, app, "Name a colour.")
+            return app.state.messages[-1], app.status.stats
+    (role, reply), stats = asyncio.run(scenario())
+    assert role == "assistant" and reply
+    float_bytes_per_token = 6 * 2 * 2 * 32 * 4  # the embedded target: 6 layers, 2 kv heads of 32, float32
+    assert 0 < stats["kv_bytes"] < 256 * 16 * float_bytes_per_token, "8-bit slabs: a third of the float ones"

@@ -101,12 +101,3 @@ async def send(pilot, app: ChatApp, text: str) -> None:
     app.prompt.load_text(text)
     await pilot.press("enter")
     await settle(pilot, app, done + 1)
-
-
-def scheduled_send(session: Any, batch: Any, text: str) -> Any:
-    """A turn as the chat window runs it (on the batching scheduler ``batch``): returns the reply's stats."""
-    turn = session.start_turn(text, batch)
-    batch.run_until(lambda: turn.done)
-    turn.events()
-    turn.keep(0)
-    return turn.finals[0].stats

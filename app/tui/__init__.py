@@ -14,7 +14,8 @@ def open_command(args: argparse.Namespace) -> Open:
     kv = kv_config(args)
     generation_params(args)  # out-of-range values fail here, before the window opens
     return Open(model=args.model, draft=args.draft, no_draft=args.no_draft, kv=kv.kind, max_kv=kv.max_kv,
-                max_kv_bytes=kv.max_kv_bytes, block_size=kv.block_size, num_draft=check_num_draft(args.num_draft), params=given_params(args),
+                max_kv_bytes=kv.max_kv_bytes, block_size=kv.block_size, kv_bits=kv.kv_bits,
+                num_draft=check_num_draft(args.num_draft), params=given_params(args),
                 system=args.system, think=args.think,
                 session_file=getattr(args, "session", None))
 

@@ -42,7 +42,7 @@ class OpenCommands:
                                "the model.")
         self._on_listsessions(p.ListSessions())
         kv = KVConfig(kind=command.kv, max_kv=command.max_kv, block_size=command.block_size,
-                      max_kv_bytes=command.max_kv_bytes)
+                      max_kv_bytes=command.max_kv_bytes, kv_bits=command.kv_bits)
         choice = ModelChoice(model=command.model, draft=command.draft, no_draft=command.no_draft)
         opened = open_engine(choice, kv, progress=self._progress_reporter(), num_draft=command.num_draft,
                              notice=lambda text: self.send(p.Notice(text[0].upper() + text[1:])))
