@@ -149,7 +149,7 @@ class _Reads:
         segments = []
         for slab in self.slabs:
             _, heads, capacity, _ = storage.slabs[slab][0].shape
-            segments.append(storage.take(slab, self._slab_rows(slab, heads, capacity)))  # (B, kv_heads, longest, ..)
+            segments.append(storage.take(slab, self._slab_rows(slab, heads, capacity)))  # (B, kv_heads, longest, ..) x2
         return attend_batch_parts(q, segments, 1.0, self.valid)
 
     def _slab_rows(self, slab: int, heads: int, capacity: int) -> mx.array:
@@ -157,8 +157,8 @@ class _Reads:
         key = (slab, heads, capacity)
         if key not in self._rows:
             slots = self.slots[slab]  # (B, longest)
-            heads_rows = np.arange(2 * heads, dtype=np.int32).reshape(1, 2, heads, 1) * capacity
-            self._rows[key] = mx.array(heads_rows + slots[:, None, None, :])
+            heads_rows = np.arange(2 * heads, dtype=np.int32).reshape(2, 1, heads, 1) * capacity
+            self._rows[key] = mx.array(heads_rows + slots[None, :, None, :])  # (2, B, kv_heads, longest)
         return self._rows[key]
 
 

@@ -126,13 +126,13 @@ class LayerStorage:
             target[:, :, slots, :] = part
 
     def take(self, slab: int, rows: mx.array) -> tuple:
-        """Keys and values of a batch, (B, kv_heads, n, width) each (per part), from ``rows`` (B, 2, kv_heads, n)
-        of the (2 * kv_heads * slab slots, width) view of ``slab``'s parts."""
+        """Keys and values of a batch, (B, kv_heads, n, width) each (per part), from ``rows`` (2, B, kv_heads, n)
+        of the (2 * kv_heads * slab slots, width) view of ``slab``'s parts (keys first: each half contiguous)."""
         taken = []
         for part in self.slabs[slab]:
             two, heads, capacity, width = part.shape
-            taken.append(mx.take(part.reshape(two * heads * capacity, width), rows, axis=0))  # (B, 2, heads, n, w)
-        return self._pair([t[:, 0] for t in taken], [t[:, 1] for t in taken])
+            taken.append(mx.take(part.reshape(two * heads * capacity, width), rows, axis=0))  # (2, B, heads, n, w)
+        return self._pair([t[0] for t in taken], [t[1] for t in taken])
 
     def fetch(self, gather: Gather, length: int) -> tuple:
         """The first ``length`` tokens of a sequence in order, keys and values (1, kv_heads, length, width).
