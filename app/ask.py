@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from contextlib import nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 from app.options import generation_params, kv_config, model_choice
+from mlxcore.distributed.broadcast import share
+from mlxcore.distributed.world import current_world
 from mlxcore.errors import PromptError
 from mlxcore.events import FinalEvent, TokenEvent
 from mlxcore.kv.errors import PoolExhaustedError
@@ -32,14 +34,15 @@ def read_prompt(args: argparse.Namespace) -> str:
 
 
 def _say(text: str) -> None:
-    """A note for the user on stderr, so that stdout stays the reply alone."""
-    print(f"mlxchat: {text}", file=sys.stderr, flush=True)
+    """A note for the user on stderr, so that stdout stays the reply alone (over several ranks: rank 0's)."""
+    if current_world().leader:
+        print(f"mlxchat: {text}", file=sys.stderr, flush=True)
 
 
 def open_session(args: argparse.Namespace, engine) -> ChatSession:
     """The session in --session FILE if it exists (keeping its settings), else a new one; options given override."""
     path = Path(args.session) if args.session else None
-    if path is not None and path.exists():
+    if path is not None and share(engine.world, path.exists):  # rank 0's disk holds it
         session = ChatSession.load(path, engine)
         note = getattr(session, "restore_note", "")
         if note:
@@ -57,22 +60,39 @@ def open_session(args: argparse.Namespace, engine) -> ChatSession:
 def _answer(args: argparse.Namespace, engine, prompt: str) -> ChatSession:
     """Open the session, stream the reply, save the session if the turn changed it."""
     # A chat window (or another ask) writing the same file would lose one of the two turns.
-    with SessionLock.acquire(Path(args.session), mark_open=True) if args.session else nullcontext():
+    with _session_lock(engine.world, args.session):
         session = open_session(args, engine)
         session.prefill_progress = _say_long_prefill
         before = list(session.messages)
         events = session.stream_events(prompt)
+        answered = False
         try:
-            (print_json if args.json else print_text)(events, show_thinking=args.show_thinking)
+            if engine.world.leader:
+                (print_json if args.json else print_text)(events, show_thinking=args.show_thinking)
+            else:  # the other ranks take the same steps and show nothing
+                for _ in events:
+                    pass
+            answered = True
         finally:
             events.close()  # a reply cut short (ctrl+c) is kept as it stands; one with no token adds nothing
-            if args.session and session.messages != before:  # a refused prompt leaves the file as it was
+            # Over several ranks a save is a collective: only when every rank got this far.
+            kept = answered or not engine.world.distributed
+            if args.session and session.messages != before and kept:  # a refused prompt leaves the file as it was
                 _save(session, args.session)
     return session
 
 
+@contextmanager
+def _session_lock(world, session: str | None):
+    """The session file's lock, held by rank 0 (its disk has the file); every rank hears if it was refused."""
+    with ExitStack() as stack:
+        if session:
+            share(world, lambda: stack.enter_context(SessionLock.acquire(Path(session), mark_open=True)) and None)
+        yield
+
+
 def run_ask(args: argparse.Namespace) -> int:
-    prompt = read_prompt(args)
+    prompt = share(current_world(), lambda: read_prompt(args))  # over several ranks, rank 0 reads it
     generation_params(args)  # bad options fail before the model loads
     opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft, notice=_say)
     if opened.note:

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from app.options import add_generation_options, add_model_options
-from mlxcore.errors import MlxchatError
+from mlxcore.distributed.errors import is_lost_peer, lost_peer
+from mlxcore.distributed.world import current_world, launched, leave_interrupts_to_leader
+from mlxcore.errors import MlxchatError, UsageError
+
+# mlx.launch stops every rank once one fails: a rank that leaves the telling to rank 0 waits this long first
+FOLLOWER_EXIT_DELAY_S = 1.0
+RANKED_COMMANDS = ("ask", "serve")  # what runs on several ranks under mlx.launch (see README, Several machines)
 
 DESCRIPTION = """Fast, private chat with a Qwen3 model on your own machine.
 
@@ -55,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `mlxchat` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
+        if launched() and args.command not in RANKED_COMMANDS:
+            raise UsageError(f"{_name(args.command)} runs in one process; over several ranks (mlx.launch) run "
+                             "`mlxchat serve` (rank 0 serves the OpenAI API) or `mlxchat ask`.")
+        if launched():
+            leave_interrupts_to_leader(current_world())
         if args.command == "ask":
             from app.ask import run_ask
             return run_ask(args)
@@ -70,11 +82,35 @@ def main(argv: list[str] | None = None) -> int:
         from app.tui import run_tui
         return run_tui(args)
     except MlxchatError as error:
-        print(f"mlxchat: {error}", file=sys.stderr)
+        if not _report(error):
+            time.sleep(FOLLOWER_EXIT_DELAY_S)
         return 2
+    except RuntimeError as error:  # a collective whose peer went away (a rank killed or its machine gone)
+        if not is_lost_peer(error):
+            raise
+        world = current_world()
+        _report(lost_peer(error, world.rank, world.size))
+        return 1
     except KeyboardInterrupt:
         print("\nmlxchat: interrupted", file=sys.stderr)
         return 130
+
+
+def _name(command: str | None) -> str:
+    return "The chat window" if command is None else f"`mlxchat {command}`"
+
+
+def _report(error: MlxchatError) -> bool:
+    """The error on stderr; over several ranks, rank 0's only (they all meet it), unless each rank's own.
+    False when another rank reports it."""
+    try:
+        world = current_world() if launched() else None
+    except MlxchatError:  # the group never formed: every rank says so
+        world = None
+    if world is None or world.leader or getattr(error, "every_rank_reports", False):
+        print(f"mlxchat: {error}", file=sys.stderr)
+        return True
+    return False
 
 
 if __name__ == "__main__":

@@ -12,13 +12,13 @@ prompt plus the emitted tokens.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import mlx.core as mx
 import mlx.nn as nn
 
+from mlxcore import decision_clock
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.kv.base import PENDING
 from mlxcore.params import SamplingParams
@@ -85,7 +85,7 @@ class SpeculativeDecoder:
         fed = self._unfed(self.tcache)
         token, logprob = self._pick(self._target_logits(fed)[-1:])
         mx.async_eval(token, logprob)
-        last = time.perf_counter()
+        last = decision_clock.now()
         while True:
             k = self.controller.choose()
             if not k:  # go on: queue the next pass before reading this token
@@ -96,7 +96,7 @@ class SpeculativeDecoder:
             value = token.item()
             if not k:
                 self.tcache.correct_tail([value])
-            now = time.perf_counter()
+            now = decision_clock.now()
             self.controller.observe_plain(now - last)  # steady-state seconds per token
             last = now
             self.counters.target_passes += 1
@@ -108,12 +108,12 @@ class SpeculativeDecoder:
     def _round(self, k: int) -> Iterator[tuple[int, float, bool]]:
         """Draft, verify and accept with one synchronisation: every pass is queued lazily."""
         self._catch_up_draft()
-        start = time.perf_counter()
+        start = decision_clock.now()
         drafted, q = self._propose(k)  # (k,) lazy ids, (k, V) or None
         draft_seconds = None
         if self.controller.draft_timing_due():  # now and then: one more sync, to learn what a draft pass costs
             mx.eval(drafted)
-            draft_seconds = time.perf_counter() - start
+            draft_seconds = decision_clock.now() - start
         fed = self._unfed(self.tcache)
         self.tcache.begin(fed + [PENDING] * k)  # the drafted ids are known after the sync below
         inputs = mx.concatenate([mx.array(fed), drafted])[None]
@@ -123,7 +123,7 @@ class SpeculativeDecoder:
         self.tcache.correct_tail(ids)
         if k > 1:
             self.dcache.correct_tail(ids[: k - 1])
-        self.controller.observe_round(k, n, time.perf_counter() - start, draft_seconds)
+        self.controller.observe_round(k, n, decision_clock.now() - start, draft_seconds)
         self._count(k, n)
         self._rewind(self.tcache, k - n)
         self._rewind(self.dcache, max(k - 1 - n, 0))

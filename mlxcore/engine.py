@@ -16,6 +16,9 @@ from mlxcore.configs import KVConfig
 from mlxcore.cpu_prefill import uses_cpu_prefill
 from mlxcore.decode_plain import TokenPicker, plain_decode
 from mlxcore.decode_speculative import SpeculativeDecoder, rewind_room
+from mlxcore.distributed.broadcast import every_rank
+from mlxcore.distributed.kv_shards import KVShards
+from mlxcore.distributed.world import SINGLE, World
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.errors import PromptError
 from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
@@ -23,7 +26,7 @@ from mlxcore.fast_exp import warm_up as warm_up_fast_exp
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.kv.budget import KVBudget, machine_kv_bytes, weights_bytes, wire_recommended_limit
-from mlxcore.kv.geometry import activation_dtype
+from mlxcore.kv.geometry import KVGeometry, activation_dtype, model_geometry
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.kv.paged_pool import BlockPool
 from mlxcore.params import GenerationParams
@@ -44,7 +47,7 @@ class Engine:
     def __init__(self, model: nn.Module, tokenizer=None, *, kv: KVConfig = KVConfig(),
                  draft_model: nn.Module | None = None, num_draft: int = 8, context_length: int | None = None,
                  fingerprint: str = "", draft_fingerprint: str = "", model_name: str = "",
-                 draft_name: str = "", generation_defaults: dict | None = None) -> None:
+                 draft_name: str = "", generation_defaults: dict | None = None, world: World = SINGLE) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.draft_model = draft_model
@@ -63,6 +66,10 @@ class Engine:
         self.last_stats: GenerationStats | None = None
         self._pools: dict[str, object] = {}  # paged block pool per model ("target", "draft")
         self._kv_budget: KVBudget | None = None  # bytes both pools share; made with the first paged cache
+        # The ranks the target is split over (mlxcore.distributed); each holds its share of the KV heads.
+        self.world = world
+        self.kv_shards = KVShards(world)
+        self.rank_weight_bytes = tuple(every_rank(world, weights_bytes(model)))  # each rank's share of the target
         wire_recommended_limit()  # Metal: weights and caches stay resident (a no-op on the CPU)
 
     def warm_up(self) -> None:
@@ -100,8 +107,10 @@ class Engine:
     def kv_budget(self) -> KVBudget:
         """The KV memory the paged pools of target and draft share: ``--max-kv`` as a size, else the machine's."""
         if self._kv_budget is None:
-            self._kv_budget = KVBudget(self.kv.max_kv_bytes or machine_kv_bytes(
-                weights_bytes(self.model) + (weights_bytes(self.draft_model) if self.draft_model else 0)))
+            limit = self.kv.max_kv_bytes or machine_kv_bytes(
+                weights_bytes(self.model) + (weights_bytes(self.draft_model) if self.draft_model else 0))
+            # Ranks must admit, grow and refuse alike: each keeps the smallest machine's budget.
+            self._kv_budget = KVBudget(min(every_rank(self.world, limit)))
         return self._kv_budget
 
     def _new_model_cache(self, model: nn.Module, role: str) -> ModelCache:
@@ -114,7 +123,7 @@ class Engine:
         return cache
 
     def restore_cache(self, role: str, tensors: dict, meta: dict) -> ModelCache:
-        """Rebuild the ``role`` ("target" or "draft") cache saved by ``ModelCache.state_dict``, in this engine's pool.
+        """Rebuild the ``role`` ("target" or "draft") cache saved by ``cache_state``, in this engine's pool.
 
         A rotating window saved with less rewind room than ``rewind_room`` is refused
         (``CacheStateError``): its rounds would fail once it wraps.
@@ -123,6 +132,7 @@ class Engine:
             raise CacheStateError(f"The saved rotating KV cache rewinds {meta.get('max_rewind')} tokens; "
                                   f"drafts of {self.draft_control.max_k} need {self.rewind_room}.")
         model = self.model if role == "target" else self.draft_model
+        tensors = self.kv_shards.own_tensors(role, tensors)  # saved whole: every rank's heads
         if meta.get("kind") == "paged" and role not in self._pools:  # the first paged cache: a pool in the budget
             self._pools[role] = make_block_pool(model, block_size=int(meta.get("block_size", 16)),
                                                 max_kv=self.kv.max_kv, budget=self.kv_budget, kv_bits=self.kv.kv_bits)
@@ -130,6 +140,17 @@ class Engine:
         if getattr(cache, "pool", None) is not None:
             self._pools[role] = cache.pool
         return cache
+
+    def cache_state(self, role: str, cache: ModelCache) -> tuple[KVGeometry, dict, dict]:
+        """What a session file keeps of the ``role`` cache: (geometry, tensors, metadata), whole over the ranks
+        (over several ranks every rank calls this, in the same order: it gathers their heads)."""
+        tensors, meta = cache.state_dict()
+        return (self.kv_shards.whole_geometry(role, cache.geometry), self.kv_shards.whole_tensors(role, tensors),
+                meta)
+
+    def whole_geometry(self, role: str) -> KVGeometry:
+        """The ``role`` model's KV geometry as a session file records it (every rank's heads)."""
+        return self.kv_shards.whole_geometry(role, model_geometry(self.model if role == "target" else self.draft_model))
 
     def pool(self, role: str) -> BlockPool:
         """The paged block pool of ``role`` ("target" or "draft"), made (empty, in the budget) if there is none."""
@@ -249,6 +270,7 @@ class Engine:
                 stats, prefill_seconds=first - start, ttft_seconds=first - start,
                 generated_tokens=reply.count, decode_seconds=last - first,
                 peak_memory_bytes=mx.get_peak_memory(), finish_reason=finish or "stopped", **self._kv_stats(),
+                world_size=self.world.size, rank_weight_bytes=self.rank_weight_bytes,
                 **(self._spec_stats(decoder) if decoder else {"target_passes": reply.count}))
         yield FinalEvent(finish_reason=finish, text=reply.text, stats=self.last_stats)
 

@@ -37,6 +37,8 @@ class GenerationStats:
     kv_bytes: int = 0  # paged: KV memory in use at the end (both models' slabs)
     kv_budget_bytes: int = 0  # paged: the KV memory budget (--max-kv as a size, else the machine's)
     finish_reason: str = ""
+    world_size: int = 1  # ranks the target runs on (mlxcore.distributed)
+    rank_weight_bytes: tuple[int, ...] = field(default=())  # each rank's share of the target's weights
 
     @property
     def prefill_tps(self) -> float:

@@ -35,7 +35,9 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     if isinstance(choice, str):
         choice = ModelChoice(model=choice)
     from mlxcore.defaults import default_pair
-    from mlxcore.loading import check_draft_compatible, load_model
+    from mlxcore.distributed.startup import join_ranks
+    from mlxcore.distributed.world import current_world
+    from mlxcore.loading import check_draft_compatible, find_model, load_found
 
     note = ""
     target_ref, draft_ref = choice.model, choice.draft
@@ -44,15 +46,19 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
         draft_ref = draft_ref or default_draft
     if choice.no_draft:
         draft_ref = None
-    target = load_model(target_ref, progress=progress)
-    draft = load_model(draft_ref, progress=progress) if draft_ref else None
+    world = current_world()  # several ranks when started by mlx.launch
+    target_files = find_model(target_ref, progress=progress)
+    draft_files = find_model(draft_ref, progress=progress) if draft_ref else None
+    join_ranks(world, target_files, draft_files, kv, num_draft)  # same files and options everywhere, or an error
+    target = load_found(target_files, world=world)  # this rank's share of it
+    draft = load_found(draft_files) if draft_files else None  # whole on every rank
     if draft is not None:
         check_draft_compatible(target, draft)
     engine = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model if draft else None,
                     num_draft=num_draft,
                     fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "",
                     model_name=target.name, draft_name=draft.name if draft else "",
-                    generation_defaults=target.generation_defaults)
+                    generation_defaults=target.generation_defaults, world=world)
     warm_up(engine, notice)
     return OpenedEngine(engine, target.name, draft.name if draft else None, note)
 

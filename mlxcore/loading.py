@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
+import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlx_lm.utils import MODEL_REMAPPING
@@ -21,6 +22,8 @@ from mlx_lm.utils import load_model as mlx_lm_load_model
 from mlx_lm.utils import load_tokenizer as mlx_lm_load_tokenizer
 
 from assets import MODELS_DIR
+from mlxcore.distributed.shard_check import check_shardable
+from mlxcore.distributed.world import SINGLE, World
 from mlxcore.errors import ModelLoadError, TokenizerMismatchError
 from mlxcore.fingerprint import WEIGHTS_GLOB, model_fingerprint, one_line, read_config
 from mlxcore.generation_config import read_generation_defaults
@@ -43,19 +46,44 @@ class LoadedModel:
     generation_defaults: dict[str, Any] = field(default_factory=dict)  # its generation_config.json's sampling
 
 
-def load_model(ref: str, *, progress: Progress | None = None) -> LoadedModel:
+@dataclass(frozen=True)
+class ModelFiles:
+    """A model's folder, found and checked, its weights not read yet."""
+
+    folder: Path
+    name: str  # for display: the embedded name, the repo id or the folder name
+    fingerprint: str
+    config: dict[str, Any]  # config.json as written
+
+
+def load_model(ref: str, *, progress: Progress | None = None, world: World = SINGLE) -> LoadedModel:
     """Load the model ``ref``: an embedded name, a local MLX folder, or a hub repo "org/name".
 
     A repo is downloaded when not cached, with a bar on stderr or reports to
     ``progress(bytes_done, bytes_total)``. Raises ModelLoadError with a one-line
-    message for anything missing, unreadable or inconsistent.
+    message for anything missing, unreadable or inconsistent. ``world``: see ``load_found``.
     """
+    return load_found(find_model(ref, progress=progress), world=world)
+
+
+def find_model(ref: str, *, progress: Progress | None = None) -> ModelFiles:
+    """Find (or download) ``ref`` and check its files, without reading the weights."""
     folder, name = resolve(ref, progress=progress)
     fingerprint = model_fingerprint(folder)  # also checks config.json and the safetensors headers
-    _check_config(folder, read_config(folder))
-    model, config = _build_model(folder, name)
-    tokenizer = _load_tokenizer(folder, config)
-    return LoadedModel(model, tokenizer, fingerprint, folder, config, name, read_generation_defaults(folder))
+    config = read_config(folder)
+    _check_config(folder, config)
+    return ModelFiles(folder, name, fingerprint, config)
+
+
+def load_found(files: ModelFiles, *, world: World = SINGLE) -> LoadedModel:
+    """Build the model in ``files``; over several ranks (``world``), only this rank's share of it
+    (mlx-lm's tensor-parallel ``shard()``; ``ShardingError`` before any weight is read if it does not split)."""
+    if world.distributed:
+        check_shardable(files.config, world.size, files.folder)
+    model, config = _build_model(files.folder, files.name, world)
+    tokenizer = _load_tokenizer(files.folder, config)
+    return LoadedModel(model, tokenizer, files.fingerprint, files.folder, config, files.name,
+                       read_generation_defaults(files.folder))
 
 
 def embedded_names() -> list[str]:
@@ -130,9 +158,14 @@ def _check_config(folder: Path, config: dict[str, Any]) -> None:
                              f"({one_line(error)}); restore it or download the model again.") from error
 
 
-def _build_model(folder: Path, name: str) -> tuple[nn.Module, dict[str, Any]]:
+def _build_model(folder: Path, name: str, world: World) -> tuple[nn.Module, dict[str, Any]]:
     try:
-        return mlx_lm_load_model(folder)
+        if not world.distributed:
+            return mlx_lm_load_model(folder)
+        model, config = mlx_lm_load_model(folder, lazy=True)  # only this rank's slices are read
+        model.shard(world.group)
+        mx.eval(model.parameters())
+        return model, config
     except (ValueError, TypeError, KeyError, RuntimeError, OSError, MemoryError) as error:
         if is_out_of_memory(error):  # the files are fine: downloading them again would not help
             need = sum(path.stat().st_size for path in folder.glob(WEIGHTS_GLOB))

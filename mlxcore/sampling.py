@@ -24,12 +24,11 @@ the transform is one compiled graph (``sampling_graphs``).
 
 from __future__ import annotations
 
-import os
-
 import mlx.core as mx
 
 from mlxcore.params import SamplingParams
 from mlxcore.sampling_graphs import greedy_pick, sampled_pick, transform
+from mlxcore.seeds import fresh_seed
 
 
 def penalize_repeats(logits: mx.array, recent: mx.array | None, penalty: float) -> mx.array:
@@ -102,7 +101,7 @@ class KeyStream:
 
     def __init__(self, seed: int | None) -> None:
         if seed is None:
-            seed = int.from_bytes(os.urandom(4), "little")
+            seed = fresh_seed()
         self._key = mx.random.key(seed)
 
     def next(self) -> mx.array:

@@ -9,6 +9,9 @@ drafts need, restores its conversation and leaves the cache to be rebuilt by the
 next turn's prefill, saying so in ``session.restore_note``. A paged cache saved
 in another KV format than the engine's (float, 8-bit) is converted through float
 into the engine's pool, and the note says so too.
+
+Over several ranks (``engine.world``) the file holds every rank's KV heads:
+rank 0 reads and writes it, the others get its bytes and give their heads.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 import mlx.core as mx
 
 from mlxcore.caches import Caches
+from mlxcore.distributed.broadcast import share
 from mlxcore.engine import Engine
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheShapeError, CacheStateError
-from mlxcore.kv.geometry import KVGeometry, model_geometry
+from mlxcore.kv.geometry import KVGeometry
 from sessions.errors import SessionFileError
 from sessions.file_format import encode_header, read_file, write_file
 from sessions.file_header import ROLES_SAVED, SavedCache, SavedSession, build_header, read_saved_session
@@ -40,14 +44,17 @@ if TYPE_CHECKING:
 
 def save_session(session: ChatSession, path: Path) -> None:
     """Write ``session`` (conversation, settings, caches) to ``path`` atomically."""
+    engine = session.engine
     tensors: dict[str, mx.array] = {}
     caches: dict[str, tuple[Any, dict[str, Any]]] = {}
     for role, cache in saved_caches(session).items():
-        arrays, meta = cache.state_dict()
+        geometry, arrays, meta = engine.cache_state(role, cache)  # over several ranks: all their heads
         tensors |= {f"{role}.{name}": array for name, array in arrays.items()}
-        caches[role] = (cache.geometry, meta)
-    created = getattr(session, "created_at", None) or time.time()
-    write_file(Path(path), encode_header(session_header(session, caches, created)), encode_tensors(tensors))
+        caches[role] = (geometry, meta)
+    created = share(engine.world, lambda: getattr(session, "created_at", None) or time.time())
+    # Rank 0 writes; the others hear how it went (a full disk fails the save on every rank alike).
+    share(engine.world, lambda: write_file(Path(path), encode_header(session_header(session, caches, created)),
+                                           encode_tensors(tensors)))
     session.created_at = created
 
 
@@ -74,7 +81,7 @@ def load_session(path: Path, engine: Engine) -> ChatSession:
     on the result is a line for the user when part of the cache is rebuilt, else None.
     """
     where = str(path)
-    header, payload = read_file(Path(path))
+    header, payload = share(engine.world, lambda: read_file(Path(path)))  # rank 0's file, over several ranks
     saved = read_saved_session(header, where)
     tensors = decode_tensors(payload, where)
     check_tensors(saved, tensors, where)
@@ -86,8 +93,7 @@ def open_saved(saved: SavedSession, engine: Engine, tensors: dict[str, mx.array]
                notes: list[str], where: str) -> ChatSession:
     """The session ``saved`` describes, its ``restore`` caches rebuilt from ``tensors`` (checked already)."""
     for role in restore:
-        model = engine.model if role == "target" else engine.draft_model
-        if not getattr(saved, role).fits(model_geometry(model)):
+        if not getattr(saved, role).fits(engine.whole_geometry(role)):
             raise SessionFileError(f"{where}: its {role} cache does not fit the model it was saved with "
                                    "(same fingerprint, other shape): the file is inconsistent.")
     return _build_session(saved, engine, tensors, restore, notes, where)

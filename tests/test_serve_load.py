@@ -14,7 +14,7 @@ import time
 import pytest
 
 from app.serve.load import LoadSpec, run_load, table
-from serve_process import MODEL, ServeProcess
+from serve_process import MODEL, ServeProcess, poll_until
 
 LEVELS = (1, 2, 4, 8)
 REQUESTS = 32
@@ -28,6 +28,8 @@ def test_bounded_load(tmp_path):
     with ServeProcess(tmp_path) as server:
         results = [run_load(LoadSpec(server.url, MODEL, concurrency=c, requests=REQUESTS, max_tokens=64,
                                      timeout=60)) for c in LEVELS]
+        # A request's line is written once its stream has ended, which can be just after the client has read it.
+        poll_until(lambda: server.log().count(" POST /v1/chat/completions ") >= REQUESTS * len(LEVELS), limit=10)
         log = server.log()
     print("\n" + table(results))
     assert time.monotonic() - start < BOUND_S

@@ -8,7 +8,7 @@ from pathlib import Path
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models import qwen3
+from mlx_lm.models import qwen3, qwen3_moe
 
 
 def tiny_config(vocab_size: int = 384, layers: int = 2, hidden: int = 64, heads: int = 4,
@@ -42,12 +42,31 @@ def tiny_qwen3(seed: int = 0, **config) -> qwen3.Model:
     return model
 
 
-def write_model_folder(model: qwen3.Model, folder: Path, tokenizer_from: Path) -> Path:
-    """Save ``model`` in the MLX layout, with the tokenizer files copied from ``tokenizer_from``."""
+def tiny_moe_config(vocab_size: int = 2048, kv_heads: int = 2) -> dict:
+    """A Qwen3-MoE config.json dict: 2 layers of 4 experts (2 per token), small enough for milliseconds."""
+    return tiny_config(vocab_size=vocab_size, kv_heads=kv_heads) | {
+        "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 4,
+        "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": [], "moe_intermediate_size": 96,
+        "norm_topk_prob": True}
+
+
+def tiny_qwen3_moe(seed: int = 0, **config) -> qwen3_moe.Model:
+    """A random-weight mlx-lm Qwen3-MoE model, scaled like ``tiny_qwen3``."""
+    mx.random.seed(seed)
+    model = qwen3_moe.Model(qwen3_moe.ModelArgs.from_dict(tiny_moe_config(**config)))
+    scaled = [(k, v * 2.0 if v.ndim >= 2 and "embed" not in k else v) for k, v in tree_flatten(model.parameters())]
+    model.load_weights(scaled)
+    mx.eval(model.parameters())
+    return model
+
+
+def write_model_folder(model, folder: Path, tokenizer_from: Path, config: dict | None = None) -> Path:
+    """Save ``model`` in the MLX layout, with the tokenizer files copied from ``tokenizer_from``;
+    ``config``: its config.json (default: ``tiny_config`` of the model's sizes)."""
     folder.mkdir(parents=True, exist_ok=True)
-    config = tiny_config(vocab_size=model.args.vocab_size, layers=model.args.num_hidden_layers,
-                         hidden=model.args.hidden_size, heads=model.args.num_attention_heads,
-                         kv_heads=model.args.num_key_value_heads, head_dim=model.args.head_dim)
+    config = config or tiny_config(vocab_size=model.args.vocab_size, layers=model.args.num_hidden_layers,
+                                   hidden=model.args.hidden_size, heads=model.args.num_attention_heads,
+                                   kv_heads=model.args.num_key_value_heads, head_dim=model.args.head_dim)
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(model.parameters())))
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):

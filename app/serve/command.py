@@ -69,13 +69,25 @@ def is_loopback(host: str) -> bool:
 
 
 def _say(text: str) -> None:
-    print(f"mlxchat: {text}", file=sys.stderr, flush=True)
+    from mlxcore.distributed.world import current_world
+    if current_world().leader:  # over several ranks, rank 0 speaks for them
+        print(f"mlxchat: {text}", file=sys.stderr, flush=True)
 
 
 def real_worker(engine, args: argparse.Namespace):
     from mlxcore.batching.worker import BatchWorker
-    return BatchWorker(engine, policy=args.policy, max_waiting=args.max_waiting, max_running=args.max_running,
-                       step_tokens=args.step_tokens)
+    return BatchWorker(engine, **_worker_options(args))
+
+
+def ranked_worker(engine, args: argparse.Namespace):
+    """Rank 0's worker when the model runs over several ranks (``mlxcore.distributed``)."""
+    from mlxcore.distributed.ranked_worker import RankedWorker
+    return RankedWorker(engine, **_worker_options(args))
+
+
+def _worker_options(args: argparse.Namespace) -> dict:
+    return {"policy": args.policy, "max_waiting": args.max_waiting, "max_running": args.max_running,
+            "step_tokens": args.step_tokens}
 
 
 def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> int:
@@ -93,6 +105,13 @@ def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> 
              "the model. Give --api-key KEY, or serve on 127.0.0.1.")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft, notice=_say)
+    world = opened.engine.world
+    if world.distributed:
+        from mlxcore.distributed.ranked_worker import serve_followers
+        if not world.leader:  # rank 0 serves HTTP; this rank takes the same engine steps
+            serve_followers(opened.engine, **_worker_options(args))
+            return 0
+        make_worker = ranked_worker
     if opened.note:
         _say(opened.note)
     worker = make_worker(opened.engine, args)
@@ -108,6 +127,7 @@ def _serve(state, args: argparse.Namespace) -> None:
     """The HTTP thread serves; this thread runs the engine until the HTTP side stops it."""
     import uvicorn
     from app.serve.app import create_app
+    from mlxcore.distributed.errors import is_lost_peer
 
     class Server(uvicorn.Server):
         async def startup(self, sockets=None) -> None:
@@ -124,7 +144,12 @@ def _serve(state, args: argparse.Namespace) -> None:
     http.start()
     try:
         state.worker.run()
-    except Exception:  # the engine died: keep answering, so that /health says 503 and requests say why
+    except Exception as error:
+        if is_lost_peer(error):  # another rank went away: this server cannot answer anymore, so it stops
+            server.should_exit = True
+            http.join()
+            raise
+        # the engine died: keep answering, so that /health says 503 and requests say why
         logging.getLogger("mlxchat.serve").exception("the engine thread failed; /health now answers 503")
     http.join()
     if not server.started:

@@ -42,8 +42,9 @@ _FIELDS = {
 class _SchedulerCollector:
     """Reads the worker's stats at each scrape."""
 
-    def __init__(self, stats: Callable[[], WorkerStats], alive: Callable[[], bool]) -> None:
-        self._stats, self._alive = stats, alive
+    def __init__(self, stats: Callable[[], WorkerStats], alive: Callable[[], bool],
+                 rank_weight_bytes: tuple[int, ...]) -> None:
+        self._stats, self._alive, self._rank_weights = stats, alive, rank_weight_bytes
 
     def collect(self) -> Iterator[Metric]:
         stats = self._stats()
@@ -53,14 +54,22 @@ class _SchedulerCollector:
         yield GaugeMetricFamily("mlxchat_prefix_hit_rate", "prefix-hit tokens / prompt tokens since start",
                                 value=stats.prefix_hit_rate)
         yield GaugeMetricFamily("mlxchat_engine_alive", "1 while the engine thread runs", value=int(self._alive()))
+        yield GaugeMetricFamily("mlxchat_world_size", "ranks the model runs on (mlx.launch)",
+                                value=max(len(self._rank_weights), 1))
+        weights = GaugeMetricFamily("mlxchat_rank_weight_bytes", "bytes of the target's weights each rank holds",
+                                    labels=["rank"])
+        for rank, size in enumerate(self._rank_weights):
+            weights.add_metric([str(rank)], size)
+        yield weights
 
 
 class ServerMetrics:
     """The registry ``/metrics`` shows, and what the HTTP side observes into it."""
 
-    def __init__(self, stats: Callable[[], WorkerStats], alive: Callable[[], bool]) -> None:
+    def __init__(self, stats: Callable[[], WorkerStats], alive: Callable[[], bool],
+                 rank_weight_bytes: tuple[int, ...] = ()) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(_SchedulerCollector(stats, alive))
+        self.registry.register(_SchedulerCollector(stats, alive, rank_weight_bytes))
         self.ttft = Histogram("mlxchat_time_to_first_token_seconds", "from request to first token, as sent",
                               buckets=LATENCY_BUCKETS, registry=self.registry)
         self.inter_token = Histogram("mlxchat_inter_token_seconds", "gap between two tokens of one choice",

@@ -19,6 +19,7 @@ from app.serve.state import ServerState
 from mlxcore.batching.handle import RequestFailedError
 from mlxcore.errors import MlxchatError
 from mlxcore.kv.errors import PoolExhaustedError
+from mlxcore.distributed.errors import DistributedError
 from sessions.errors import SessionFileError, SessionInUseError, SessionNotFoundError, SessionSaveError
 from sessions.thinking import ThinkingSplitter
 
@@ -55,6 +56,9 @@ def _session_error(error: MlxchatError) -> APIError:
         return APIError(503, f"{error} Retry when fewer requests run.", code="kv_full", retry_after=5)
     if isinstance(error, RequestFailedError):
         return APIError(503, str(error), code="engine_failed")
+    if isinstance(error, DistributedError):  # the store is rank 0's; the KV heads are every rank's
+        return APIError(501, f"Saved sessions are not served yet while the model runs over several ranks: {error}",
+                        code="not_implemented")
     return from_engine_error(error)
 
 

@@ -66,6 +66,11 @@ class SessionJobs:
         self._store: SessionStore | None = None  # opened on the engine thread, used only there
         self._held: OrderedDict[str, Caches] = OrderedDict()
 
+    @property
+    def opened(self) -> bool:
+        """Whether a job ran: the store is open, or chats are held (``close`` has work to do)."""
+        return self._store is not None or bool(self._held)
+
     def store(self) -> SessionStore:
         if self._store is None:
             self._store = SessionStore(self.root)

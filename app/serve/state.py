@@ -30,13 +30,15 @@ class ModelInfo:
     context_length: int | None
     draft: str | None = None  # the draft model's name, when decoding speculatively
     created: int = field(default_factory=lambda: int(time.time()))
+    world_size: int = 1  # ranks the model runs on (mlx.launch)
+    rank_weight_bytes: tuple[int, ...] = ()  # each rank's share of the target's weights
 
     @classmethod
     def of(cls, engine, model_id: str, draft_id: str | None) -> ModelInfo:
         """Read from an Engine (on any thread: plain attributes only)."""
         return cls(id=model_id, tokenizer=engine.tokenizer, default_params=engine.default_params,
                    vocab_size=int(engine.model.args.vocab_size), context_length=engine.context_length,
-                   draft=draft_id)
+                   draft=draft_id, world_size=engine.world.size, rank_weight_bytes=engine.rank_weight_bytes)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class ServerState:
         self.model = model
         self.settings = settings
         self.tokens = Tokenizing(model.tokenizer)
-        self.metrics = ServerMetrics(worker.stats, lambda: worker.alive)
+        self.metrics = ServerMetrics(worker.stats, lambda: worker.alive, model.rank_weight_bytes)
         self.sessions = SessionJobs(settings.sessions_root, settings.pinned_sessions)  # used on the engine thread
 
     def check_model(self, name: str) -> None:
@@ -70,6 +72,6 @@ class ServerState:
 
     def close(self) -> None:
         """Before the worker closes: let go of held sessions (on the engine thread) and the tokenizer thread."""
-        if self.worker.alive:
+        if self.worker.alive and self.sessions.opened:
             self.worker.call(lambda _: self.sessions.close(), timeout=30)
         self.tokens.close()

@@ -16,11 +16,11 @@ the engine's pools and byte budget, the pools ``BlockAccount`` reads.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 
 
+from mlxcore import decision_clock
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.decode_steps import DecodeSteps
 from mlxcore.batching.errors import OverloadedError, PromptTooLongError
@@ -67,7 +67,7 @@ class BatchRunner:
             self.engine._check_prompt(request.prompt_ids)
         except PromptError as error:
             raise PromptTooLongError(str(error)) from None
-        now = time.monotonic()
+        now = decision_clock.now()
         cap = self.engine.reply_cap(request.params, len(request.prompt_ids))
         seq = Sequence(request, now, len(request.prompt_ids), cap, choices=len(handles))
         self._check_fits(len(request.prompt_ids))
@@ -132,7 +132,7 @@ class BatchRunner:
     # one step ---------------------------------------------------------------
 
     def step(self) -> None:
-        start = time.monotonic()
+        start = decision_clock.now()
         self._apply_cancellations()
         self.scheduler.prefill_cap = self.pacing.cap()
         plan = self.scheduler.plan(start)
@@ -150,7 +150,7 @@ class BatchRunner:
             else:
                 self._prefill(seq, count, start)
         decoded = self._decode([seq for seq in plan.decode if id(seq) in self.lives], self._lone(plan), chunk)
-        seconds = time.monotonic() - start
+        seconds = decision_clock.now() - start
         self.tally.step(len(plan.decode), decoded, seconds)
         if decoded:
             self.scheduler.step_seconds = seconds

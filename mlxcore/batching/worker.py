@@ -123,15 +123,7 @@ class BatchWorker:
 
     def _loop(self) -> None:
         try:
-            while not self._stop.is_set():
-                self._drain()
-                if self.runner.busy:
-                    self.runner.step()
-                    self._snapshot()
-                else:
-                    self._snapshot()
-                    self._wake.wait(IDLE_WAIT_SECONDS)
-                    self._wake.clear()
+            self._turns()
         except BaseException as error:  # whatever killed the engine, the requests must hear it
             self._failure = error
             self.runner.fail_all(error)
@@ -140,6 +132,18 @@ class BatchWorker:
         error = RequestFailedError("The engine was stopped.")
         self.runner.fail_all(error)
         self._fail_inbox(error)
+
+    def _turns(self) -> None:
+        """Take requests and step them until stopped."""
+        while not self._stop.is_set():
+            self._drain()
+            if self.runner.busy:
+                self.runner.step()
+                self._snapshot()
+            else:
+                self._snapshot()
+                self._wake.wait(IDLE_WAIT_SECONDS)
+                self._wake.clear()
 
     def _drain(self) -> None:
         while True:

@@ -38,11 +38,15 @@ class KVGeometry:
 
 def model_geometry(model: nn.Module, kv_bits: int | None = None) -> KVGeometry:
     """The KV geometry of an mlx-lm model (Qwen3 and models with the same config names), its keys and values
-    stored in ``kv_bits`` (None: float; ``KVFormatError`` if the model's heads cannot take it)."""
+    stored in ``kv_bits`` (None: float; ``KVFormatError`` if the model's heads cannot take it).
+
+    A model sharded over ranks (``model.shard``) holds only its share of the KV heads: its layers say how many.
+    """
     args = model.args
     heads = args.num_attention_heads
     head_dim = getattr(args, "head_dim", None) or args.hidden_size // heads
     kv_heads = getattr(args, "num_key_value_heads", None) or heads
+    kv_heads = getattr(getattr(model.layers[0], "self_attn", None), "n_kv_heads", kv_heads)  # sharded: this rank's
     return KVGeometry(len(model.layers), kv_heads, head_dim, activation_dtype(model), kv_format(kv_bits, head_dim))
 
 

@@ -1,0 +1,25 @@
+"""Free ports on 127.0.0.1 for a ring of local ranks (``mlx.launch -p PORT`` listens on PORT + rank)."""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports that are free now."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = probe.getsockname()[1]
+        if first + count < 65536 and all(_free(first + i) for i in range(count)):
+            return first
+    raise RuntimeError("no free ports on 127.0.0.1")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

@@ -1,0 +1,55 @@
+"""Whether a model splits over N ranks, read from its config.json before any weights load."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from mlx_lm.utils import MODEL_REMAPPING
+
+from mlxcore.distributed.errors import ShardingError
+
+# config key -> what it is, for each width mlx-lm's shard() divides between ranks (KV heads first: the fewest)
+SPLIT_WIDTHS = {"num_key_value_heads": "KV heads", "num_attention_heads": "attention heads",
+                "intermediate_size": "MLP width", "moe_intermediate_size": "expert MLP width"}
+
+
+def check_shardable(config: dict[str, Any], ranks: int, where: Path | str) -> None:
+    """``ShardingError`` unless mlx-lm can split this model (``shard()``) evenly over ``ranks``."""
+    model_type = config.get("model_type", "")
+    module = importlib.import_module(f"mlx_lm.models.{MODEL_REMAPPING.get(model_type, model_type)}")
+    if not hasattr(module.Model, "shard"):
+        raise ShardingError(f"{where}: mlx-lm cannot split {model_type} models over several ranks "
+                            "(it has no tensor-parallel shard() for them); run it on one machine.")
+    for key, what in SPLIT_WIDTHS.items():
+        width = _width(config, key)
+        if width is not None and width % ranks:
+            raise ShardingError(f"{where} has {width} {what}, which {ranks} ranks cannot share evenly: run it on "
+                                f"a number of ranks that divides {width} (e.g. {_divisor_below(width, ranks)}).")
+    group = (config.get("quantization") or {}).get("group_size")
+    if group:  # a quantized layer split on its input side keeps whole quantization groups on each rank
+        for what, width in _input_split_widths(config).items():
+            if width is not None and (width // ranks) % group:
+                raise ShardingError(f"{where}: its {what} ({width}) split over {ranks} ranks leaves {width // ranks} "
+                                    f"columns per rank, not whole groups of {group} quantized weights; run it on "
+                                    "fewer ranks.")
+
+
+def _input_split_widths(config: dict[str, Any]) -> dict[str, int | None]:
+    """The widths ``shard()`` splits on a layer's input side (o_proj, down_proj, the experts' down_proj)."""
+    heads = _width(config, "num_attention_heads")
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    return {"attention output": heads * head_dim, "MLP width": _width(config, "intermediate_size"),
+            "expert MLP width": _width(config, "moe_intermediate_size")}
+
+
+def _width(config: dict[str, Any], key: str) -> int | None:
+    value = config.get(key)
+    if value is None and key == "num_key_value_heads":
+        value = config.get("num_attention_heads")
+    return int(value) if value is not None else None
+
+
+def _divisor_below(width: int, ranks: int) -> int:
+    return max(d for d in range(1, ranks + 1) if width % d == 0)

@@ -1,0 +1,55 @@
+"""Starting mlxchat on several ring ranks over 127.0.0.1, as users do (``mlx.launch``) or one process at a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mlxcore.distributed.ports import free_ports
+from process_watch import HANG_S
+
+ROOT = Path(__file__).resolve().parent.parent
+MLX_LAUNCH = Path(sys.executable).parent / "mlx.launch"
+ENV = dict(os.environ, HF_HUB_OFFLINE="1")
+
+
+def mlxchat(*args: str) -> list[str]:
+    return [sys.executable, "-m", "app.cli", *args]
+
+
+def launch(args: list[str], ranks: int = 2, timeout: float = HANG_S) -> subprocess.CompletedProcess:
+    """``mlx.launch -n RANKS --backend ring -- mlxchat ARGS``: every rank's output, merged as mlx.launch merges it."""
+    command = [str(MLX_LAUNCH), "-n", str(ranks), "--backend", "ring", "-p", str(free_ports(ranks)), "--",
+               *mlxchat(*args)]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def one_process(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(mlxchat(*args), cwd=ROOT, capture_output=True, text=True, timeout=HANG_S, env=ENV)
+
+
+def hostfile(folder: Path, ranks: int) -> Path:
+    """A ring host file for ``ranks`` processes on 127.0.0.1 (what mlx.launch writes for each rank)."""
+    first = free_ports(ranks)
+    path = folder / "hosts.json"
+    path.write_text(json.dumps([[f"127.0.0.1:{first + rank}"] for rank in range(ranks)]))
+    return path
+
+
+def start_rank(rank: int, hosts: Path, args: list[str]) -> subprocess.Popen:
+    """One rank, started by hand as mlx.launch would (so a test can kill it and watch the others)."""
+    env = dict(ENV, MLX_RANK=str(rank), MLX_HOSTFILE=str(hosts))
+    return subprocess.Popen(mlxchat(*args), cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def json_reply(stdout: str) -> tuple[list[int], dict]:
+    """(token ids, final stats) from ``ask --json`` output."""
+    records = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    tokens = [r["token"] for r in records if r["type"] == "token"]
+    finals = [r for r in records if r["type"] == "final"]
+    assert len(finals) == 1, f"one final record expected, got {len(finals)}: {stdout[-2000:]}"
+    return tokens, finals[0]["stats"]

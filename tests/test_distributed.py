@@ -1,0 +1,220 @@
+"""One model on two ring ranks over 127.0.0.1, started as users start it (``mlx.launch -- mlxchat ...``).
+
+Greedy replies must be the tokens one process gives, turn after turn of a saved
+session (each turn a new launch, so every turn after the first restores the KV
+the 2-rank run saved), with and without the draft, on the embedded pair and on a
+tiny random-weight Qwen3-MoE. The faults: a rank killed mid-reply, a rank count
+that does not divide the KV heads, a rank with another model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from assets import MODELS_DIR
+from process_watch import HANG_S, seconds_until_gone
+from ranks import ENV, MLX_LAUNCH, ROOT, free_ports, hostfile, json_reply, launch, mlxchat, one_process, start_rank
+from serve_process import ServeProcess, free_port, http, poll_until
+from sessions.file_format import read_header
+from tiny_models import tiny_config, tiny_moe_config, tiny_qwen3, tiny_qwen3_moe, write_model_folder
+
+pytestmark = pytest.mark.slow
+
+TOKENIZER_SOURCE = MODELS_DIR / "mini-target"
+TURNS = ("What is 12 + 7?", "And 3 + 4?", "Name a colour.")
+GREEDY = ("--json", "--temp", "0", "--max-tokens", "24")
+EMBEDDED = {"draft": ("--model", "mini-target", "--draft", "mini-draft", "--num-draft", "4"),
+            "no-draft": ("--model", "mini-target", "--no-draft")}
+
+
+def ask(session: Path, prompt: str, model: tuple[str, ...], ranks: int, kv: tuple[str, ...] = ("--kv", "paged")
+        ) -> tuple[list[int], dict]:
+    args = ["ask", prompt, "--session", str(session), *GREEDY, *kv, *model]
+    done = launch(args, ranks) if ranks > 1 else one_process(args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json_reply(done.stdout)
+
+
+def three_turns(tmp_path: Path, model: tuple[str, ...], kv: tuple[str, ...] = ("--kv", "paged")) -> None:
+    """Each turn on 2 ranks and in 1 process, each continuing its own session file: the same tokens."""
+    sharded, single = tmp_path / "two-ranks.json", tmp_path / "one.json"
+    for turn, prompt in enumerate(TURNS):
+        tokens, stats = ask(sharded, prompt, model, ranks=2, kv=kv)
+        expected, single_stats = ask(single, prompt, model, ranks=1, kv=kv)
+        assert tokens == expected, f"turn {turn + 1}"
+        assert stats["world_size"] == 2 and len(stats["rank_weight_bytes"]) == 2
+        assert stats["prompt_tokens"] == single_stats["prompt_tokens"]
+        if turn:  # the KV saved by the last 2-rank run was restored and used, as in one process
+            assert stats["reused_tokens"] == single_stats["reused_tokens"] > 0
+    # one file for every rank count: it holds all the target's KV heads, not rank 0's half
+    heads = [read_header(path)["cache"]["target"]["kv_heads"] for path in (sharded, single)]
+    assert heads[0] == heads[1] >= 2
+
+
+@pytest.mark.parametrize("pair", sorted(EMBEDDED))
+def test_two_ranks_answer_as_one_process(tmp_path, pair):
+    three_turns(tmp_path, EMBEDDED[pair])
+
+
+def test_two_ranks_answer_as_one_process_rotating(tmp_path):
+    """A window smaller than the conversation: by turn 3 the oldest tokens are gone on every rank alike."""
+    three_turns(tmp_path, EMBEDDED["draft"], kv=("--kv", "rotating", "--max-kv", "64"))
+
+
+@pytest.fixture(scope="module")
+def moe_folder(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("moe") / "tiny-moe"
+    return write_model_folder(tiny_qwen3_moe(3), folder, TOKENIZER_SOURCE, config=tiny_moe_config())
+
+
+def test_two_ranks_answer_as_one_process_moe(tmp_path, moe_folder):
+    three_turns(tmp_path, ("--model", str(moe_folder), "--no-draft"))
+
+
+def test_a_file_saved_on_two_ranks_opens_in_one_process(tmp_path):
+    model = EMBEDDED["draft"]
+    shared, single = tmp_path / "shared.json", tmp_path / "single.json"
+    for prompt in TURNS[:2]:
+        ask(shared, prompt, model, ranks=2)
+        ask(single, prompt, model, ranks=1)
+    tokens, stats = ask(shared, TURNS[2], model, ranks=1)
+    expected, _ = ask(single, TURNS[2], model, ranks=1)
+    assert tokens == expected and stats["reused_tokens"] > 0 and stats["world_size"] == 1
+
+
+def test_a_killed_rank_stops_the_other_with_a_message(tmp_path, moe_folder):
+    """Random weights never say EOS, so the reply is still going when rank 1 is killed."""
+    hosts = hostfile(tmp_path, 2)
+    args = ["ask", "Tell me a story.", "--json", "--temp", "0", "--max-tokens", "100000", "--no-think",
+            "--session", str(tmp_path / "story.json"), "--model", str(moe_folder), "--no-draft"]
+    ranks = [start_rank(rank, hosts, args) for rank in range(2)]
+    try:
+        for line in ranks[0].stdout:  # the reply has started
+            if '"type": "token"' in line:
+                break
+        ranks[1].kill()
+        took = seconds_until_gone(ranks[0].pid, limit=10)
+        assert took is not None, "rank 0 did not stop within 10 s of rank 1's death"
+        _, stderr = ranks[0].communicate(timeout=HANG_S)
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+    assert ranks[0].returncode == 1
+    assert "rank 0 of 2: another rank of this run stopped" in stderr, stderr
+    assert "Traceback" not in stderr
+    assert not (tmp_path / "story.json").exists(), "a reply cut short by a lost rank is not saved"
+
+
+def write_tiny(folder: Path, **config) -> Path:
+    return write_model_folder(tiny_qwen3(0, **config), folder, TOKENIZER_SOURCE,
+                              config=tiny_config(vocab_size=2048, **config))
+
+
+def exit_codes(done: subprocess.CompletedProcess) -> list[str]:
+    """mlx.launch exits 0 whatever its ranks do; it reports each rank that failed on stderr."""
+    return sorted(re.findall(r"rank (\d+) exited with code (\d+)", done.stderr))
+
+
+def test_kv_heads_that_do_not_divide_stop_before_weights_load(tmp_path, monkeypatch):
+    folder = write_tiny(tmp_path / "three-kv-heads", heads=6, kv_heads=3)
+    done = launch(["ask", "hi", "--model", str(folder), "--no-draft"], ranks=2)
+    assert ("0", "2") in exit_codes(done), done.stderr
+    assert "has 3 KV heads, which 2 ranks cannot share evenly" in done.stderr
+    assert "(e.g. 1)" in done.stderr and "Traceback" not in done.stderr
+    # the check comes before the weights are read (here in one process, told it is one of 2 ranks)
+    from mlxcore import loading
+    from mlxcore.distributed.errors import ShardingError
+    from mlxcore.distributed.world import World
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("weights were loaded")
+    monkeypatch.setattr(loading, "_build_model", no_weights)
+    with pytest.raises(ShardingError, match="3 KV heads"):
+        loading.load_found(loading.find_model(str(folder)), world=World(size=2, rank=1))
+
+
+def test_a_rank_with_another_model_is_named(tmp_path):
+    first = write_tiny(tmp_path / "same-name")
+    other = write_model_folder(tiny_qwen3(1, vocab_size=2048), tmp_path / "other" / "same-name", TOKENIZER_SOURCE,
+                               config=tiny_config(vocab_size=2048))
+    hosts = hostfile(tmp_path, 2)
+    ranks = [start_rank(rank, hosts, ["ask", "hi", "--no-draft", "--model", str(folder)])
+             for rank, folder in enumerate((first, other))]
+    outputs = [rank.communicate(timeout=HANG_S) for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [2, 2], outputs
+    stderr = outputs[0][1]
+    assert "rank 1 has" in stderr and "where rank 0 has" in stderr, stderr
+    assert "Traceback" not in stderr + outputs[1][1]
+
+
+def test_serve_on_two_ranks(tmp_path):
+    """rank 0 serves HTTP: the openai client gets one process's greedy replies (three at once, batched);
+    /metrics shows both ranks; ctrl+c stops every rank."""
+    port = free_port()
+    command = [str(MLX_LAUNCH), "-n", "2", "--backend", "ring", "-p", str(free_ports(2)), "--",
+               *mlxchat("serve", "--port", str(port), *EMBEDDED["draft"])]
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(command, cwd=ROOT, env=dict(ENV, MLXCHAT_HOME=str(tmp_path / "home")),
+                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        poll_until(lambda: server.poll() is not None or _healthy(url), every=0.1)
+        assert server.poll() is None, log.read_text()
+        reply = _chat(url)
+        status, _, metrics = http("GET", f"{url}/metrics")
+        saved, _, _ = http("POST", f"{url}/v1/sessions/kept/save", {"messages": [{"role": "user", "content": "hi"}]})
+    finally:  # ctrl+c, as a terminal sends it: to mlx.launch and both ranks
+        os.killpg(server.pid, signal.SIGINT)
+        stopped = seconds_until_gone(server.pid, limit=30)
+        if stopped is None:
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=HANG_S)
+    assert stopped is not None, log.read_text()
+    poll_until(lambda: _group_gone(server.pid), limit=30)  # no rank left behind
+    (tmp_path / "single").mkdir()
+    with ServeProcess(tmp_path / "single") as single:
+        expected = _chat(single.url)
+    assert reply == expected, (reply, expected)
+    assert all(r["content"] for r in reply)
+    assert status == 200 and "mlxchat_world_size 2.0" in metrics, metrics
+    assert 'mlxchat_rank_weight_bytes{rank="1"}' in metrics
+    assert saved == 501
+    # mlx.launch prints its own KeyboardInterrupt traceback on ctrl+c; no mlxchat code may be in one
+    assert not re.search(r'File "[^"]*/(app|mlxcore|sessions)/', log.read_text()), log.read_text()
+
+
+def _chat(url: str) -> list[dict]:
+    """The replies to TURNS, asked at once (the scheduler batches them)."""
+    import openai
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60)
+
+    def ask(prompt: str) -> dict:
+        reply = client.chat.completions.create(model="mini-target", messages=[{"role": "user", "content": prompt}],
+                                               temperature=0, max_tokens=64)
+        return reply.choices[0].message.model_dump()
+    with ThreadPoolExecutor(len(TURNS)) as pool:
+        return list(pool.map(ask, TURNS))
+
+
+def _group_gone(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return http("GET", f"{url}/health", timeout=2)[0] == 200
+    except OSError:
+        return False
