@@ -89,28 +89,49 @@ def test_a_file_saved_on_two_ranks_opens_in_one_process(tmp_path):
     assert tokens == expected and stats["reused_tokens"] > 0 and stats["world_size"] == 1
 
 
-def test_a_killed_rank_stops_the_other_with_a_message(tmp_path, moe_folder):
-    """Random weights never say EOS, so the reply is still going when rank 1 is killed."""
+@pytest.mark.parametrize("killed", [1, 0])
+def test_a_killed_rank_stops_the_other_with_a_message(tmp_path, moe_folder, killed):
+    """Random weights never say EOS, so the reply is still going when a rank is killed."""
     hosts = hostfile(tmp_path, 2)
     args = ["ask", "Tell me a story.", "--json", "--temp", "0", "--max-tokens", "100000", "--no-think",
             "--session", str(tmp_path / "story.json"), "--model", str(moe_folder), "--no-draft"]
     ranks = [start_rank(rank, hosts, args) for rank in range(2)]
+    survivor = ranks[1 - killed]
     try:
         for line in ranks[0].stdout:  # the reply has started
             if '"type": "token"' in line:
                 break
+        ranks[killed].kill()
+        took = seconds_until_gone(survivor.pid, limit=10)
+        assert took is not None, f"rank {1 - killed} did not stop within 10 s of rank {killed}'s death"
+        _, stderr = survivor.communicate(timeout=HANG_S)
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+    assert survivor.returncode == 1
+    assert f"rank {1 - killed} of 2: another rank of this run stopped" in stderr, stderr
+    assert "Traceback" not in stderr
+    assert not (tmp_path / "story.json").exists(), "a reply cut short by a lost rank is not saved"
+
+
+def test_an_idle_server_stops_when_a_rank_dies(tmp_path):
+    """No request in flight: rank 0's heartbeat finds the dead rank, and the server stops with a message."""
+    hosts, port = hostfile(tmp_path, 2), free_port()
+    args = ["serve", "--port", str(port), *EMBEDDED["no-draft"]]
+    ranks = [start_rank(rank, hosts, args) for rank in range(2)]
+    try:
+        poll_until(lambda: ranks[0].poll() is not None or _healthy(f"http://127.0.0.1:{port}"), every=0.1)
         ranks[1].kill()
         took = seconds_until_gone(ranks[0].pid, limit=10)
-        assert took is not None, "rank 0 did not stop within 10 s of rank 1's death"
+        assert took is not None, "rank 0 kept serving after rank 1 died"
         _, stderr = ranks[0].communicate(timeout=HANG_S)
     finally:
         for rank in ranks:
             rank.kill()
             rank.wait()
     assert ranks[0].returncode == 1
-    assert "rank 0 of 2: another rank of this run stopped" in stderr, stderr
-    assert "Traceback" not in stderr
-    assert not (tmp_path / "story.json").exists(), "a reply cut short by a lost rank is not saved"
+    assert "rank 0 of 2: another rank of this run stopped" in stderr and "Traceback" not in stderr, stderr
 
 
 def write_tiny(folder: Path, **config) -> Path:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlxcore.bench import batching, kv_quant, speculative
-from mlxcore.bench.tensor_parallel import tp2_decode_vs_single
+from mlxcore.bench.tensor_parallel import tp2_row
 from mlxcore.bench.blas import blas_speedup
 from mlxcore.bench.decode import decode_vs_mlx_lm
 from mlxcore.bench.paged_decode import paged_decode_vs_standard_long, paged_decode_vs_standard_twin
@@ -79,7 +79,7 @@ ROWS: dict[str, tuple[str, Row]] = {
     "spec_lone_vs_plain": ("a lone stream through the scheduler with the draft / plain decode, temperature 0",
                            lambda s: batching.spec_lone_vs_plain(s.model, s.draft, s.runs)),
     "tp2_decode_vs_single": ("plain decode tok/s on 2 ring ranks of one 2-core box / 1 process: the cost of "
-                             "splitting, not a speedup", lambda s: tp2_decode_vs_single(s.model, s.runs)),
+                             "splitting, not a speedup (and on the 0.6B twin)", lambda s: tp2_row(s.model, s.runs)),
 }
 
 

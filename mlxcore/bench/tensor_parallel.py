@@ -1,7 +1,7 @@
 """Row ``tp2_decode_vs_single``: plain decode tok/s of the model split over 2 ring ranks / the model in one process.
 
-Both sides are real processes running ``tp_probe`` (2 ranks through ``mlx.launch``
-on 127.0.0.1), taking turns, each reporting the median of its own replies. On
+Both sides are real processes running ``tp_probe`` (2 ranks over the ring on
+127.0.0.1), taking turns, each reporting the median of its own replies. On
 one 2-core machine the two ranks share the cores and talk over loopback, so the
 ratio measures what splitting costs (a collective per attention and per MLP, each
 step), not what two machines gain. The per-step communication time beside it is
@@ -15,12 +15,24 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from mlxcore.distributed.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE_TIMEOUT_S = 600
+
+
+def tp2_row(model: str, runs: int) -> dict:
+    """The row on ``model`` (the embedded target), and the same on the float32 0.6B twin (Qwen3-0.6B's
+    28 layers, 16 heads and 8 KV heads, its 151,936-token vocabulary): the value is the model's."""
+    from mlxcore.twins import twin_folder
+
+    row = tp2_decode_vs_single(model, runs)
+    twin = tp2_decode_vs_single(str(twin_folder("qwen3-0.6b", bits=None)), max(2, runs // 2), tokens=48)
+    return row | {f"twin_{key}": twin[key] for key in ("value", "ratios", "tp2_tps", "single_tps", "comm_ms_per_step",
+                                                      "comm_share_of_step")}
 
 
 def tp2_decode_vs_single(model: str, runs: int, tokens: int = 128) -> dict:
@@ -39,12 +51,23 @@ def tp2_decode_vs_single(model: str, runs: int, tokens: int = 128) -> dict:
 
 
 def _probe(model: str, tokens: int, ranks: int) -> dict:
-    probe = [sys.executable, "-m", "mlxcore.bench.tp_probe", model, str(tokens), "3"]
-    if ranks > 1:
-        launcher = str(Path(sys.executable).parent / "mlx.launch")
-        probe = [launcher, "-n", str(ranks), "--backend", "ring", "-p", str(free_ports(ranks)), "--", *probe]
-    done = subprocess.run(probe, cwd=ROOT, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                          env=dict(os.environ, HF_HUB_OFFLINE="1"))
-    if done.returncode != 0:
-        raise RuntimeError(f"the {ranks}-rank probe failed ({done.returncode}): {done.stderr[-2000:]}")
-    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    """Rank 0's figures. The ranks are started as ``mlx.launch`` starts them on one machine (MLX_RANK and a
+    host file), not through it: its relay polls the ranks' pipes without blocking and would take one of
+    this box's two cores."""
+    command = [sys.executable, "-m", "mlxcore.bench.tp_probe", model, str(tokens), "3"]
+    with tempfile.TemporaryDirectory() as folder:
+        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        if ranks > 1:
+            first = free_ports(ranks)
+            hosts = Path(folder) / "hosts.json"
+            hosts.write_text(json.dumps([[f"127.0.0.1:{first + rank}"] for rank in range(ranks)]))
+            env["MLX_HOSTFILE"] = str(hosts)
+        processes = [subprocess.Popen(command, cwd=ROOT, env=dict(env, MLX_RANK=str(rank)) if ranks > 1 else env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for rank in range(ranks)]
+        outputs = [process.communicate(timeout=PROBE_TIMEOUT_S) for process in processes]
+    failed = [(rank, p.returncode, err[-2000:]) for rank, (p, (_, err)) in enumerate(zip(processes, outputs))
+              if p.returncode != 0]
+    if failed:
+        raise RuntimeError(f"the {ranks}-rank probe failed: {failed}")
+    return json.loads(next(line for line in outputs[0][0].splitlines() if line.startswith("{")))
