@@ -74,8 +74,10 @@ def moe_folder(tmp_path_factory) -> Path:
     return write_model_folder(tiny_qwen3_moe(3), folder, TOKENIZER_SOURCE, config=tiny_moe_config())
 
 
-def test_two_ranks_answer_as_one_process_moe(tmp_path, moe_folder):
-    three_turns(tmp_path, ("--model", str(moe_folder), "--no-draft"))
+@pytest.mark.parametrize("draft", [("--no-draft",), ("--draft", "mini-draft")])
+def test_two_ranks_answer_as_one_process_moe(tmp_path, moe_folder, draft):
+    """The MoE target splits its experts' widths over the ranks; the embedded draft shares its tokenizer."""
+    three_turns(tmp_path, ("--model", str(moe_folder), *draft))
 
 
 def test_a_file_saved_on_two_ranks_opens_in_one_process(tmp_path):
