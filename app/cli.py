@@ -14,6 +14,9 @@ from mlxcore.errors import MlxchatError, UsageError
 # mlx.launch stops every rank once one fails: a rank that leaves the telling to rank 0 waits this long first
 FOLLOWER_EXIT_DELAY_S = 1.0
 RANKED_COMMANDS = ("ask", "serve")  # what runs on several ranks under mlx.launch (see README, Several machines)
+RANKS_EPILOG = ("A model too big for one Mac runs split over several with MLX's launcher, e.g. "
+                "mlx.launch --hostfile hosts.json --backend ring -- mlxchat {command} ... (rank 0, the first host, "
+                "reads the input and shows the output; see README, Several machines).")
 
 DESCRIPTION = """Fast, private chat with a Qwen3 model on your own machine.
 
@@ -31,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ask = commands.add_parser("ask", help="answer one prompt on stdout",
                               description="Answer one prompt: the answer streams to stdout, "
-                                          "the model's thinking to stderr.")
+                                          "the model's thinking to stderr.",
+                              epilog=RANKS_EPILOG.format(command="ask"))
     ask.add_argument("prompt", help='the question; "-" reads it from stdin')
     ask.add_argument("--session", metavar="FILE",
                      help="continue the conversation saved in FILE (created if missing) and save it back")
@@ -45,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sessions_parser(commands)
 
     from app.serve.command import add_serve_parser
-    add_serve_parser(commands)
+    add_serve_parser(commands, epilog=RANKS_EPILOG.format(command="serve"))
 
     bench = commands.add_parser("bench", help="measure mlxchat against mlx-lm on this machine",
                                 description="Run the benchmarks of DESIGN.md's Measures and print a table.")

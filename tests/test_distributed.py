@@ -241,3 +241,11 @@ def _healthy(url: str) -> bool:
         return http("GET", f"{url}/health", timeout=2)[0] == 200
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("command", [[], ["sessions", "ls"]])
+def test_one_process_commands_refuse_ranks(command):
+    done = launch([*command], ranks=2)
+    assert ("0", "2") in exit_codes(done), done.stderr
+    assert "runs in one process; over several ranks (mlx.launch) run `mlxchat serve`" in done.stderr
+    assert "Traceback" not in done.stderr

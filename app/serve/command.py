@@ -25,10 +25,10 @@ MAX_BODY_BYTES = 4 * 2**20
 # The rest is imported when the server starts: building the parser (every `mlxchat` command) stays light.
 
 
-def add_serve_parser(commands) -> None:
+def add_serve_parser(commands, epilog: str | None = None) -> None:
     serve = commands.add_parser("serve", help="serve an OpenAI-compatible HTTP API",
                                 description="Serve the model over an OpenAI-compatible HTTP API (chat and "
-                                            "completions, streaming), with continuous batching.")
+                                            "completions, streaming), with continuous batching.", epilog=epilog)
     group = serve.add_argument_group("server")
     group.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this "
                                                            "machine only)")
