@@ -11,6 +11,7 @@ from pathlib import Path
 
 from app.options import generation_params, kv_config, model_choice
 from mlxcore.distributed.broadcast import share
+from mlxcore.distributed.watchdog import Watchdog
 from mlxcore.distributed.world import current_world
 from mlxcore.errors import PromptError
 from mlxcore.events import FinalEvent, TokenEvent
@@ -62,16 +63,19 @@ def _answer(args: argparse.Namespace, engine, prompt: str) -> ChatSession:
     # A chat window (or another ask) writing the same file would lose one of the two turns.
     with _session_lock(engine.world, args.session):
         session = open_session(args, engine)
-        session.prefill_progress = _say_long_prefill
+        watchdog = Watchdog(engine.world)  # over several ranks: a rank gone silent mid-reply stops the others
+        session.prefill_progress = lambda done, total: (watchdog.beat(), _say_long_prefill(done, total))
         before = list(session.messages)
         events = session.stream_events(prompt)
         answered = False
         try:
-            if engine.world.leader:
-                (print_json if args.json else print_text)(events, show_thinking=args.show_thinking)
-            else:  # the other ranks take the same steps and show nothing
-                for _ in events:
-                    pass
+            with watchdog.armed():
+                if engine.world.leader:
+                    (print_json if args.json else print_text)(_beating(events, watchdog),
+                                                              show_thinking=args.show_thinking)
+                else:  # the other ranks take the same steps and show nothing
+                    for _ in _beating(events, watchdog):
+                        pass
             answered = True
         finally:
             events.close()  # a reply cut short (ctrl+c) is kept as it stands; one with no token adds nothing
@@ -80,6 +84,12 @@ def _answer(args: argparse.Namespace, engine, prompt: str) -> ChatSession:
             if args.session and session.messages != before and kept:  # a refused prompt leaves the file as it was
                 _save(session, args.session)
     return session
+
+
+def _beating(events, watchdog):
+    for event in events:
+        watchdog.beat()
+        yield event
 
 
 @contextmanager

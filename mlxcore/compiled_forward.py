@@ -38,17 +38,31 @@ WARM_UP_LENGTHS = (1, 2)
 _LAYER_PARTS = ("input_layernorm", "post_attention_layernorm", "self_attn", "mlp")
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "rope", "n_heads", "n_kv_heads", "scale")
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
+SPLIT_MODEL_TYPES = ("qwen3", "qwen3_moe")
 def has_qwen3_layout(model: nn.Module) -> bool:
-    """True when ``model`` is laid out like mlx-lm's Qwen3 (the layers this module fuses)."""
-    if getattr(getattr(model, "args", None), "model_type", None) != "qwen3":
+    """True when ``model`` is laid out like mlx-lm's dense Qwen3 (every layer's MLP fused here too)."""
+    return _has_qwen3_attention(model, ("qwen3",)) and all(_dense_mlp(layer.mlp) for layer in model.model.layers)
+
+
+def has_split_layers(model: nn.Module) -> bool:
+    """True when this module can run ``model``'s layers split around attention: dense Qwen3, or Qwen3-MoE
+    (Qwen3's attention; its expert MLP is called as mlx-lm has it)."""
+    return _has_qwen3_attention(model, SPLIT_MODEL_TYPES)
+
+
+def _has_qwen3_attention(model: nn.Module, model_types: tuple[str, ...]) -> bool:
+    if getattr(getattr(model, "args", None), "model_type", None) not in model_types:
         return False
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
     if not layers or not hasattr(inner, "embed_tokens") or not hasattr(inner, "norm"):
         return False
     return all(all(hasattr(layer, p) for p in _LAYER_PARTS)
-               and all(hasattr(layer.self_attn, p) for p in _ATTENTION_PARTS)
-               and all(hasattr(layer.mlp, p) for p in _MLP_PARTS) for layer in layers)
+               and all(hasattr(layer.self_attn, p) for p in _ATTENTION_PARTS) for layer in layers)
+
+
+def _dense_mlp(mlp: nn.Module) -> bool:
+    return all(hasattr(mlp, p) for p in _MLP_PARTS)
 
 
 class _FusedLayer:
@@ -62,7 +76,14 @@ class _FusedLayer:
     def __init__(self, layer: nn.Module, compiled: bool) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         qkv = fuse([attn.q_proj, attn.k_proj, attn.v_proj])  # one product where the formats allow
-        gate_up = fuse([mlp.gate_proj, mlp.up_proj])
+        if _dense_mlp(mlp):
+            gate_up = fuse([mlp.gate_proj, mlp.up_proj])
+
+            def feed_forward(x: mx.array) -> mx.array:
+                gate, up = gate_up(x)
+                return mlp.down_proj(swiglu(gate, up))
+        else:  # Qwen3-MoE's sparse block: its router and experts as mlx-lm runs them
+            feed_forward = mlp
 
         def before(h: mx.array, offset: mx.array) -> tuple[mx.array, mx.array, mx.array]:
             b, n, _ = h.shape
@@ -79,8 +100,7 @@ class _FusedLayer:
         def after(h: mx.array, attended: mx.array) -> mx.array:
             b, n, _ = h.shape
             h = h + attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))
-            gate, up = gate_up(layer.post_attention_layernorm(h))
-            return h + mlp.down_proj(swiglu(gate, up))
+            return h + feed_forward(layer.post_attention_layernorm(h))
 
         def after_parts(h: mx.array, out: mx.array, total: mx.array) -> mx.array:
             b, n, _ = h.shape  # out, total: decode_attention.attend_parts' grouped layout
@@ -115,7 +135,7 @@ class CompiledForward:
         self.wrapped = model
         self.model = getattr(model, "model", model)
         self.args = getattr(model, "args", None)
-        self.split = has_qwen3_layout(model)
+        self.split = has_split_layers(model)
         self.enabled = self.split and compile_works()
         if self.split:
             self._layers = [_FusedLayer(layer, self.enabled) for layer in self.model.layers]

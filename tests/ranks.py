@@ -39,9 +39,9 @@ def hostfile(folder: Path, ranks: int) -> Path:
     return path
 
 
-def start_rank(rank: int, hosts: Path, args: list[str]) -> subprocess.Popen:
+def start_rank(rank: int, hosts: Path, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     """One rank, started by hand as mlx.launch would (so a test can kill it and watch the others)."""
-    env = dict(ENV, MLX_RANK=str(rank), MLX_HOSTFILE=str(hosts))
+    env = dict(ENV, MLX_RANK=str(rank), MLX_HOSTFILE=str(hosts), **(env or {}))
     return subprocess.Popen(mlxchat(*args), cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
 

@@ -91,49 +91,63 @@ def test_a_file_saved_on_two_ranks_opens_in_one_process(tmp_path):
     assert tokens == expected and stats["reused_tokens"] > 0 and stats["world_size"] == 1
 
 
-@pytest.mark.parametrize("killed", [1, 0])
-def test_a_killed_rank_stops_the_other_with_a_message(tmp_path, moe_folder, killed):
-    """Random weights never say EOS, so the reply is still going when a rank is killed."""
-    hosts = hostfile(tmp_path, 2)
-    args = ["ask", "Tell me a story.", "--json", "--temp", "0", "--max-tokens", "100000", "--no-think",
-            "--session", str(tmp_path / "story.json"), "--model", str(moe_folder), "--no-draft"]
-    ranks = [start_rank(rank, hosts, args) for rank in range(2)]
-    survivor = ranks[1 - killed]
+STORY = ["ask", "Tell me a story.", "--json", "--temp", "0", "--max-tokens", "100000", "--no-think"]
+
+
+def stderr_after(fault, ranks: list[subprocess.Popen], survivor: int, limit: float) -> str:
+    """Run ``fault()`` on running ``ranks``; rank ``survivor`` must then exit within ``limit`` s: its stderr."""
     try:
-        for line in ranks[0].stdout:  # the reply has started
-            if '"type": "token"' in line:
-                break
-        ranks[killed].kill()
-        took = seconds_until_gone(survivor.pid, limit=10)
-        assert took is not None, f"rank {1 - killed} did not stop within 10 s of rank {killed}'s death"
-        _, stderr = survivor.communicate(timeout=HANG_S)
+        fault()
+        took = seconds_until_gone(ranks[survivor].pid, limit=limit)
+        assert took is not None, f"rank {survivor} did not stop within {limit} s"
+        return ranks[survivor].communicate(timeout=HANG_S)[1]
     finally:
         for rank in ranks:
             rank.kill()
             rank.wait()
-    assert survivor.returncode == 1
-    assert f"rank {1 - killed} of 2: another rank of this run stopped" in stderr, stderr
-    assert "Traceback" not in stderr
+
+
+def mid_reply(ranks: list[subprocess.Popen]) -> None:
+    next(line for line in ranks[0].stdout if '"type": "token"' in line)
+
+
+def serving(ranks: list[subprocess.Popen], port: int) -> None:
+    poll_until(lambda: ranks[0].poll() is not None or _healthy(f"http://127.0.0.1:{port}"), every=0.1)
+
+
+@pytest.mark.parametrize("killed", [1, 0])
+def test_a_killed_rank_stops_the_other_with_a_message(tmp_path, moe_folder, killed):
+    """Random weights never say EOS, so the reply is still going when a rank is killed."""
+    args = [*STORY, "--session", str(tmp_path / "story.json"), "--model", str(moe_folder), "--no-draft"]
+    hosts = hostfile(tmp_path, 2)
+    ranks = [start_rank(rank, hosts, args) for rank in range(2)]
+    survivor = 1 - killed
+    stderr = stderr_after(lambda: (mid_reply(ranks), ranks[killed].kill()), ranks, survivor, limit=10)
+    assert ranks[survivor].returncode == 1
+    assert f"rank {survivor} of 2: another rank of this run stopped" in stderr and "Traceback" not in stderr, stderr
     assert not (tmp_path / "story.json").exists(), "a reply cut short by a lost rank is not saved"
 
 
 def test_an_idle_server_stops_when_a_rank_dies(tmp_path):
     """No request in flight: rank 0's heartbeat finds the dead rank, and the server stops with a message."""
     hosts, port = hostfile(tmp_path, 2), free_port()
-    args = ["serve", "--port", str(port), *EMBEDDED["no-draft"]]
-    ranks = [start_rank(rank, hosts, args) for rank in range(2)]
-    try:
-        poll_until(lambda: ranks[0].poll() is not None or _healthy(f"http://127.0.0.1:{port}"), every=0.1)
-        ranks[1].kill()
-        took = seconds_until_gone(ranks[0].pid, limit=10)
-        assert took is not None, "rank 0 kept serving after rank 1 died"
-        _, stderr = ranks[0].communicate(timeout=HANG_S)
-    finally:
-        for rank in ranks:
-            rank.kill()
-            rank.wait()
+    ranks = [start_rank(rank, hosts, ["serve", "--port", str(port), *EMBEDDED["no-draft"]]) for rank in range(2)]
+    stderr = stderr_after(lambda: (serving(ranks, port), ranks[1].kill()), ranks, 0, limit=10)
     assert ranks[0].returncode == 1
     assert "rank 0 of 2: another rank of this run stopped" in stderr and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("command", ["ask", "serve"])
+def test_a_silent_rank_stops_the_other(tmp_path, moe_folder, command):
+    """Rank 1 stops answering without dying (SIGSTOP: a Mac asleep): rank 0 stops after the stall limit."""
+    hosts, port = hostfile(tmp_path, 2), free_port()
+    args = [*(STORY if command == "ask" else ["serve", "--port", str(port)]), "--model", str(moe_folder),
+            "--no-draft"]
+    ranks = [start_rank(rank, hosts, args, env={"MLXCHAT_RANK_STALL_S": "3"}) for rank in range(2)]
+    started = (lambda: mid_reply(ranks)) if command == "ask" else (lambda: serving(ranks, port))
+    stderr = stderr_after(lambda: (started(), ranks[1].send_signal(signal.SIGSTOP)), ranks, 0, limit=15)
+    assert ranks[0].returncode == 1
+    assert "rank 0 of 2: no progress for" in stderr and "another rank stopped answering" in stderr, stderr
 
 
 def write_tiny(folder: Path, **config) -> Path:

@@ -3,6 +3,8 @@ many ranks, which heads a rank keeps, and what one process does with the sharing
 
 from __future__ import annotations
 
+import time
+
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
 import pytest
@@ -83,3 +85,28 @@ def test_shared_seeds_repeat_on_every_rank():
         assert [seeds.fresh_seed() for _ in range(3)] == first
     finally:
         seeds._shared = None
+
+
+def test_the_watchdog_stops_only_an_armed_stretch_without_progress():
+    from mlxcore.distributed.watchdog import Watchdog
+    now, stalls = [100.0], []
+    watchdog = Watchdog(World(size=2, rank=1), limit=0.2, on_stall=stalls.append, clock=lambda: now[0])
+    now[0] += 5  # silent, but nothing armed yet: loading, or waiting for the user
+    with watchdog.armed():  # arming counts as progress
+        time.sleep(0.3)
+        assert stalls == []
+        now[0] += 0.1
+        watchdog.beat()
+        now[0] += 0.15
+        time.sleep(0.3)
+        assert stalls == []  # 0.15 s since the last beat
+        now[0] += 1
+        deadline = time.monotonic() + 10
+        while not stalls and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert len(stalls) == 1 and stalls[0].startswith("rank 1 of 2: no progress for 1 s")
+    single = Watchdog(SINGLE, limit=0.01, on_stall=stalls.append, clock=lambda: now[0])
+    with single.armed():
+        now[0] += 10
+        time.sleep(0.1)
+    assert len(stalls) == 1, "one process has no other rank to wait for"

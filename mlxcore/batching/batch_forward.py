@@ -27,6 +27,7 @@ import numpy as np
 
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import Attended, attend, attend_batch_parts, normalized
+from mlxcore.errors import ModelLoadError
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.slab_storage import LayerStorage
 
@@ -35,11 +36,13 @@ GATHER_LIMIT_BYTES = 16 * 2**20
 
 
 class BatchDecoder:
-    """Feeds one token to each of several sequences of one pool; ``forward`` must be split (Qwen3 layout)."""
+    """Feeds one token to each of several sequences of one pool; ``forward`` must be split (Qwen3, Qwen3-MoE)."""
 
     def __init__(self, forward: CompiledForward) -> None:
         if not forward.split:
-            raise ValueError("Batched decoding needs a Qwen3-layout model.")
+            kind = getattr(forward.args, "model_type", "this")
+            raise ModelLoadError(f"Batched decoding (the server, several replies at once) runs Qwen3 and Qwen3-MoE "
+                                 f"models; this is a {kind} model. `mlxchat ask` runs it one reply at a time.")
         self.forward = forward
 
     def __call__(self, caches: list[PagedCache], ids: list[int], inputs: mx.array,

@@ -26,6 +26,7 @@ from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.worker import BatchWorker
 from mlxcore.distributed.broadcast import share
 from mlxcore.distributed.errors import DistributedError
+from mlxcore.distributed.watchdog import Watchdog
 
 HEARTBEAT_SECONDS = 0.1
 FOLLOWER_NAP_SECONDS = 0.09  # rank 0 shares HEARTBEAT_SECONDS after the last share: the follower spins ~10 ms
@@ -46,6 +47,7 @@ class RankedWorker(BatchWorker):
     def __init__(self, engine, **options) -> None:
         super().__init__(engine, **options)
         self.world = engine.world
+        self.watchdog = Watchdog(self.world)
         self._handles: dict[str, list[RequestHandle]] = {}  # rank 0: the handles of requests being shared
 
     def call(self, fn, timeout=None):
@@ -53,16 +55,18 @@ class RankedWorker(BatchWorker):
                                f"over {self.world.size} ranks.")
 
     def _turns(self) -> None:
-        while True:
-            if not self.runner.busy and not self._stop.is_set():
-                self._idle()
-            orders = share(self.world, self._take_orders)
-            if orders.stop:
-                return
-            self._apply(orders)
-            if self.runner.busy:
-                self.runner.step()
-            self._snapshot()
+        with self.watchdog.armed():  # every turn is a collective: a rank that goes silent stops the others
+            while True:
+                if not self.runner.busy and not self._stop.is_set():
+                    self._idle()
+                orders = share(self.world, self._take_orders)
+                if orders.stop:
+                    return
+                self._apply(orders)
+                if self.runner.busy:
+                    self.runner.step()
+                self._snapshot()
+                self.watchdog.beat()
 
     def _idle(self) -> None:
         if self.world.leader:
