@@ -9,10 +9,12 @@ that does not divide the KV heads, a rank with another model.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import signal
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -80,15 +82,44 @@ def test_two_ranks_answer_as_one_process_moe(tmp_path, moe_folder, draft):
     three_turns(tmp_path, ("--model", str(moe_folder), *draft))
 
 
-def test_a_file_saved_on_two_ranks_opens_in_one_process(tmp_path):
+@pytest.mark.parametrize("saved_on, opened_on", [(2, 1), (1, 2)])
+def test_a_file_opens_on_another_rank_count(tmp_path, saved_on, opened_on):
+    """Files hold every KV head: one saved on 2 ranks continues in one process, and the other way round."""
     model = EMBEDDED["draft"]
-    shared, single = tmp_path / "shared.json", tmp_path / "single.json"
+    moved, stayed = tmp_path / "moved.json", tmp_path / "stayed.json"
     for prompt in TURNS[:2]:
-        ask(shared, prompt, model, ranks=2)
-        ask(single, prompt, model, ranks=1)
-    tokens, stats = ask(shared, TURNS[2], model, ranks=1)
-    expected, _ = ask(single, TURNS[2], model, ranks=1)
-    assert tokens == expected and stats["reused_tokens"] > 0 and stats["world_size"] == 1
+        ask(moved, prompt, model, ranks=saved_on)
+        ask(stayed, prompt, model, ranks=1)
+    tokens, stats = ask(moved, TURNS[2], model, ranks=opened_on)
+    expected, _ = ask(stayed, TURNS[2], model, ranks=1)
+    assert tokens == expected and stats["reused_tokens"] > 0 and stats["world_size"] == opened_on
+
+
+SCRIPT = """
+import mlxcore
+from mlxcore import open_engine
+from sessions import ChatSession
+from mlxcore.params import GenerationParams
+
+engine = open_engine("mini-target").engine
+session = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=24))
+replies = [session.send(prompt) for prompt in {turns!r}]
+if engine.world.leader:
+    print(repr((engine.world.size, replies)))
+"""
+
+
+def test_a_python_script_under_mlx_launch(tmp_path):
+    """README's Python API over ranks: the same calls on every rank, rank 0 prints; one process's replies."""
+    script = tmp_path / "chat.py"
+    script.write_text(SCRIPT.format(turns=list(TURNS)))
+    split = subprocess.run([str(MLX_LAUNCH), "-n", "2", "--backend", "ring", "-p", str(free_ports(2)), "--",
+                            sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=HANG_S,
+                           env=ENV)
+    alone = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=HANG_S,
+                           env=ENV)
+    (size, replies), (one, expected) = ast.literal_eval(split.stdout.strip()), ast.literal_eval(alone.stdout.strip())
+    assert (size, one) == (2, 1) and replies == expected and all(replies), split.stderr
 
 
 STORY = ["ask", "Tell me a story.", "--json", "--temp", "0", "--max-tokens", "100000", "--no-think"]
