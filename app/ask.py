@@ -10,8 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from app.options import generation_params, kv_config, model_choice
+from app.ranked_reply import RankedReply
 from mlxcore.distributed.broadcast import share
-from mlxcore.distributed.watchdog import Watchdog
 from mlxcore.distributed.world import current_world
 from mlxcore.errors import PromptError
 from mlxcore.events import FinalEvent, TokenEvent
@@ -63,18 +63,17 @@ def _answer(args: argparse.Namespace, engine, prompt: str) -> ChatSession:
     # A chat window (or another ask) writing the same file would lose one of the two turns.
     with _session_lock(engine.world, args.session):
         session = open_session(args, engine)
-        watchdog = Watchdog(engine.world)  # over several ranks: a rank gone silent mid-reply stops the others
-        session.prefill_progress = lambda done, total: (watchdog.beat(), _say_long_prefill(done, total))
+        reply = RankedReply(engine.world)  # over several ranks: a silent rank, rank 0's ctrl+c
+        session.prefill_progress = lambda done, total: (reply.on_prefill(done, total), _say_long_prefill(done, total))
         before = list(session.messages)
         events = session.stream_events(prompt)
         answered = False
         try:
-            with watchdog.armed():
+            with reply.running():
                 if engine.world.leader:
-                    (print_json if args.json else print_text)(_beating(events, watchdog),
-                                                              show_thinking=args.show_thinking)
+                    (print_json if args.json else print_text)(reply.events(events), show_thinking=args.show_thinking)
                 else:  # the other ranks take the same steps and show nothing
-                    for _ in _beating(events, watchdog):
+                    for _ in reply.events(events):
                         pass
             answered = True
         finally:
@@ -83,13 +82,9 @@ def _answer(args: argparse.Namespace, engine, prompt: str) -> ChatSession:
             kept = answered or not engine.world.distributed
             if args.session and session.messages != before and kept:  # a refused prompt leaves the file as it was
                 _save(session, args.session)
+    if reply.interrupted:  # every rank stopped at rank 0's ctrl+c, the turn saved: exit as one process would
+        raise KeyboardInterrupt
     return session
-
-
-def _beating(events, watchdog):
-    for event in events:
-        watchdog.beat()
-        yield event
 
 
 @contextmanager

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         _report(lost_peer(error, world.rank, world.size))
         return 1
     except KeyboardInterrupt:
-        print("\nmlxchat: interrupted", file=sys.stderr)
+        if _leads():  # over several ranks every rank stops; rank 0 says so
+            print("\nmlxchat: interrupted", file=sys.stderr)
         return 130
 
 
@@ -107,14 +108,18 @@ def _name(command: str | None) -> str:
 def _report(error: MlxchatError) -> bool:
     """The error on stderr; over several ranks, rank 0's only (they all meet it), unless each rank's own.
     False when another rank reports it."""
-    try:
-        world = current_world() if launched() else None
-    except MlxchatError:  # the group never formed: every rank says so
-        world = None
-    if world is None or world.leader or getattr(error, "every_rank_reports", False):
+    if _leads() or getattr(error, "every_rank_reports", False):
         print(f"mlxchat: {error}", file=sys.stderr)
         return True
     return False
+
+
+def _leads() -> bool:
+    """Whether this process speaks for the run: one process, or rank 0 (or any rank, if the group never formed)."""
+    try:
+        return not launched() or current_world().leader
+    except MlxchatError:
+        return True
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import pytest
 
 from mlxcore.batching.local import LocalBatch, drain
+from mlxcore.batching.pacing import MAX_TOKENS, Pacing
 from mlxcore.batching.request import Request
 from mlxcore.bench.batch_load import stream_prompt
 from mlxcore.engine import Engine, KVConfig
@@ -37,6 +38,19 @@ def alone(prompt: list[int], params: GenerationParams) -> list[int]:
 
 def prompt(stream: int, length: int) -> list[int]:
     return stream_prompt(VOCAB, stream, length)
+
+
+class FixedPacing(Pacing):
+    """Chunks of ``MAX_TOKENS`` prompt tokens, whatever the steps measure."""
+
+    def __init__(self) -> None:
+        super().__init__(decode_seconds=1.0, size=MAX_TOKENS)
+
+    def observe_decode(self, seconds: float) -> None:
+        pass
+
+    def observe_chunk(self, tokens: int, added_seconds: float) -> None:
+        pass
 
 
 class Collector:
@@ -73,6 +87,9 @@ class Collector:
 
 def test_batches_joining_at_different_steps_with_one_cancelled_equal_each_alone():
     batch = Collector(LocalBatch(engine(), max_running=8))
+    # Joining prompts are read in chunks sized by measured step times; fixed here, so that how far they get
+    # alongside the running ones does not depend on how busy the machine is.
+    batch.batch.runner.pacing = FixedPacing()
     params = GenerationParams(max_tokens=40)
     prompts = [prompt(s, 9 + 23 * s) for s in range(8)]
     handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts[:3]]

@@ -168,6 +168,30 @@ def test_an_idle_server_stops_when_a_rank_dies(tmp_path):
     assert "rank 0 of 2: another rank of this run stopped" in stderr and "Traceback" not in stderr, stderr
 
 
+def test_ctrl_c_stops_every_rank_at_the_same_token_and_keeps_the_turn(tmp_path, moe_folder):
+    """As from a terminal: SIGINT to both ranks mid-reply. Rank 0 decides, both stop together, the turn is saved
+    (as one process saves it) and goes on in one process from the cache it left."""
+    session = tmp_path / "story.json"
+    hosts = hostfile(tmp_path, 2)
+    ranks = [start_rank(rank, hosts, [*STORY, "--session", str(session), "--model", str(moe_folder), "--no-draft"])
+             for rank in range(2)]
+    try:
+        mid_reply(ranks)
+        for rank in ranks:
+            rank.send_signal(signal.SIGINT)
+        outputs = [rank.communicate(timeout=HANG_S) for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+    assert [rank.returncode for rank in ranks] == [130, 130], outputs
+    assert "mlxchat: interrupted" in outputs[0][1] and "interrupted" not in outputs[1][1]
+    history = read_header(session)["history"]
+    assert [m["role"] for m in history] == ["user", "assistant"] and history[1]["content"]
+    tokens, stats = ask(session, "And then?", ("--model", str(moe_folder), "--no-draft"), ranks=1)
+    assert tokens and stats["reused_tokens"] > 0
+
+
 @pytest.mark.parametrize("command", ["ask", "serve"])
 def test_a_silent_rank_stops_the_other(tmp_path, moe_folder, command):
     """Rank 1 stops answering without dying (SIGSTOP: a Mac asleep): rank 0 stops after the stall limit."""

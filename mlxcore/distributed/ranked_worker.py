@@ -26,6 +26,7 @@ from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.worker import BatchWorker
 from mlxcore.distributed.broadcast import share
 from mlxcore.distributed.errors import DistributedError
+from mlxcore.distributed.fail_fast import exit_on_lost_peer
 from mlxcore.distributed.watchdog import Watchdog
 
 HEARTBEAT_SECONDS = 0.1
@@ -55,7 +56,8 @@ class RankedWorker(BatchWorker):
                                f"over {self.world.size} ranks.")
 
     def _turns(self) -> None:
-        with self.watchdog.armed():  # every turn is a collective: a rank that goes silent stops the others
+        # every turn is a collective: a rank that goes silent or away stops the others
+        with self.watchdog.armed(), exit_on_lost_peer(self.world):
             while True:
                 if not self.runner.busy and not self._stop.is_set():
                     self._idle()

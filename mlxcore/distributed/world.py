@@ -57,7 +57,12 @@ def current_world() -> World:
     except RuntimeError as error:
         raise DistributedError(f"The distributed group did not form ({error}); check the host file and that "
                                "every host runs `mlx.launch` with the same one.") from None
-    return World(group, group.rank(), group.size()) if group.size() > 1 else SINGLE
+    if group.size() == 1:
+        return SINGLE
+    world = World(group, group.rank(), group.size())
+    from mlxcore.distributed.fail_fast import watch_ring_failures
+    watch_ring_failures(world)  # a peer lost while this rank waits on the ring must not hang it
+    return world
 
 
 def leave_interrupts_to_leader(world: World) -> None:

@@ -1,0 +1,56 @@
+"""One `ask` reply run alike on every rank: its progress watched, rank 0's ctrl+c taken at the same token.
+
+In one process both are no-ops: ctrl+c raises where it lands and the turn keeps
+what it has. Over several ranks (``mlxcore.distributed``) a rank gone silent
+stops the others (``Watchdog``), and ctrl+c on rank 0 stops every rank at the
+same prefill chunk or token (``SharedInterrupt``), so the turn is kept and saved
+as in one process; the command then exits as interrupted. A lost rank ends the
+process where it is noticed (``fail_fast``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from mlxcore.distributed.fail_fast import exit_on_lost_peer
+from mlxcore.distributed.interrupts import SharedInterrupt
+from mlxcore.distributed.watchdog import Watchdog
+from mlxcore.prefill import StopPrefill
+
+
+class RankedReply:
+    def __init__(self, world) -> None:
+        self.world = world
+        self.watchdog = Watchdog(world)
+        self.interrupt = SharedInterrupt(world)
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        with self.watchdog.armed(), self.interrupt.catching():
+            yield
+
+    def on_prefill(self, done: int, total: int) -> None:
+        """Between prefill chunks (``ChatSession.prefill_progress``; inside ``events``' step)."""
+        self.watchdog.beat()
+        if self.interrupt.requested():
+            raise StopPrefill
+
+    def events(self, events: Iterable) -> Iterator:
+        """``events``, until rank 0's ctrl+c (then every rank ends after the same one)."""
+        events = iter(events)
+        while True:
+            with exit_on_lost_peer(self.world):  # a step of the reply, or the check
+                event = next(events, None)
+                if event is None:
+                    return
+                self.watchdog.beat()
+            yield event
+            with exit_on_lost_peer(self.world):
+                stop = self.interrupt.requested()
+            if stop:
+                return
+
+    @property
+    def interrupted(self) -> bool:
+        return self.interrupt.stopped
