@@ -12,12 +12,12 @@ timed: there a rank may wait on another as long as it must.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from mlxcore.distributed.fail_fast import stop_now
 from mlxcore.distributed.world import World
 
 STALL_ENV = "MLXCHAT_RANK_STALL_S"
@@ -32,15 +32,10 @@ def stall_limit() -> float:
         return DEFAULT_STALL_S
 
 
-def _stop(message: str) -> None:
-    print(f"mlxchat: {message}", file=sys.stderr, flush=True)
-    os._exit(1)
-
-
 class Watchdog:
     """Ends the process when an armed stretch of work makes no progress for ``limit`` seconds."""
 
-    def __init__(self, world: World, limit: float | None = None, on_stall: Callable[[str], None] = _stop,
+    def __init__(self, world: World, limit: float | None = None, on_stall: Callable[[str], None] = stop_now,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.world, self.limit, self.on_stall, self.clock = world, limit or stall_limit(), on_stall, clock
         self._armed = 0
