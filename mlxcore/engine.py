@@ -108,7 +108,7 @@ class Engine:
         """The KV memory the paged pools of target and draft share: ``--max-kv`` as a size, else the machine's."""
         if self._kv_budget is None:
             limit = self.kv.max_kv_bytes or machine_kv_bytes(
-                weights_bytes(self.model) + (weights_bytes(self.draft_model) if self.draft_model else 0))
+                self.rank_weight_bytes[self.world.rank] + (weights_bytes(self.draft_model) if self.draft_model else 0))
             # Ranks must admit, grow and refuse alike: each keeps the smallest machine's budget.
             self._kv_budget = KVBudget(min(every_rank(self.world, limit)))
         return self._kv_budget

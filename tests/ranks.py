@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mlxcore.distributed.ports import free_ports
+from mlxcore.distributed.ports import free_ports, local_hostfile
 from process_watch import HANG_S
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,10 +33,7 @@ def one_process(args: list[str]) -> subprocess.CompletedProcess:
 
 def hostfile(folder: Path, ranks: int) -> Path:
     """A ring host file for ``ranks`` processes on 127.0.0.1 (what mlx.launch writes for each rank)."""
-    first = free_ports(ranks)
-    path = folder / "hosts.json"
-    path.write_text(json.dumps([[f"127.0.0.1:{first + rank}"] for rank in range(ranks)]))
-    return path
+    return local_hostfile(folder / "hosts.json", ranks)
 
 
 def start_rank(rank: int, hosts: Path, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:

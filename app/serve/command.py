@@ -127,7 +127,6 @@ def _serve(state, args: argparse.Namespace) -> None:
     """The HTTP thread serves; this thread runs the engine until the HTTP side stops it."""
     import uvicorn
     from app.serve.app import create_app
-    from mlxcore.distributed.errors import is_lost_peer
 
     class Server(uvicorn.Server):
         async def startup(self, sockets=None) -> None:
@@ -144,12 +143,8 @@ def _serve(state, args: argparse.Namespace) -> None:
     http.start()
     try:
         state.worker.run()
-    except Exception as error:
-        if is_lost_peer(error):  # another rank went away: this server cannot answer anymore, so it stops
-            server.should_exit = True
-            http.join()
-            raise
-        # the engine died: keep answering, so that /health says 503 and requests say why
+    except Exception:  # the engine died: keep answering, so that /health says 503 and requests say why
+        # (over several ranks a lost rank ends the process where it is noticed: mlxcore.distributed.fail_fast)
         logging.getLogger("mlxchat.serve").exception("the engine thread failed; /health now answers 503")
     http.join()
     if not server.started:

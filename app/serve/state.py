@@ -30,15 +30,14 @@ class ModelInfo:
     context_length: int | None
     draft: str | None = None  # the draft model's name, when decoding speculatively
     created: int = field(default_factory=lambda: int(time.time()))
-    world_size: int = 1  # ranks the model runs on (mlx.launch)
-    rank_weight_bytes: tuple[int, ...] = ()  # each rank's share of the target's weights
+    rank_weight_bytes: tuple[int, ...] = ()  # each rank's share of the target's weights (one entry per rank)
 
     @classmethod
     def of(cls, engine, model_id: str, draft_id: str | None) -> ModelInfo:
         """Read from an Engine (on any thread: plain attributes only)."""
         return cls(id=model_id, tokenizer=engine.tokenizer, default_params=engine.default_params,
                    vocab_size=int(engine.model.args.vocab_size), context_length=engine.context_length,
-                   draft=draft_id, world_size=engine.world.size, rank_weight_bytes=engine.rank_weight_bytes)
+                   draft=draft_id, rank_weight_bytes=engine.rank_weight_bytes)
 
 
 @dataclass(frozen=True)

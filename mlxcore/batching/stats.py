@@ -26,7 +26,6 @@ class WorkerStats:
     kv_budget_bytes: int = 0  # the KV memory budget
     pool_used_blocks: int = 0  # target pool: blocks some sequence holds
     pool_capacity_blocks: int = 0  # target pool: the most blocks it may hand out
-    world_size: int = 1  # processes the model runs on (mlx.distributed)
 
     @property
     def prefix_hit_rate(self) -> float:

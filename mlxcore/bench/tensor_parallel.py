@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mlxcore.distributed.ports import free_ports
+from mlxcore.distributed.ports import local_hostfile
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE_TIMEOUT_S = 600
@@ -58,10 +58,7 @@ def _probe(model: str, tokens: int, ranks: int) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         env = dict(os.environ, HF_HUB_OFFLINE="1")
         if ranks > 1:
-            first = free_ports(ranks)
-            hosts = Path(folder) / "hosts.json"
-            hosts.write_text(json.dumps([[f"127.0.0.1:{first + rank}"] for rank in range(ranks)]))
-            env["MLX_HOSTFILE"] = str(hosts)
+            env["MLX_HOSTFILE"] = str(local_hostfile(Path(folder) / "hosts.json", ranks))
         processes = [subprocess.Popen(command, cwd=ROOT, env=dict(env, MLX_RANK=str(rank)) if ranks > 1 else env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                      for rank in range(ranks)]

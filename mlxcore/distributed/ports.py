@@ -1,8 +1,11 @@
-"""Free ports on 127.0.0.1 for a ring of local ranks (``mlx.launch -p PORT`` listens on PORT + rank)."""
+"""Free ports on 127.0.0.1 for a ring of local ranks (``mlx.launch -p PORT`` listens on PORT + rank), and the
+host file that starts such a ring by hand (MLX_RANK and MLX_HOSTFILE, as mlx.launch sets them)."""
 
 from __future__ import annotations
 
+import json
 import socket
+from pathlib import Path
 
 
 def free_ports(count: int) -> int:
@@ -23,3 +26,10 @@ def _free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def local_hostfile(path: Path, ranks: int) -> Path:
+    """Write a ring host file for ``ranks`` processes on 127.0.0.1 (one "host:port" per rank) to ``path``."""
+    first = free_ports(ranks)
+    path.write_text(json.dumps([[f"127.0.0.1:{first + rank}"] for rank in range(ranks)]))
+    return path
