@@ -148,15 +148,20 @@ def serving(ranks: list[subprocess.Popen], port: int) -> None:
 
 @pytest.mark.parametrize("killed", [1, 0])
 def test_a_killed_rank_stops_the_other_with_a_message(tmp_path, moe_folder, killed):
-    """Random weights never say EOS, so the reply is still going when a rank is killed."""
-    args = [*STORY, "--session", str(tmp_path / "story.json"), "--model", str(moe_folder), "--no-draft"]
+    """Random weights never say EOS, so the second turn is still going when a rank is killed; the file keeps
+    the first turn as it was."""
+    session, model = tmp_path / "story.json", ("--model", str(moe_folder), "--no-draft")
+    ask(session, "Begin a story.", model, ranks=2)  # turn 1, saved (24 tokens)
+    saved = session.read_bytes()
     hosts = hostfile(tmp_path, 2)
-    ranks = [start_rank(rank, hosts, args) for rank in range(2)]
+    ranks = [start_rank(rank, hosts, [*STORY, "--session", str(session), *model]) for rank in range(2)]
     survivor = 1 - killed
     stderr = stderr_after(lambda: (mid_reply(ranks), ranks[killed].kill()), ranks, survivor, limit=10)
     assert ranks[survivor].returncode == 1
     assert f"rank {survivor} of 2: another rank of this run stopped" in stderr and "Traceback" not in stderr, stderr
-    assert not (tmp_path / "story.json").exists(), "a reply cut short by a lost rank is not saved"
+    assert session.read_bytes() == saved, "a reply cut short by a lost rank is not saved, and nothing is lost"
+    tokens, stats = ask(session, "Go on.", model, ranks=1)  # the file still serves the next turn
+    assert tokens and stats["reused_tokens"] > 0
 
 
 def test_an_idle_server_stops_when_a_rank_dies(tmp_path):
