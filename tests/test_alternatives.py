@@ -88,19 +88,24 @@ def test_refused_turns_leave_no_trace():
         session(kind="rotating").alternatives("Hi", 2)
 
 
-def test_a_turn_on_the_scheduler_reuses_the_chats_cache_to_the_token():
-    """As much as ``ChatSession.send`` reuses for the same turn (``Engine.generate``), not whole blocks."""
+def run_and_keep_first(chat: ChatSession, start) -> None:
+    """A turn started by ``start(batch)`` on its own scheduler, stepped to its end; its first reply kept."""
     from mlxcore.batching.local import LocalBatch
-    chat, reference = session(draft=True), session(draft=True)
-    for made in (chat, reference):
-        made.send("Hello there, who are you?")
-    reference.send("And what do you like?")
     batch = LocalBatch(chat.engine)
-    turn = chat.start_turn("And what do you like?", batch)
+    turn = start(batch)
     while not turn.done:
         batch.step()
         turn.events()
     turn.keep(0)
+
+
+def test_a_turn_on_the_scheduler_reuses_the_chats_cache_to_the_token():
+    """As much as ``ChatSession.send`` reuses for the same turn (``Engine.generate``), not whole blocks."""
+    chat, reference = session(draft=True), session(draft=True)
+    for made in (chat, reference):
+        made.send("Hello there, who are you?")
+    reference.send("And what do you like?")
+    run_and_keep_first(chat, lambda batch: chat.start_turn("And what do you like?", batch))
     stats, expected = chat.last_stats, reference.last_stats
     assert stats.reused_tokens == expected.reused_tokens and stats.reused_tokens % 16 != 0
     assert stats.prefill_tokens + 1 == expected.prefill_tokens  # its last token is fed by the first decode step
@@ -110,13 +115,7 @@ def test_a_turn_on_the_scheduler_reuses_the_chats_cache_to_the_token():
 
 
 def test_editing_the_last_message_on_the_scheduler():
-    from mlxcore.batching.local import LocalBatch
     chat = session(draft=False)
     chat.send("Name a fruit.")
-    batch = LocalBatch(chat.engine)
-    turn = chat.start_edit_last_user("Name a vegetable.", batch)
-    while not turn.done:
-        batch.step()
-        turn.events()
-    turn.keep(0)
+    run_and_keep_first(chat, lambda batch: chat.start_edit_last_user("Name a vegetable.", batch))
     assert [m.content for m in chat.messages if m.role == "user"] == ["Name a vegetable."]
