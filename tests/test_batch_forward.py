@@ -6,7 +6,7 @@ import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
 import pytest
 
-from mlxcore.batching import batch_forward
+from mlxcore.batching import batch_forward, batch_mirror
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
@@ -33,11 +33,12 @@ def alone(prompt: list[int]) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("gather", [True, False])
-def test_each_sequence_of_a_batch_decodes_as_it_would_alone(monkeypatch, gather):
+@pytest.mark.parametrize("path", ["mirror", "gather", "per sequence"])
+def test_each_sequence_of_a_batch_decodes_as_it_would_alone(monkeypatch, path):
     """Six sequences of different lengths, blocks of 4 tokens in slabs of 8 blocks (so tables span slabs
     and interleave), one of them a fork sharing another's prompt."""
-    monkeypatch.setattr(batch_forward, "GATHER_LIMIT_BYTES", 1 << 30 if gather else 0)
+    monkeypatch.setattr(batch_mirror, "MIRROR_LIMIT_BYTES", 1 << 30 if path == "mirror" else 0)
+    monkeypatch.setattr(batch_forward, "GATHER_LIMIT_BYTES", 1 << 30 if path == "gather" else 0)
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
     caches = []
     for p in prompts()[:5]:
@@ -57,3 +58,4 @@ def test_each_sequence_of_a_batch_decodes_as_it_would_alone(monkeypatch, gather)
     for cache, p, out in zip(caches, prompts()[:5] + [prompts()[4]], outs):
         assert cache.tokens == p + out[:-1], "each cache holds its prompt and the tokens fed since"
     assert any(len(c._gather_index().runs) > 2 for c in caches), "tables of several runs were read"
+    assert (decoder.mirror is not None and decoder.mirror.bytes > 0) == (path == "mirror")

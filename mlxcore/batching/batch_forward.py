@@ -25,6 +25,7 @@ from collections import defaultdict
 import mlx.core as mx
 import numpy as np
 
+from mlxcore.batching.batch_mirror import BatchMirror, MirrorStep
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import Attended, attend, attend_batch_parts, normalized
 from mlxcore.errors import ModelLoadError
@@ -44,6 +45,7 @@ class BatchDecoder:
             raise ModelLoadError(f"Batched decoding (the server, several replies at once) runs Qwen3 and Qwen3-MoE "
                                  f"models; this is a {kind} model. `mlxchat ask` runs it one reply at a time.")
         self.forward = forward
+        self.mirror: BatchMirror | None = None
 
     def __call__(self, caches: list[PagedCache], ids: list[int], inputs: mx.array,
                  chunk: tuple[PagedCache, list[int]] | None = None) -> mx.array:
@@ -62,11 +64,17 @@ class BatchDecoder:
             chunk[0].begin(chunk[1])
             positions += range(chunk[0].offset, chunk[0].offset + len(chunk[1]))
             inputs = mx.concatenate([inputs, mx.array(chunk[1], dtype=inputs.dtype)])
+        mirror = self._mirror(pool, caches)
+        step = mirror.plan(caches) if mirror is not None else None
         for cache, token in zip(caches, ids):
             cache.begin([token])
+        if step is not None and mirror.live(step):  # a begin may have made the budget take the mirror back
+            mirror.commit(caches, step)
+            reads = _MirrorReads(mirror, step)
+        else:
+            reads = _Reads(caches, pool.geometry.token_bytes // pool.geometry.num_layers)
         offsets = mx.array(positions, dtype=mx.int32)
         writes = _Writes(caches, chunk[0] if chunk else None)
-        reads = _Reads(caches, pool.geometry.token_bytes // pool.geometry.num_layers)
         rows = len(caches)
         causal = _causal(chunk[0], len(chunk[1])) if chunk else None
         h = self.forward.model.embed_tokens(inputs[:, None])  # (rows + chunk, 1, hidden): a row a token
@@ -74,6 +82,7 @@ class BatchDecoder:
             q, both = layer.before_batch(h, offsets)  # (R, heads, 1, dim) scaled; (2, kv_heads, R, dim)
             storage = pool.storage[index]
             writes.apply(storage, both)
+            reads.write(index, both[:, :, :rows])
             if chunk is None:
                 h = layer.after(h, reads.attend(storage, index, q))
             else:
@@ -83,8 +92,22 @@ class BatchDecoder:
             cache.finish_batched_pass()
         return self.forward._head(h[:rows])[:, -1, :]
 
+    def _mirror(self, pool, caches: list[PagedCache]) -> BatchMirror | None:
+        """The pool's mirror of the batch, for two or more sequences of a float pool (``batch_mirror.py``)."""
+        if len(caches) < 2 or not BatchMirror.serves(pool):
+            return None
+        if self.mirror is None or self.mirror.pool is not pool:
+            self.release()
+            self.mirror = BatchMirror(pool)
+        return self.mirror
+
+    def release(self) -> None:
+        """Give the mirror's memory back (nothing decodes now); the next batch fills it again."""
+        if self.mirror is not None:
+            self.mirror.drop()
+
     @staticmethod
-    def _mixed(reads: _Reads, storage: LayerStorage, index: int, q: mx.array, rows: int,
+    def _mixed(reads: _Reads | _MirrorReads, storage: LayerStorage, index: int, q: mx.array, rows: int,
                cache: PagedCache, causal: mx.array) -> mx.array:
         """Attention of the decode rows (as without a chunk) and of the chunk's rows (``causal`` (L, keys),
         over its own tokens), as one (R, heads, 1, dim) array."""
@@ -104,13 +127,13 @@ class _Writes:
             groups[slab][0].append(at)
             groups[slab][1].append(row)
         everyone = len(places)
-        self.groups = [(slab, mx.array(slots), None if len(rows) == everyone else mx.array(rows))
+        self.groups = [(slab, mx.array(slots).reshape(1, 1, -1, 1), None if len(rows) == everyone else mx.array(rows))
                        for slab, (slots, rows) in groups.items()]
 
     def apply(self, storage: LayerStorage, both: mx.array) -> None:
         """Scatter keys and values (2, kv_heads, R, dim) into their slots."""
         for slab, slots, rows in self.groups:
-            storage.scatter(slab, slots, both if rows is None else both[:, :, rows])
+            storage.scatter(slab, slots, both if rows is None else mx.take(both, rows, axis=2))
 
 
 class _Reads:
@@ -144,6 +167,9 @@ class _Reads:
                 filled[slab] += count
         return slots, np.concatenate(valid, axis=1)[:, None, None, :]
 
+    def write(self, index: int, both: mx.array) -> None:
+        """Nothing: the pool holds what this reads."""
+
     def attend(self, storage: LayerStorage, index: int, q: mx.array) -> Attended:
         """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens (``attend_parts``)."""
         if not self.gather:
@@ -163,6 +189,19 @@ class _Reads:
             heads_rows = np.arange(2 * heads, dtype=np.int32).reshape(2, 1, heads, 1) * capacity
             self._rows[key] = mx.array(heads_rows + slots[None, :, None, :])  # (2, B, kv_heads, longest)
         return self._rows[key]
+
+
+class _MirrorReads:
+    """The batch reads its tokens from the mirror, which each layer's new keys and values are also written to."""
+
+    def __init__(self, mirror: BatchMirror, step: MirrorStep) -> None:
+        self.mirror, self.step = mirror, step
+
+    def write(self, index: int, both: mx.array) -> None:
+        self.mirror.write(index, self.step, both)
+
+    def attend(self, storage: LayerStorage, index: int, q: mx.array) -> Attended:
+        return self.mirror.attend(index, self.step, q)
 
 
 def _causal(cache: PagedCache, count: int) -> mx.array:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-
-
 from mlxcore import decision_clock
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.decode_steps import DecodeSteps
@@ -128,6 +126,7 @@ class BatchRunner:
         self.sequences.clear()
         self.scheduler.waiting.clear()
         self.scheduler.running.clear()
+        self.decoder.release()
 
     # one step ---------------------------------------------------------------
 
@@ -150,6 +149,8 @@ class BatchRunner:
             else:
                 self._prefill(seq, count, start)
         decoded = self._decode([seq for seq in plan.decode if id(seq) in self.lives], self._lone(plan), chunk)
+        if not self.scheduler.running:
+            self.decoder.release()  # the batch's mirror of the pool (batch_mirror.py) goes back to the budget
         seconds = decision_clock.now() - start
         self.tally.step(len(plan.decode), decoded, seconds)
         if decoded:

@@ -109,7 +109,7 @@ class KVBudget:
         self.limit = limit
         self.in_use = 0  # bytes taken now
         self.peak = 0  # most bytes taken at once
-        self.pools: weakref.WeakSet = weakref.WeakSet()  # pools that take from this budget
+        self.pools: weakref.WeakSet = weakref.WeakSet()  # pools (and batch mirrors) that take from this budget
 
     @property
     def free(self) -> int:

@@ -74,6 +74,7 @@ class PagedLayerCache:
         if not 0 <= n <= self.offset:
             raise TrimError(f"Paged KV cache: cannot trim {n} of {self.offset} tokens.")
         self.offset -= n
+        self._owner.edits += 1
         self._owner._sync_table()
         return n
 
@@ -120,6 +121,7 @@ class PagedCache(ModelCache):
         self._plan: AppendPlan | None = None
         self._pending_layers = 0
         self._gather: tuple[int, Gather] | None = None  # (table version, gather) cache
+        self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
         # Give the blocks back when the cache is garbage collected without release().
         weakref.finalize(self, pool.drop_sequence, self.seq_id)
 
@@ -129,6 +131,7 @@ class PagedCache(ModelCache):
 
     def reuse_prefix(self, ids: list[int]) -> int:
         self._settle()
+        self.edits += 1
         reused = self.pool.manager.reuse_prefix(self.seq_id, ids)
         for layer in self.layers:
             layer.offset = reused
@@ -140,6 +143,7 @@ class PagedCache(ModelCache):
 
     def release(self) -> None:
         self._plan = None
+        self.edits += 1
         self.pool.manager.release(self.seq_id)
         for layer in self.layers:
             layer.offset = 0
@@ -246,6 +250,7 @@ class PagedCache(ModelCache):
         return self.pool.manager.token_ids(self.seq_id)
 
     def _begin(self, ids: list[int]) -> None:
+        self.edits += 1
         self.pool.make_room(self.seq_id, len(ids))
         try:
             plan = self.pool.manager.append(self.seq_id, ids)  # raises before any change if the pool is full

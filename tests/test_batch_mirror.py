@@ -1,0 +1,97 @@
+"""The batch's mirror of the pool (``batch_mirror.py``): what a batch reads stays the pool's tokens while
+sequences join, leave, change order and are changed outside the batch; its bytes are the budget's."""
+
+from __future__ import annotations
+
+import mlxcore  # noqa: F401  (optimized BLAS before mlx)
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlxcore.batching import batch_mirror
+from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.compiled_forward import CompiledForward
+from mlxcore.kv.budget import KVBudget
+from mlxcore.kv.model_cache import make_block_pool, make_model_cache
+from mlxcore.prefill import prefill
+from tiny_models import tiny_qwen3
+
+MODEL = tiny_qwen3(seed=33, layers=2, heads=4, kv_heads=2)
+FORWARD = CompiledForward(MODEL)
+
+
+def prompt(stream: int, length: int) -> list[int]:
+    return [(stream * 131 + i * 7919) % 383 + 1 for i in range(length)]
+
+
+def reference(tokens: list[int]) -> np.ndarray:
+    """Next-token logits after ``tokens``, from mlx-lm's model over the whole sequence (no cache)."""
+    return np.array(MODEL(mx.array([tokens]))[0, -1])
+
+
+def step(decoder: BatchDecoder, caches: list, tokens: list[int]) -> None:
+    """One batched step feeding ``tokens``; each row's logits must be the reference's after that token."""
+    before = [cache.tokens for cache in caches]
+    logits = np.array(decoder(caches, tokens, mx.array(tokens)))
+    for row, (held, token) in enumerate(zip(before, tokens)):
+        np.testing.assert_allclose(logits[row], reference(held + [token]), atol=2e-4, rtol=1e-4,
+                                   err_msg=f"row {row} of a batch of {len(caches)}")
+
+
+def new_cache(pool, stream: int, length: int):
+    cache = make_model_cache(MODEL, "paged", pool=pool, block_size=4)
+    prefill(MODEL, cache, prompt(stream, length), 64)
+    return cache
+
+
+def test_rows_follow_joins_leaves_reorders_and_outside_changes():
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
+    a, b, c = new_cache(pool, 0, 9), new_cache(pool, 1, 21), new_cache(pool, 2, 4)
+    decoder = BatchDecoder(FORWARD)
+    for i in range(3):
+        step(decoder, [a, b, c], [5 + i, 6 + i, 7 + i])
+    assert decoder.mirror.bytes > 0, "the batch read its tokens from the mirror"
+    a.trim(3)  # a rewind outside the batch, then new tokens at the same positions
+    step(decoder, [c, a], [11, 12])  # b left; order changed
+    prefill(MODEL, b, prompt(9, 5), 64)  # b read more tokens on its own
+    d = b.fork()  # a new cache sharing b's blocks
+    step(decoder, [b, d, a, c], [13, 14, 15, 16])
+    c.release()
+    e = new_cache(pool, 4, 30)
+    for i in range(2):
+        step(decoder, [e, d, b], [17 + i, 18 + i, 19 + i])
+
+
+def test_the_mirror_grows_past_its_first_capacity(monkeypatch):
+    monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
+    caches = [new_cache(pool, s, 5 + 3 * s) for s in range(3)]
+    decoder = BatchDecoder(FORWARD)
+    for i in range(12):
+        step(decoder, caches, [20 + i, 21 + i, 22 + i])
+    assert decoder.mirror.capacity >= max(cache.offset for cache in caches)
+
+
+@pytest.mark.parametrize("limit", [0, 1 << 30])
+def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch, limit):
+    """A budget that the pool fills: the mirror's bytes count in it, the pool's next block takes them back,
+    and the batch goes on reading the pool (limit 0: the mirror is never made)."""
+    monkeypatch.setattr(batch_mirror, "MIRROR_LIMIT_BYTES", limit)
+    monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
+    geometry = make_block_pool(MODEL, block_size=4).geometry
+    budget = KVBudget(geometry.token_bytes * 4 * 8 * 3)  # three slabs of 8 blocks of 4 tokens
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8, budget=budget)
+    caches = [new_cache(pool, s, 10) for s in range(2)]
+    decoder = BatchDecoder(FORWARD)
+    step(decoder, caches, [1, 2])
+    held = decoder.mirror.bytes if decoder.mirror else 0
+    assert (held > 0) == bool(limit)
+    assert budget.in_use == pool.bytes_allocated + held
+    others = [new_cache(pool, 5 + s, 22) for s in range(2)]  # the pool needs the mirror's room
+    assert budget.in_use == pool.bytes_allocated == budget.limit, "the pool took the mirror's room"
+    for i in range(3):
+        step(decoder, caches + others, [3 + i, 4 + i, 5 + i, 6 + i])
+    assert budget.in_use <= budget.limit
+    assert budget.in_use == pool.bytes_allocated + (decoder.mirror.bytes if decoder.mirror else 0)
+    decoder.release()
+    assert budget.in_use == pool.bytes_allocated, "release gives every byte of the mirror back"
