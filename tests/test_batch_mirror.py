@@ -44,7 +44,10 @@ def new_cache(pool, stream: int, length: int):
     return cache
 
 
-def test_rows_follow_joins_leaves_reorders_and_outside_changes():
+@pytest.mark.parametrize("alone_cost", [batch_mirror.ALONE_COST_KEYS, 0])
+def test_rows_follow_joins_leaves_reorders_and_outside_changes(monkeypatch, alone_cost):
+    """alone_cost 0: the longest rows are attended on their own, not in the padded block."""
+    monkeypatch.setattr(batch_mirror, "ALONE_COST_KEYS", alone_cost)
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
     a, b, c = new_cache(pool, 0, 9), new_cache(pool, 1, 21), new_cache(pool, 2, 4)
     decoder = BatchDecoder(FORWARD)
@@ -95,3 +98,9 @@ def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch
     assert budget.in_use == pool.bytes_allocated + (decoder.mirror.bytes if decoder.mirror else 0)
     decoder.release()
     assert budget.in_use == pool.bytes_allocated, "release gives every byte of the mirror back"
+
+
+def test_long_rows_go_alone_when_padding_to_them_costs_more():
+    assert batch_mirror._padded_length([100, 90, 2000, 80], 4) == (100, [2])
+    assert batch_mirror._padded_length([100, 90, 120, 80], 4) == (120, [])
+    assert batch_mirror._padded_length([3000, 2900, 60, 50], 8) == (60, [0, 1])

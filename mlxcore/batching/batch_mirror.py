@@ -28,11 +28,14 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from mlxcore.decode_attention import Attended, attend_batch_parts
+from mlxcore.decode_attention import Attended, attend_batch_parts, attend_parts
 from mlxcore.kv.paged import PagedCache
 
 MIRROR_LIMIT_BYTES = 64 * 2**20  # all layers together
 CAPACITY_STEP = 256  # tokens a row grows by
+# A row attended on its own costs about as much as this many more keys for every row of the padded block
+# (CPU, embedded target: ~8 MLX operations a layer against ~0.06 us a key and row).
+ALONE_COST_KEYS = 512
 
 
 @dataclass
@@ -49,9 +52,10 @@ class MirrorStep:
     rows: list[int]  # mirror row of each sequence, in the batch's order
     writes: mx.array  # (2 * kv_heads * B, head_dim) flat row each new key and value number goes to, in ``both``'s order
     valid: mx.array  # (R, 1, 1, longest) True where a row holds a token, the new ones included
-    longest: int
+    longest: int  # keys the rows attend to together (padded)
+    alone: list[tuple[int, int, int]]  # (batch row, mirror row, length) of rows longer than that, attended alone
     order: mx.array | None  # (R,) the batch row each mirror row reads its query from; None: the same order
-    inverse: mx.array | None  # (B,) the mirror row of each batch row; None: the same order
+    inverse: mx.array | None  # (B,) each batch row's place among the mirror rows then the alone ones; None: same
     generation: int  # the mirror's storage generation the plan was made for
 
 
@@ -108,9 +112,12 @@ class BatchMirror:
         """Attention of each sequence's query (B, heads, 1, dim; scaled) over its row (``attend_parts``)."""
         view = self.layers[index].reshape(2, self._row_count(), self.kv_heads, self.capacity, self.head_dim)
         keys, values = view[0, :, :, :step.longest], view[1, :, :, :step.longest]
-        if step.order is not None:
-            q = q[step.order]
-        out, total = attend_batch_parts(q, [(keys, values)], 1.0, step.valid)
+        out, total = attend_batch_parts(q if step.order is None else q[step.order], [(keys, values)], 1.0, step.valid)
+        if step.alone:
+            parts = [attend_parts(q[b:b + 1], [(view[0, r:r + 1, :, :n], view[1, r:r + 1, :, :n])], 1.0)
+                     for b, r, n in step.alone]
+            out = mx.concatenate([out] + [o for o, _ in parts])
+            total = None if total is None else mx.concatenate([total] + [t for _, t in parts])
         if step.inverse is not None:
             out, total = out[step.inverse], None if total is None else total[step.inverse]
         return out, total
@@ -193,14 +200,31 @@ class BatchMirror:
         count = self._row_count()
         part_head = (np.arange(2)[:, None] * count * self.kv_heads + np.arange(self.kv_heads))[:, :, None]  # (2, kv, 1)
         writes = (part_head + np.asarray(rows)[None, None, :] * self.kv_heads) * self.capacity + np.asarray(lengths)
+        writes = mx.broadcast_to(mx.array(writes.reshape(-1, 1).astype(np.int32)), (writes.size, self.head_dim))
         held = np.zeros(count, np.int64)
         held[rows] = np.asarray(lengths) + 1
-        longest = int(held.max())
+        longest, alone_rows = _padded_length(held[rows].tolist(), count)
+        alone = [(b, rows[b], int(held[rows[b]])) for b in alone_rows]
         valid = (np.arange(longest)[None, :] < held[:, None])[:, None, None, :]
-        same = rows == list(range(count))
         order = np.zeros(count, np.int32)
         order[rows] = np.arange(len(rows))
-        writes = mx.broadcast_to(mx.array(writes.reshape(-1, 1).astype(np.int32)), (writes.size, self.head_dim))
-        return MirrorStep(rows, writes, mx.array(valid), longest,
-                          None if same else mx.array(order), None if same else mx.array(np.asarray(rows, np.int32)),
-                          self.generation)
+        place = np.asarray(rows, np.int32)
+        place[alone_rows] = count + np.arange(len(alone_rows))
+        same = rows == list(range(count)) and not alone
+        return MirrorStep(rows, writes, mx.array(valid), longest, alone,
+                          None if rows == list(range(count)) else mx.array(order),
+                          None if same else mx.array(place), self.generation)
+
+
+def _padded_length(lengths: list[int], row_count: int) -> tuple[int, list[int]]:
+    """(keys the mirror's ``row_count`` rows attend to together, the batch rows attended alone): the longest
+    rows go alone while that costs less than padding every row to them (one alone costs about
+    ``ALONE_COST_KEYS`` more keys). A long chat among short ones then no longer makes every row read its length."""
+    by_length = sorted(range(len(lengths)), key=lambda b: -lengths[b])
+    best, best_cost, extra = 0, row_count * lengths[by_length[0]], 0
+    for k in range(1, len(lengths)):
+        extra += lengths[by_length[k - 1]] + ALONE_COST_KEYS
+        cost = row_count * lengths[by_length[k]] + extra
+        if cost < best_cost:
+            best, best_cost = k, cost
+    return lengths[by_length[best]], by_length[:best]
