@@ -101,6 +101,24 @@ def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch
 
 
 def test_long_rows_go_alone_when_padding_to_them_costs_more():
-    assert batch_mirror._padded_length([100, 90, 2000, 80], 4) == (100, [2])
-    assert batch_mirror._padded_length([100, 90, 120, 80], 4) == (120, [])
-    assert batch_mirror._padded_length([3000, 2900, 60, 50], 8) == (60, [0, 1])
+    assert batch_mirror._alone([100, 90, 2000, 80]) == [2]
+    assert batch_mirror._alone([100, 90, 120, 80]) == []
+    assert batch_mirror._alone([3000, 60, 2900, 50, 40, 40, 40, 40]) == [0, 2]
+
+
+def test_more_rows_of_fewer_tokens_when_the_limit_allows_no_more(monkeypatch):
+    """The mirror's room takes 3 rows of 32 tokens or 4 of 16: a long sequence leaves the batch and two
+    short ones join, so the storage is made again with shorter rows (every row filled from the pool)."""
+    monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
+    monkeypatch.setattr(batch_mirror, "ALONE_COST_KEYS", 1 << 20)
+    token_bytes = 2 * 2 * 16 * 4 * 2  # keys and values, 2 kv heads x 16, float32, 2 layers
+    monkeypatch.setattr(batch_mirror, "MIRROR_LIMIT_BYTES", 3 * 32 * token_bytes)
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
+    long, b, c = new_cache(pool, 0, 30), new_cache(pool, 1, 5), new_cache(pool, 2, 6)
+    decoder = BatchDecoder(FORWARD)
+    step(decoder, [long, b, c], [1, 2, 3])
+    assert decoder.mirror.capacity == 32
+    d, e = new_cache(pool, 3, 7), new_cache(pool, 4, 4)
+    for i in range(3):
+        step(decoder, [b, c, d, e], [4 + i, 5 + i, 6 + i, 7 + i])
+    assert decoder.mirror.capacity == 16 and decoder.mirror.bytes == 4 * 16 * token_bytes

@@ -49,13 +49,14 @@ class _Row:
 class MirrorStep:
     """Where one step's sequences read and write (made by ``BatchMirror.plan``)."""
 
-    rows: list[int]  # mirror row of each sequence, in the batch's order
-    writes: mx.array  # (2 * kv_heads * B, head_dim) flat row each new key and value number goes to, in ``both``'s order
-    valid: mx.array  # (R, 1, 1, longest) True where a row holds a token, the new ones included
-    longest: int  # keys the rows attend to together (padded)
-    alone: list[tuple[int, int, int]]  # (batch row, mirror row, length) of rows longer than that, attended alone
+    mirrored: list[tuple[int, int]]  # (batch row, mirror row) of the sequences read from the mirror
+    alone: list[tuple[int, PagedCache]]  # (batch row, cache) of much longer ones, read from the pool alone
+    select: mx.array | None  # (M,) the mirrored batch rows, to pick their keys and values; None: every row
+    writes: mx.array  # (2 * kv_heads * M, head_dim) flat row each new key and value number goes to
+    valid: mx.array  # (R, 1, 1, longest) True where a mirror row holds a token, the new ones included
+    longest: int  # keys the mirror's rows attend to together (padded)
     order: mx.array | None  # (R,) the batch row each mirror row reads its query from; None: the same order
-    inverse: mx.array | None  # (B,) each batch row's place among the mirror rows then the alone ones; None: same
+    place: mx.array | None  # (B,) each batch row's place among the mirror rows then the alone ones; None: same
     generation: int  # the mirror's storage generation the plan was made for
 
 
@@ -71,7 +72,7 @@ class BatchMirror:
         self.capacity = 0
         self.layers: list[mx.array] = []
         self.bytes = 0
-        self.generation = 0  # bumped whenever storage is made or dropped
+        self.generation = 0  # bumped whenever storage is dropped
         if pool.budget is not None:
             pool.budget.pools.add(self)
 
@@ -83,43 +84,48 @@ class BatchMirror:
     def plan(self, caches: list[PagedCache]) -> MirrorStep | None:
         """Before the batch's ``begin``: rows for ``caches``, filled where stale; None when the mirror cannot
         hold them (over its limit, or the budget has no room): the caller reads the pool another way."""
-        rows = self._assign(caches)
-        needed = max(cache.offset for cache in caches) + 1
+        lengths = [cache.offset for cache in caches]
+        alone = _alone(lengths)
+        mirrored = [b for b in range(len(caches)) if b not in alone]
+        rows = self._assign([caches[b] for b in mirrored])
+        needed = max(lengths[b] for b in mirrored) + 1
         if len(self.rows) > self._row_count() or needed > self.capacity:
             if not self._grow(len(self.rows), needed):
                 return None
-        stale = [(row, cache) for row, cache in zip(rows, caches)
-                 if self.rows[row] is None or self.rows[row].edits != cache.edits
-                 or self.rows[row].length != cache.offset]
+        stale = [(row, caches[b]) for b, row in zip(mirrored, rows)
+                 if self.rows[row] is None or self.rows[row].edits != caches[b].edits
+                 or self.rows[row].length != caches[b].offset]
         if stale:
             self._fill(stale)
-        return self._step(rows, [cache.offset for cache in caches])
+        return self._step(list(zip(mirrored, rows)), [(b, caches[b]) for b in alone], lengths)
 
     def commit(self, caches: list[PagedCache], step: MirrorStep) -> None:
-        """After the batch's ``begin``: each row holds its sequence as the pass leaves it."""
-        for row, cache in zip(step.rows, caches):
-            self.rows[row] = _Row(weakref.ref(cache), cache.edits, cache.offset + 1)
+        """After the batch's ``begin``: each mirrored row holds its sequence as the pass leaves it."""
+        for b, row in step.mirrored:
+            self.rows[row] = _Row(weakref.ref(caches[b]), caches[b].edits, caches[b].offset + 1)
 
     def live(self, step: MirrorStep) -> bool:
         """Whether ``step`` may still be used (the budget may have taken the storage back since)."""
         return step.generation == self.generation and bool(self.layers)
 
     def write(self, index: int, step: MirrorStep, both: mx.array) -> None:
-        """Layer ``index``'s new keys and values (2, kv_heads, B, head_dim) into their rows."""
+        """Layer ``index``'s new keys and values (2, kv_heads, B, head_dim) into the mirrored rows."""
+        if step.select is not None:
+            both = mx.take(both, step.select, axis=2)
         self.layers[index] = mx.put_along_axis(self.layers[index], step.writes, both.reshape(-1, self.head_dim), axis=0)
 
     def attend(self, index: int, step: MirrorStep, q: mx.array) -> Attended:
-        """Attention of each sequence's query (B, heads, 1, dim; scaled) over its row (``attend_parts``)."""
+        """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens (``attend_parts``):
+        the mirrored ones together, the others each over views of its blocks in the pool."""
         view = self.layers[index].reshape(2, self._row_count(), self.kv_heads, self.capacity, self.head_dim)
         keys, values = view[0, :, :, :step.longest], view[1, :, :, :step.longest]
         out, total = attend_batch_parts(q if step.order is None else q[step.order], [(keys, values)], 1.0, step.valid)
         if step.alone:
-            parts = [attend_parts(q[b:b + 1], [(view[0, r:r + 1, :, :n], view[1, r:r + 1, :, :n])], 1.0)
-                     for b, r, n in step.alone]
+            parts = [attend_parts(q[b:b + 1], cache.layer_segments(index), 1.0) for b, cache in step.alone]
             out = mx.concatenate([out] + [o for o, _ in parts])
             total = None if total is None else mx.concatenate([total] + [t for _, t in parts])
-        if step.inverse is not None:
-            out, total = out[step.inverse], None if total is None else total[step.inverse]
+        if step.place is not None:
+            out, total = out[step.place], None if total is None else total[step.place]
         return out, total
 
     def release_free_slabs(self, cached: bool = False) -> int:
@@ -159,22 +165,33 @@ class BatchMirror:
         return rows
 
     def _grow(self, row_count: int, needed: int) -> bool:
-        """New storage for ``row_count`` rows of at least ``needed`` tokens (every row to be filled again)."""
-        capacity = -(-needed // CAPACITY_STEP) * CAPACITY_STEP
+        """Storage for ``row_count`` rows of at least ``needed`` tokens (capacity doubled where the limit
+        allows), the rows held so far copied over (one lazy copy a layer: no reading of the pool)."""
+        old_rows, old_capacity = self._row_count(), self.capacity
+        least = -(-needed // CAPACITY_STEP) * CAPACITY_STEP
         token_bytes = 2 * self.kv_heads * self.head_dim * self.dtype.size
-        size = self.num_layers * row_count * capacity * token_bytes
         budget = self.pool.budget
-        if size > MIRROR_LIMIT_BYTES or (budget is not None and size - self.bytes > budget.free):
+        room = MIRROR_LIMIT_BYTES if budget is None else min(MIRROR_LIMIT_BYTES, budget.free + self.bytes)
+        fits = [c for c in (max(least, 2 * old_capacity), max(least, old_capacity), least)
+                if self.num_layers * row_count * c * token_bytes <= room]
+        if not fits:
             self.drop()
             return False
-        kept = self.rows
-        self.drop()
-        self.rows = [None] * len(kept)
-        shape = (2 * row_count * self.kv_heads * capacity, self.head_dim)
-        self.layers = [mx.zeros(shape, self.dtype) for _ in range(self.num_layers)]
-        self.capacity, self.bytes = capacity, size
+        capacity = fits[0]
+        if capacity < old_capacity:  # fewer tokens a row, more rows: nothing is copied, every row is filled again
+            self.rows = [None] * len(self.rows)
+        size = self.num_layers * row_count * capacity * token_bytes
+        grown = []
+        for layer in self.layers or [None] * self.num_layers:
+            new = mx.zeros((2, row_count, self.kv_heads, capacity, self.head_dim), self.dtype)
+            if layer is not None and capacity >= old_capacity:
+                new[:, :old_rows, :, :old_capacity, :] = layer.reshape(2, old_rows, self.kv_heads, old_capacity,
+                                                                       self.head_dim)
+            grown.append(new.reshape(-1, self.head_dim))
         if budget is not None:
+            budget.give(self.bytes)
             budget.force(size)
+        self.layers, self.capacity, self.bytes = grown, capacity, size
         return True
 
     def _fill(self, stale: list[tuple[int, PagedCache]]) -> None:
@@ -196,35 +213,39 @@ class BatchMirror:
         part_head = np.arange(2)[:, None] * count * self.kv_heads + row * self.kv_heads + np.arange(self.kv_heads)
         return (part_head[:, :, None] * self.capacity + positions[None, None, :]).astype(np.int32)
 
-    def _step(self, rows: list[int], lengths: list[int]) -> MirrorStep:
-        count = self._row_count()
+    def _step(self, mirrored: list[tuple[int, int]], alone: list[tuple[int, PagedCache]],
+              lengths: list[int]) -> MirrorStep:
+        count, batch = self._row_count(), len(lengths)
+        rows = np.asarray([row for _, row in mirrored])
+        news = np.asarray([lengths[b] for b, _ in mirrored])  # where each new token goes in its row
         part_head = (np.arange(2)[:, None] * count * self.kv_heads + np.arange(self.kv_heads))[:, :, None]  # (2, kv, 1)
-        writes = (part_head + np.asarray(rows)[None, None, :] * self.kv_heads) * self.capacity + np.asarray(lengths)
+        writes = (part_head + rows[None, None, :] * self.kv_heads) * self.capacity + news
         writes = mx.broadcast_to(mx.array(writes.reshape(-1, 1).astype(np.int32)), (writes.size, self.head_dim))
         held = np.zeros(count, np.int64)
-        held[rows] = np.asarray(lengths) + 1
-        longest, alone_rows = _padded_length(held[rows].tolist(), count)
-        alone = [(b, rows[b], int(held[rows[b]])) for b in alone_rows]
+        held[rows] = news + 1
+        longest = int(held.max())
         valid = (np.arange(longest)[None, :] < held[:, None])[:, None, None, :]
         order = np.zeros(count, np.int32)
-        order[rows] = np.arange(len(rows))
-        place = np.asarray(rows, np.int32)
-        place[alone_rows] = count + np.arange(len(alone_rows))
-        same = rows == list(range(count)) and not alone
-        return MirrorStep(rows, writes, mx.array(valid), longest, alone,
-                          None if rows == list(range(count)) else mx.array(order),
-                          None if same else mx.array(place), self.generation)
+        order[rows] = [b for b, _ in mirrored]
+        place = np.zeros(batch, np.int32)
+        place[[b for b, _ in mirrored]] = rows
+        place[[b for b, _ in alone]] = count + np.arange(len(alone))
+        in_order = [b for b, _ in mirrored] == list(range(batch))
+        return MirrorStep(mirrored, alone, None if in_order else mx.array(np.asarray([b for b, _ in mirrored], np.int32)),
+                          writes, mx.array(valid), longest,
+                          None if count == batch and order.tolist() == list(range(batch)) else mx.array(order),
+                          None if place.tolist() == list(range(batch)) else mx.array(place), self.generation)
 
 
-def _padded_length(lengths: list[int], row_count: int) -> tuple[int, list[int]]:
-    """(keys the mirror's ``row_count`` rows attend to together, the batch rows attended alone): the longest
-    rows go alone while that costs less than padding every row to them (one alone costs about
-    ``ALONE_COST_KEYS`` more keys). A long chat among short ones then no longer makes every row read its length."""
+def _alone(lengths: list[int]) -> list[int]:
+    """The batch rows attended alone over the pool rather than padded together in the mirror: the longest,
+    while that costs less than padding every row to them (one alone costs about ``ALONE_COST_KEYS`` more
+    keys). A long chat among short ones then neither makes every row read its length nor fills the mirror."""
     by_length = sorted(range(len(lengths)), key=lambda b: -lengths[b])
-    best, best_cost, extra = 0, row_count * lengths[by_length[0]], 0
+    best, best_cost, extra = 0, len(lengths) * lengths[by_length[0]], 0
     for k in range(1, len(lengths)):
         extra += lengths[by_length[k - 1]] + ALONE_COST_KEYS
-        cost = row_count * lengths[by_length[k]] + extra
+        cost = (len(lengths) - k) * lengths[by_length[k]] + extra
         if cost < best_cost:
             best, best_cost = k, cost
-    return lengths[by_length[best]], by_length[:best]
+    return sorted(by_length[:best])
