@@ -54,6 +54,7 @@ def test_rows_follow_joins_leaves_reorders_and_outside_changes(monkeypatch, alon
     for i in range(3):
         step(decoder, [a, b, c], [5 + i, 6 + i, 7 + i])
     assert decoder.mirror.bytes > 0, "the batch read its tokens from the mirror"
+    step(decoder, [a, b], [8, 9])  # fewer sequences than the mirror has rows, in its first rows
     a.trim(3)  # a rewind outside the batch, then new tokens at the same positions
     step(decoder, [c, a], [11, 12])  # b left; order changed
     prefill(MODEL, b, prompt(9, 5), 64)  # b read more tokens on its own

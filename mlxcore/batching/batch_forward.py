@@ -81,13 +81,15 @@ class BatchDecoder:
         for index, layer in enumerate(self.forward._layers):
             q, both = layer.before_batch(h, offsets)  # (R, heads, 1, dim) scaled; (2, kv_heads, R, dim)
             storage = pool.storage[index]
-            writes.apply(storage, both)
+            written = writes.apply(storage, both)
             reads.write(index, both[:, :, :rows])
             if chunk is None:
                 h = layer.after(h, reads.attend(storage, index, q))
             else:
                 h = layer.after(h, (self._mixed(reads, storage, index, q, rows, chunk[0], causal), None))
-            mx.async_eval(h)  # start this layer while the next one's graph is built (MLX's CPU queue is short)
+            # Start this layer while the next one's graph is built (MLX's CPU queue is short); the pool's
+            # write too, which a pass reading the mirror does not depend on: left lazy, writes would pile up.
+            mx.async_eval(h, written)
         for cache in caches + ([chunk[0]] if chunk else []):
             cache.finish_batched_pass()
         return self.forward._head(h[:rows])[:, -1, :]
@@ -130,10 +132,11 @@ class _Writes:
         self.groups = [(slab, mx.array(slots).reshape(1, 1, -1, 1), None if len(rows) == everyone else mx.array(rows))
                        for slab, (slots, rows) in groups.items()]
 
-    def apply(self, storage: LayerStorage, both: mx.array) -> None:
-        """Scatter keys and values (2, kv_heads, R, dim) into their slots."""
+    def apply(self, storage: LayerStorage, both: mx.array) -> list[mx.array]:
+        """Scatter keys and values (2, kv_heads, R, dim) into their slots; the slabs' new arrays."""
         for slab, slots, rows in self.groups:
             storage.scatter(slab, slots, both if rows is None else mx.take(both, rows, axis=2))
+        return [part for slab, _, _ in self.groups for part in storage.slabs[slab]]
 
 
 class _Reads:

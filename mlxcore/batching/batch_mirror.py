@@ -13,7 +13,9 @@ The mirror keeps the copy instead: row r holds one sequence's tokens in order,
 so that one ``put_along_axis`` writes each step's new keys and values (beside the pool's
 own write: the pool stays the record). A row is filled from the pool only when
 its sequence joins the batch or was changed outside it (a prompt chunk, a
-rewind, a speculative run): ``PagedCache.edits`` and the length tell.
+rewind, a speculative run): ``PagedCache.edits`` and the length tell. That copy
+is part of the step's pass, as the writes are: the mirror never makes the
+engine wait for a computation.
 
 Its bytes come from the KV budget, at most ``MIRROR_LIMIT_BYTES``; when the
 batch would need more, or the budget has no room, the caller gathers as
@@ -51,6 +53,7 @@ class MirrorStep:
 
     mirrored: list[tuple[int, int]]  # (batch row, mirror row) of the sequences read from the mirror
     alone: list[tuple[int, PagedCache]]  # (batch row, cache) of much longer ones, read from the pool alone
+    fills: list[tuple[int, PagedCache, int]]  # (mirror row, cache, tokens): rows to copy from the pool first
     select: mx.array | None  # (M,) the mirrored batch rows, to pick their keys and values; None: every row
     writes: mx.array  # (2 * kv_heads * M, head_dim) flat row each new key and value number goes to
     valid: mx.array  # (R, 1, 1, longest) True where a mirror row holds a token, the new ones included
@@ -82,7 +85,7 @@ class BatchMirror:
         return not pool.geometry.format.quantized
 
     def plan(self, caches: list[PagedCache]) -> MirrorStep | None:
-        """Before the batch's ``begin``: rows for ``caches``, filled where stale; None when the mirror cannot
+        """Before the batch's ``begin``: rows for ``caches`` (the stale ones filled in the pass, ``write``); None when the mirror cannot
         hold them (over its limit, or the budget has no room): the caller reads the pool another way."""
         lengths = [cache.offset for cache in caches]
         alone = _alone(lengths)
@@ -92,12 +95,10 @@ class BatchMirror:
         if len(self.rows) > self._row_count() or needed > self.capacity:
             if not self._grow(len(self.rows), needed):
                 return None
-        stale = [(row, caches[b]) for b, row in zip(mirrored, rows)
-                 if self.rows[row] is None or self.rows[row].edits != caches[b].edits
-                 or self.rows[row].length != caches[b].offset]
-        if stale:
-            self._fill(stale)
-        return self._step(list(zip(mirrored, rows)), [(b, caches[b]) for b in alone], lengths)
+        stale = [(row, caches[b], caches[b].offset) for b, row in zip(mirrored, rows)
+                 if caches[b].offset and (self.rows[row] is None or self.rows[row].edits != caches[b].edits
+                                          or self.rows[row].length != caches[b].offset)]
+        return self._step(list(zip(mirrored, rows)), [(b, caches[b]) for b in alone], lengths, stale)
 
     def commit(self, caches: list[PagedCache], step: MirrorStep) -> None:
         """After the batch's ``begin``: each mirrored row holds its sequence as the pass leaves it."""
@@ -109,7 +110,15 @@ class BatchMirror:
         return step.generation == self.generation and bool(self.layers)
 
     def write(self, index: int, step: MirrorStep, both: mx.array) -> None:
-        """Layer ``index``'s new keys and values (2, kv_heads, B, head_dim) into the mirrored rows."""
+        """Layer ``index``'s new keys and values (2, kv_heads, B, head_dim) into the mirrored rows, after
+        the tokens of stale rows copied from the pool. Called once the pool's own write of the layer is
+        queued: a copy then reads the pool's newest storage, and the pool's next write still finds that
+        storage read by nothing pending, so it is made in place (reading it before would have either
+        copied the pool's storage or waited for the computation to catch up)."""
+        for row, cache, length in step.fills:
+            keys, values = cache.layers[index].state  # (1, kv_heads, length, dim) each: the tokens held
+            self.layers[index] = mx.put_along_axis(self.layers[index], self._flat_rows(row, length),
+                                                   mx.concatenate([keys, values]).reshape(-1, self.head_dim), axis=0)
         if step.select is not None:
             both = mx.take(both, step.select, axis=2)
         self.layers[index] = mx.put_along_axis(self.layers[index], step.writes, both.reshape(-1, self.head_dim), axis=0)
@@ -194,27 +203,16 @@ class BatchMirror:
         self.layers, self.capacity, self.bytes = grown, capacity, size
         return True
 
-    def _fill(self, stale: list[tuple[int, PagedCache]]) -> None:
-        """Copy each stale row's sequence from the pool, every layer, and compute it now (the pool's next
-        write then finds its storage unread, and is made in place)."""
-        for index in range(self.num_layers):
-            for row, cache in stale:
-                if cache.offset:
-                    keys, values = cache.layers[index].state  # (1, kv_heads, n, dim) each
-                    where = self._flat_rows(row, np.arange(cache.offset)).reshape(-1)
-                    self.layers[index][mx.array(where)] = mx.concatenate([keys, values]).reshape(-1, self.head_dim)
-        mx.eval(self.layers)
-        for row, cache in stale:
-            self.rows[row] = _Row(weakref.ref(cache), cache.edits, cache.offset)
-
-    def _flat_rows(self, row: int, positions: np.ndarray) -> np.ndarray:
-        """(2, kv_heads, len(positions)) flat rows of ``row``'s keys and values at ``positions``."""
+    def _flat_rows(self, row: int, length: int) -> mx.array:
+        """(2 * kv_heads * length, head_dim) flat rows of ``row``'s keys and values at positions 0 .. length - 1,
+        in the order of (2, kv_heads, length)."""
         count = self._row_count()
         part_head = np.arange(2)[:, None] * count * self.kv_heads + row * self.kv_heads + np.arange(self.kv_heads)
-        return (part_head[:, :, None] * self.capacity + positions[None, None, :]).astype(np.int32)
+        flat = (part_head[:, :, None] * self.capacity + np.arange(length)[None, None, :]).astype(np.int32)
+        return mx.broadcast_to(mx.array(flat.reshape(-1, 1)), (flat.size, self.head_dim))
 
     def _step(self, mirrored: list[tuple[int, int]], alone: list[tuple[int, PagedCache]],
-              lengths: list[int]) -> MirrorStep:
+              lengths: list[int], fills: list[tuple[int, PagedCache, int]]) -> MirrorStep:
         count, batch = self._row_count(), len(lengths)
         rows = np.asarray([row for _, row in mirrored])
         news = np.asarray([lengths[b] for b, _ in mirrored])  # where each new token goes in its row
@@ -231,10 +229,10 @@ class BatchMirror:
         place[[b for b, _ in mirrored]] = rows
         place[[b for b, _ in alone]] = count + np.arange(len(alone))
         in_order = [b for b, _ in mirrored] == list(range(batch))
-        return MirrorStep(mirrored, alone, None if in_order else mx.array(np.asarray([b for b, _ in mirrored], np.int32)),
+        return MirrorStep(mirrored, alone, fills, None if in_order else mx.array(np.asarray([b for b, _ in mirrored], np.int32)),
                           writes, mx.array(valid), longest,
                           None if count == batch and order.tolist() == list(range(batch)) else mx.array(order),
-                          None if place.tolist() == list(range(batch)) else mx.array(place), self.generation)
+                          None if count == batch and place.tolist() == list(range(batch)) else mx.array(place), self.generation)
 
 
 def _alone(lengths: list[int]) -> list[int]:
