@@ -123,3 +123,27 @@ def test_more_rows_of_fewer_tokens_when_the_limit_allows_no_more(monkeypatch):
     for i in range(3):
         step(decoder, [b, c, d, e], [4 + i, 5 + i, 6 + i, 7 + i])
     assert decoder.mirror.capacity == 16 and decoder.mirror.bytes == 4 * 16 * token_bytes
+
+
+def test_each_pass_starts_the_pools_writes_it_does_not_read(monkeypatch):
+    """Reading the mirror, a pass does not depend on the pool's writes: they are handed to MLX in the
+    pass all the same (left lazy, they piled up into one slow step whenever something read the pool)."""
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
+    caches = [new_cache(pool, s, 6 + 5 * s) for s in range(3)]
+    decoder = BatchDecoder(FORWARD)
+    started = []
+    real = mx.async_eval
+
+    def recording(*arrays):
+        started.extend(id(a) for group in arrays for a in (group if isinstance(group, list) else [group]))
+        return real(*arrays)
+
+    monkeypatch.setattr(mx, "async_eval", recording)
+    for i in range(2):
+        step(decoder, caches, [1 + i, 2 + i, 3 + i])
+    assert decoder.mirror.bytes > 0
+    blocks = [pool.manager.block_ids(cache.seq_id)[(cache.offset - 1) // 4] for cache in caches]
+    written = {block // 8 for block in blocks}  # the slabs of 8 blocks the last tokens went to
+    for storage in pool.storage:
+        for slab in written:
+            assert all(id(part) in started for part in storage.slabs[slab])
