@@ -3,9 +3,13 @@
 Every layer runs once for the whole batch: the norms, projections, RoPE (at
 each sequence's own position) and MLP on a (B, 1, hidden) input, in the
 compiled halves of ``CompiledForward``. Around attention each sequence is its
-own: its new key and value go to the slot its block table names (one scatter
-per slab for the whole batch), and it attends over its own tokens. Two ways:
+own: its new key and value go to the slot its block table names (one put per
+slab for the whole batch), and it attends over its own tokens. Three ways:
 
+- mirrored (float pools, two or more sequences, within the mirror's limit):
+  the batch's keys and values kept between steps in one array per layer
+  (``batch_mirror.py``), one attention padded to the common length; a much
+  longer sequence attends alone over views of its blocks;
 - gathered: each slab's keys and values of every sequence are taken with one
   ``mx.take`` into a (B, kv_heads, longest, dim) array padded with a mask, and
   one attention serves the batch. Its cost is a copy of what attention reads,
@@ -15,8 +19,8 @@ per slab for the whole batch), and it attends over its own tokens. Two ways:
 
 Measured on the embedded target (6 layers), 8 sequences of ~60 tokens, CPU:
 gathered, a step took 1.6x one sequence's step (4.9x the tokens per second);
-per sequence, 3.6x (2.2x).
-"""
+per sequence, 3.6x (2.2x). At ~200 tokens a sequence the gather was 20% of a
+step, which the mirror saves."""
 
 from __future__ import annotations
 
