@@ -26,6 +26,7 @@ class Tally:
     batched_sequences: int = 0  # sum over decode steps of the sequences decoded
     largest_batch: int = 0  # the most sequences one decode step decoded
     recent: deque = field(default_factory=deque)  # (time, tokens emitted) of recent steps
+    recent_tokens: int = 0  # their sum (read every step for the stats: no sum over the deque)
 
     def step(self, batch: int, emitted: int, seconds: float) -> None:
         self.steps += 1
@@ -35,8 +36,9 @@ class Tally:
             self.largest_batch = max(self.largest_batch, batch)
         now = time.monotonic()
         self.recent.append((now, emitted))
+        self.recent_tokens += emitted
         while self.recent and self.recent[0][0] < now - RATE_WINDOW_SECONDS:
-            self.recent.popleft()
+            self.recent_tokens -= self.recent.popleft()[1]
 
     def prompt(self, tokens: int, hits: int) -> None:
         self.prompt_tokens += tokens
@@ -54,7 +56,7 @@ class Tally:
         if len(self.recent) < 2:
             return 0.0
         span = self.recent[-1][0] - self.recent[0][0]
-        return sum(count for _, count in list(self.recent)[1:]) / span if span > 0 else 0.0
+        return (self.recent_tokens - self.recent[0][1]) / span if span > 0 else 0.0
 
     @property
     def mean_batch_size(self) -> float:

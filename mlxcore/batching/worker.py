@@ -186,7 +186,7 @@ class BatchWorker:
         runner, tally = self.runner, self.runner.tally
         budget = self.engine._kv_budget
         pool = self.engine._pools.get("target")
-        pool_stats = pool.stats() if pool is not None else None
+        manager = pool.manager if pool is not None else None  # counters only: this runs every step
         self._stats = WorkerStats(
             waiting=len(runner.scheduler.waiting), running=len(runner.scheduler.running),
             finished=tally.finished, cancelled=tally.cancelled, failed=tally.failed,
@@ -194,8 +194,8 @@ class BatchWorker:
             prompt_tokens=tally.prompt_tokens, prefix_hit_tokens=tally.prefix_hit_tokens,
             tokens_per_second=tally.tokens_per_second, mean_batch_size=tally.mean_batch_size, steps=tally.steps,
             kv_bytes=budget.in_use if budget else 0, kv_budget_bytes=budget.limit if budget else 0,
-            pool_used_blocks=pool_stats.used_blocks if pool_stats else 0,
-            pool_capacity_blocks=pool_stats.capacity_blocks if pool_stats else 0)
+            pool_used_blocks=manager.used_blocks if manager else 0,
+            pool_capacity_blocks=manager.num_blocks if manager else 0)
 
 
 def wait_until_idle(worker: BatchWorker, timeout: float = 30.0) -> bool:

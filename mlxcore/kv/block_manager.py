@@ -270,6 +270,11 @@ class BlockManager:
         return len(self._free) + self.num_blocks - len(self._blocks)
 
     @property
+    def used_blocks(self) -> int:
+        """Blocks some sequence holds now (``stats().used_blocks``, without counting the cached ones)."""
+        return len(self._blocks) - len(self._free)
+
+    @property
     def materialized_blocks(self) -> int:
         """Blocks ever handed out; storage must hold this many."""
         return len(self._blocks)
@@ -278,7 +283,7 @@ class BlockManager:
         return self._blocks[block_id].ref_count
 
     def stats(self) -> PoolStats:
-        used = len(self._blocks) - len(self._free)
+        used = self.used_blocks
         cached = sum(1 for b in self._free if self._blocks[b].hash is not None)
         return PoolStats(self.block_size, self.num_blocks, used, self.num_blocks - used, cached,
                          len(self._blocks), self._prefix_hit_tokens)

@@ -172,7 +172,7 @@ class BlockPool:
     @property
     def bytes_in_use(self) -> int:
         """Bytes of the blocks some sequence holds (shared blocks counted once)."""
-        return self.manager.stats().used_blocks * self.block_bytes
+        return self.manager.used_blocks * self.block_bytes
 
     @property
     def bytes_allocated(self) -> int:
