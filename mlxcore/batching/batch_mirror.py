@@ -15,7 +15,10 @@ own write: the pool stays the record). A row is filled from the pool only when
 its sequence joins the batch or was changed outside it (a prompt chunk, a
 rewind, a speculative run): ``PagedCache.edits`` and the length tell. That copy
 is part of the step's pass, as the writes are: the mirror never makes the
-engine wait for a computation.
+engine wait for a computation. Rows double their length as they grow (copied
+over, not read again from the pool). A sequence much longer than the others is
+not mirrored: it attends alone over views of its blocks, so that neither every
+row is padded to it nor the mirror grows to hold it (``_alone``).
 
 Its bytes come from the KV budget, at most ``MIRROR_LIMIT_BYTES``; when the
 batch would need more, or the budget has no room, the caller gathers as
@@ -34,7 +37,7 @@ from mlxcore.decode_attention import Attended, attend_batch_parts, attend_parts
 from mlxcore.kv.paged import PagedCache
 
 MIRROR_LIMIT_BYTES = 64 * 2**20  # all layers together
-CAPACITY_STEP = 256  # tokens a row grows by
+CAPACITY_STEP = 256  # row lengths are multiples of this (and double as rows grow)
 # A row attended on its own costs about as much as this many more keys for every row of the padded block
 # (CPU, embedded target: ~8 MLX operations a layer against ~0.06 us a key and row).
 ALONE_COST_KEYS = 512
