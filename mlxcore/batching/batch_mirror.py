@@ -88,8 +88,9 @@ class BatchMirror:
         return not pool.geometry.format.quantized
 
     def plan(self, caches: list[PagedCache]) -> MirrorStep | None:
-        """Before the batch's ``begin``: rows for ``caches`` (the stale ones filled in the pass, ``write``); None when the mirror cannot
-        hold them (over its limit, or the budget has no room): the caller reads the pool another way."""
+        """Before the batch's ``begin``: rows for ``caches`` (stale ones are filled in the pass, ``write``);
+        None when the mirror cannot hold them (over its limit, or the budget has no room): the caller reads
+        the pool another way."""
         lengths = [cache.offset for cache in caches]
         alone = _alone(lengths)
         mirrored = [b for b in range(len(caches)) if b not in alone]
@@ -120,7 +121,8 @@ class BatchMirror:
         copied the pool's storage or waited for the computation to catch up)."""
         for row, cache, length in step.fills:
             keys, values = cache.layers[index].state  # (1, kv_heads, length, dim) each: the tokens held
-            self.layers[index] = mx.put_along_axis(self.layers[index], self._flat_rows(row, length),
+            where = self._flat_index(np.full(length, row), np.arange(length))
+            self.layers[index] = mx.put_along_axis(self.layers[index], where,
                                                    mx.concatenate([keys, values]).reshape(-1, self.head_dim), axis=0)
         if step.select is not None:
             both = mx.take(both, step.select, axis=2)
@@ -206,36 +208,36 @@ class BatchMirror:
         self.layers, self.capacity, self.bytes = grown, capacity, size
         return True
 
-    def _flat_rows(self, row: int, length: int) -> mx.array:
-        """(2 * kv_heads * length, head_dim) flat rows of ``row``'s keys and values at positions 0 .. length - 1,
-        in the order of (2, kv_heads, length)."""
-        count = self._row_count()
-        part_head = np.arange(2)[:, None] * count * self.kv_heads + row * self.kv_heads + np.arange(self.kv_heads)
-        flat = (part_head[:, :, None] * self.capacity + np.arange(length)[None, None, :]).astype(np.int32)
-        return mx.broadcast_to(mx.array(flat.reshape(-1, 1)), (flat.size, self.head_dim))
+    def _flat_index(self, rows: np.ndarray, positions: np.ndarray) -> mx.array:
+        """Where keys and values (2, kv_heads, n, head_dim) flattened go: token i at ``positions[i]`` of mirror
+        row ``rows[i]``; (2 * kv_heads * n, head_dim), ``put_along_axis``'s index into a layer's flat array."""
+        part_head = np.arange(2)[:, None] * self._row_count() + rows[None, :]  # (2, n): part, then row
+        flat = ((part_head[:, None, :] * self.kv_heads + np.arange(self.kv_heads)[None, :, None]) * self.capacity
+                + positions[None, None, :])
+        return mx.broadcast_to(mx.array(flat.reshape(-1, 1).astype(np.int32)), (flat.size, self.head_dim))
 
     def _step(self, mirrored: list[tuple[int, int]], alone: list[tuple[int, PagedCache]],
               lengths: list[int], fills: list[tuple[int, PagedCache, int]]) -> MirrorStep:
         count, batch = self._row_count(), len(lengths)
+        sources = [b for b, _ in mirrored]  # the mirrored batch rows
         rows = np.asarray([row for _, row in mirrored])
-        news = np.asarray([lengths[b] for b, _ in mirrored])  # where each new token goes in its row
-        part_head = (np.arange(2)[:, None] * count * self.kv_heads + np.arange(self.kv_heads))[:, :, None]  # (2, kv, 1)
-        writes = (part_head + rows[None, None, :] * self.kv_heads) * self.capacity + news
-        writes = mx.broadcast_to(mx.array(writes.reshape(-1, 1).astype(np.int32)), (writes.size, self.head_dim))
+        news = np.asarray([lengths[b] for b in sources])  # where each new token goes in its row
         held = np.zeros(count, np.int64)
         held[rows] = news + 1
         longest = int(held.max())
         valid = (np.arange(longest)[None, :] < held[:, None])[:, None, None, :]
         order = np.zeros(count, np.int32)
-        order[rows] = [b for b, _ in mirrored]
+        order[rows] = sources
         place = np.zeros(batch, np.int32)
-        place[[b for b, _ in mirrored]] = rows
+        place[sources] = rows
         place[[b for b, _ in alone]] = count + np.arange(len(alone))
-        in_order = [b for b, _ in mirrored] == list(range(batch))
-        return MirrorStep(mirrored, alone, fills, None if in_order else mx.array(np.asarray([b for b, _ in mirrored], np.int32)),
-                          writes, mx.array(valid), longest,
-                          None if count == batch and order.tolist() == list(range(batch)) else mx.array(order),
-                          None if count == batch and place.tolist() == list(range(batch)) else mx.array(place), self.generation)
+        identity = list(range(batch))
+        return MirrorStep(mirrored, alone, fills,
+                          select=None if sources == identity else mx.array(np.asarray(sources, np.int32)),
+                          writes=self._flat_index(rows, news), valid=mx.array(valid), longest=longest,
+                          order=None if order.tolist() == identity else mx.array(order),
+                          place=None if count + len(alone) == batch and place.tolist() == identity else mx.array(place),
+                          generation=self.generation)
 
 
 def _alone(lengths: list[int]) -> list[int]:
