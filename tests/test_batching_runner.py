@@ -110,6 +110,10 @@ def test_batches_joining_at_different_steps_with_one_cancelled_equal_each_alone(
         assert batch.tokens(handle) == expected, f"request {index} differs from the same request alone"
         assert batch.final(handle).finish_reason == "length"
     assert batch.batch.runner.tally.largest_batch >= 4, "they decoded together"
+    runner = batch.batch.runner
+    assert runner.decoder.mirror is not None, "the batch was read from a mirror"
+    assert runner.decoder.mirror.bytes == 0, "with nothing decoding, the mirror's memory went back"
+    assert runner.engine.kv_budget.in_use == sum(pool.bytes_allocated for pool in runner.engine._pools.values())
 
 
 def test_a_cancelled_requests_blocks_are_free_after_the_next_step():
