@@ -117,7 +117,9 @@ class _FusedLayer:
 
     def __call__(self, h: mx.array, offset: mx.array, mask: Any, cache: Any) -> mx.array:
         q, k, v = self.before(h, offset)
-        if hasattr(cache, "update_and_segments"):
+        if hasattr(cache, "update_and_read"):  # a paged cache: views of its runs (or one span) and their mask
+            segments, mask = cache.update_and_read(k, v, mask)
+        elif hasattr(cache, "update_and_segments"):
             segments = cache.update_and_segments(k, v)
         else:
             segments = [cache.update_and_fetch(k, v)]

@@ -169,6 +169,8 @@ def _masked(scores: mx.array, mask: Any, n: int) -> mx.array:
             return scores
         mask = mx.arange(keys)[None] <= mx.arange(n)[:, None] + (keys - n)
     mask = mask.reshape(mask.shape[-2:])
+    if n == 1 and mask.dtype == mx.bool_:  # one query: the (1, keys) row broadcasts over every head as it is
+        return mx.where(mask, scores, -mx.inf)
     grouped = scores.reshape(-1, kv_heads, rows // n, n, keys)
     if mask.dtype == mx.bool_:
         grouped = mx.where(mask, grouped, -mx.inf)

@@ -17,8 +17,9 @@ import pytest
 
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.cpu_prefill import cpu_prefill_body
-from mlxcore.kv import paged
+from mlxcore.kv import paged, slab_storage
 from mlxcore.kv.model_cache import ModelCache, make_block_pool, make_model_cache
+from mlxcore.kv.slab_storage import Gather
 from tiny_models import tiny_qwen3
 
 MODEL = tiny_qwen3(seed=3)
@@ -61,6 +62,11 @@ def runs(cache: ModelCache) -> int:
     return len(cache._gather_index().runs)
 
 
+def spanned(cache: ModelCache, queries: int = 1) -> bool:
+    """Whether attention reads the table's runs as one view over the slots between them (gaps masked)."""
+    return cache._span_mask(cache.offset, queries) is not None
+
+
 def only_slabs(pool) -> bool:
     """The pool's memory is its slabs: MLX's own count of the storage arrays equals the pool's account."""
     return pool.kv_bytes == sum(layer.nbytes for layer in pool.storage) == pool.bytes_allocated
@@ -86,6 +92,7 @@ def test_forked_tables_read_their_runs_in_place():
     decode_alongside(child, child_standard, 30, "child")
     decode_alongside(paged_cache, standard, 30, "parent")
     assert runs(paged_cache) > 1 and runs(child) > 1 and only_slabs(paged_cache.pool)
+    assert spanned(paged_cache) and spanned(child)  # a one-block gap: read as one span
     manager = paged_cache.pool.manager
     assert manager.block_ids(child.seq_id)[:15] == manager.block_ids(paged_cache.seq_id)[:15]
 
@@ -93,6 +100,8 @@ def test_forked_tables_read_their_runs_in_place():
 def test_rewinds_like_speculative_rounds_on_a_forked_table():
     paged_cache, standard = pair(ids(70, 3), block_size=4)
     paged_cache, standard = paged_cache.fork(), standard.fork()  # the parent lives on: its blocks stay shared
+    step(FORWARD, paged_cache, [1]), step(MODEL, standard, [1])  # copy-on-write: the child's tail is elsewhere
+    assert spanned(paged_cache, queries=4)  # verification blocks attend causally over the span
     rng = np.random.default_rng(3)
     for round_ in range(25):
         drafted = ids(int(rng.integers(1, 8)), 100 + round_)
@@ -144,7 +153,7 @@ def test_sequences_taking_blocks_in_turn_and_a_new_chat_on_a_shared_prompt():
     assert reused > 0
     step(MODEL, fresh, history[reused:])
     decode_alongside(fresh, pairs[0][1], 10, "new chat on a shared history")
-    assert only_slabs(pool)
+    assert only_slabs(pool) and runs(pairs[0][0]) > 3 and spanned(pairs[0][0])  # many small gaps, one span
 
 
 def test_a_table_of_more_runs_than_attention_takes_is_read_as_one_copy(monkeypatch):
@@ -168,3 +177,23 @@ def test_cpu_prefill_over_a_forked_table_across_slabs():
     np.testing.assert_allclose(np.array(ours), np.array(theirs), atol=ATOL)
     assert runs(child) > 2
     decode_alongside(child, child_standard, 10, "after prefill")
+
+
+def test_span_of_runs_maps_slots_to_positions_and_refuses_wide_gaps_and_other_slabs():
+    """``Gather.span``: the slots between a table's runs in one slab, each with its token's position."""
+    gather = Gather([0, 1, 3, 2], block_size=4, slab_blocks=8)  # runs: slots 0-7, 12-15, 8-11
+    (slab, first, size), positions = gather.span(15)  # the last block holds 3 tokens
+    assert (slab, first, size) == (0, 0, 16)
+    assert positions.tolist() == list(range(8)) + [12, 13, 14, -1] + [8, 9, 10, 11]
+    assert Gather([0, 1, 2], block_size=4, slab_blocks=8).span(12) is None  # one run
+    assert Gather([0, 9], block_size=4, slab_blocks=8).span(8) is None  # two slabs
+    wide = 1 + slab_storage.SPAN_SLACK_SLOTS // 4
+    assert Gather([0, 1 + wide], block_size=4, slab_blocks=64).span(8) is None  # too many slots between
+
+
+def test_a_span_with_a_wide_gap_reads_runs_and_decodes_like_the_standard_cache(monkeypatch):
+    monkeypatch.setattr(slab_storage, "SPAN_SLACK_SLOTS", 0)
+    paged_cache, standard = pair(ids(246, 2))
+    child, child_standard = paged_cache.fork(), standard.fork()
+    decode_alongside(child, child_standard, 20, "child, runs")
+    assert runs(child) > 1 and not spanned(child)

@@ -22,6 +22,7 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 from mlx_lm.models.cache import create_attention_mask
 
 from mlxcore.kv.base import ModelCache, Tensors, layer_tensors, saved_layer
@@ -62,6 +63,13 @@ class PagedLayerCache:
         """As ``update_and_fetch``, but the sequence as views of storage, one (keys, values) pair per run."""
         self._owner._write_layer(self, keys, values)
         return self._owner._segments(self)
+
+    def update_and_read(self, keys: mx.array, values: mx.array, mask: Any) -> tuple[list[tuple], Any]:
+        """As ``update_and_segments``, with the mask to attend over them with: the model's ``mask`` (None or
+        "causal"), or, when the runs are read as one view over the slots between them, an array (L, slots)
+        saying which slots each query sees (its gaps none)."""
+        self._owner._write_layer(self, keys, values)
+        return self._owner._read(self, keys.shape[2], mask)
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
         return create_attention_mask(N, offset=self.offset, return_array=return_array, window_size=window_size)
@@ -121,6 +129,7 @@ class PagedCache(ModelCache):
         self._plan: AppendPlan | None = None
         self._pending_layers = 0
         self._gather: tuple[int, Gather] | None = None  # (table version, gather) cache
+        self._span: tuple[tuple, Any] | None = None  # ((version, length, queries), span and mask) of this pass
         self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
         # Give the blocks back when the cache is garbage collected without release().
         weakref.finalize(self, pool.drop_sequence, self.seq_id)
@@ -309,6 +318,28 @@ class PagedCache(ModelCache):
         if len(gather.runs) > MAX_SEGMENTS:
             return [self._fetch(layer)]
         return self.pool.storage[layer.index].segments(gather, layer.offset)
+
+    def _read(self, layer: PagedLayerCache, queries: int, mask: Any) -> tuple[list[tuple], Any]:
+        """The layer's tokens for attention of the last ``queries`` of them: views and their mask."""
+        if mask is not None and not (isinstance(mask, str) and mask == "causal"):
+            return self._segments(layer), mask
+        span = self._span_mask(layer.offset, queries)
+        if span is None:
+            return self._segments(layer), mask
+        (slab, start, size), seen = span
+        return [self.pool.storage[layer.index].view(slab, start, size)], seen
+
+    def _span_mask(self, length: int, queries: int) -> tuple[tuple[int, int, int], mx.array] | None:
+        """``Gather.span`` of the first ``length`` tokens with its (queries, slots) mask, made once a pass."""
+        key = (self.pool.manager.version(self.seq_id), length, queries)
+        if self._span is None or self._span[0] != key:
+            span = self._gather_index().span(length)
+            if span is not None:
+                run, positions = span
+                last = np.arange(length - queries, length)[:, None]  # query i's own position
+                span = run, mx.array((positions >= 0) & (positions <= last))
+            self._span = (key, span)
+        return self._span[1]
 
     def _gather_index(self) -> Gather:
         manager = self.pool.manager

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from mlxcore.kv.paged_pool import PoolConfig
 
 MAX_RUNS = 4  # a table of up to this many runs of adjacent blocks is gathered by slicing; more, by row gather
+# Several runs in one slab are read as one view over the slots between them (the gaps masked out) while the
+# gaps hold at most this many slots a run: on this CPU a run costs attention ~5 more MLX operations a layer,
+# as much as ~800 more keys of the embedded target and ~100 of the 8B (a fork's gap is one or two blocks).
+SPAN_SLACK_SLOTS = 64
 
 
 class Gather:
@@ -43,6 +47,27 @@ class Gather:
                 runs.append([slab, first * block_size, block_size])
         self.runs = [tuple(run) for run in runs]  # (slab, first slot in the slab, slots)
         self._rows: dict[tuple[int, int], mx.array] = {}  # (kv_heads, slab slots) -> (kv_heads, slots) rows
+
+    def span(self, length: int) -> tuple[tuple[int, int, int], np.ndarray] | None:
+        """For the first ``length`` tokens in several runs of one slab with small gaps between them: the run
+        (slab, first slot, slots) that spans them, and each of its slots' position in the sequence (-1 in a
+        gap). None when they are one run, cross slabs, or the gaps are too wide to read."""
+        runs, left = [], length
+        for slab, start, size in self.runs:
+            if left <= 0:
+                break
+            runs.append((slab, start, min(size, left)))
+            left -= size
+        if len(runs) < 2 or len({slab for slab, _, _ in runs}) > 1:
+            return None
+        first, stop = min(start for _, start, _ in runs), max(start + size for _, start, size in runs)
+        if stop - first - length > SPAN_SLACK_SLOTS * (len(runs) - 1):
+            return None
+        positions, at = np.full(stop - first, -1, np.int32), 0
+        for _, start, size in runs:
+            positions[start - first:start - first + size] = np.arange(at, at + size)
+            at += size
+        return (runs[0][0], first, stop - first), positions
 
     def rows(self, kv_heads: int, capacity: int) -> mx.array:
         """Row of every slot of the sequence in its (only) slab, flattened; (2, kv_heads, slots) int32."""
@@ -158,12 +183,16 @@ class LayerStorage:
         for slab, start, size in gather.runs:
             if left <= 0:
                 break
-            parts = self.slabs[slab]
-            if start or min(size, left) < parts[0].shape[2]:  # a whole slab needs no slice (one op less per layer)
-                parts = [part[:, :, start:start + min(size, left), :] for part in parts]
-            views.append(self._split(parts))
+            views.append(self.view(slab, start, min(size, left)))  # a whole slab needs no slice (one op less)
             left -= size
         return views
+
+    def view(self, slab: int, start: int, size: int) -> tuple:
+        """Keys and values of ``size`` adjacent slots of one slab, as a view: (1, kv_heads, size, width) each."""
+        parts = self.slabs[slab]
+        if start or size < parts[0].shape[2]:
+            parts = [part[:, :, start:start + size, :] for part in parts]
+        return self._split(parts)
 
     def gather(self, gather: Gather, length: int) -> tuple:
         """A new contiguous copy of the first ``length`` tokens (keys, values)."""
