@@ -7,7 +7,9 @@ plan says. Attention reads the sequence where it lies: ``update_and_segments``
 returns one view of storage per run of adjacent blocks (a lone chat has one run
 per slab it spans; a fork, a shared prefix or a restored session a few more),
 which ``decode_attention.py`` and ``cpu_attention.py`` attend over without
-joining them. ``update_and_fetch`` (mlx-lm's protocol, for attention that needs
+joining them. ``update_and_read`` (the decode path) reads runs that lie in one
+slab with small gaps between them as one view over all those slots, with a mask
+that hides the gaps (``Gather.span``). ``update_and_fetch`` (mlx-lm's protocol, for attention that needs
 one array) returns a view when there is one run, else a copy made for that call.
 
 Every forward pass needs ``begin(ids)`` first (mlx-lm's own generate loop does
