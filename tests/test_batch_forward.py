@@ -59,3 +59,35 @@ def test_each_sequence_of_a_batch_decodes_as_it_would_alone(monkeypatch, path):
         assert cache.tokens == p + out[:-1], "each cache holds its prompt and the tokens fed since"
     assert any(len(c._gather_index().runs) > 2 for c in caches), "tables of several runs were read"
     assert (decoder.mirror is not None and decoder.mirror.bytes > 0) == (path == "mirror")
+
+
+@pytest.mark.parametrize("path", ["mirror", "per sequence"])
+def test_a_prompt_read_beside_decoding_sequences_attends_over_its_interleaved_blocks(monkeypatch, path):
+    """A prompt fed 3 tokens a pass while three sequences decode: in one slab their blocks interleave, and
+    its chunks (and, per sequence, every row) read their runs as one view with the gaps masked
+    (``Gather.span``). Everyone's tokens equal each sequence decoded alone."""
+    monkeypatch.setattr(batch_mirror, "MIRROR_LIMIT_BYTES", 1 << 30 if path == "mirror" else 0)
+    monkeypatch.setattr(batch_forward, "GATHER_LIMIT_BYTES", 0)
+    pool = make_block_pool(MODEL, block_size=4)  # one slab holds everything
+    caches = []
+    for p in prompts()[:3]:
+        caches.append(make_model_cache(MODEL, "paged", pool=pool, block_size=4))
+        prefill(MODEL, caches[-1], p[:-1], 64)
+    reader, long = make_model_cache(MODEL, "paged", pool=pool, block_size=4), prompts()[5]
+    decoder, last = BatchDecoder(FORWARD), [p[-1] for p in prompts()[:3]]
+    outs, fed, spanned = [[] for _ in caches], 0, 0
+    while fed < len(long) - 1:
+        chunk = long[fed:min(fed + 3, len(long) - 1)]
+        last = mx.argmax(decoder(caches, last, mx.array(last), chunk=(reader, chunk)), axis=-1).tolist()
+        spanned += reader._span_mask(reader.offset, len(chunk)) is not None
+        fed += len(chunk)
+        for out, token in zip(outs, last):
+            out.append(token)
+    assert reader.tokens == long[:-1] and len(reader._gather_index().runs) > 3 and spanned > 10
+    token, mine = long[-1], []
+    for _ in range(STEPS):  # the reader goes on alone from its prompt
+        reader.begin([token])
+        token = int(mx.argmax(FORWARD(mx.array([[token]]), cache=reader.layers)[0, -1]).item())
+        mine.append(token)
+    assert mine == alone(long)
+    assert [out[:STEPS] for out in outs] == [alone(p) for p in prompts()[:3]]

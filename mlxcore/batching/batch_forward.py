@@ -119,7 +119,8 @@ class BatchDecoder:
         over its own tokens), as one (R, heads, 1, dim) array."""
         decoded = normalized(reads.attend(storage, index, q[:rows]), q[:rows].shape)
         queries = q[rows:].transpose(2, 1, 0, 3)  # (1, heads, L, dim)
-        chunk = attend(queries, cache.layer_segments(index), 1.0, causal).transpose(2, 1, 0, 3)
+        segments, seen = cache.layer_read(index)
+        chunk = attend(queries, segments, 1.0, causal if seen is None else seen).transpose(2, 1, 0, 3)
         return mx.concatenate([decoded, chunk], axis=0)
 
 
@@ -180,7 +181,7 @@ class _Reads:
     def attend(self, storage: LayerStorage, index: int, q: mx.array) -> Attended:
         """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens (``attend_parts``)."""
         if not self.gather:
-            return mx.concatenate([attend(q[row:row + 1], cache.layer_segments(index), 1.0)
+            return mx.concatenate([_attend_own(q[row:row + 1], cache, index)
                                    for row, cache in enumerate(self.caches)], axis=0), None
         segments = []
         for slab in self.slabs:
@@ -209,6 +210,12 @@ class _MirrorReads:
 
     def attend(self, storage: LayerStorage, index: int, q: mx.array) -> Attended:
         return self.mirror.attend(index, self.step, q)
+
+
+def _attend_own(q: mx.array, cache: PagedCache, index: int) -> mx.array:
+    """One sequence's query (1, heads, 1, dim; scaled) over its own tokens in layer ``index``."""
+    segments, seen = cache.layer_read(index)
+    return attend(q, segments, 1.0, seen)
 
 
 def _causal(cache: PagedCache, count: int) -> mx.array:

@@ -135,7 +135,7 @@ class BatchMirror:
         keys, values = view[0, :, :, :step.longest], view[1, :, :, :step.longest]
         out, total = attend_batch_parts(q if step.order is None else q[step.order], [(keys, values)], 1.0, step.valid)
         if step.alone:
-            parts = [attend_parts(q[b:b + 1], cache.layer_segments(index), 1.0) for b, cache in step.alone]
+            parts = [attend_parts(q[b:b + 1], *_read(cache, index)) for b, cache in step.alone]
             out = mx.concatenate([out] + [o for o, _ in parts])
             total = None if total is None else mx.concatenate([total] + [t for _, t in parts])
         if step.place is not None:
@@ -252,3 +252,9 @@ def _alone(lengths: list[int]) -> list[int]:
         if cost < best_cost:
             best, best_cost = k, cost
     return sorted(by_length[:best])
+
+
+def _read(cache: PagedCache, index: int) -> tuple[list, float, mx.array | None]:
+    """(segments, scale, mask) for ``attend_parts`` of a row that attends alone over its blocks."""
+    segments, seen = cache.layer_read(index)
+    return segments, 1.0, seen

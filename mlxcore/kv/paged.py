@@ -242,6 +242,17 @@ class PagedCache(ModelCache):
         plan = self._announced()
         return self.pool.storage[index].segments(self._gather_index(), plan.start + plan.length)
 
+    def layer_read(self, index: int) -> tuple[list[tuple], mx.array | None]:
+        """As ``layer_segments``, or one view spanning runs with small gaps (``Gather.span``); with the mask
+        the announced tokens attend with there, (L, slots), else None (they see every token up to their own:
+        the caller's causal mask)."""
+        plan = self._announced()
+        span = self._span_mask(plan.start + plan.length, plan.length)
+        if span is None:
+            return self.layer_segments(index), None
+        (slab, start, size), seen = span
+        return [self.pool.storage[index].view(slab, start, size)], seen
+
     def finish_batched_pass(self) -> None:
         """Every layer holds the announced tokens now (written by a batched pass)."""
         plan = self._announced()
