@@ -8,6 +8,7 @@ import pytest
 
 from mlxcore.batching import batch_forward, batch_mirror
 from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.prefill import prefill
@@ -62,10 +63,11 @@ def test_each_sequence_of_a_batch_decodes_as_it_would_alone(monkeypatch, path):
 
 
 @pytest.mark.parametrize("path", ["mirror", "per sequence"])
-def test_a_prompt_read_beside_decoding_sequences_attends_over_its_interleaved_blocks(monkeypatch, path):
-    """A prompt fed 3 tokens a pass while three sequences decode: in one slab their blocks interleave, and
-    its chunks (and, per sequence, every row) read their runs as one view with the gaps masked
-    (``Gather.span``). Everyone's tokens equal each sequence decoded alone."""
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_a_prompt_fed_beside_decoding_sequences_attends_over_its_interleaved_blocks(monkeypatch, path, layers):
+    """A prompt fed 5 tokens a chunk, ``layers`` layers a step (``PromptFeed``), while three sequences
+    decode: in one slab their blocks interleave, and its chunks (and, per sequence, every row) read their
+    runs as one view with the gaps masked (``Gather.span``). Everyone's tokens equal each sequence's alone."""
     monkeypatch.setattr(batch_mirror, "MIRROR_LIMIT_BYTES", 1 << 30 if path == "mirror" else 0)
     monkeypatch.setattr(batch_forward, "GATHER_LIMIT_BYTES", 0)
     pool = make_block_pool(MODEL, block_size=4)  # one slab holds everything
@@ -75,19 +77,24 @@ def test_a_prompt_read_beside_decoding_sequences_attends_over_its_interleaved_bl
         prefill(MODEL, caches[-1], p[:-1], 64)
     reader, long = make_model_cache(MODEL, "paged", pool=pool, block_size=4), prompts()[5]
     decoder, last = BatchDecoder(FORWARD), [p[-1] for p in prompts()[:3]]
-    outs, fed, spanned = [[] for _ in caches], 0, 0
+    outs, fed, spanned, feed = [[] for _ in caches], 0, 0, None
     while fed < len(long) - 1:
-        chunk = long[fed:min(fed + 3, len(long) - 1)]
-        last = mx.argmax(decoder(caches, last, mx.array(last), chunk=(reader, chunk)), axis=-1).tolist()
-        spanned += reader._span_mask(reader.offset, len(chunk)) is not None
-        fed += len(chunk)
+        last = mx.argmax(decoder(caches, last, mx.array(last)), axis=-1).tolist()
         for out, token in zip(outs, last):
             out.append(token)
-    assert reader.tokens == long[:-1] and len(reader._gather_index().runs) > 3 and spanned > 10
+        if feed is None:
+            feed = PromptFeed(FORWARD, reader, long[fed:min(fed + 5, len(long) - 1)])
+            spanned += reader._span_mask(reader.offset + len(feed.ids), len(feed.ids)) is not None
+            assert reader.pool.manager.cached_prefix(long)[0] <= fed, "a chunk in flight is not found by prefix hits"
+        if feed.advance(layers):
+            fed, feed = fed + len(feed.ids), None
+            assert reader.offset == fed
+    assert reader.tokens == long[:-1] and len(reader._gather_index().runs) > 3 and spanned > 5
+    assert reader.pool.manager.cached_prefix(long)[0] == (len(long) - 1) // 4 * 4, "read, its blocks are hashed"
     token, mine = long[-1], []
     for _ in range(STEPS):  # the reader goes on alone from its prompt
         reader.begin([token])
         token = int(mx.argmax(FORWARD(mx.array([[token]]), cache=reader.layers)[0, -1]).item())
         mine.append(token)
     assert mine == alone(long)
-    assert [out[:STEPS] for out in outs] == [alone(p) for p in prompts()[:3]]
+    assert [out[:STEPS] for out in outs] == [alone(p)[:min(len(outs[0]), STEPS)] for p in prompts()[:3]]

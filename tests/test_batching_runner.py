@@ -41,15 +41,15 @@ def prompt(stream: int, length: int) -> list[int]:
 
 
 class FixedPacing(Pacing):
-    """Chunks of ``MAX_TOKENS`` prompt tokens, whatever the steps measure."""
+    """Chunks of ``MAX_TOKENS`` prompt tokens through one layer a step, whatever the steps measure."""
 
-    def __init__(self) -> None:
-        super().__init__(decode_seconds=1.0, size=MAX_TOKENS)
+    def __init__(self, layers: int) -> None:
+        super().__init__(layers, decode_seconds=1.0, work=MAX_TOKENS)
 
     def observe_decode(self, seconds: float) -> None:
         pass
 
-    def observe_chunk(self, tokens: int, added_seconds: float) -> None:
+    def observe_feed(self, work: int, added_seconds: float) -> None:
         pass
 
 
@@ -89,7 +89,7 @@ def test_batches_joining_at_different_steps_with_one_cancelled_equal_each_alone(
     batch = Collector(LocalBatch(engine(), max_running=8))
     # Joining prompts are read in chunks sized by measured step times; fixed here, so that how far they get
     # alongside the running ones does not depend on how busy the machine is.
-    batch.batch.runner.pacing = FixedPacing()
+    batch.batch.runner.pacing = FixedPacing(batch.batch.runner.pacing.layers)
     params = GenerationParams(max_tokens=40)
     prompts = [prompt(s, 9 + 23 * s) for s in range(8)]
     handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts[:3]]
@@ -214,3 +214,59 @@ def test_every_batch_size_decodes_as_each_request_alone(size):
     assert batch.batch.runner.tally.largest_batch == size
     for handle, p in zip(handles, prompts):
         assert batch.tokens(handle) == alone(p, params)
+
+
+def feeding_midway(batch: Collector, handle) -> bool:
+    """Whether ``handle``'s prompt has a chunk part way through the layers now."""
+    runner = batch.batch.runner
+    seq = runner.sequences.get(handle.request_id)
+    return runner.feeding is not None and runner.feeding[0] is seq and 0 < runner.feeding[2].layer
+
+
+def test_a_prompt_cancelled_while_a_chunk_is_part_way_through_the_layers_leaves_nothing_behind():
+    """Its blocks go back after the next step, and the half-read chunk is not a cached prefix: the same
+    prompt asked again reads it anew and answers as it would alone."""
+    made = engine()
+    batch = Collector(LocalBatch(made))
+    batch.batch.runner.pacing = FixedPacing(batch.batch.runner.pacing.layers)
+    params, long = GenerationParams(max_tokens=30), prompt(40, 300)
+    running = batch.submit(Request(tuple(prompt(41, 20)), GenerationParams(max_tokens=400)))[0]
+    batch.step(3)
+    joining = batch.submit(Request(tuple(long), params))[0]
+    batch.step(1)
+    while not feeding_midway(batch, joining):
+        batch.step(1)
+    read = batch.batch.runner.sequences[joining.request_id].cached  # what whole chunks have read
+    pool = made.pool("target")
+    assert pool.manager.cached_prefix(long)[0] == 0, "nothing of a prompt being read is found by prefix hits"
+    joining.cancel()
+    batch.step(1)
+    assert batch.batch.runner.feeding is None
+    assert pool.stats().used_blocks == len(pool.manager.block_ids(batch.batch.runner.lives[
+        id(batch.batch.runner.sequences[running.request_id])][0].caches.target.seq_id))
+    assert pool.manager.cached_prefix(long)[0] == read // 16 * 16, "only whole chunks' blocks are cached"
+    again = batch.submit(Request(tuple(long), params))[0]
+    while len(batch.tokens(again)) < 30:
+        batch.step(1)
+    assert batch.tokens(again) == alone(long, params)
+    running.cancel()
+    batch.run()
+
+
+def test_the_same_prompt_asked_while_its_first_copy_is_part_way_through_the_layers():
+    """The second copy must not read the first's blocks before every layer holds them: both answer as alone."""
+    batch = Collector(LocalBatch(engine()))
+    batch.batch.runner.pacing = FixedPacing(batch.batch.runner.pacing.layers)
+    params, long = GenerationParams(max_tokens=20), prompt(42, 200)
+    running = batch.submit(Request(tuple(prompt(43, 20)), GenerationParams(max_tokens=300)))[0]
+    batch.step(3)
+    first = batch.submit(Request(tuple(long), params))[0]
+    while not feeding_midway(batch, first):
+        batch.step(1)
+    second = batch.submit(Request(tuple(long), params))[0]
+    while len(batch.tokens(first)) < 20 or len(batch.tokens(second)) < 20:
+        batch.step(1)
+    expected = alone(long, params)
+    assert batch.tokens(first) == expected and batch.tokens(second) == expected
+    running.cancel()
+    batch.run()

@@ -31,7 +31,7 @@ import numpy as np
 
 from mlxcore.batching.batch_mirror import BatchMirror, MirrorStep
 from mlxcore.compiled_forward import CompiledForward
-from mlxcore.decode_attention import Attended, attend, attend_batch_parts, normalized
+from mlxcore.decode_attention import Attended, attend, attend_batch_parts
 from mlxcore.errors import ModelLoadError
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.slab_storage import LayerStorage
@@ -51,23 +51,17 @@ class BatchDecoder:
         self.forward = forward
         self.mirror: BatchMirror | None = None
 
-    def __call__(self, caches: list[PagedCache], ids: list[int], inputs: mx.array,
-                 chunk: tuple[PagedCache, list[int]] | None = None) -> mx.array:
+    def __call__(self, caches: list[PagedCache], ids: list[int], inputs: mx.array) -> mx.array:
         """Logits (B, V) of the next token of each sequence after ``inputs`` (B,) int32.
 
         ``ids`` are the same tokens as known ids (or ``PENDING`` where the value is not known yet:
         correct it with ``cache.correct_tail`` afterwards), recorded as each cache's tokens.
-        ``chunk``: (cache, prompt ids) of another sequence reading its prompt, fed in the same pass as
-        more rows (one token a row at its own position), attended causally over its own tokens.
+        A prompt read beside the batch goes through the layers on its own (``prompt_feed.py``).
         """
         pool = caches[0].pool
-        if any(cache.pool is not pool for cache in caches + ([chunk[0]] if chunk else [])):
+        if any(cache.pool is not pool for cache in caches):
             raise ValueError("A batch's sequences must share one block pool.")
         positions = [cache.offset for cache in caches]  # each one's next position
-        if chunk is not None:  # first: a chunk the pool cannot take raises before anything changed
-            chunk[0].begin(chunk[1])
-            positions += range(chunk[0].offset, chunk[0].offset + len(chunk[1]))
-            inputs = mx.concatenate([inputs, mx.array(chunk[1], dtype=inputs.dtype)])
         mirror = self._mirror(pool, caches)
         step = mirror.plan(caches) if mirror is not None else None
         for cache, token in zip(caches, ids):
@@ -78,25 +72,20 @@ class BatchDecoder:
         else:
             reads = _Reads(caches, pool.geometry.token_bytes // pool.geometry.num_layers)
         offsets = mx.array(positions, dtype=mx.int32)
-        writes = _Writes(caches, chunk[0] if chunk else None)
-        rows = len(caches)
-        causal = _causal(chunk[0], len(chunk[1])) if chunk else None
-        h = self.forward.model.embed_tokens(inputs[:, None])  # (rows + chunk, 1, hidden): a row a token
+        writes = SlotWrites(caches)
+        h = self.forward.model.embed_tokens(inputs[:, None])  # (B, 1, hidden): a row a sequence
         for index, layer in enumerate(self.forward._layers):
-            q, both = layer.before_batch(h, offsets)  # (R, heads, 1, dim) scaled; (2, kv_heads, R, dim)
+            q, both = layer.before_batch(h, offsets)  # (B, heads, 1, dim) scaled; (2, kv_heads, B, dim)
             storage = pool.storage[index]
             written = writes.apply(storage, both)
-            reads.write(index, both[:, :, :rows])
-            if chunk is None:
-                h = layer.after(h, reads.attend(storage, index, q))
-            else:
-                h = layer.after(h, (self._mixed(reads, storage, index, q, rows, chunk[0], causal), None))
+            reads.write(index, both)
+            h = layer.after(h, reads.attend(storage, index, q))
             # Start this layer while the next one's graph is built (MLX's CPU queue is short); the pool's
             # write too, which a pass reading the mirror does not depend on: left lazy, writes would pile up.
             mx.async_eval(h, written)
-        for cache in caches + ([chunk[0]] if chunk else []):
+        for cache in caches:
             cache.finish_batched_pass()
-        return self.forward._head(h[:rows])[:, -1, :]
+        return self.forward._head(h)[:, -1, :]
 
     def _mirror(self, pool, caches: list[PagedCache]) -> BatchMirror | None:
         """The pool's mirror of the batch, for two or more sequences of a float pool (``batch_mirror.py``)."""
@@ -112,20 +101,10 @@ class BatchDecoder:
         if self.mirror is not None:
             self.mirror.drop()
 
-    @staticmethod
-    def _mixed(reads: _Reads | _MirrorReads, storage: LayerStorage, index: int, q: mx.array, rows: int,
-               cache: PagedCache, causal: mx.array) -> mx.array:
-        """Attention of the decode rows (as without a chunk) and of the chunk's rows (``causal`` (L, keys),
-        over its own tokens), as one (R, heads, 1, dim) array."""
-        decoded = normalized(reads.attend(storage, index, q[:rows]), q[:rows].shape)
-        queries = q[rows:].transpose(2, 1, 0, 3)  # (1, heads, L, dim)
-        segments, seen = cache.layer_read(index)
-        chunk = attend(queries, segments, 1.0, causal if seen is None else seen).transpose(2, 1, 0, 3)
-        return mx.concatenate([decoded, chunk], axis=0)
 
-
-class _Writes:
-    """Where each row's key and value go: per slab, the slots and the rows that write them."""
+class SlotWrites:
+    """Where each row's key and value go: per slab, the slots and the rows that write them (a prompt
+    chunk's cache: one row per token it announced)."""
 
     def __init__(self, caches: list[PagedCache], chunk: PagedCache | None = None) -> None:
         groups: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
@@ -216,13 +195,6 @@ def _attend_own(q: mx.array, cache: PagedCache, index: int) -> mx.array:
     """One sequence's query (1, heads, 1, dim; scaled) over its own tokens in layer ``index``."""
     segments, seen = cache.layer_read(index)
     return attend(q, segments, 1.0, seen)
-
-
-def _causal(cache: PagedCache, count: int) -> mx.array:
-    """(count, keys) booleans: query i of a chunk of ``count`` new tokens sees keys up to its own position
-    (made once a pass; the layers share it)."""
-    keys = cache.offset + count
-    return mx.arange(keys)[None] <= mx.arange(count)[:, None] + (keys - count)
 
 
 def _per_slab(table: list[tuple[int, int, int]]) -> dict[int, int]:

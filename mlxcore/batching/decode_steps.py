@@ -56,9 +56,8 @@ class DecodeSteps:
     def pending(self) -> bool:
         return self.last is not None
 
-    def queue(self, lives: list[Live], chunk: tuple | None = None) -> None:
-        """Queue one step for ``lives`` (each feeds its pending pick, or its last known id); ``chunk``:
-        (cache, prompt ids) of a sequence reading its prompt, fed in the same pass (``BatchDecoder``)."""
+    def queue(self, lives: list[Live]) -> None:
+        """Queue one step for ``lives`` (each feeds its pending pick, or its last known id)."""
         last = self.last
         where = {id(live): row for row, live in enumerate(last.lives)} if last else {}
         rows = [where.get(id(live)) for live in lives]
@@ -66,7 +65,7 @@ class DecodeSteps:
         if last is not None:
             last.fed.update(id(live) for live, row in zip(lives, rows) if row is not None)
         inputs = self._inputs(lives, rows, last)
-        logits = self._logits(lives, ids, inputs, chunk)  # (B, V)
+        logits = self._logits(lives, ids, inputs)  # (B, V)
         tokens, logprobs = _pick(lives, logits)
         tops = [_top(logits[row], live.handle.request.top_logprobs) for row, live in enumerate(lives)]
         mx.async_eval(tokens, logprobs, [t for t in tops if t is not None])
@@ -81,12 +80,12 @@ class DecodeSteps:
                    for live, row in zip(lives, rows)]
         return sources[0] if len(sources) == 1 else mx.concatenate(sources)
 
-    def _logits(self, lives: list[Live], ids: list[int], inputs: mx.array, chunk: tuple | None) -> mx.array:
-        if len(lives) == 1 and chunk is None:
+    def _logits(self, lives: list[Live], ids: list[int], inputs: mx.array) -> mx.array:
+        if len(lives) == 1:
             cache = lives[0].caches.target
             cache.begin(ids)
             return self.forward(inputs[None], cache=cache.layers)[:, -1, :]
-        return self.decoder([live.caches.target for live in lives], ids, inputs, chunk)
+        return self.decoder([live.caches.target for live in lives], ids, inputs)
 
     def advance(self) -> list[Read]:
         """Read the previous step's picks (after ``queue``, or with nothing queued); make the queued step's

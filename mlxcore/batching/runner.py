@@ -26,6 +26,7 @@ from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.live import Live
 from mlxcore.batching.pacing import Pacing
 from mlxcore.batching.policies import Policy
+from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.request import Request
 from mlxcore.batching.scheduler import Scheduler, Sequence, StepPlan
 from mlxcore.compiled_forward import MAX_FED_TOKENS
@@ -54,7 +55,8 @@ class BatchRunner:
         self.lives: dict[int, list[Live]] = {}  # id(sequence) -> its replies (several until a prompt forks)
         self.sequences: dict[str, Sequence] = {}  # request id -> its sequence
         self.tally = Tally()
-        self.pacing = Pacing()
+        self.pacing = Pacing(len(engine.target_forward._layers) if engine.target_forward.split else 1)
+        self.feeding: tuple[Sequence, Live, PromptFeed] | None = None  # a prompt chunk on its way through the layers
         self._cancelled: set[str] = set()
 
     # requests ---------------------------------------------------------------
@@ -127,6 +129,7 @@ class BatchRunner:
         self.scheduler.waiting.clear()
         self.scheduler.running.clear()
         self.decoder.release()
+        self.feeding = None
 
     # one step ---------------------------------------------------------------
 
@@ -142,23 +145,28 @@ class BatchRunner:
             for live in self.lives[id(seq)]:
                 live.late = True
         paced = bool(plan.decode) and self.scheduler.prefill_cap is not None
-        chunk = None
+        if not paced:
+            self._feed(len(self.engine.target_forward._layers))  # nothing to pace against: finish it now
+        feeding = self.feeding[0] if self.feeding else None
         for seq, count in plan.prefill:
-            if paced and chunk is None:  # read in the decode pass itself, as more rows of the batch
-                chunk = self._chunk(seq, count, start)
+            if seq is feeding:
+                continue  # its chunk goes on below
+            if paced and self.feeding is None:  # through the layers a few at a time, beside the decode passes
+                self._start_feed(seq, count, start)
             else:
                 self._prefill(seq, count, start)
-        decoded = self._decode([seq for seq in plan.decode if id(seq) in self.lives], self._lone(plan), chunk)
+        decoded = self._decode([seq for seq in plan.decode if id(seq) in self.lives], self._lone(plan))
+        work = self._feed(self.pacing.layers_for(len(self.feeding[2].ids))) if paced and self.feeding else 0
         if not self.scheduler.running:
             self.decoder.release()  # the batch's mirror of the pool (batch_mirror.py) goes back to the budget
         seconds = decision_clock.now() - start
         self.tally.step(len(plan.decode), decoded, seconds)
         if decoded:
             self.scheduler.step_seconds = seconds
-            if not plan.prefill:
+            if not plan.prefill and not work:
                 self.pacing.observe_decode(seconds)
-            elif chunk is not None and self.pacing.decode_seconds is not None:
-                self.pacing.observe_chunk(len(chunk[2]), seconds - self.pacing.decode_seconds)
+            elif work and self.pacing.decode_seconds is not None:
+                self.pacing.observe_feed(work, seconds - self.pacing.decode_seconds)
 
     def _lone(self, plan: StepPlan) -> bool:
         """Whether the step's one decoding sequence may decode speculatively: nobody else runs or waits."""
@@ -167,8 +175,9 @@ class BatchRunner:
 
     # prefill ----------------------------------------------------------------
 
-    def _chunk(self, seq: Sequence, count: int, now: float) -> tuple[Sequence, Live, list[int]] | None:
-        """The prompt ids ``seq`` reads in this step's decode pass (its caches attached first), or None."""
+    def _start_feed(self, seq: Sequence, count: int, now: float) -> None:
+        """Announce the next chunk of ``seq``'s prompt (its caches attached first); it goes through the
+        layers in the steps that follow (``_feed``)."""
         leader = self.lives[id(seq)][0]
         leader.started(now)
         if leader.caches is None:
@@ -177,8 +186,32 @@ class BatchRunner:
         if not count:
             if seq.choices > 1:
                 self._fork(seq)
-            return None
-        return seq, leader, leader.ids[seq.cached:seq.cached + count]
+            return
+        count = 1 << (count.bit_length() - 1)  # a power of two: each new chunk length compiles the layers anew
+        try:
+            feed = PromptFeed(self.engine.target_forward, leader.caches.target, leader.ids[seq.cached:seq.cached + count])
+        except PoolExhaustedError as error:
+            self._refused(seq, error)
+            return
+        self.feeding = (seq, leader, feed)
+
+    def _feed(self, layers: int) -> int:
+        """Run the chunk in flight through ``layers`` more layers; the token-layers fed. Once it went through
+        the last, its sequence has read it; a chunk whose caches were let go meanwhile is dropped."""
+        if self.feeding is None:
+            return 0
+        seq, leader, feed = self.feeding
+        if feed.stale or self.lives.get(id(seq), [None])[0] is not leader:
+            self.feeding = None
+            return 0
+        layers = min(layers, feed.layers_left)
+        if feed.advance(layers):
+            self.feeding = None
+            seq.cached += len(feed.ids)
+            leader.computed_prompt += len(feed.ids)
+            if seq.prefill_left == 0 and seq.choices > 1:
+                self._fork(seq)
+        return layers * len(feed.ids)
 
     def _prefill(self, seq: Sequence, count: int, now: float) -> None:
         lives = self.lives[id(seq)]
@@ -247,9 +280,8 @@ class BatchRunner:
 
     # decode -----------------------------------------------------------------
 
-    def _decode(self, seqs: list[Sequence], lone: bool, chunk: tuple | None = None) -> int:
-        """One token for each of ``seqs`` (queued; read next step, ``decode_steps.py``), and ``chunk``'s
-        prompt ids (sequence, reply, ids) fed in the same pass; tokens emitted."""
+    def _decode(self, seqs: list[Sequence], lone: bool) -> int:
+        """One token for each of ``seqs`` (queued; read next step, ``decode_steps.py``); tokens emitted."""
         lives = [self.lives[id(seq)][0] for seq in seqs]
         emitted = 0
         if lone and self._drafts(lives[0]):
@@ -259,29 +291,13 @@ class BatchRunner:
         elif lives:
             for live in lives:
                 live.close_speculative()
-            self._queue(lives, chunk)
+            self.steps.queue(lives)
             for seq, live in zip(seqs, lives):
                 seq.cached = live.caches.target.offset
         for live, token, logprob, top in self.steps.advance():
             self._emitted(live, token, logprob, False, top)
             emitted += 1
         return emitted
-
-    def _queue(self, lives: list[Live], chunk: tuple | None) -> None:
-        """Queue the decode pass, with the prompt chunk if the pool takes it (else that sequence waits)."""
-        if chunk is not None:
-            seq, reader, ids = chunk
-            try:
-                self.steps.queue(lives, (reader.caches.target, ids))
-            except PoolExhaustedError as error:
-                self._refused(seq, error)
-            else:
-                seq.cached += len(ids)
-                reader.computed_prompt += len(ids)
-                if seq.prefill_left == 0 and seq.choices > 1:
-                    self._fork(seq)
-                return
-        self.steps.queue(lives)
 
     def _settle(self, live: Live) -> int:
         """Emit ``live``'s pending pick now (before it leaves batched decoding); tokens emitted."""

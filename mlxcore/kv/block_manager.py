@@ -185,8 +185,11 @@ class BlockManager:
         self._prefix_hit_tokens += reused
         return reused
 
-    def append(self, seq_id: int, token_ids: Sequence[int]) -> AppendPlan:
-        """Add ``token_ids`` to the sequence; raise ``PoolExhaustedError`` (changing nothing) if they do not fit."""
+    def append(self, seq_id: int, token_ids: Sequence[int], hashed: bool = True) -> AppendPlan:
+        """Add ``token_ids`` to the sequence; raise ``PoolExhaustedError`` (changing nothing) if they do not fit.
+
+        ``hashed=False``: the blocks they fill are not found by prefix hits until ``hash_blocks`` (their
+        keys and values are written over several passes, and another sequence must not read them before)."""
         seq = self._sequence(seq_id)
         if not token_ids:
             raise ValueError("append needs at least one token.")
@@ -200,8 +203,17 @@ class BlockManager:
         copies = self._prepare_tail(seq, tail_shared)
         segments = self._place(seq, start, len(token_ids))
         seq.token_ids.extend(token_ids)
-        self._hash_full_blocks(seq, start // size)
+        if hashed:
+            self._hash_full_blocks(seq, start // size)
         return AppendPlan(start, len(token_ids), copies, segments)
+
+    def hash_blocks(self, seq_id: int) -> None:
+        """Hash the full blocks an ``append(..., hashed=False)`` left out: prefix hits may find them now."""
+        seq = self._sequence(seq_id)
+        first = len(seq.token_ids) // self.block_size
+        while first and self._blocks[seq.block_ids[first - 1]].hash is None:
+            first -= 1
+        self._hash_full_blocks(seq, first)
 
     def blocks_needed(self, seq_id: int, count: int) -> int:
         """Blocks an append of ``count`` tokens takes (new ones, and a copy of a shared partial tail)."""

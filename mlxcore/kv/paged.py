@@ -253,12 +253,24 @@ class PagedCache(ModelCache):
         (slab, start, size), seen = span
         return [self.pool.storage[index].view(slab, start, size)], seen
 
+    def begin_unhashed(self, ids: list[int]) -> None:
+        """``begin`` for a batched pass that writes the layers over several steps (``BatchDecoder.start_feed``):
+        the blocks it fills are found by prefix hits only once ``finish_batched_pass`` says all layers hold them."""
+        self._settle()
+        self._begin(list(ids), hashed=False)
+
     def finish_batched_pass(self) -> None:
         """Every layer holds the announced tokens now (written by a batched pass)."""
         plan = self._announced()
         for layer in self.layers:
             layer.offset = plan.start + plan.length
         self._plan, self._pending_layers = None, 0
+        self.pool.manager.hash_blocks(self.seq_id)
+
+    @property
+    def announced(self) -> AppendPlan | None:
+        """The plan of the pass in progress (``begin``), or None."""
+        return self._plan
 
     def _announced(self, length: int | None = None) -> AppendPlan:
         plan = self._plan
@@ -271,11 +283,11 @@ class PagedCache(ModelCache):
     def _token_ids(self) -> list[int]:
         return self.pool.manager.token_ids(self.seq_id)
 
-    def _begin(self, ids: list[int]) -> None:
+    def _begin(self, ids: list[int], hashed: bool = True) -> None:
         self.edits += 1
         self.pool.make_room(self.seq_id, len(ids))
         try:
-            plan = self.pool.manager.append(self.seq_id, ids)  # raises before any change if the pool is full
+            plan = self.pool.manager.append(self.seq_id, ids, hashed)  # raises before any change if the pool is full
         except PoolExhaustedError:
             raise PoolExhaustedError(self.pool.full_message(len(ids))) from None
         self.pool.copy_blocks(plan.copies)
