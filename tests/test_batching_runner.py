@@ -44,12 +44,12 @@ class FixedPacing(Pacing):
     """Chunks of ``MAX_TOKENS`` prompt tokens through one layer a step, whatever the steps measure."""
 
     def __init__(self, layers: int) -> None:
-        super().__init__(layers, decode_seconds=1.0, work=MAX_TOKENS)
+        super().__init__(layers, work=MAX_TOKENS, decode={1: 1.0})
 
-    def observe_decode(self, seconds: float) -> None:
+    def observe_decode(self, rows: int, seconds: float) -> None:
         pass
 
-    def observe_feed(self, work: int, added_seconds: float) -> None:
+    def observe_feed(self, rows: int, work: int, seconds: float) -> None:
         pass
 
 
@@ -220,7 +220,7 @@ def feeding_midway(batch: Collector, handle) -> bool:
     """Whether ``handle``'s prompt has a chunk part way through the layers now."""
     runner = batch.batch.runner
     seq = runner.sequences.get(handle.request_id)
-    return runner.feeding is not None and runner.feeding[0] is seq and 0 < runner.feeding[2].layer
+    return seq is not None and id(seq) in runner.feeds and 0 < runner.feeds[id(seq)][2].layer
 
 
 def test_a_prompt_cancelled_while_a_chunk_is_part_way_through_the_layers_leaves_nothing_behind():
@@ -241,7 +241,7 @@ def test_a_prompt_cancelled_while_a_chunk_is_part_way_through_the_layers_leaves_
     assert pool.manager.cached_prefix(long)[0] == 0, "nothing of a prompt being read is found by prefix hits"
     joining.cancel()
     batch.step(1)
-    assert batch.batch.runner.feeding is None
+    assert not batch.batch.runner.feeds
     assert pool.stats().used_blocks == len(pool.manager.block_ids(batch.batch.runner.lives[
         id(batch.batch.runner.sequences[running.request_id])][0].caches.target.seq_id))
     assert pool.manager.cached_prefix(long)[0] == read // 16 * 16, "only whole chunks' blocks are cached"

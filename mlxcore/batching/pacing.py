@@ -1,54 +1,70 @@
-"""How much of a prompt a step may read while other sequences decode: about half a decode step's worth.
+"""How much prompt reading a step may do while other sequences decode: about half a decode step's worth.
 
-A long prompt that joins running streams is read in chunks that go through the layers a few at
-a time between decode passes (``prompt_feed.py``), so a step is slower by what the feed adds. Its
-cost is, per layer, a fixed part (attention over the prompt read so far) and a part per token; so
-the cheapest way to read a prompt at a given stall is one layer a step with as large a chunk as
-that allows, and more layers a step only once chunks are as large as they go.
+Prompts that join running streams are read in chunks that go through the layers a few at a time
+between decode passes (``prompt_feed.py``), so a step is slower by what those chunks add. The
+amount is counted in token-layers (a chunk's tokens times the layers it goes through in the step).
+A layer's cost for a chunk is a fixed part (attention over the prompt read so far) plus a part per
+token, so large chunks through few layers a step read a prompt fastest for a given stall.
 
-The pace is a number of token-layers a step (a chunk's tokens times the layers it goes through in
-that step), following what each step's feed added to it, as measured: halved when that exceeded
-``STALL_SHARE`` of a decode step, doubled when it stayed under ``GROW_BELOW`` of it. A chunk takes
-up to ``MAX_TOKENS`` tokens, the pace's worth for one layer; the layers a step then follow from the
-pace. The running streams wait about ``1 + STALL_SHARE`` decode steps at most between two tokens.
-With nothing decoding, a prompt is read at full speed.
+The pace follows what each step's reading added to it, against a step that only decoded as many
+rows (the nearest batch size measured when that one was not): halved when it added more than
+``STALL_SHARE`` of that step, grown by a quarter (at least one) when it added less than
+``GROW_BELOW`` (growing faster overshot). The running streams then wait about ``1 + STALL_SHARE``
+decode steps between two tokens while a long prompt is read. A short prompt (``SHORT_PROMPT``) is
+read in one step whatever the pace, as a chat message or a server request usually is: its first
+token comes sooner, and its cost is bounded. With nothing decoding, prompts are read at full speed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-STALL_SHARE = 0.5  # a step's feed may add this share of a decode step's time to it
-GROW_BELOW = 0.25  # a feed that added less than this share doubles the pace
+STALL_SHARE = 0.5  # a step's prompt reading may add this share of a decode step's time to it
+GROW_BELOW = 0.3  # a step whose reading added less than this share grows the pace
+GROWTH = 1.25
 MIN_WORK, FIRST_WORK = 1, 16  # token-layers a step
-GROW_STEP = 4  # the pace grows by a quarter at a time (doubling overshot: steps of twice the share)
 MAX_TOKENS = 64  # a chunk's tokens at most (``compiled_forward.MAX_FED_TOKENS``)
-WEIGHT = 0.2  # how fast the decode step's average follows new measurements
+SHORT_PROMPT = 64  # prompts of at most this many tokens are read in one step (their first token comes sooner)
+WEIGHT = 0.2  # how fast a decode step's average follows new measurements
 
 
 @dataclass
 class Pacing:
     layers: int  # the model's
-    decode_seconds: float | None = None  # a step that only decoded (average)
     work: int = FIRST_WORK  # token-layers a step may feed
+    decode: dict[int, float] = field(default_factory=dict)  # rows -> seconds of a step that only decoded (average)
 
-    def observe_decode(self, seconds: float) -> None:
-        self.decode_seconds = seconds if self.decode_seconds is None else \
-            self.decode_seconds + WEIGHT * (seconds - self.decode_seconds)
+    def observe_decode(self, rows: int, seconds: float) -> None:
+        known = self.decode.get(rows)
+        self.decode[rows] = seconds if known is None else known + WEIGHT * (seconds - known)
 
-    def observe_feed(self, work: int, added_seconds: float) -> None:
-        """A step fed ``work`` token-layers and took ``added_seconds`` more than a decode step."""
-        if self.decode_seconds is None or work < self.work:  # a chunk's last layers or last tokens say little
+    def decode_seconds(self, rows: int) -> float | None:
+        """A decode-only step of ``rows`` rows, or of the nearest batch size measured; None before any."""
+        if not self.decode:
+            return None
+        return self.decode[min(self.decode, key=lambda measured: (abs(measured - rows), measured))]
+
+    def observe_feed(self, rows: int, work: int, seconds: float) -> None:
+        """A step of ``rows`` decode rows also fed ``work`` token-layers, and took ``seconds``."""
+        base = self.decode_seconds(rows)
+        if base is None or work <= 0:
             return
-        if added_seconds > STALL_SHARE * self.decode_seconds:
+        added = seconds - base
+        if added > STALL_SHARE * base:
             self.work = max(MIN_WORK, self.work // 2)
-        elif added_seconds < GROW_BELOW * self.decode_seconds:
-            self.work = min(MAX_TOKENS * self.layers, self.work + max(1, self.work // GROW_STEP))
+        elif added < GROW_BELOW * base and 2 * work >= self.work:  # a step that fed far less says little
+            self.work = min(MAX_TOKENS * self.layers, max(self.work + 1, int(self.work * GROWTH)))
 
     def cap(self) -> int | None:
-        """The tokens of the next chunk; None until a decode step was timed (nothing is paced before)."""
-        return None if self.decode_seconds is None else min(MAX_TOKENS, self.work)
+        """Prompt tokens a step may start reading (a short prompt at once, ``SHORT_PROMPT``; a long one's chunk
+        is cut to the pace); None until a decode step was timed (nothing is paced before)."""
+        return None if not self.decode else MAX_TOKENS
 
-    def layers_for(self, tokens: int) -> int:
-        """The layers a chunk of ``tokens`` goes through this step."""
-        return max(1, min(self.layers, self.work // tokens))
+    def chunk(self, left: int, prompt: int) -> tuple[int, bool]:
+        """(tokens, read at once) of the next chunk of a prompt of ``prompt`` tokens with ``left`` to read
+        (at most ``cap``): a short prompt whole, through every layer in one step; a long one's chunk as
+        large as the pace allows through one layer, a power of two (each new length compiles anew)."""
+        if prompt <= SHORT_PROMPT:
+            return left, True
+        tokens = max(1, min(left, self.work))
+        return 1 << (tokens.bit_length() - 1), False

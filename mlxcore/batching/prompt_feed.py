@@ -26,10 +26,11 @@ from mlxcore.kv.paged import PagedCache
 class PromptFeed:
     """``ids`` of ``cache``'s prompt on their way through the layers; ``advance`` runs the next few."""
 
-    def __init__(self, forward: CompiledForward, cache: PagedCache, ids: list[int]) -> None:
-        """Announce the chunk to the cache (``PoolExhaustedError`` if the pool cannot take it, nothing changed)."""
+    def __init__(self, forward: CompiledForward, cache: PagedCache, ids: list[int], at_once: bool = False) -> None:
+        """Announce the chunk to the cache (``PoolExhaustedError`` if the pool cannot take it, nothing changed);
+        ``at_once``: it goes through every layer in its first step (a short prompt, ``pacing.py``)."""
         cache.begin_unhashed(ids)
-        self.forward, self.cache, self.ids = forward, cache, ids
+        self.forward, self.cache, self.ids, self.at_once = forward, cache, ids, at_once
         self.plan = cache.announced
         self.layer = 0  # the next layer to run
         self.h = forward.model.embed_tokens(mx.array(ids)[:, None])  # (L, 1, hidden): a row a token

@@ -56,7 +56,7 @@ class BatchRunner:
         self.sequences: dict[str, Sequence] = {}  # request id -> its sequence
         self.tally = Tally()
         self.pacing = Pacing(len(engine.target_forward._layers) if engine.target_forward.split else 1)
-        self.feeding: tuple[Sequence, Live, PromptFeed] | None = None  # a prompt chunk on its way through the layers
+        self.feeds: dict[int, tuple[Sequence, Live, PromptFeed]] = {}  # id(seq) -> its chunk in flight, oldest first
         self._cancelled: set[str] = set()
 
     # requests ---------------------------------------------------------------
@@ -129,7 +129,7 @@ class BatchRunner:
         self.scheduler.waiting.clear()
         self.scheduler.running.clear()
         self.decoder.release()
-        self.feeding = None
+        self.feeds.clear()
 
     # one step ---------------------------------------------------------------
 
@@ -146,27 +146,24 @@ class BatchRunner:
                 live.late = True
         paced = bool(plan.decode) and self.scheduler.prefill_cap is not None
         if not paced:
-            self._feed(len(self.engine.target_forward._layers))  # nothing to pace against: finish it now
-        feeding = self.feeding[0] if self.feeding else None
+            self._feed(None)  # nothing to pace against: chunks in flight finish now
         for seq, count in plan.prefill:
-            if seq is feeding:
-                continue  # its chunk goes on below
-            if paced and self.feeding is None:  # through the layers a few at a time, beside the decode passes
+            if paced:  # through the layers a few at a time, beside the decode passes
                 self._start_feed(seq, count, start)
             else:
                 self._prefill(seq, count, start)
         decoded = self._decode([seq for seq in plan.decode if id(seq) in self.lives], self._lone(plan))
-        work = self._feed(self.pacing.layers_for(len(self.feeding[2].ids))) if paced and self.feeding else 0
+        work = self._feed(self.pacing.work) if paced else 0
         if not self.scheduler.running:
             self.decoder.release()  # the batch's mirror of the pool (batch_mirror.py) goes back to the budget
         seconds = decision_clock.now() - start
         self.tally.step(len(plan.decode), decoded, seconds)
         if decoded:
             self.scheduler.step_seconds = seconds
-            if not plan.prefill and not work:
-                self.pacing.observe_decode(seconds)
-            elif work and self.pacing.decode_seconds is not None:
-                self.pacing.observe_feed(work, seconds - self.pacing.decode_seconds)
+            if not plan.prefill and not work and not self.feeds:
+                self.pacing.observe_decode(len(plan.decode), seconds)
+            elif work:
+                self.pacing.observe_feed(len(plan.decode), work, seconds)
 
     def _lone(self, plan: StepPlan) -> bool:
         """Whether the step's one decoding sequence may decode speculatively: nobody else runs or waits."""
@@ -187,31 +184,42 @@ class BatchRunner:
             if seq.choices > 1:
                 self._fork(seq)
             return
-        count = 1 << (count.bit_length() - 1)  # a power of two: each new chunk length compiles the layers anew
+        count, at_once = self.pacing.chunk(count, len(leader.ids))
         try:
-            feed = PromptFeed(self.engine.target_forward, leader.caches.target, leader.ids[seq.cached:seq.cached + count])
+            feed = PromptFeed(self.engine.target_forward, leader.caches.target, leader.ids[seq.cached:seq.cached + count],
+                              at_once)
         except PoolExhaustedError as error:
             self._refused(seq, error)
             return
-        self.feeding = (seq, leader, feed)
+        self.feeds[id(seq)] = (seq, leader, feed)
+        seq.feeding = True
 
-    def _feed(self, layers: int) -> int:
-        """Run the chunk in flight through ``layers`` more layers; the token-layers fed. Once it went through
-        the last, its sequence has read it; a chunk whose caches were let go meanwhile is dropped."""
-        if self.feeding is None:
-            return 0
-        seq, leader, feed = self.feeding
-        if feed.stale or self.lives.get(id(seq), [None])[0] is not leader:
-            self.feeding = None
-            return 0
-        layers = min(layers, feed.layers_left)
-        if feed.advance(layers):
-            self.feeding = None
-            seq.cached += len(feed.ids)
-            leader.computed_prompt += len(feed.ids)
-            if seq.prefill_left == 0 and seq.choices > 1:
-                self._fork(seq)
-        return layers * len(feed.ids)
+    def _feed(self, work: int | None) -> int:
+        """Run the chunks in flight through more layers, oldest first, ``work`` token-layers in all (None: to
+        the end); the first always goes on. A chunk through the last layer is read; one whose caches were let go
+        meanwhile is dropped. Returns the token-layers fed."""
+        fed = 0
+        for seq, leader, feed in list(self.feeds.values()):
+            if feed.stale or self.lives.get(id(seq), [None])[0] is not leader:
+                self._drop_feed(seq)
+                continue
+            layers = feed.layers_left if work is None or feed.at_once else \
+                min(feed.layers_left, (work - fed) // len(feed.ids))
+            if layers <= 0 and fed:
+                continue
+            layers = max(layers, 1)
+            fed += layers * len(feed.ids)
+            if feed.advance(layers):
+                self._drop_feed(seq)
+                seq.cached += len(feed.ids)
+                leader.computed_prompt += len(feed.ids)
+                if seq.prefill_left == 0 and seq.choices > 1:
+                    self._fork(seq)
+        return fed
+
+    def _drop_feed(self, seq: Sequence) -> None:
+        self.feeds.pop(id(seq), None)
+        seq.feeding = False
 
     def _prefill(self, seq: Sequence, count: int, now: float) -> None:
         lives = self.lives[id(seq)]
@@ -255,6 +263,7 @@ class BatchRunner:
 
     def _refused(self, seq: Sequence, error: PoolExhaustedError) -> None:
         """The pool could not take a prompt chunk: wait for room, or fail when nothing else could make any."""
+        self._drop_feed(seq)
         for live in self.lives[id(seq)]:
             live.release()
         seq.cached = 0
@@ -309,6 +318,7 @@ class BatchRunner:
 
     def _preempted(self, seq: Sequence) -> None:
         """Let go of a preempted sequence's caches (its pending pick emitted first: it is a real token)."""
+        self._drop_feed(seq)
         for live in list(self.lives.get(id(seq), [])):
             self._settle(live)
         for live in self.lives.get(id(seq), []):  # still there unless that token ended its reply
@@ -371,6 +381,7 @@ class BatchRunner:
         self._end(seq, reason="cancelled")
 
     def _end(self, seq: Sequence, reason: str = "", error: BaseException | None = None) -> None:
+        self._drop_feed(seq)
         self.scheduler.remove(seq)
         for live in self.lives.pop(id(seq), []):
             self.sequences.pop(live.request_id, None)

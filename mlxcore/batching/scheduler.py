@@ -36,6 +36,7 @@ class Sequence:
     preemptions: int = 0
     late: bool = False
     first_scheduled: float | None = None
+    feeding: bool = False  # a chunk of its prompt is on its way through the layers (``prompt_feed.py``)
 
     @property
     def priority(self) -> Priority:
@@ -145,7 +146,8 @@ class Scheduler:
 
     def _prefill_running(self, plan: StepPlan, budget: int, available: int, now: float) -> tuple[int, int]:
         """Next chunks of prompts being read, in policy order, while tokens and blocks last."""
-        reading = sorted((s for s in self.running if not s.ready and s.prefill_left), key=lambda s: self.policy.key(s, now))
+        reading = sorted((s for s in self.running if not s.ready and s.prefill_left and not s.feeding),
+                         key=lambda s: self.policy.key(s, now))
         for seq in reading:
             if budget <= 0:
                 break
