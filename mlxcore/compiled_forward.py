@@ -31,7 +31,7 @@ from mlxcore.decode_attention import Attended, attend_parts
 from mlxcore.fused_linear import fuse
 
 MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer inputs run uncompiled
-MAX_FED_TOKENS = 64  # prompt chunks read between other sequences' decode steps (``feed``)
+MAX_FED_TOKENS = 64  # prompt chunks read beside other sequences' decode steps (``batching/prompt_feed.py``)
 # Lengths whose kernels a warm-up builds: one decode step, and one verification block, whose kernels
 # every other block length reuses (measured on the embedded target: 18 kernels for 1, 8 more for 2, none after).
 WARM_UP_LENGTHS = (1, 2)
@@ -152,17 +152,6 @@ class CompiledForward:
         if not self.split or cache is None or inputs.shape[1] > MAX_COMPILED_TOKENS:
             return self.wrapped(inputs, cache=cache)
         return self._head(self._body(inputs, cache))
-
-    def feed(self, inputs: mx.array, cache: list) -> mx.array:
-        """Feed a short prompt chunk (1, L <= ``MAX_FED_TOKENS``) into ``cache``; the hidden states, no logits.
-
-        A chunk read between decode steps of other sequences (``batching/pacing.py``):
-        through the compiled layers its fixed cost is about a decode step's, where
-        the prefill path's is several.
-        """
-        if not self.split or inputs.shape[1] > MAX_FED_TOKENS:
-            return getattr(self.wrapped, "model", self.wrapped)(inputs, cache=cache)
-        return self._body(inputs, cache)
 
     def _body(self, inputs: mx.array, cache: list) -> mx.array:
         h = self.model.embed_tokens(inputs)

@@ -1,4 +1,4 @@
-"""How much prompt reading a step may do while other sequences decode: about half a decode step's worth.
+"""How much prompt reading a step may do while other sequences decode: about a third of a decode step's worth.
 
 Prompts that join running streams are read in chunks that go through the layers a few at a time
 between decode passes (``prompt_feed.py``), so a step is slower by what those chunks add. The
@@ -6,21 +6,22 @@ amount is counted in token-layers (a chunk's tokens times the layers it goes thr
 A layer's cost for a chunk is a fixed part (attention over the prompt read so far) plus a part per
 token, so large chunks through few layers a step read a prompt fastest for a given stall.
 
-The pace follows what each step's reading added to it, against a step that only decoded as many
-rows (the nearest batch size measured when that one was not): halved when it added more than
-``STALL_SHARE`` of that step, grown by a quarter (at least one) when it added less than
-``GROW_BELOW`` (growing faster overshot). The running streams then wait about ``1 + STALL_SHARE``
-decode steps between two tokens while a long prompt is read. A short prompt (``SHORT_PROMPT``) is
-read in one step whatever the pace, as a chat message or a server request usually is: its first
-token comes sooner, and its cost is bounded. With nothing decoding, prompts are read at full speed.
+The pace follows what reading added to a step, against a step that only decoded as many rows (the
+nearest batch size measured when that one was not), averaged over the steps at that pace: halved
+when that average, or one step alone, is over ``STALL_SHARE`` (twice it) of a decode step; grown
+by a quarter (at least one) while it stays under ``GROW_BELOW`` (growing faster overshot). The
+running streams then wait about ``1 + STALL_SHARE`` decode steps between two tokens while a long
+prompt is read. A short prompt (``SHORT_PROMPT``) is read in one step whatever the pace, as a chat
+message or a server request usually is: its first token comes sooner, and its cost is bounded.
+With nothing decoding, prompts are read at full speed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STALL_SHARE = 0.5  # a step's prompt reading may add this share of a decode step's time to it
-GROW_BELOW = 0.3  # a step whose reading added less than this share grows the pace
+STALL_SHARE = 0.35  # a step's prompt reading may add this share of a decode step's time to it
+GROW_BELOW = 0.2  # a step whose reading added less than this share grows the pace
 GROWTH = 1.25
 MIN_WORK, FIRST_WORK = 1, 16  # token-layers a step
 MAX_TOKENS = 64  # a chunk's tokens at most (``compiled_forward.MAX_FED_TOKENS``)
@@ -33,6 +34,7 @@ class Pacing:
     layers: int  # the model's
     work: int = FIRST_WORK  # token-layers a step may feed
     decode: dict[int, float] = field(default_factory=dict)  # rows -> seconds of a step that only decoded (average)
+    added: float | None = None  # what reading added to a step at this pace, as a share of a decode step (average)
 
     def observe_decode(self, rows: int, seconds: float) -> None:
         known = self.decode.get(rows)
@@ -49,10 +51,14 @@ class Pacing:
         base = self.decode_seconds(rows)
         if base is None or work <= 0:
             return
-        added = seconds - base
-        if added > STALL_SHARE * base:
+        share = (seconds - base) / base
+        if 2 * work < self.work:  # a step that fed far less than the pace says little
+            return
+        self.added = share if self.added is None else self.added + WEIGHT * (share - self.added)
+        if self.added > STALL_SHARE or share > 2 * STALL_SHARE:  # over on average, or far over once
             self.work = max(MIN_WORK, self.work // 2)
-        elif added < GROW_BELOW * base and 2 * work >= self.work:  # a step that fed far less says little
+            self.added = None  # judge the new pace afresh
+        elif self.added < GROW_BELOW:
             self.work = min(MAX_TOKENS * self.layers, max(self.work + 1, int(self.work * GROWTH)))
 
     def cap(self) -> int | None:

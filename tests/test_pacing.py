@@ -1,0 +1,74 @@
+"""The pace of prompt reading beside decode steps (``pacing.py``): what it grows and shrinks on."""
+
+from __future__ import annotations
+
+from mlxcore.batching.pacing import FIRST_WORK, MAX_TOKENS, SHORT_PROMPT, STALL_SHARE, Pacing
+
+
+def paced(rows_seconds: dict[int, float], layers: int = 6) -> Pacing:
+    pacing = Pacing(layers)
+    for rows, seconds in rows_seconds.items():
+        pacing.observe_decode(rows, seconds)
+    return pacing
+
+
+def test_nothing_is_paced_before_a_decode_step_was_timed():
+    pacing = Pacing(6)
+    assert pacing.cap() is None
+    pacing.observe_feed(4, 16, 0.5)  # no baseline: ignored
+    assert pacing.work == FIRST_WORK
+    pacing.observe_decode(4, 0.01)
+    assert pacing.cap() == MAX_TOKENS
+
+
+def test_the_pace_grows_by_a_quarter_while_reading_adds_little_and_halves_when_it_adds_too_much():
+    pacing = paced({4: 0.010})
+    for expected in (20, 25, 31):
+        pacing.observe_feed(4, pacing.work, 0.0105)  # 5% added
+        assert pacing.work == expected
+    pacing.work = 2
+    pacing.observe_feed(4, 2, 0.0105)
+    assert pacing.work == 3, "a small pace grows by one at least"
+    pacing.work, pacing.added = 40, None  # a pace judged afresh
+    for _ in range(20):  # every step 1.2 x the share over: the average crosses it, the pace halves once
+        pacing.observe_feed(4, pacing.work, 0.010 * (1 + 1.2 * STALL_SHARE))
+        if pacing.work < 40:
+            break
+    assert pacing.work == 20
+
+
+def test_one_step_far_over_halves_at_once_and_a_step_that_fed_little_says_nothing():
+    pacing = paced({4: 0.010})
+    pacing.work = 40
+    pacing.observe_feed(4, 40, 0.010 * (1 + 2.5 * STALL_SHARE))
+    assert pacing.work == 20
+    pacing.observe_feed(4, 2, 0.010 * (1 + 1.5 * STALL_SHARE))  # fed a tenth of the pace: no news
+    assert pacing.work == 20
+
+
+def test_each_batch_size_is_judged_against_decode_steps_of_its_own_size_or_the_nearest():
+    pacing = paced({2: 0.004, 8: 0.012})
+    pacing.work = 40
+    pacing.observe_feed(8, 40, 0.0125)  # against 12 ms: a little added, grows
+    assert pacing.work == 50
+    pacing.observe_feed(7, 50, 0.0125)  # no 7-row steps: against 8 rows'
+    assert pacing.work == 62
+    assert pacing.decode_seconds(3) == 0.004 and pacing.decode_seconds(5) == 0.004  # ties: the smaller
+
+
+def test_the_pace_never_exceeds_the_largest_chunk_through_every_layer():
+    pacing = paced({1: 0.01}, layers=3)
+    for _ in range(50):
+        pacing.observe_feed(1, pacing.work, 0.01)
+    assert pacing.work == MAX_TOKENS * 3
+
+
+def test_short_prompts_are_read_at_once_and_long_ones_in_power_of_two_chunks_of_the_pace():
+    pacing = paced({4: 0.01})
+    assert pacing.chunk(20, 20) == (20, True)
+    assert pacing.chunk(SHORT_PROMPT, SHORT_PROMPT) == (SHORT_PROMPT, True)
+    pacing.work = 37
+    assert pacing.chunk(64, 2000) == (32, False)
+    assert pacing.chunk(5, 2000) == (4, False), "a long prompt's last tokens too"
+    pacing.work = 1
+    assert pacing.chunk(64, 2000) == (1, False)
