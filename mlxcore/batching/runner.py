@@ -1,9 +1,11 @@
 """Carries out the scheduler's plans on the engine's models and paged caches: all the MLX work of batching.
 
 Each ``step()``: apply cancellations; ask the scheduler for a plan; let
-preempted sequences go of their caches; feed prompt chunks (a newly admitted
-request first attaches the blocks it finds cached); fork a prompt read for
-several choices; then one decode step for every ready sequence. That step is
+preempted sequences go of their caches; start prompt chunks (a newly admitted
+request first attaches the blocks it finds cached); one decode step for every
+ready sequence; then the chunks in flight go through a few more layers, at the
+pace ``pacing.py`` sets (``prompt_feed.py``), and a prompt read for several
+choices forks. The decode step is
 one batched forward pass (``batch_forward.py``) for two or more; a lone
 sequence with a draft decodes speculatively instead (``SpeculativeDecoder``,
 one token pulled per step, so a newcomer waits at most one round), and goes
