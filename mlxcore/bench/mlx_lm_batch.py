@@ -150,7 +150,9 @@ def stall_figures(running: list[StreamTrace], joined: StreamTrace, joined_at: fl
     if not before or not all(during):
         raise RuntimeError("every running stream needs gaps before the join and after it")
     worst, median = max(max(g) for g in during), statistics.median(before)
+    gaps = sorted(gap for g in during for gap in g)
     return {"worst_gap_seconds": worst, "median_step_seconds": median, "ratio": worst / median,
+            "p99_ratio": gaps[int(0.99 * (len(gaps) - 1))] / median,
             "join_ttft_seconds": joined.times[0] - joined_at, "joined_tokens": len(joined.tokens),
             "gaps_after_join": [len(g) for g in during]}
 
