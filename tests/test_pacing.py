@@ -64,11 +64,13 @@ def test_the_pace_never_exceeds_the_largest_chunk_through_every_layer():
 
 
 def test_short_prompts_are_read_at_once_and_long_ones_in_power_of_two_chunks_of_the_pace():
+    """``left``: tokens still to read (a chat's history found cached is not among them)."""
     pacing = paced({4: 0.01})
-    assert pacing.chunk(20, 20) == (20, True)
-    assert pacing.chunk(SHORT_PROMPT, SHORT_PROMPT) == (SHORT_PROMPT, True)
+    assert pacing.chunk(20, 20, started=False) == (20, True)
+    assert pacing.chunk(SHORT_PROMPT, SHORT_PROMPT, started=False) == (SHORT_PROMPT, True)
     pacing.work = 37
-    assert pacing.chunk(64, 2000) == (32, False)
-    assert pacing.chunk(5, 2000) == (4, False), "a long prompt's last tokens too"
+    assert pacing.chunk(SHORT_PROMPT, 300, started=False) == (32, False)
+    assert pacing.chunk(20, 30, started=False) == (16, False), "a step's share of a short prompt: paced"
+    assert pacing.chunk(5, 5, started=True) == (4, False), "a long prompt's last tokens are paced too"
     pacing.work = 1
-    assert pacing.chunk(64, 2000) == (1, False)
+    assert pacing.chunk(64, 300, started=True) == (1, False)

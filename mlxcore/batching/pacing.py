@@ -11,8 +11,9 @@ nearest batch size measured when that one was not), averaged over the steps at t
 when that average, or one step alone, is over ``STALL_SHARE`` (twice it) of a decode step; grown
 by a quarter (at least one) while it stays under ``GROW_BELOW`` (growing faster overshot). The
 running streams then wait about ``1 + STALL_SHARE`` decode steps between two tokens while a long
-prompt is read. A short prompt (``SHORT_PROMPT``) is read in one step whatever the pace, as a chat
-message or a server request usually is: its first token comes sooner, and its cost is bounded.
+prompt is read. A short prompt (``SHORT_PROMPT`` tokens to read, after the blocks found cached) is read in one
+step whatever the pace, as a chat's new message or a server request usually is: its first token
+comes sooner. A long prompt's last chunk is not: it is paced like the others.
 With nothing decoding, prompts are read at full speed.
 """
 
@@ -25,7 +26,7 @@ GROW_BELOW = 0.2  # a step whose reading added less than this share grows the pa
 GROWTH = 1.25
 MIN_WORK, FIRST_WORK = 1, 16  # token-layers a step
 MAX_TOKENS = 64  # a chunk's tokens at most (``compiled_forward.MAX_FED_TOKENS``)
-SHORT_PROMPT = 64  # prompts of at most this many tokens are read in one step (their first token comes sooner)
+SHORT_PROMPT = 64  # prompts with at most this many tokens to read are read in one step (first token sooner)
 WEIGHT = 0.2  # how fast a decode step's average follows new measurements
 
 
@@ -66,11 +67,12 @@ class Pacing:
         is cut to the pace); None until a decode step was timed (nothing is paced before)."""
         return None if not self.decode else MAX_TOKENS
 
-    def chunk(self, left: int, prompt: int) -> tuple[int, bool]:
-        """(tokens, read at once) of the next chunk of a prompt of ``prompt`` tokens with ``left`` to read
-        (at most ``cap``): a short prompt whole, through every layer in one step; a long one's chunk as
-        large as the pace allows through one layer, a power of two (each new length compiles anew)."""
-        if prompt <= SHORT_PROMPT:
+    def chunk(self, count: int, left: int, started: bool) -> tuple[int, bool]:
+        """(tokens, read at once) of the next chunk of a prompt with ``left`` tokens to read, of which the step
+        may start ``count``; ``started`` if chunks of it were read before. A short prompt, or a chat's new
+        message after its cached history, goes whole through every layer in one step; a long one's chunk
+        is as large as the pace allows through one layer, a power of two (each new length compiles anew)."""
+        if count == left <= SHORT_PROMPT and not started:
             return left, True
-        tokens = max(1, min(left, self.work))
+        tokens = max(1, min(count, self.work))
         return 1 << (tokens.bit_length() - 1), False

@@ -186,7 +186,7 @@ class BatchRunner:
             if seq.choices > 1:
                 self._fork(seq)
             return
-        count, at_once = self.pacing.chunk(count, len(leader.ids))
+        count, at_once = self.pacing.chunk(count, seq.prefill_left, started=leader.computed_prompt > 0)
         try:
             feed = PromptFeed(self.engine.target_forward, leader.caches.target, leader.ids[seq.cached:seq.cached + count],
                               at_once)
