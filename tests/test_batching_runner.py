@@ -271,3 +271,26 @@ def test_a_short_prompt_sharing_the_start_of_a_chunk_part_way_through_the_layers
     assert batch.tokens(second) == alone(long[:50], params)
     running.cancel()
     batch.run()
+
+
+def test_a_chats_new_message_after_its_cached_history_is_read_in_one_step():
+    """The history's blocks are found cached, so what is left to read is short: it goes through every layer
+    in one step, beside a running stream, and the reply equals the same request alone."""
+    batch = Collector(LocalBatch(engine()))
+    history, params = prompt(50, 300), GenerationParams(max_tokens=6)
+    first = batch.submit(Request(tuple(history), params))[0]
+    batch.run()
+    running = batch.submit(Request(tuple(prompt(51, 20)), GenerationParams(max_tokens=300)))[0]
+    batch.step(4)
+    follow = history + batch.tokens(first) + prompt(52, 20)
+    handle = batch.submit(Request(tuple(follow), params))[0]
+    steps = 0
+    while not batch.tokens(handle):
+        batch.step(1)
+        steps += 1
+    assert steps <= 3, f"its first token came {steps} steps after it was asked"
+    while len(batch.tokens(handle)) < 6:
+        batch.step(1)
+    assert batch.tokens(handle) == alone(follow, params)
+    running.cancel()
+    batch.run()
