@@ -220,7 +220,8 @@ def feeding_midway(batch: Collector, handle) -> bool:
     """Whether ``handle``'s prompt has a chunk part way through the layers now."""
     runner = batch.batch.runner
     seq = runner.sequences.get(handle.request_id)
-    return seq is not None and id(seq) in runner.feeds and 0 < runner.feeds[id(seq)][2].layer
+    feed = runner.feeds.get(seq) if seq is not None else None
+    return feed is not None and 0 < feed.layer
 
 
 def test_a_prompt_cancelled_while_a_chunk_is_part_way_through_the_layers_leaves_nothing_behind():

@@ -11,9 +11,15 @@ Until the last layer holds the chunk, its cache's layers keep their old length a
 fills are not hashed, so no other sequence can find them by a prefix hit and read layers not
 written yet. A cache released or settled meanwhile (the request was cancelled or preempted) makes
 the feed ``stale``: it is dropped, and the cache's block table was already cut back.
+
+``Feeds`` holds the chunks in flight (several prompts may be read at once) and runs them, oldest
+first, through as many layers as the step's pace allows.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
@@ -21,6 +27,10 @@ from mlxcore.batching.batch_forward import SlotWrites
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import attend
 from mlxcore.kv.paged import PagedCache
+
+if TYPE_CHECKING:
+    from mlxcore.batching.live import Live
+    from mlxcore.batching.scheduler import Sequence
 
 
 class PromptFeed:
@@ -64,3 +74,53 @@ class PromptFeed:
             return False
         self.cache.finish_batched_pass()  # every layer holds the chunk: its length and hashes are real now
         return True
+
+
+class Feeds:
+    """The chunks in flight, oldest first, each with its sequence and the reply whose caches it fills."""
+
+    def __init__(self) -> None:
+        self._by_sequence: dict[int, tuple[Sequence, Live, PromptFeed]] = {}
+
+    def add(self, seq: Sequence, leader: Live, feed: PromptFeed) -> None:
+        self._by_sequence[id(seq)] = (seq, leader, feed)
+        seq.feeding = True  # the scheduler plans no more of its prompt meanwhile
+
+    def drop(self, seq: Sequence) -> None:
+        self._by_sequence.pop(id(seq), None)
+        seq.feeding = False
+
+    def clear(self) -> None:
+        for seq, _, _ in list(self._by_sequence.values()):
+            self.drop(seq)
+
+    def get(self, seq: Sequence) -> PromptFeed | None:
+        held = self._by_sequence.get(id(seq))
+        return held[2] if held else None
+
+    def chunks(self) -> list[PromptFeed]:
+        return [feed for _, _, feed in self._by_sequence.values()]
+
+    def __bool__(self) -> bool:
+        return bool(self._by_sequence)
+
+    def advance(self, work: int | None, alive: Callable[[Sequence, Live], bool]) -> tuple[int, list]:
+        """Run the chunks through more layers, oldest first, ``work`` token-layers in all (None: to the end;
+        a chunk read at once, to its end); the first always goes on. Chunks whose caches were let go (or
+        whose reply is not ``alive``) are dropped. Returns the token-layers fed and the (sequence, reply,
+        chunk) that went through the last layer."""
+        fed, read = 0, []
+        for seq, leader, feed in list(self._by_sequence.values()):
+            if feed.stale or not alive(seq, leader):
+                self.drop(seq)
+                continue
+            layers = feed.layers_left if work is None or feed.at_once else \
+                min(feed.layers_left, (work - fed) // len(feed.ids))
+            if layers <= 0 and fed:
+                continue
+            layers = max(layers, 1)
+            fed += layers * len(feed.ids)
+            if feed.advance(layers):
+                self.drop(seq)
+                read.append((seq, leader, feed))
+        return fed, read

@@ -28,7 +28,7 @@ from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.live import Live
 from mlxcore.batching.pacing import Pacing
 from mlxcore.batching.policies import Policy
-from mlxcore.batching.prompt_feed import PromptFeed
+from mlxcore.batching.prompt_feed import Feeds, PromptFeed
 from mlxcore.batching.request import Request
 from mlxcore.batching.scheduler import Scheduler, Sequence, StepPlan
 from mlxcore.compiled_forward import MAX_FED_TOKENS
@@ -58,7 +58,7 @@ class BatchRunner:
         self.sequences: dict[str, Sequence] = {}  # request id -> its sequence
         self.tally = Tally()
         self.pacing = Pacing(len(engine.target_forward._layers) if engine.target_forward.split else 1)
-        self.feeds: dict[int, tuple[Sequence, Live, PromptFeed]] = {}  # id(seq) -> its chunk in flight, oldest first
+        self.feeds = Feeds()  # prompt chunks on their way through the layers
         self._cancelled: set[str] = set()
 
     # requests ---------------------------------------------------------------
@@ -193,35 +193,18 @@ class BatchRunner:
         except PoolExhaustedError as error:
             self._refused(seq, error)
             return
-        self.feeds[id(seq)] = (seq, leader, feed)
-        seq.feeding = True
+        self.feeds.add(seq, leader, feed)
 
     def _feed(self, work: int | None) -> int:
-        """Run the chunks in flight through more layers, oldest first, ``work`` token-layers in all (None: to
-        the end); the first always goes on. A chunk through the last layer is read; one whose caches were let go
-        meanwhile is dropped. Returns the token-layers fed."""
-        fed = 0
-        for seq, leader, feed in list(self.feeds.values()):
-            if feed.stale or self.lives.get(id(seq), [None])[0] is not leader:
-                self._drop_feed(seq)
-                continue
-            layers = feed.layers_left if work is None or feed.at_once else \
-                min(feed.layers_left, (work - fed) // len(feed.ids))
-            if layers <= 0 and fed:
-                continue
-            layers = max(layers, 1)
-            fed += layers * len(feed.ids)
-            if feed.advance(layers):
-                self._drop_feed(seq)
-                seq.cached += len(feed.ids)
-                leader.computed_prompt += len(feed.ids)
-                if seq.prefill_left == 0 and seq.choices > 1:
-                    self._fork(seq)
+        """Run the chunks in flight through more layers (``Feeds.advance``); a prompt whose last chunk went
+        through the last layer is read (and forks for its choices). Returns the token-layers fed."""
+        fed, read = self.feeds.advance(work, lambda seq, leader: self.lives.get(id(seq), [None])[0] is leader)
+        for seq, leader, feed in read:
+            seq.cached += len(feed.ids)
+            leader.computed_prompt += len(feed.ids)
+            if seq.prefill_left == 0 and seq.choices > 1:
+                self._fork(seq)
         return fed
-
-    def _drop_feed(self, seq: Sequence) -> None:
-        self.feeds.pop(id(seq), None)
-        seq.feeding = False
 
     def _prefill(self, seq: Sequence, count: int, now: float) -> None:
         lives = self.lives[id(seq)]
@@ -265,7 +248,7 @@ class BatchRunner:
 
     def _refused(self, seq: Sequence, error: PoolExhaustedError) -> None:
         """The pool could not take a prompt chunk: wait for room, or fail when nothing else could make any."""
-        self._drop_feed(seq)
+        self.feeds.drop(seq)
         for live in self.lives[id(seq)]:
             live.release()
         seq.cached = 0
@@ -320,7 +303,7 @@ class BatchRunner:
 
     def _preempted(self, seq: Sequence) -> None:
         """Let go of a preempted sequence's caches (its pending pick emitted first: it is a real token)."""
-        self._drop_feed(seq)
+        self.feeds.drop(seq)
         for live in list(self.lives.get(id(seq), [])):
             self._settle(live)
         for live in self.lives.get(id(seq), []):  # still there unless that token ended its reply
@@ -383,7 +366,7 @@ class BatchRunner:
         self._end(seq, reason="cancelled")
 
     def _end(self, seq: Sequence, reason: str = "", error: BaseException | None = None) -> None:
-        self._drop_feed(seq)
+        self.feeds.drop(seq)
         self.scheduler.remove(seq)
         for live in self.lives.pop(id(seq), []):
             self.sequences.pop(live.request_id, None)
