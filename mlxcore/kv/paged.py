@@ -132,6 +132,7 @@ class PagedCache(ModelCache):
         self._pending_layers = 0
         self._gather: tuple[int, Gather] | None = None  # (table version, gather) cache
         self._span: tuple[tuple, Any] | None = None  # ((version, length, queries), span and mask) of this pass
+        self._unhashed = False  # the pass in progress was begun by ``begin_unhashed``
         self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
         # Give the blocks back when the cache is garbage collected without release().
         weakref.finalize(self, pool.drop_sequence, self.seq_id)
@@ -254,10 +255,11 @@ class PagedCache(ModelCache):
         return [self.pool.storage[index].view(slab, start, size)], seen
 
     def begin_unhashed(self, ids: list[int]) -> None:
-        """``begin`` for a batched pass that writes the layers over several steps (``BatchDecoder.start_feed``):
+        """``begin`` for a batched pass that writes the layers over several steps (``PromptFeed``):
         the blocks it fills are found by prefix hits only once ``finish_batched_pass`` says all layers hold them."""
         self._settle()
         self._begin(list(ids), hashed=False)
+        self._unhashed = True
 
     def finish_batched_pass(self) -> None:
         """Every layer holds the announced tokens now (written by a batched pass)."""
@@ -265,7 +267,9 @@ class PagedCache(ModelCache):
         for layer in self.layers:
             layer.offset = plan.start + plan.length
         self._plan, self._pending_layers = None, 0
-        self.pool.manager.hash_blocks(self.seq_id)
+        if self._unhashed:  # only a pass begun unhashed left blocks to hash (decode steps hash as they append)
+            self.pool.manager.hash_blocks(self.seq_id)
+            self._unhashed = False
 
     @property
     def announced(self) -> AppendPlan | None:
