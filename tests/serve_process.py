@@ -124,3 +124,32 @@ class ServeProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=15)
+
+
+NORMAL_QUESTION = [{"role": "user", "content": "What is 12 + 7?"}]
+
+
+def normal_reply(server: ServeProcess) -> str:
+    """A greedy reply to a plain question (thinking off), through the official openai client."""
+    reply = server.client().chat.completions.create(
+        model=MODEL, messages=NORMAL_QUESTION, temperature=0, max_tokens=24,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert reply.choices[0].finish_reason in ("stop", "length"), reply
+    return reply.choices[0].message.content
+
+
+def assert_still_serves(server: ServeProcess, reference: str, held_blocks: int = 0) -> None:
+    """After whatever a test did: the server answers a normal request as it did fresh (``reference``, its
+    greedy reply then), and its pool goes back to idle: nothing running or waiting, no block held but
+    ``held_blocks`` (restored sessions that stay pinned)."""
+    assert server.process.poll() is None, f"the server exited:\n{server.log()}"
+    status, _, health = http("GET", f"{server.url}/health")
+    assert status == 200, health
+    assert normal_reply(server) == reference
+
+    def idle() -> bool:
+        now = server.metrics()
+        return now["mlxchat_running_requests"] == 0 and now["mlxchat_queue_length"] == 0 and \
+            now["mlxchat_pool_used_blocks"] == held_blocks
+
+    poll_until(idle, every=0.05)
