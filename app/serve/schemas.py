@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator,
+                      model_validator)
+
+from mlxcore.think_blocks import CLOSE, OPEN
 
 MAX_STOP_STRINGS = 16
 MAX_CHOICES = 16  # n: the choices share the prompt's blocks, but each decodes on its own
 
+NEWLINE = "\n"
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 
 
@@ -52,14 +56,50 @@ class TextPart(Strict):
     text: str
 
 
+def thought_reply(reasoning: str, answer: str) -> str:
+    """A reply as Qwen3 writes it with thinking on (and its template renders the last one): the block, then
+    the answer; for empty reasoning that is ``think_blocks.EMPTY`` + answer, as written with thinking off."""
+    return f"{OPEN}\n{reasoning.strip(NEWLINE)}\n{CLOSE}\n\n{answer.lstrip(NEWLINE)}"
+
+
 class ChatMessage(Strict):
-    """One message; ``developer`` is OpenAI's newer name for ``system``."""
+    """One message; ``developer`` is OpenAI's newer name for ``system``.
+
+    Clients append the reply objects they got back (the openai SDK's own multi-turn
+    pattern), so the fields of OpenAI's replies are taken too: ``reasoning_content``
+    (ours) goes back into the reply as the model wrote it; the others are taken
+    only empty, as they come from a server with no tools, audio or refusals.
+    """
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart]
+    reasoning_content: str | None = None
+    refusal: str | None = None
+    tool_calls: list | None = None
+    function_call: dict | None = None
+    audio: dict | None = None
+    annotations: list | None = None  # citations of a search: nothing the model needs to read
+
+    @field_validator("refusal", "tool_calls", "function_call", "audio")
+    @classmethod
+    def _empty(cls, value: object, info: ValidationInfo) -> None:
+        if value:
+            raise ValueError(f"{info.field_name} is not supported in messages: mlxchat serve has no tools, "
+                             "audio or refusals yet. Send the reply's content only.")
+        return None
+
+    @field_validator("reasoning_content")
+    @classmethod
+    def _on_replies(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("role") != "assistant":
+            raise ValueError("reasoning_content belongs to assistant messages only.")
+        return value
 
     def as_dict(self) -> dict[str, str]:
+        """The message as the chat template takes it; a reply's reasoning in its think block, as generated."""
         text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        if self.reasoning_content is not None:
+            text = thought_reply(self.reasoning_content, text)
         return {"role": "system" if self.role == "developer" else self.role, "content": text}
 
 
