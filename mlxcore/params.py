@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+SEED_LIMIT = 2**64  # MLX's random keys take an unsigned 64-bit seed
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -30,6 +32,8 @@ class SamplingParams:
             raise ValueError(f"repetition_penalty must be positive, not {self.repetition_penalty}")
         if self.repetition_context < 0:
             raise ValueError(f"repetition_context must be >= 0, not {self.repetition_context}")
+        if self.seed is not None and not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"seed must be a whole number from 0 to 2**64 - 1, not {self.seed}")
 
     @property
     def greedy(self) -> bool:
