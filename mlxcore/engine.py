@@ -89,14 +89,31 @@ class Engine:
         return GenerationParams(**self.generation_defaults)
 
     def reply_cap(self, params: GenerationParams, prompt_tokens: int) -> int | None:
-        """The most tokens a reply may have: ``max_tokens``, else what the context has left (None: no end)."""
-        if params.max_tokens is not None:
+        """The most tokens a reply may have: ``min(max_tokens, room left)`` (None: no end).
+
+        The room left is what ``token_limit`` leaves after the prompt, so no reply, asked for
+        however many tokens, outgrows the context or the paged pool.
+        """
+        limit = self.token_limit()
+        if limit is None:
             return params.max_tokens
-        if self.context_length is None:
-            return None
-        if self.kv.kind == "rotating":  # the window never fills: a reply may still not outgrow the context
+        room = limit if self.kv.kind == "rotating" else max(limit - prompt_tokens, 1)
+        return room if params.max_tokens is None else min(params.max_tokens, room)
+
+    def token_limit(self) -> int | None:
+        """The most tokens one sequence may hold: the model's context; with the paged cache also what the
+        pool (``--max-kv``) and the byte budget hold for it alone, less a draft round's room (its drafted
+        tokens sit in both caches before the round rewinds them). A rotating window never fills: its limit
+        is the context. None: no limit known."""
+        if self.kv.kind != "paged":
             return self.context_length
-        return max(self.context_length - prompt_tokens, 1)
+        pools = [self.pool("target")] + ([self.pool("draft")] if self.draft_model is not None else [])
+        block = pools[0].block_size
+        by_bytes = self.kv_budget.limit // sum(p.block_bytes for p in pools) * block
+        room = min(min(p.config.max_blocks for p in pools) * block, by_bytes)
+        if self.draft_model is not None:
+            room -= self.draft_control.max_k + 1
+        return max(room, 1) if self.context_length is None else max(min(self.context_length, room), 1)
 
     @property
     def rewind_room(self) -> int:

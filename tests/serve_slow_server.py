@@ -3,9 +3,9 @@
 The embedded models answer in a fraction of a second, too fast for a test to
 act while a reply is under way (close the connection after 5 tokens, fail the
 engine while two requests run). Here each scheduler step first waits
-``MLXCHAT_TEST_STEP_SECONDS``; once the file ``MLXCHAT_TEST_FAULT_FILE`` exists,
-the next step raises, as an engine failure would (the worker's own handling
-then runs unchanged). Usage: python tests/serve_slow_server.py [serve options].
+``MLXCHAT_TEST_STEP_SECONDS``; while the file ``MLXCHAT_TEST_FAULT_FILE`` exists,
+steps raise, as a failing pass would (the worker's own handling then runs
+unchanged); the first failing step removes the file if it holds "once". Usage: python tests/serve_slow_server.py [serve options].
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ def slow_worker(engine, args):
 
     def slow_step() -> None:
         if fault and Path(fault).exists():
+            if Path(fault).read_text() == "once":
+                Path(fault).unlink()
             raise InjectedFault("injected engine fault (tests/serve_slow_server.py)")
         time.sleep(delay)
         step()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
@@ -11,7 +12,7 @@ import pytest
 from mlxcore.batching.errors import OverloadedError, PromptTooLongError
 from mlxcore.batching.handle import RequestFailedError
 from mlxcore.batching.request import Request
-from mlxcore.batching.worker import BatchWorker
+from mlxcore.batching.worker import MAX_FAILED_STEPS, BatchWorker
 from mlxcore.bench.batch_load import stream_prompt
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import FinalEvent, TokenEvent
@@ -107,31 +108,64 @@ def test_a_prompt_longer_than_the_context_fails_its_stream_only():
     assert isinstance(result["fine"][-1], FinalEvent)
 
 
-def test_an_engine_failure_fails_requests_in_flight_and_refuses_new_ones(monkeypatch):
-    worker = make_worker()
+def failing_from(worker: BatchWorker, monkeypatch, first: int, last: int | None) -> None:
+    """Steps ``first`` to ``last`` (None: all after ``first``) of ``worker`` raise, as a failing pass would."""
     steps = {"n": 0}
     real_step = worker.runner.step
 
     def failing_step():
         steps["n"] += 1
-        if steps["n"] == 3:
+        if steps["n"] >= first and (last is None or steps["n"] <= last):
             raise RuntimeError("the GPU fell off")
         real_step()
 
     monkeypatch.setattr(worker.runner, "step", failing_step)
 
+
+def test_a_failing_step_ends_its_requests_and_the_engine_goes_on(monkeypatch):
+    worker = make_worker()
+    failing_from(worker, monkeypatch, 3, 3)
+
     def client(worker, result):
         handle = worker.submit(Request((1, 2, 3), GenerationParams(max_tokens=50)))
         with pytest.raises(RequestFailedError, match="the GPU fell off"):
             list(handle.events(timeout=30))
-        worker.wait_running(timeout=0)
+        result["alive"] = worker.alive
+        result["next"] = list(worker.submit(Request((1, 2, 3), GenerationParams(max_tokens=5))).events(timeout=30))
+        result["stats"] = worker.stats()
+
+    result = serve(worker, client)
+    assert result["alive"] is True and worker.failure is None
+    assert result["next"][-1].finish_reason == "length" and len(result["next"]) == 6
+    assert result["stats"].failed == 1 and result["stats"].running == 0
+
+
+def test_steps_failing_in_a_row_stop_the_engine_and_refuse_new_requests(monkeypatch):
+    worker = make_worker()
+    failing_from(worker, monkeypatch, 3, None)
+
+    def client(worker, result):
+        result["failed_requests"] = 0
+        while worker.alive and result["failed_requests"] < MAX_FAILED_STEPS:
+            handle = worker.submit(Request((1, 2, 3), GenerationParams(max_tokens=50)))
+            with pytest.raises(RequestFailedError, match="the GPU fell off"):
+                list(handle.events(timeout=30))
+            result["failed_requests"] += 1
+            result.setdefault("alive_after_first", worker.alive)
+        for _ in range(3000):  # the last failure stops the loop just after the request hears it
+            if not worker.alive:
+                break
+            time.sleep(0.01)
         result["alive"] = worker.alive
         with pytest.raises(RequestFailedError):
             worker.submit(Request((1, 2, 3), GenerationParams(max_tokens=5)))
+        result["stats"] = worker.stats()
 
     result = serve(worker, client)
     assert result["alive"] is False and "the GPU fell off" in str(result["engine_error"])
     assert isinstance(worker.failure, RuntimeError)
+    assert result["alive_after_first"] is True and result["failed_requests"] <= MAX_FAILED_STEPS
+    assert result["stats"].failed == result["failed_requests"] and result["stats"].running == 0
 
 
 def test_cancel_from_another_thread_ends_the_stream():

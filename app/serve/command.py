@@ -22,7 +22,17 @@ from mlxcore.errors import UsageError
 
 POLICIES = ("fcfs", "priority", "shortest", "deadline")
 MAX_BODY_BYTES = 4 * 2**20
+STALL_SECONDS = 60.0  # mlxcore.batching.runner's default (not imported here: the parser stays light)
+SHUTDOWN_GRACE_SECONDS = 3.0  # on SIGTERM, replies in flight may end on their own this long, then are cut
 # The rest is imported when the server starts: building the parser (every `mlxchat` command) stays light.
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a number of seconds above 0 (argparse turns the ValueError into one line, exit 2)."""
+    seconds = float(text)
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
+    return seconds
 
 
 def add_serve_parser(commands, epilog: str | None = None) -> None:
@@ -44,6 +54,10 @@ def add_serve_parser(commands, epilog: str | None = None) -> None:
                        help="requests queued before new ones get 429 (default: 64)")
     group.add_argument("--step-tokens", type=int, default=512, metavar="N",
                        help="tokens per scheduler step, decode and chunked prefill together (default: 512)")
+    group.add_argument("--stall-timeout", type=positive_seconds, default=STALL_SECONDS, metavar="SECONDS",
+                       help="a client that stops reading its reply is paused at once (its events are not "
+                            "piled up), and cancelled after this long, its memory freed "
+                            f"(default: {STALL_SECONDS:g})")
     add_model_options(serve)
     add_generation_options(serve)
 
@@ -87,7 +101,7 @@ def ranked_worker(engine, args: argparse.Namespace):
 
 def _worker_options(args: argparse.Namespace) -> dict:
     return {"policy": args.policy, "max_waiting": args.max_waiting, "max_running": args.max_running,
-            "step_tokens": args.step_tokens}
+            "step_tokens": args.step_tokens, "stall_seconds": args.stall_timeout}
 
 
 def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> int:
@@ -139,7 +153,7 @@ def _serve(state, args: argparse.Namespace) -> None:
                             log_level="warning", timeout_graceful_shutdown=5)
     server = Server(config)
     http = threading.Thread(target=_http, args=(server, state), name="http")
-    _stop_on_signals(server)
+    _stop_on_signals(server, state)
     http.start()
     try:
         state.worker.run()
@@ -162,12 +176,18 @@ def _http(server, state) -> None:
             state.worker.close()  # whatever happened, the engine thread must return
 
 
-def _stop_on_signals(server) -> None:
-    """SIGINT or SIGTERM: stop taking requests, let those in flight end (5 s at most), then stop the engine."""
+def _stop_on_signals(server, state) -> None:
+    """SIGINT or SIGTERM: stop taking requests; replies in flight may end for ``SHUTDOWN_GRACE_SECONDS``,
+    then every one is cancelled, so that each stream still ends with a finish reason and ``[DONE]``, and
+    each waiting request with an error (``state.stopping``); then the engine stops. A second signal
+    stops at once."""
     def stop(signum, frame) -> None:
         if server.should_exit:
             server.force_exit = True
         server.should_exit = True
+        if not state.stopping.is_set():
+            state.stopping.set()
+            threading.Timer(SHUTDOWN_GRACE_SECONDS, state.worker.cancel_all).start()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, stop)

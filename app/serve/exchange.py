@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from app.serve.choices import ChoiceState, usage
 from app.serve.replies import ReplyHeader
-from app.serve.running import ReplyClock, submit
+from app.serve.running import ReplyClock, shutting_down, submit
 from app.serve.state import ServerState
 from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.request import Request
@@ -31,6 +31,8 @@ class Exchange:
     @classmethod
     def open(cls, state: ServerState, request: Request, *, kind: str, n: int, split: bool,
              user: str | None) -> Exchange:
+        if state.stopping.is_set():  # a kept-alive connection's request after SIGTERM
+            raise shutting_down()
         clock = ReplyClock()  # started before submitting: the TTFT includes the queue
         handles = submit(state.worker, request, n)
         stops = request.params.stop

@@ -9,7 +9,7 @@ from app.serve.errors import APIError
 from app.serve.exchange import Exchange
 from app.serve.prompts import chat_request, completion_request
 from app.serve.replies import chat_completion, text_completion
-from app.serve.running import reply_unless_gone
+from app.serve.running import reply_unless_gone, shutting_down
 from app.serve.schemas import ChatCompletionRequest, CompletionRequest
 from app.serve.state import ServerState
 from app.serve.streaming import chat_stream, completion_stream
@@ -52,11 +52,14 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 
 
 async def _wait(state: ServerState, exchange: Exchange, request: Request) -> bool:
-    """Follow every choice to its end; False (all cancelled) if the client left first."""
+    """Follow every choice to its end; False (all cancelled) if the client left first. A reply cut by
+    the server's shutdown is OpenAI's error JSON (503), not a partial reply."""
     outcome = "client gone"
     try:
         done = await reply_unless_gone(request, exchange.handles, exchange.choices, exchange.clock)
         outcome = None if done else outcome
+        if done and state.stopping.is_set() and any(c.finish_reason == "cancelled" for c in exchange.choices):
+            raise shutting_down()
         return done
     except APIError as error:  # the engine refused the request, or failed while it ran
         outcome = f"error {error.status}"

@@ -12,9 +12,10 @@ from starlette.concurrency import run_in_threadpool
 
 from app.serve.errors import APIError, from_engine_error
 from app.serve.prompts import with_empty_blocks
-from app.serve.running import engine_down
+from app.serve.choices import ChoiceState
+from app.serve.running import ReplyClock, engine_down, reply_unless_gone, submit
 from app.serve.schemas import SessionSaveRequest
-from app.serve.session_jobs import is_session_name
+from app.serve.session_jobs import is_session_name, save_request
 from app.serve.state import ServerState
 from mlxcore.batching.handle import RequestFailedError
 from mlxcore.errors import MlxchatError
@@ -64,12 +65,28 @@ def _session_error(error: MlxchatError) -> APIError:
 
 @router.post("/v1/sessions/{name}/save")
 async def save(name: str, body: SessionSaveRequest, request: Request) -> dict:
-    """Store the conversation (as the chat requests render it, so that the cache matches them)."""
+    """Store the conversation (as the chat requests render it, so that the cache matches them). Its tokens
+    are read by the scheduler like a chat request's prompt (paced: running streams do not stall); the
+    store is written on the engine thread."""
     state: ServerState = request.app.state.serve
+    name = _checked(name)
     thinking = body.thinking(state.settings.thinking)
     messages = [m.as_dict() for m in body.messages]
     messages = messages if thinking else with_empty_blocks(messages)
-    return await _run(state, state.sessions.save, _checked(name), messages, thinking, body.title)
+    ids = await state.tokens.chat_ids(messages, thinking, add_generation_prompt=messages[-1]["role"] != "assistant")
+    caches = await _read(state, ids, request)
+    return await _run(state, state.sessions.save, name, messages, thinking, body.title, caches, len(ids))
+
+
+async def _read(state: ServerState, ids: list[int], request: Request):
+    """The caches holding ``ids``, read by the scheduler (``save_request``); cancelled if the client leaves."""
+    handles = submit(state.worker, save_request(ids), 1)
+    choices = [ChoiceState(0, False, ())]
+    done = await reply_unless_gone(request, handles, choices, ReplyClock())
+    if not done or handles[0].caches is None:
+        raise APIError(503, "The conversation was not read (the request was cancelled): nothing was saved.",
+                       code="session_not_saved")
+    return handles[0].caches
 
 
 @router.post("/v1/sessions/{name}/restore")

@@ -21,6 +21,7 @@ from mlxcore.batching.request import Request
 from mlxcore.events import Event, TokenEvent
 
 _DONE = object()
+MERGED_EVENTS = 64  # events of a request's choices taken from their handles and not yet sent
 
 
 def submit(worker, request: Request, n: int) -> list[RequestHandle]:
@@ -33,6 +34,11 @@ def submit(worker, request: Request, n: int) -> list[RequestHandle]:
         raise from_engine_error(error) from None
     except RequestFailedError:
         raise engine_down(worker) from None
+
+
+def shutting_down() -> APIError:
+    return APIError(503, "The server is shutting down: this reply was cut. Retry once it is back.",
+                    code="server_shutting_down", retry_after=5)
 
 
 def engine_down(worker) -> APIError:
@@ -74,15 +80,17 @@ async def merged(handles: list[RequestHandle]) -> AsyncIterator[tuple[int, Event
         async for event in handles[0].aevents():
             yield 0, event
         return
-    queue: asyncio.Queue = asyncio.Queue()
+    # Bounded: while the client does not read, the pumps stop taking events from the handles, so their
+    # unread counts grow and the engine pauses these choices (back-pressure; ``BatchRunner``).
+    queue: asyncio.Queue = asyncio.Queue(maxsize=MERGED_EVENTS)
 
     async def pump(index: int, handle: RequestHandle) -> None:
         try:
             async for event in handle.aevents():
-                queue.put_nowait((index, event))
-            queue.put_nowait((index, _DONE))
+                await queue.put((index, event))
+            await queue.put((index, _DONE))
         except Exception as error:  # RequestFailedError: the reader re-raises it
-            queue.put_nowait((index, error))
+            await queue.put((index, error))
 
     tasks = [asyncio.create_task(pump(i, h)) for i, h in enumerate(handles)]
     try:

@@ -1,9 +1,10 @@
 """Saving and restoring conversations in the session store, on the engine thread (through ``worker.call``).
 
-Save: the conversation the client sends becomes a ``ChatSession`` whose caches
-hold its tokens (the prefix already in the KV pool is reused, the rest
-prefilled), written to the store under ``name``, like the chat window's
-autosave; the window and `mlxchat sessions` see it. Restore: the stored chat is
+Save: the conversation the client sends is read by the scheduler like any
+prompt (paced beside the running streams, its prefix in the KV pool reused) as a
+request for one token whose caches come back (``Request.keep_caches``); here they
+become a ``ChatSession``'s, written to the store under ``name``, like the chat
+window's autosave; the window and `mlxchat sessions` see it. Restore: the stored chat is
 opened, its KV blocks go into the pool and stay held (the last few restored
 chats), so the client's next request on that conversation computes only what
 is new, like llama.cpp's slot restore.
@@ -16,7 +17,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from mlxcore.caches import Caches
-from mlxcore.chat_template import render_chat
+from mlxcore.batching.request import Request
 from mlxcore.engine import Engine
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.params import GenerationParams
@@ -39,23 +40,18 @@ def conversation(engine: Engine, messages: list[dict], enable_thinking: bool) ->
     return session
 
 
-def fill_caches(engine: Engine, session: ChatSession) -> int:
-    """Make the session's caches hold its conversation's tokens; returns how many (prefix hits computed nothing).
+def save_request(ids: list[int]) -> Request:
+    """The scheduler's request that reads a conversation's ``ids`` into caches it hands back (one greedy
+    token past them, which ``SessionJobs.save`` takes back)."""
+    return Request(prompt_ids=tuple(ids), params=GenerationParams(temperature=0.0, max_tokens=1), keep_caches=True)
 
-    A conversation ending with a reply is cached without a generation prompt (the next turn adds a user
-    message); one ending with a user message with it, ready for the reply.
-    """
-    messages = [m.as_dict() for m in session.history]
-    ids = render_chat(engine.tokenizer, messages, enable_thinking=session.enable_thinking,
-                      add_generation_prompt=messages[-1]["role"] != "assistant")
-    events = engine.generate(ids, session.caches, GenerationParams(max_tokens=1))  # one token past the prompt...
-    for _ in events:
-        pass
-    for cache in (session.caches.target, session.caches.draft):  # ...taken back
-        extra = cache.offset - len(ids) if cache is not None else 0
+
+def take_back_extra(caches: Caches, tokens: int) -> None:
+    """Rewind both caches to the conversation's ``tokens`` (a reply's token may be in them)."""
+    for cache in (caches.target, caches.draft):
+        extra = cache.offset - tokens if cache is not None else 0
         if extra > 0 and cache.trim(extra) != extra:
-            raise CacheStateError(f"The KV cache could not be rewound to the conversation's {len(ids)} tokens.")
-    return len(ids)
+            raise CacheStateError(f"The KV cache could not be rewound to the conversation's {tokens} tokens.")
 
 
 class SessionJobs:
@@ -77,18 +73,22 @@ class SessionJobs:
         return self._store
 
     def save(self, engine: Engine, name: str, messages: list[dict], enable_thinking: bool,
-             title: str | None) -> dict:
+             title: str | None, caches: Caches, tokens: int) -> dict:
+        """Store the conversation with ``caches`` (from ``save_request``, holding its ``tokens``), which
+        then go back to the pool (their blocks stay cached for the next request)."""
         session = conversation(engine, messages, enable_thinking)
+        session.caches.release()
+        session.caches = caches
         session.title = title
         try:
-            tokens = fill_caches(engine, session)
+            take_back_extra(caches, tokens)
             store = self.store()
             try:
                 store.save(session, session_id=name)
             finally:
                 store.release(name)  # let the chat window open it
         finally:
-            session.caches.release()  # the blocks stay in the pool's prefix cache until reused
+            session.caches.release()
         return {"name": name, "messages": len(messages), "cached_tokens": tokens}
 
     def restore(self, engine: Engine, name: str) -> dict:

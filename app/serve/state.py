@@ -7,6 +7,7 @@ The HTTP side never holds the Engine: only plain facts taken from it at start
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,7 @@ class ServerState:
         self.tokens = Tokenizing(model.tokenizer)
         self.metrics = ServerMetrics(worker.stats, lambda: worker.alive, model.rank_weight_bytes)
         self.sessions = SessionJobs(settings.sessions_root, settings.pinned_sessions)  # used on the engine thread
+        self.stopping = threading.Event()  # set on SIGTERM: replies still running are cut after a grace period
 
     def check_model(self, name: str) -> None:
         """404 for a model this server does not serve (as OpenAI's API answers)."""

@@ -6,7 +6,10 @@ choice with its finish reason; with ``stream_options.include_usage`` a last chun
 carries the usage. An engine failure mid-stream (the status is sent already)
 becomes an ``{"error": ...}`` event, which OpenAI's clients raise. When the
 client disconnects, sse-starlette cancels the generator and ``finally`` cancels
-every choice, so the scheduler frees their blocks at its next step.
+every choice, so the scheduler frees their blocks at its next step. On SIGTERM
+streams are not cut by sse-starlette: the server cancels their choices after a
+grace period (``command._stop_on_signals``), so each still ends with its finish
+reason ("cancelled") and ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import AppStatus
 
 from app.serve.choices import ChoiceState, Delta
 from app.serve.errors import from_engine_error
@@ -25,6 +29,7 @@ from app.serve.state import ServerState
 from mlxcore.batching.handle import RequestFailedError
 
 Chunk = Callable[[ChoiceState, Delta], dict]
+AppStatus.disable_automatic_graceful_drain()  # see the module docstring: we end streams ourselves
 
 
 def event(obj: dict | str) -> bytes:

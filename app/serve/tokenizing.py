@@ -34,10 +34,13 @@ class Tokenizing:
             return fn(*args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args, **kwargs))
 
-    async def chat_ids(self, messages: Sequence[dict], enable_thinking: bool) -> list[int]:
-        """The prompt ids of ``messages``, rendered by the model's chat template, ready for the reply."""
+    async def chat_ids(self, messages: Sequence[dict], enable_thinking: bool,
+                       add_generation_prompt: bool = True) -> list[int]:
+        """The prompt ids of ``messages``, rendered by the model's chat template, ready for the reply
+        (``add_generation_prompt``; without it, as a conversation that ends there is cached)."""
         chars = sum(len(m["content"]) for m in messages)
-        return await self._run(chars, render_chat, self.tokenizer, messages, enable_thinking=enable_thinking)
+        return await self._run(chars, render_chat, self.tokenizer, messages, enable_thinking=enable_thinking,
+                               add_generation_prompt=add_generation_prompt)
 
     async def text_ids(self, text: str) -> list[int]:
         """``text`` as token ids, with no template and no special tokens added."""

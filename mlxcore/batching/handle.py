@@ -7,7 +7,9 @@ loop: the engine thread hands each event to the loop with
 engine fails first, reading raises ``RequestFailedError``. ``cancel()`` may be
 called from any thread at any time: the request stops at the next step, its
 blocks are free after it, and its stream ends with a ``FinalEvent`` whose
-finish reason is ``"cancelled"``.
+finish reason is ``"cancelled"``. ``unread`` counts the events put and not yet
+read: the runner pauses a reply whose reader falls behind (``BatchRunner``), so
+what waits here stays bounded.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class RequestHandle:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_queue: asyncio.Queue | None = None
+        self._unread = 0  # events put and not yet taken by the reader
         self.finished = threading.Event()  # set once the final event (or a failure) is put
         self.caches = None  # with ``Request.keep_caches``: the reply's caches once it ended (the caller releases them)
 
@@ -80,8 +83,18 @@ class RequestHandle:
             self.finished.set()
             self._deliver(_Failure(error))
 
+    @property
+    def unread(self) -> int:
+        """Events put and not yet read (back-pressure: the runner pauses the reply while this is large)."""
+        return self._unread
+
+    def _taken(self) -> None:
+        with self._lock:
+            self._unread -= 1
+
     def _deliver(self, item: object) -> None:
         with self._lock:
+            self._unread += 1
             if self._loop is None:
                 self._queue.put(item)
                 return
@@ -97,6 +110,7 @@ class RequestHandle:
         """The request's events, blocking; ``queue.Empty`` if none comes within ``timeout`` seconds."""
         while True:
             item = self._queue.get(timeout=timeout)
+            self._taken()
             yield from self._unpack(item)
             if isinstance(item, FinalEvent):
                 return
@@ -109,6 +123,7 @@ class RequestHandle:
                 self._async_queue.put_nowait(self._queue.get_nowait())
         while True:
             item = await self._async_queue.get()
+            self._taken()
             for event in self._unpack(item):
                 yield event
             if isinstance(item, FinalEvent):

@@ -16,6 +16,7 @@ from mlxcore.batching.handle import RequestHandle, RequestMetrics
 from mlxcore.caches import Caches
 from mlxcore.decode_plain import TokenPicker
 from mlxcore.events import FinalEvent, GenerationStats, TokenEvent
+from mlxcore.kv.errors import CacheStateError, PoolExhaustedError
 from mlxcore.params import GenerationParams
 from mlxcore.reply_text import ReplyText
 
@@ -39,6 +40,7 @@ class Live:
         self.prefix_hits = 0
         self.computed_prompt = 0  # prompt tokens prefilled (not found cached)
         self.preemptions = 0
+        self.admitted_once = False  # its caches were attached once (its prompt counted, its own caches used)
         self.late = False
         self.started_at: float | None = None  # when a step first worked on it
         self.draft_proposed = self.draft_accepted = 0  # over its speculative spells
@@ -53,6 +55,7 @@ class Live:
         child = Live(handle, params, tokenizer, eos_ids, cap, self.submitted)
         child.caches = self.caches.fork()
         child.prefix_hits, child.computed_prompt = self.prefix_hits, self.computed_prompt
+        child.admitted_once = True
         return child
 
     def release(self) -> None:
@@ -74,6 +77,28 @@ class Live:
         self.draft_accepted += decoder.counters.accepted
         if decoding_on:
             self.caches.target.trim(1)
+
+    def leave_draft(self) -> None:
+        """Decode on without the draft: its round did not fit in the pool. Both caches are settled as far as
+        the pool allows; the draft's goes back; the target's keeps a prefix of ``ids`` with the last token
+        unfed, as batched decoding wants it (what it lacks is fed again as prompt)."""
+        if self.speculative is not None:
+            decoder, tokens = self.speculative
+            self.speculative = None
+            try:
+                tokens.close()
+            except PoolExhaustedError:  # a failed append changes nothing: the caches hold a prefix of ids
+                pass
+            self.draft_proposed += decoder.counters.proposed
+            self.draft_accepted += decoder.counters.accepted
+        if self.caches.draft is not None:
+            self.caches.draft.release()
+            self.caches.draft = None
+        target = self.caches.target
+        target.settle()
+        extra = target.offset - (len(self.ids) - 1)
+        if extra > 0 and target.trim(extra) != extra:
+            raise CacheStateError(f"The KV cache could not be rewound by {extra} tokens.")
 
     def emit(self, token: int, logprob: float, from_draft: bool = False,
              top: tuple[tuple[int, float], ...] = ()) -> str | None:

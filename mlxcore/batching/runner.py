@@ -18,6 +18,9 @@ the engine's pools and byte budget, the pools ``BlockAccount`` reads.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from mlxcore import decision_clock
@@ -42,11 +45,16 @@ from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
 
+log = logging.getLogger("mlxchat.engine")
+MAX_UNREAD = 64  # events a reply may have waiting for its reader before it is paused (memory stays bounded)
+STALL_SECONDS = 60.0  # a paused reply whose reader takes nothing for this long is cancelled (blocks freed)
+
 
 class BatchRunner:
     """Continuous batching on one engine; call everything from one thread (``worker.py`` makes it so)."""
 
-    def __init__(self, engine: Engine, policy: Policy, *, step_tokens: int = 512, max_running: int = 8) -> None:
+    def __init__(self, engine: Engine, policy: Policy, *, step_tokens: int = 512, max_running: int = 8,
+                 stall_seconds: float = STALL_SECONDS) -> None:
         if engine.kv.kind != "paged":
             raise UsageError("Replies side by side need the paged KV cache (--kv paged).")
         self.engine = engine
@@ -60,6 +68,8 @@ class BatchRunner:
         self.pacing = Pacing(len(engine.target_forward._layers) if engine.target_forward.split else 1)
         self.feeds = Feeds()  # prompt chunks on their way through the layers
         self._cancelled: set[str] = set()
+        self.stall_seconds = stall_seconds  # a reply whose reader read nothing for this long is cancelled
+        self.max_unread: int | None = MAX_UNREAD  # None: never paused for its reader
 
     # requests ---------------------------------------------------------------
 
@@ -102,7 +112,9 @@ class BatchRunner:
         self.engine.kv_budget.reclaim()
         capacity = self.account.pool.config.max_blocks * self.account.pool.block_size
         for seq in list(scheduler.waiting):
-            if seq.length >= capacity:  # a reply that outgrew the cache's room in tokens (--max-kv)
+            if seq.generated and self.account.needed(seq, seq.length) > self.account.obtainable():
+                self._end(seq, reason="length")  # a preempted reply that cannot come back: it ends there
+            elif seq.length >= capacity:  # a reply that outgrew the cache's room in tokens (--max-kv)
                 self._end(seq, error=PoolExhaustedError(
                     f"The chat outgrew the KV cache's {capacity:,} tokens (--max-kv): start a new chat, or give "
                     "the cache more room."))
@@ -122,22 +134,59 @@ class BatchRunner:
 
     def fail_all(self, error: BaseException) -> None:
         """The engine failed: every request's stream ends with the error, and its caches go back."""
-        for lives in self.lives.values():
-            for live in lives:
-                live.release()
-                live.handle.fail(error)
-        self.lives.clear()
-        self.sequences.clear()
-        self.scheduler.waiting.clear()
-        self.scheduler.running.clear()
+        self.fail_running(error)
+        for seq in list(self.scheduler.waiting):
+            self._end(seq, error=error)
+
+    def fail_running(self, error: BaseException) -> None:
+        """A step failed where no one request was to blame (a batched pass): the requests it ran end with
+        ``error`` and their caches go back; those waiting go on. The batch's state is dropped."""
+        self.steps.last = None
+        for seq in list(self.scheduler.running):
+            self._end(seq, error=error)
         self.decoder.release()
         self.feeds.clear()
+
+    @contextmanager
+    def _alone(self, seq: Sequence) -> Iterator[None]:
+        """Work on ``seq`` alone: whatever it raises ends that request, with the error, and nothing else."""
+        try:
+            yield
+        except Exception as error:
+            log.exception("request %s failed; the engine goes on", seq.group)
+            if id(seq) in self.lives:
+                self._end(seq, error=error)
+
+    def _pause_unread(self, now: float) -> None:
+        """Back-pressure: a reply whose reader has ``max_unread`` events waiting is not decoded until it
+        reads; one that reads nothing for ``stall_seconds`` is cancelled, its blocks freed."""
+        if self.max_unread is None:
+            return
+        for seq in list(self.scheduler.running):
+            lives = self.lives.get(id(seq), [])
+            if not lives or max(live.handle.unread for live in lives) <= self.max_unread:
+                seq.paused_since = None
+            elif seq.paused_since is None:
+                seq.paused_since = now
+                for live in lives:
+                    self._settle(live)  # its pending pick is a real token: emitted before it waits
+            elif now - seq.paused_since > self.stall_seconds:  # the whole request: its reader is gone
+                log.warning("request %s: its client read nothing for %.0f s; cancelled", seq.group,
+                            now - seq.paused_since)
+                self._cancelled.update(rid for rid, other in self.sequences.items() if other.group == seq.group)
+
+    @property
+    def paused(self) -> bool:
+        """Every running reply waits for its reader (the worker may sleep a little)."""
+        running = self.scheduler.running
+        return bool(running) and all(seq.paused_since is not None for seq in running) and not self.feeds
 
     # one step ---------------------------------------------------------------
 
     def step(self) -> None:
         start = decision_clock.now()
         self._apply_cancellations()
+        self._pause_unread(start)
         self.scheduler.prefill_cap = self.pacing.cap()
         plan = self.scheduler.plan(start)
         self._unstick(plan)
@@ -150,10 +199,11 @@ class BatchRunner:
         if not paced:
             self._feed(None)  # nothing to pace against: chunks in flight finish now
         for seq, count in plan.prefill:
-            if paced:  # through the layers a few at a time, beside the decode passes
-                self._start_feed(seq, count, start)
-            else:
-                self._prefill(seq, count, start)
+            with self._alone(seq):
+                if paced:  # through the layers a few at a time, beside the decode passes
+                    self._start_feed(seq, count, start)
+                else:
+                    self._prefill(seq, count, start)
         decoded = self._decode([seq for seq in plan.decode if id(seq) in self.lives], self._lone(plan))
         work = self._feed(self.pacing.work) if paced else 0
         if not self.scheduler.running:
@@ -229,7 +279,7 @@ class BatchRunner:
         """Caches for a (re)admitted sequence: the ones the request came with, kept up to their common
         prefix with its ids (``Engine.keep_prefix``), else new ones holding every block of its ids found
         in the pool."""
-        given = live.handle.request.caches if live.preemptions == 0 else None
+        given = live.handle.request.caches if not live.admitted_once else None
         if given is not None:
             live.caches = given
             hits = self.engine.keep_prefix(given, live.ids)
@@ -242,7 +292,8 @@ class BatchRunner:
             live.caches.draft.release()
             live.caches.draft = None
         seq.cached = hits
-        if live.preemptions == 0:
+        if not live.admitted_once:
+            live.admitted_once = True
             live.prefix_hits = hits
             self.tally.prompt(len(live.ids), hits)
 
@@ -255,6 +306,9 @@ class BatchRunner:
         self.scheduler.remove(seq)
         if self.scheduler.running:
             self.scheduler.add(seq)
+            return
+        if seq.generated:  # a reply the pool cannot grow: it ends there, as at its token cap
+            self._end(seq, reason="length")
             return
         self._end(seq, error=PromptTooLongError(str(error)))
 
@@ -270,7 +324,12 @@ class BatchRunner:
             self.lives[id(child)] = [fresh]
             self.sequences[live.handle.request_id] = child
             children.append(child)
-        self.scheduler.replace(seq, children)
+        slots = max(self.scheduler.max_running - len(self.scheduler.running) + 1, 1)
+        self.scheduler.replace(seq, children[:slots])
+        for child in children[slots:]:  # n counts against --max-running: the rest wait for slots, their
+            self.lives[id(child)][0].release()  # prompt's blocks cached (a prefix hit when admitted)
+            child.cached = 0
+            self.scheduler.add(child)
 
     # decode -----------------------------------------------------------------
 
@@ -279,9 +338,10 @@ class BatchRunner:
         lives = [self.lives[id(seq)][0] for seq in seqs]
         emitted = 0
         if lone and self._drafts(lives[0]):
-            emitted += self._settle(lives[0])
-            if lives[0].request_id in self.sequences:
-                emitted += self._speculative(seqs[0], lives[0])
+            with self._alone(seqs[0]):
+                emitted += self._settle(lives[0])
+                if lives[0].request_id in self.sequences:
+                    emitted += self._speculative(seqs[0], lives[0])
         elif lives:
             for live in lives:
                 live.close_speculative()
@@ -318,7 +378,12 @@ class BatchRunner:
                                          live.caches.draft, live.params, self.engine.draft_control)
             live.speculative = (decoder, decoder.run(list(live.ids)))
         _, tokens = live.speculative
-        token, logprob, from_draft = next(tokens)
+        try:
+            token, logprob, from_draft = next(tokens)
+        except PoolExhaustedError:  # no room for a round (other chats hold the rest): on without the draft
+            live.leave_draft()
+            seq.cached = live.caches.target.offset
+            return 0
         seq.cached = live.caches.target.offset
         self._emitted(live, token, logprob, from_draft, ())
         return 1

@@ -10,10 +10,19 @@ the pool can hold its whole prompt, less the blocks it finds cached (a shared
 system prompt, an earlier turn). When the running set's next tokens do not fit,
 the policy's last running sequence is preempted by recompute: its blocks go
 back (their hashes stay, so resuming is mostly prefix hits) and it waits again.
+
+Fair share between requests: a request's choices (``n``) each take a running
+slot, so one request cannot run more than ``max_running`` sequences. Waiting
+sequences are admitted fewest-running-siblings first, then in policy order; and
+a request with nothing running takes a slot from one running two or more (its
+newest choice is preempted), so no request holds every slot while another waits.
+A sequence whose client has stopped reading (``paused``) keeps its slot and
+blocks but is not decoded.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,6 +46,12 @@ class Sequence:
     late: bool = False
     first_scheduled: float | None = None
     feeding: bool = False  # a chunk of its prompt is on its way through the layers (``prompt_feed.py``)
+    paused_since: float | None = None  # its client stopped reading its events then: it is not decoded
+
+    @property
+    def group(self) -> str:
+        """The request it answers: the choices of one request share it (and its request id)."""
+        return self.request.request_id
 
     @property
     def priority(self) -> Priority:
@@ -53,7 +68,7 @@ class Sequence:
 
     @property
     def ready(self) -> bool:
-        return self.admitted and self.prefill_left == 0 and self.choices == 1
+        return self.admitted and self.prefill_left == 0 and self.choices == 1 and self.paused_since is None
 
     @property
     def tokens_left(self) -> int:
@@ -160,10 +175,17 @@ class Scheduler:
         return budget, available
 
     def _admit(self, plan: StepPlan, budget: int, available: int, now: float) -> None:
-        """Admit waiting sequences in policy order while their whole prompts fit (preempting where the policy says)."""
-        for seq in sorted(self.waiting, key=lambda s: self.policy.key(s, now)):
-            if budget <= 0 or len(self.running) >= self.max_running:
+        """Admit waiting sequences, fair share then policy order, while their whole prompts fit (preempting
+        where the policy or the fair share says)."""
+        running = Counter(seq.group for seq in self.running)
+        for seq in sorted(self.waiting, key=lambda s: (running[s.group], *self.policy.key(s, now))):
+            if budget <= 0:
                 return
+            if len(self.running) >= self.max_running:
+                freed = self._take_slot(plan, seq, running)
+                if freed is None:
+                    return
+                available += freed
             need = self.account.needed(seq, seq.length)
             while need > available and self._may_preempt_for(seq, now):
                 available += self._preempt(plan, self._worst_running(now))
@@ -171,6 +193,7 @@ class Scheduler:
                 return  # the rest wait behind it, in order
             self.waiting.remove(seq)
             self.running.append(seq)
+            running[seq.group] += 1
             seq.admitted = True
             if seq.first_scheduled is None:
                 seq.first_scheduled = now
@@ -179,6 +202,19 @@ class Scheduler:
             plan.prefill.append((seq, count))
             budget -= max(count, 1)
             available -= need
+
+    def _take_slot(self, plan: StepPlan, seq: Sequence, running: Counter) -> int | None:
+        """Fair share: a request with nothing running preempts a choice of the request running the most
+        sequences, if that is two or more (the one with the least output to recompute). The blocks freed,
+        or None when no slot is taken."""
+        if running[seq.group] or not running:
+            return None
+        group, count = running.most_common(1)[0]
+        if count < 2:
+            return None
+        victim = min((s for s in self.running if s.group == group), key=lambda s: s.generated)
+        running[group] -= 1
+        return self._preempt(plan, victim)
 
     def _may_preempt_for(self, seq: Sequence, now: float) -> bool:
         return bool(self.running) and self.policy.preempts(seq, self._worst_running(now), now)

@@ -9,13 +9,18 @@ main thread and the other side (an HTTP server, a UI) runs on threads of its own
 
 Other threads talk to the engine through an inbox drained between steps: new
 requests, cancellations, and ``call(fn)`` (anything else that needs the engine,
-such as saving a session). If the loop dies, every request in flight fails with
-``RequestFailedError``, ``alive`` turns False and new submissions are refused,
-so a server never holds a live socket on a dead engine.
+such as saving a session). A step that raises ends the requests it ran (each
+with the error; what one request alone raised ends that request alone, in the
+runner) and the loop goes on. Only ``MAX_FAILED_STEPS`` failing steps in a row
+(or an error that is not an ``Exception``) mean the engine cannot go on: then
+every request in flight fails with ``RequestFailedError``, ``alive`` turns False
+and new submissions are refused, so a server never holds a live socket on a
+dead engine.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -27,22 +32,26 @@ from mlxcore.batching.errors import OverloadedError
 from mlxcore.batching.handle import RequestFailedError, RequestHandle
 from mlxcore.batching.policies import make_policy
 from mlxcore.batching.request import Request
-from mlxcore.batching.runner import BatchRunner
+from mlxcore.batching.runner import STALL_SECONDS, BatchRunner
 from mlxcore.batching.stats import WorkerStats
 from mlxcore.engine import Engine
 
 T = TypeVar("T")
 IDLE_WAIT_SECONDS = 0.5  # an idle worker wakes this often even when nothing arrives
+PAUSED_WAIT_SECONDS = 0.02  # every running reply waits for its reader: look again this soon
+MAX_FAILED_STEPS = 3  # steps failing in a row, with no step between that worked: the engine is broken
+log = logging.getLogger("mlxchat.engine")
 
 
 class BatchWorker:
     """See the module docstring."""
 
     def __init__(self, engine: Engine, *, policy: str = "fcfs", max_waiting: int = 64, max_running: int = 8,
-                 step_tokens: int = 512) -> None:
+                 step_tokens: int = 512, stall_seconds: float = STALL_SECONDS) -> None:
         self.engine = engine
         self.max_waiting = max_waiting
-        self.runner = BatchRunner(engine, make_policy(policy), step_tokens=step_tokens, max_running=max_running)
+        self.runner = BatchRunner(engine, make_policy(policy), step_tokens=step_tokens, max_running=max_running,
+                                  stall_seconds=stall_seconds)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -112,6 +121,10 @@ class BatchWorker:
         self._post(("call", fn, future))
         return future.result(timeout=timeout)
 
+    def cancel_all(self) -> None:
+        """Cancel every request queued or running (from any thread): each stream ends with ``"cancelled"``."""
+        self._post(("cancel_all",))
+
     def _cancel(self, handle: RequestHandle) -> None:
         self._post(("cancel", handle.request_id))
 
@@ -128,22 +141,40 @@ class BatchWorker:
             self._failure = error
             self.runner.fail_all(error)
             self._fail_inbox(error)
+            self._snapshot()  # /metrics shows them failed, none running
             raise
         error = RequestFailedError("The engine was stopped.")
         self.runner.fail_all(error)
         self._fail_inbox(error)
+        self._snapshot()
 
     def _turns(self) -> None:
         """Take requests and step them until stopped."""
+        failed = 0
         while not self._stop.is_set():
             self._drain()
             if self.runner.busy:
-                self.runner.step()
+                failed = self._step(failed)
                 self._snapshot()
+                if self.runner.paused:
+                    self._wake.wait(PAUSED_WAIT_SECONDS)
+                    self._wake.clear()
             else:
                 self._snapshot()
                 self._wake.wait(IDLE_WAIT_SECONDS)
                 self._wake.clear()
+
+    def _step(self, failed: int) -> int:
+        """One step; a failing one ends the requests it ran. Returns the failing steps in a row so far."""
+        try:
+            self.runner.step()
+            return 0
+        except Exception as error:
+            if failed + 1 >= MAX_FAILED_STEPS:
+                raise
+            log.exception("an engine step failed; its requests end with the error and the engine goes on")
+            self.runner.fail_running(error)
+            return failed + 1
 
     def _drain(self) -> None:
         while True:
@@ -163,6 +194,9 @@ class BatchWorker:
                         handle.fail(error)
             elif kind == "cancel":
                 self.runner.cancel(item[1])
+            elif kind == "cancel_all":
+                for request_id in list(self.runner.sequences):
+                    self.runner.cancel(request_id)
             elif kind == "call":
                 _, fn, future = item
                 try:
@@ -188,7 +222,7 @@ class BatchWorker:
         pool = self.engine._pools.get("target")
         manager = pool.manager if pool is not None else None  # counters only: this runs every step
         self._stats = WorkerStats(
-            waiting=len(runner.scheduler.waiting), running=len(runner.scheduler.running),
+            waiting=len({seq.group for seq in runner.scheduler.waiting}), running=len(runner.scheduler.running),
             finished=tally.finished, cancelled=tally.cancelled, failed=tally.failed,
             preemptions=tally.preemptions, late=tally.late, generated_tokens=tally.tokens,
             prompt_tokens=tally.prompt_tokens, prefix_hit_tokens=tally.prefix_hit_tokens,

@@ -50,6 +50,9 @@ class RankedWorker(BatchWorker):
         self.world = engine.world
         self.watchdog = Watchdog(self.world)
         self._handles: dict[str, list[RequestHandle]] = {}  # rank 0: the handles of requests being shared
+        # Pausing a reply for its reader is rank 0's view alone (the other ranks' handles have no reader):
+        # every rank must step alike, so replies are never paused here.
+        self.runner.max_unread = None
 
     def call(self, fn, timeout=None):
         raise DistributedError("This needs the engine of one process; it is not available while the model runs "
