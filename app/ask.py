@@ -28,10 +28,21 @@ LONG_PROMPT_TOKENS = 1024  # a prefill this long says so on stderr (it takes a w
 
 
 def read_prompt(args: argparse.Namespace) -> str:
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    prompt = _read_stdin() if args.prompt == "-" else args.prompt
     if not prompt.strip():
         raise PromptError("The prompt is empty: give a question, e.g. mlxchat ask \"What is 12 + 7?\"")
     return prompt
+
+
+def _read_stdin() -> str:
+    """Standard input as UTF-8 text (strictly: the locale's lenient decoding would let other bytes through)."""
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise PromptError(f"The prompt on stdin is not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
+                          f"{error.start} is not valid UTF-8): convert it first, e.g. with iconv -f latin1 -t utf-8."
+                          ) from None
 
 
 def _say(text: str) -> None:

@@ -6,13 +6,15 @@ import argparse
 import sys
 import time
 
-from app.options import add_generation_options, add_model_options
+from app.options import add_generation_options, add_model_options, check_text_options
 from mlxcore.distributed.errors import is_lost_peer, lost_peer
 from mlxcore.distributed.world import current_world, launched, leave_interrupts_to_leader
 from mlxcore.errors import MlxchatError, UsageError
+from mlxcore.open_files import low_limit_note
 
 # mlx.launch stops every rank once one fails: a rank that leaves the telling to rank 0 waits this long first
 FOLLOWER_EXIT_DELAY_S = 1.0
+LOADING_COMMANDS = ("ask", "serve", "bench")  # those that load a model and print to a terminal as they run
 RANKED_COMMANDS = ("ask", "serve")  # what runs on several ranks under mlx.launch (see README, Several machines)
 RANKS_EPILOG = ("A model too big for one Mac runs split over several with MLX's launcher, e.g. "
                 "mlx.launch --hostfile hosts.json --backend ring -- mlxchat {command} ... (rank 0, the first host, "
@@ -66,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `mlxchat` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
+        check_text_options(args)
+        if args.command in LOADING_COMMANDS and (note := low_limit_note()) and _leads():
+            print(f"mlxchat: {note}", file=sys.stderr)
         if launched() and args.command not in RANKED_COMMANDS:
             raise UsageError(f"{_name(args.command)} runs in one process; over several ranks (mlx.launch) run "
                              "`mlxchat serve` (rank 0 serves the OpenAI API) or `mlxchat ask`.")

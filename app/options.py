@@ -55,6 +55,27 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
                        help="answer without thinking")
 
 
+TEXT_OPTIONS = {"prompt": "The prompt", "system": "--system", "title": "The title", "search": "The search text"}
+
+
+def utf8_text(text: str, what: str) -> str:
+    """``text`` if it came from valid UTF-8; else UsageError. Python turns bytes that are not UTF-8 (in argv, or
+    stdin read leniently) into lone surrogates, which the tokenizer and the session files cannot take."""
+    bad = next((c for c in text if "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:
+        byte = f" (byte 0x{ord(bad) - 0xdc00:02x} is not UTF-8)" if "\udc80" <= bad <= "\udcff" else ""
+        raise UsageError(f"{what} is not UTF-8 text{byte}: convert it first, e.g. with iconv -f latin1 -t utf-8.")
+    return text
+
+
+def check_text_options(args: argparse.Namespace) -> None:
+    """Every free-text argument given must be UTF-8 text (see ``utf8_text``)."""
+    for name, what in TEXT_OPTIONS.items():
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            utf8_text(value, what)
+
+
 def model_choice(args: argparse.Namespace) -> ModelChoice:
     return ModelChoice(model=args.model, draft=args.draft, no_draft=args.no_draft)
 

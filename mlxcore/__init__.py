@@ -8,8 +8,10 @@ light: the chat window's process imports it and never runs MLX.
 import importlib
 
 from mlxcore.blas import preload_optimized_blas
+from mlxcore.open_files import guard_mlx_lm_import
 
 preload_optimized_blas()  # must run before mlx.core is imported anywhere
+guard_mlx_lm_import()  # before mlx_lm is imported anywhere: its import sets the open-file limit
 
 _EXPORTS = {
     "open_engine": "mlxcore.launch", "OpenedEngine": "mlxcore.launch",
