@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sessions.terminal_text import printable
+
 if TYPE_CHECKING:  # the store imports mlx: only when a sessions command runs, not to build --help
     from sessions.store import SessionInfo
 
@@ -50,8 +52,8 @@ def run_sessions(args: argparse.Namespace) -> int:
     elif command == "show":
         info = store.info(args.id)
         where = f"file: {info.path}" if info.in_file else f"store: {store.root}"
-        print(f"id: {info.id}\n{where}\nmodel: {info.model}\nmessages: {info.messages}\n")
-        sys.stdout.write(store.export_markdown(args.id))
+        print(f"id: {info.id}\n{where}\nmodel: {printable(info.model)}\nmessages: {info.messages}\n")
+        sys.stdout.write(printable(store.export_markdown(args.id), limit=None, keep="\n\t"))
     elif command == "rm":
         store.delete(args.id)
         print(f"Deleted session {args.id}.")
@@ -60,19 +62,19 @@ def run_sessions(args: argparse.Namespace) -> int:
         print(f"Wrote {args.output}: open it with `mlxchat --session {args.output}`.")
     elif command == "export":
         text = store.export_markdown(args.id)
-        if args.output is None:
-            sys.stdout.write(text)
+        if args.output is None:  # a terminal gets what it would act on made visible; a pipe, the exact text
+            sys.stdout.write(printable(text, limit=None, keep="\n\t") if sys.stdout.isatty() else text)
         else:
             args.output.write_text(text, encoding="utf-8")
             print(f"Wrote {args.output}.")
     elif command == "rename":
-        print(f"{args.id}: {store.rename(args.id, args.title).title}")
+        print(f"{args.id}: {printable(store.rename(args.id, args.title).title)}")
     return 0
 
 
 def _row(info: SessionInfo) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.updated))
     if info.broken:
-        return f"{info.id}  {when}  BROKEN: {info.broken}"
+        return f"{info.id}  {when}  BROKEN: {printable(info.broken, limit=None)}"
     where = "  (open in an mlxchat window)" if info.open_elsewhere else ""
-    return f"{info.id}  {when}  {info.messages:>3} msgs  {info.model}  {info.title}{where}"
+    return f"{info.id}  {when}  {info.messages:>3} msgs  {printable(info.model)}  {printable(info.title)}{where}"

@@ -33,6 +33,7 @@ from sessions.file_format import encode_header, read_file, write_file
 from sessions.file_header import ROLES_SAVED, SavedCache, SavedSession, build_header, read_saved_session
 from sessions.safetensors_payload import decode_tensors, dtype_name, encode_tensors
 from sessions.saved_kv import describe
+from sessions.terminal_text import printable
 
 # Kinds whose restore (``ModelCache.from_state``) converts another KV format through float; a rotating
 # window keeps the format it was saved in, so one saved in another format is rebuilt instead.
@@ -123,7 +124,8 @@ def restore_plan(saved: SavedSession, engine: Engine, name: str) -> tuple[list[s
         if saved.model_fingerprint == engine.fingerprint:
             restore.append("target")
         else:
-            notes.append(f"{name} was saved with another model ({saved.model_name or saved.model_fingerprint}): "
+            model = printable(saved.model_name or saved.model_fingerprint)  # the file's text, for a terminal
+            notes.append(f"{name} was saved with another model ({model}): "
                          "the conversation is restored and its cache will be rebuilt on the next turn.")
     if saved.draft is not None and engine.draft_model is not None and saved.use_draft:
         if saved.draft_fingerprint == engine.draft_fingerprint:
