@@ -39,14 +39,25 @@ def scheduler_request(body: Sampling, prompt_ids: list[int], params: GenerationP
     """
     if not prompt_ids:
         raise APIError(400, "The prompt is empty.", param="prompt")
-    if model.context_length is not None and len(prompt_ids) >= model.context_length:
-        raise APIError(400, f"The prompt has {len(prompt_ids)} tokens, more than the model's context of "
-                            f"{model.context_length}: shorten it.", param="messages", code="context_length_exceeded")
+    _within_context(len(prompt_ids), model, "messages" if isinstance(body, ChatCompletionRequest) else "prompt")
     # With a draft, which random draws a sampled reply uses depends on the draft lengths the engine has
     # learned (they change from request to request): a seeded sampled reply decodes plainly, to repeat.
     reproducible = params.seed is not None and params.temperature > 0
     return Request(prompt_ids=tuple(prompt_ids), params=params, priority=Priority.parse(body.priority),
                    top_logprobs=top_logprobs, use_draft=not reproducible)
+
+
+def _within_context(tokens: int, model: ModelInfo, param: str, *, at_least: bool = False) -> None:
+    if model.context_length is not None and tokens >= model.context_length:
+        count = f"at least {tokens:,}" if at_least else f"{tokens:,}"
+        raise APIError(400, f"The prompt has {count} tokens, more than the model's context of "
+                            f"{model.context_length}: shorten it.", param=param, code="context_length_exceeded")
+
+
+async def _prompt_ids(text: str, tokens: Tokenizing, model: ModelInfo, param: str) -> list[int]:
+    """``text`` tokenized, unless it is certainly over the context: then refused before (see ``tokenizing``)."""
+    _within_context(tokens.fewest_tokens(text), model, param, at_least=True)
+    return await tokens.text_ids(text)
 
 
 def with_system(messages: list[dict], system: str | None) -> list[dict]:
@@ -74,9 +85,10 @@ async def chat_request(body: ChatCompletionRequest, tokens: Tokenizing, model: M
     if not thinking:
         messages = with_empty_blocks(messages)
     try:
-        ids = await tokens.chat_ids(messages, thinking)
+        text = await tokens.chat_text(messages, thinking)
     except PromptError as error:
         raise APIError(400, str(error), param="messages") from None
+    ids = await _prompt_ids(text, tokens, model, "messages")
     params = generation_params(body, model.default_params, body.reply_cap)
     return scheduler_request(body, ids, params, (body.top_logprobs or 0) if body.logprobs else 0, model)
 
@@ -84,7 +96,7 @@ async def chat_request(body: ChatCompletionRequest, tokens: Tokenizing, model: M
 async def completion_request(body: CompletionRequest, tokens: Tokenizing, model: ModelInfo) -> Request:
     """The prompt as given: text (tokenized, no template) or token ids (checked against the vocabulary)."""
     prompt = body.prompt
-    ids = await tokens.text_ids(prompt) if isinstance(prompt, str) else list(prompt)
+    ids = await _prompt_ids(prompt, tokens, model, "prompt") if isinstance(prompt, str) else list(prompt)
     if any(token >= model.vocab_size for token in ids):
         raise APIError(400, f"The prompt has token ids outside the vocabulary (0..{model.vocab_size - 1}).",
                        param="prompt")

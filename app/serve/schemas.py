@@ -10,18 +10,34 @@ that says why.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator,
                       model_validator)
 
 from mlxcore.think_blocks import CLOSE, OPEN
 
 MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 1_000  # each stop string: a reply is checked against every one of them after each token
 MAX_CHOICES = 16  # n: the choices share the prompt's blocks, but each decodes on its own
+MAX_TITLE_CHARS = 200  # a session's title is a line in `mlxchat sessions ls`
 
 NEWLINE = "\n"
-NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's "\ud800" escape parses to one; a pair parses to one character
+
+
+def unicode_text(text: str) -> str:
+    """``text`` if it can be encoded (tokenized, logged, stored): no lone surrogate; else ``ValueError``."""
+    found = SURROGATE.search(text)
+    if found:
+        raise ValueError(f"it holds a lone surrogate ({found.group()!r} at character {found.start()}), which is "
+                         "not text: send UTF-8, with surrogate escapes only in pairs")
+    return text
+
+
+Text = Annotated[str, AfterValidator(unicode_text)]
+Title = Annotated[str, StringConstraints(max_length=MAX_TITLE_CHARS), AfterValidator(unicode_text)]
 
 
 class Strict(BaseModel):
@@ -73,12 +89,18 @@ class ChatMessage(Strict):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart]
-    reasoning_content: str | None = None
+    reasoning_content: Text | None = None
     refusal: str | None = None
     tool_calls: list | None = None
     function_call: dict | None = None
     audio: dict | None = None
     annotations: list | None = None  # citations of a search: nothing the model needs to read
+
+    @field_validator("content")
+    @classmethod
+    def _text(cls, content: str | list[TextPart]) -> str | list[TextPart]:
+        unicode_text(content if isinstance(content, str) else "".join(p.text for p in content))
+        return content
 
     @field_validator("refusal", "tool_calls", "function_call", "audio")
     @classmethod
@@ -106,21 +128,35 @@ class ChatMessage(Strict):
 class Sampling(Strict):
     """Fields the chat and the completions endpoints share."""
 
-    model: str
+    model: Text
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=0)  # extension (vLLM's): 0 = off
     min_p: float | None = Field(None, ge=0, lt=1)  # extension
     repetition_penalty: float | None = Field(None, gt=0)  # extension
     seed: int | None = None
-    stop: NonEmpty | list[NonEmpty] | None = Field(None, max_length=MAX_STOP_STRINGS)
+    stop: str | list[str] | None = None  # at most MAX_STOP_STRINGS, each of 1 to MAX_STOP_CHARS characters
     n: int = Field(1, ge=1, le=MAX_CHOICES)
-    user: str | None = None  # logged with the request
+    user: Text | None = None  # logged with the request
     priority: Literal["low", "normal", "high"] = "normal"  # extension: the scheduler's priority policy
     stream: bool = False
     stream_options: StreamOptions | None = None
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        stops = [stop] if isinstance(stop, str) else stop or []
+        if len(stops) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings, not {len(stops)}")
+        for text in stops:
+            if not text:
+                raise ValueError("a stop string must not be empty")
+            if len(text) > MAX_STOP_CHARS:
+                raise ValueError(f"a stop string has at most {MAX_STOP_CHARS:,} characters, not {len(text):,}")
+            unicode_text(text)
+        return stop
 
     @model_validator(mode="after")
     def _check_sampling(self) -> Sampling:
@@ -176,7 +212,7 @@ def _one_prompt(prompt: object) -> str | list[int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str) and prompt:
-        return prompt
+        return unicode_text(prompt)
     if isinstance(prompt, list) and prompt and all(type(t) is int and t >= 0 for t in prompt):
         return prompt
     raise ValueError(PROMPT_SHAPES)
@@ -207,7 +243,7 @@ class SessionSaveRequest(Strict):
 
     messages: list[ChatMessage] = Field(min_length=1)
     chat_template_kwargs: TemplateKwargs | None = None
-    title: str | None = None  # shown in `mlxchat sessions ls`; default: from the first user message
+    title: Title | None = None  # shown in `mlxchat sessions ls`; default: from the first user message
 
     def thinking(self, default: bool) -> bool:
         """Whether the model thinks first: the request's ``enable_thinking``, else ``default``."""
