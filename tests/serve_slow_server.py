@@ -5,7 +5,9 @@ act while a reply is under way (close the connection after 5 tokens, fail the
 engine while two requests run). Here each scheduler step first waits
 ``MLXCHAT_TEST_STEP_SECONDS``; while the file ``MLXCHAT_TEST_FAULT_FILE`` exists,
 steps raise, as a failing pass would (the worker's own handling then runs
-unchanged); the first failing step removes the file if it holds "once". Usage: python tests/serve_slow_server.py [serve options].
+unchanged); the first failing step removes the file if it holds "once". With
+``MLXCHAT_TEST_IGNORE_EOS`` set, replies go on to their max_tokens (as the
+window's bench does), since the embedded models' replies are short. Usage: python tests/serve_slow_server.py [serve options].
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class InjectedFault(RuntimeError):
 
 
 def slow_worker(engine, args):
+    if os.environ.get("MLXCHAT_TEST_IGNORE_EOS"):
+        engine.eos_ids = set()
     worker = real_worker(engine, args)
     step, delay = worker.runner.step, float(os.environ.get("MLXCHAT_TEST_STEP_SECONDS", "0"))
     fault = os.environ.get("MLXCHAT_TEST_FAULT_FILE")

@@ -68,6 +68,14 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
     if args.port > 65535:
         raise UsageError(f"--port must be at most 65535, not {args.port}")
+    # beyond these, the pool's bookkeeping and the queue only use memory: no machine decodes that many at once
+    for name, most in (("max_running", 1024), ("max_waiting", 100_000)):
+        if getattr(args, name) > most:
+            raise UsageError(f"--{name.replace('_', '-')} must be at most {most:,}, not {getattr(args, name):,}")
+    if args.step_tokens < args.max_running:  # each running request decodes at least one token a step
+        raise UsageError(f"--step-tokens ({args.step_tokens}) must be at least --max-running ({args.max_running}).")
+    if args.api_key is not None and not args.api_key.strip():
+        raise UsageError("--api-key must not be empty: an empty key would let any 'Authorization: Bearer' in.")
     if args.kv != "paged":
         raise UsageError(f"mlxchat serve batches requests on the paged KV cache, not --kv {args.kv}: leave --kv out.")
     generation_params(args)  # bad sampling options fail before the model loads
@@ -132,7 +140,7 @@ def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> 
     info = ModelInfo.of(opened.engine, opened.target_name, opened.draft_name)
     info = dataclasses.replace(info, default_params=generation_params(args, info.default_params))
     settings = ServeSettings(api_key=args.api_key, max_body_bytes=args.max_body, system=args.system,
-                             thinking=True if args.think is None else args.think)
+                             thinking=True if args.think is None else args.think, stall_seconds=args.stall_timeout)
     _serve(ServerState(worker, info, settings), args)
     return 0
 

@@ -51,6 +51,7 @@ class ServeSettings:
     pinned_sessions: int = 4  # restored sessions whose KV blocks stay held for their next request
     system: str | None = None  # a system prompt for conversations that bring none (--system)
     thinking: bool = True  # Qwen3 thinks first unless a request's chat_template_kwargs says otherwise
+    stall_seconds: float = 60.0  # a stream whose client reads nothing for this long is closed (--stall-timeout)
 
 
 class ServerState:

@@ -71,8 +71,8 @@ def chat_stream(state: ServerState, exchange: Exchange, scope_state: dict, *, lo
         return chat_chunk(exchange.header, choice.index, delta, text_of=text_of, usage_field=include_usage)
 
     opening = [chat_role_chunk(exchange.header, c.index, include_usage) for c in exchange.choices]
-    return _response(_events(state, exchange, scope_state, chunk, opening=opening, include_usage=include_usage,
-                             keep_empty=logprobs))
+    return _response(state, _events(state, exchange, scope_state, chunk, opening=opening,
+                                    include_usage=include_usage, keep_empty=logprobs))
 
 
 def completion_stream(state: ServerState, exchange: Exchange, scope_state: dict, *, logprobs: bool,
@@ -84,10 +84,12 @@ def completion_stream(state: ServerState, exchange: Exchange, scope_state: dict,
         return completion_chunk(exchange.header, choice.index, delta, text_of=text_of, usage_field=include_usage,
                                 offset=offset)
 
-    return _response(_events(state, exchange, scope_state, chunk, opening=[], include_usage=include_usage,
-                             keep_empty=logprobs))
+    return _response(state, _events(state, exchange, scope_state, chunk, opening=[], include_usage=include_usage,
+                                    keep_empty=logprobs))
 
 
-def _response(events: AsyncIterator[bytes]) -> EventSourceResponse:
+def _response(state: ServerState, events: AsyncIterator[bytes]) -> EventSourceResponse:
     # sse-starlette's pings (a comment line every 15 s) keep a proxy from closing a stream that waits in the queue.
-    return EventSourceResponse(events, headers={"Cache-Control": "no-cache"})
+    # A client that takes nothing for --stall-timeout is closed (its choices cancelled, with ``finally``), even
+    # one whose reply is done: what waits to be sent is held no longer than that.
+    return EventSourceResponse(events, headers={"Cache-Control": "no-cache"}, send_timeout=state.settings.stall_seconds)

@@ -120,9 +120,17 @@ class BatchRunner:
                     "the cache more room."))
             elif self.account.needed(seq, seq.length) > self.account.obtainable():
                 self._end(seq, error=OverloadedError(
-                    f"The KV memory budget ({format_bytes(self.engine.kv_budget.limit)}) cannot take this "
-                    f"{seq.length:,}-token prompt next to what other chats hold now: try again later, close "
-                    "other chats, or give more memory (--max-kv).", retry_after=5.0))
+                    f"The KV cache ({self._room()}) cannot take this {seq.length:,}-token prompt next to what "
+                    "other chats hold now: try again later, close other chats, or give more memory (--max-kv).",
+                    retry_after=5.0))
+
+    def _room(self) -> str:
+        """What bounds the pool: its tokens (--max-kv as a count) or the byte budget, whichever binds."""
+        pool, budget = self.account.pool, self.engine.kv_budget
+        tokens = pool.config.max_blocks * pool.block_size
+        if tokens * pool.block_bytes // pool.block_size <= budget.limit:
+            return f"{tokens:,} tokens, {pool.manager.used_blocks * pool.block_size:,} held"
+        return f"{format_bytes(budget.limit)}, {format_bytes(budget.in_use)} held"
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step (its blocks are free after it)."""
@@ -381,6 +389,7 @@ class BatchRunner:
         try:
             token, logprob, from_draft = next(tokens)
         except PoolExhaustedError:  # no room for a round (other chats hold the rest): on without the draft
+            log.info("request %s: no KV room for a draft round; it decodes on without the draft", seq.group)
             live.leave_draft()
             seq.cached = live.caches.target.offset
             return 0
