@@ -76,3 +76,29 @@ def test_steps_that_keep_failing_stop_the_engine_and_health_says_so(tmp_path):
         assert metrics["mlxchat_engine_alive"] == 0 and metrics["mlxchat_running_requests"] == 0
         assert metrics["mlxchat_requests_failed_total"] >= 2
         assert server.process.poll() is None, "the process stays up, so that /health tells the truth"
+
+
+def test_sigterm_ends_streams_with_a_finish_reason_and_waiting_requests_with_an_error(tmp_path):
+    with ServeProcess(tmp_path, script="serve_slow_server.py",
+                      env={"MLXCHAT_TEST_STEP_SECONDS": "0.02", "MLXCHAT_TEST_IGNORE_EOS": "1"}) as server:
+        client = server.client()
+        stream = client.chat.completions.create(model=MODEL, messages=QUESTION, stream=True, max_tokens=3000)
+        next(stream)
+        caught: list[BaseException] = []
+
+        def wait_whole() -> None:
+            try:
+                client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=3000)
+            except openai.APIStatusError as error:
+                caught.append(error)
+
+        waiting = threading.Thread(target=wait_whole)
+        waiting.start()
+        poll_until(lambda: server.metrics()["mlxchat_running_requests"] == 2)
+        server.process.terminate()
+        chunks = list(stream)  # the SDK ends the iteration at [DONE]; a cut connection would raise instead
+        waiting.join(timeout=60)
+        assert chunks and chunks[-1].choices[0].finish_reason == "cancelled"
+        assert caught and caught[0].status_code == 503, caught
+        assert caught[0].body["code"] == "server_shutting_down", caught[0].body
+        assert server.process.wait(timeout=60) == 0
