@@ -2,7 +2,7 @@
 
 Every failure a client can meet ends here with a status that says whose fault it
 is and a message that says what to do: 400 for a request we cannot serve
-(with the field named), 401, 404, 413, 429/503 with ``Retry-After`` when we are
+(with the field named), 401, 404, 408, 413, 429/503 with ``Retry-After`` when we are
 full, 500 when the engine failed while the request ran.
 """
 
@@ -23,26 +23,27 @@ from mlxcore.errors import MlxchatError, PromptError
 log = logging.getLogger("mlxchat.serve")
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
-          500: "server_error", 503: "service_unavailable"}
+          405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+          429: "rate_limit_error", 500: "server_error", 503: "service_unavailable"}
 
 
 class APIError(Exception):
     """A reply with ``status`` and an OpenAI-style error body; ``retry_after`` adds that header (seconds)."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.retry_after = retry_after
+        self.headers = dict(headers or {})
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": _TYPES.get(self.status, "error"),
                           "param": self.param, "code": self.code}}
 
     def response(self) -> JSONResponse:
-        headers = {"Retry-After": str(max(1, math.ceil(self.retry_after)))} if self.retry_after else None
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+        retry = {"Retry-After": str(max(1, math.ceil(self.retry_after)))} if self.retry_after else {}
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers | retry)
 
 
 def from_engine_error(error: Exception) -> APIError:
@@ -99,7 +100,7 @@ def install_handlers(app: FastAPI) -> None:
     async def _http(request: Request, error: HTTPException) -> JSONResponse:
         message = f"No route {request.method} {request.url.path}." if error.status_code in (404, 405) else \
             str(error.detail)
-        return _reply(request, APIError(error.status_code, message))
+        return _reply(request, APIError(error.status_code, message, headers=error.headers))
 
     @app.exception_handler(MlxchatError)
     async def _engine(request: Request, error: MlxchatError) -> JSONResponse:

@@ -1,13 +1,23 @@
-"""What every HTTP request passes through: the API key (401), the body limit (413), one log line, counters.
+"""What every HTTP request passes through: the API key (401), a stalled body (408), the body limit (413), one
+log line, counters.
 
 A plain ASGI middleware rather than Starlette's ``BaseHTTPMiddleware``, which
 would wrap ``receive`` and hide a client's disconnect from the routes.
+
+A client that stops in the middle of its body would hold its connection (and a
+route waiting for the body) forever: while a body is still coming, each read
+waits at most ``MLXCHAT_SERVE_BODY_TIMEOUT_S`` seconds (like nginx's
+client_body_timeout), then the answer is 408 and the connection closes.
+Uvicorn has no such timeout for the request line and headers (see the report of
+issue 31): it only times out idle keep-alive connections.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
+import os
 import time
 
 from starlette.exceptions import HTTPException
@@ -19,6 +29,9 @@ from app.serve.metrics import ServerMetrics
 log = logging.getLogger("mlxchat.serve")
 OPEN_PATHS = ("/health",)  # answered without the API key: a load balancer's probe has none
 DRAIN_BYTES = 64 * 2**20  # a refused body is read (and dropped) up to this size; beyond it the connection closes
+BODY_TIMEOUT_ENV, BODY_TIMEOUT_S = "MLXCHAT_SERVE_BODY_TIMEOUT_S", 30.0  # the longest pause within a body
+CLOSE = {"Connection": "close"}  # after a body we did not read to its end, the connection cannot serve another
+BEARER = "bearer"  # the scheme of 'Authorization: Bearer KEY', any case (RFC 9110 section 11.1)
 
 
 class ServeMiddleware:
@@ -26,6 +39,7 @@ class ServeMiddleware:
 
     def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int, metrics: ServerMetrics) -> None:
         self.app, self.api_key, self.max_body_bytes, self.metrics = app, api_key, max_body_bytes, metrics
+        self.body_timeout_s = float(os.environ.get(BODY_TIMEOUT_ENV, BODY_TIMEOUT_S))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -39,13 +53,15 @@ class ServeMiddleware:
                 status[0] = message["status"]
             await send(message)
 
+        timed = _timed(receive, self.body_timeout_s)
         try:
             refusal = self._refusal(scope)
             if refusal is not None:
-                await _drain(receive)
+                if not await _drain(timed):
+                    refusal.headers |= CLOSE
                 await refusal.response()(scope, receive, sent)
             else:
-                await self.app(scope, self._limited(receive), sent)
+                await self.app(scope, self._limited(timed), sent)
         finally:
             self._record(scope, status[0], time.perf_counter() - start)
 
@@ -53,10 +69,14 @@ class ServeMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         if self.api_key is not None and scope["path"] not in OPEN_PATHS:
             given = headers.get("authorization", "")
+            ask = {"WWW-Authenticate": "Bearer"}  # which scheme to retry with (RFC 9110 section 11.6.1)
             if not given:
-                return APIError(401, "Missing API key: send it as 'Authorization: Bearer KEY'.", code="no_api_key")
-            if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
-                return APIError(401, "Wrong API key.", code="invalid_api_key")
+                return APIError(401, "Missing API key: send it as 'Authorization: Bearer KEY'.", code="no_api_key",
+                                headers=ask)
+            scheme, _, key = given.partition(" ")
+            if scheme.lower() != BEARER or not hmac.compare_digest(key.strip().encode("latin-1"),
+                                                                   self.api_key.encode()):
+                return APIError(401, "Wrong API key.", code="invalid_api_key", headers=ask)
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_body_bytes:
             return self._too_large()
@@ -75,9 +95,8 @@ class ServeMiddleware:
             if message["type"] == "http.request":
                 seen[0] += len(message.get("body", b""))
                 if seen[0] > self.max_body_bytes:
-                    if message.get("more_body"):
-                        await _drain(receive)
-                    raise HTTPException(413, self._too_large().message)
+                    drained = not message.get("more_body") or await _drain(receive)
+                    raise HTTPException(413, self._too_large().message, headers=None if drained else CLOSE)
             return message
 
         return limited
@@ -92,12 +111,36 @@ class ServeMiddleware:
                  f" {summary}" if summary else "")
 
 
-async def _drain(receive: Receive, limit: int = DRAIN_BYTES) -> None:
+async def _drain(receive: Receive, limit: int = DRAIN_BYTES) -> bool:
     """Read and drop the rest of a refused body (up to ``limit`` bytes), so that the client reads our answer:
-    closing a socket with unread data in it resets the connection under the client's feet."""
+    closing a socket with unread data in it resets the connection under the client's feet. False when the
+    body stalled or went over ``limit``: then the connection must close after the answer."""
     seen = 0
-    while seen <= limit:
-        message = await receive()
-        seen += len(message.get("body", b""))
-        if message["type"] != "http.request" or not message.get("more_body"):
-            return
+    try:
+        while seen <= limit:
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if message["type"] != "http.request" or not message.get("more_body"):
+                return True
+    except HTTPException:  # stalled (``_timed``)
+        pass
+    return False
+
+
+def _timed(receive: Receive, seconds: float) -> Receive:
+    """``receive``, failing with 408 when a body that is still coming pauses longer than ``seconds``; once the
+    body is in, it waits as long as it takes (a route waits on it for the client's disconnect)."""
+    coming = [True]
+
+    async def timed() -> Message:
+        if not coming[0]:
+            return await receive()
+        try:
+            message = await asyncio.wait_for(receive(), seconds)
+        except asyncio.TimeoutError:
+            raise HTTPException(408, f"The request body did not arrive: nothing came for {seconds:g} s.",
+                                headers=CLOSE) from None
+        coming[0] = message["type"] == "http.request" and message.get("more_body", False)
+        return message
+
+    return timed
