@@ -11,11 +11,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from random import Random
 
 import openai
 import pytest
 
 from serve_process import MODEL, ROOT, ServeProcess, assert_still_serves, free_port, http, normal_reply
+
+from app.serve.choices import ChoiceState
+from mlxcore.events import TokenEvent
 
 CHAT = "/v1/chat/completions"
 BODY_TIMEOUT_S = 1.0  # the guarded server's wait for the rest of a body
@@ -193,3 +197,34 @@ def test_bad_serve_options_are_one_line_and_status_2(args, words):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("mlxchat:") and words in last, done.stderr
     assert "serving" not in done.stderr
+
+
+# --- long stop strings: the reply's text is checked against each after every token
+
+
+def longest_stop_start(text: str, stops: tuple[str, ...]) -> int:
+    """The reference: the longest end of ``text`` that is a proper start of some stop string, by definition."""
+    return max((n for stop in stops for n in range(1, len(stop)) if text.endswith(stop[:n])), default=0)
+
+
+def test_the_text_held_back_for_stop_strings_is_the_longest_start_of_one():
+    random = Random(7)
+    for trial in range(3000):
+        alphabet = "ab" if trial % 2 else "abc "
+        stops = tuple("".join(random.choices(alphabet, k=random.randint(1, 10))) for _ in range(random.randint(0, 3)))
+        choice, text = ChoiceState(0, split=False, stops=stops), ""
+        for _ in range(random.randint(1, 8)):
+            piece = "".join(random.choices(alphabet, k=random.randint(1, 4)))
+            text += piece
+            choice.feed(TokenEvent(token=0, text=piece, logprob=0.0))
+            assert choice.content == text[:len(text) - longest_stop_start(text, stops)], (text, stops)
+
+
+def test_sixteen_long_stop_strings_cost_little_per_token():
+    stops = ("ab" * 500,) * 16  # the worst kind: many starts of each match the text's end in part
+    choice = ChoiceState(0, split=False, stops=stops)
+    start = time.perf_counter()
+    for _ in range(200):
+        choice.feed(TokenEvent(token=0, text="xab ", logprob=0.0))
+    per_token = (time.perf_counter() - start) / 200
+    assert per_token < 0.5e-3, f"{per_token * 1e3:.2f} ms per token"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from mlxcore.events import Event, FinalEvent, TokenEvent
 from sessions.thinking import ThinkingSplitter
@@ -60,6 +61,10 @@ class ChoiceState:
     _raw: str = ""  # the reply's text as the engine's deltas spell it
     _sent: int = 0  # how much of it went out
     _splitter: ThinkingSplitter = field(default_factory=ThinkingSplitter)
+    _tails: StopTails = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._tails = StopTails(self.stops)
 
     def feed(self, event: Event) -> Delta:
         if isinstance(event, TokenEvent):
@@ -67,7 +72,7 @@ class ChoiceState:
             entry = TokenLogprob(event.token, event.logprob, event.top_logprobs)
             self.logprobs.append(entry)
             self._raw += event.text
-            return self._add(*self._split(self._release(held_back(self._raw, self.stops))), logprob=entry)
+            return self._add(*self._split(self._release(self._tails.feed(event.text))), logprob=entry)
         self.final = event
         self.finish_reason = FINISH_REASONS.get(event.finish_reason, "stop")
         self._raw = event.text if event.finish_reason == "stop" else self._raw
@@ -93,15 +98,48 @@ class ChoiceState:
         return Delta(reasoning, content, logprob, finish)
 
 
+class StopTails:
+    """How much of each stop string's start the text so far ends with, kept up to date character by character
+    (Knuth-Morris-Pratt), so that a token costs the same whatever the stop strings' lengths: checking every
+    start of every stop string against the text's end would cost up to their lengths squared, per token."""
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self.stops = tuple(stop for stop in stops if stop)
+        self._borders = [_borders(stop) for stop in self.stops]
+        self._matched = [0] * len(self.stops)
+
+    def feed(self, text: str) -> int:
+        """After ``text`` is added: the length of the longest end of the whole text that begins some stop string
+        (a whole stop string excluded: that one ends the reply)."""
+        longest = 0
+        for i, (stop, borders) in enumerate(zip(self.stops, self._borders)):
+            k = self._matched[i]
+            for char in text:
+                if k == len(stop):
+                    k = borders[k - 1]
+                while k and stop[k] != char:
+                    k = borders[k - 1]
+                k += stop[k] == char
+            self._matched[i] = k
+            longest = max(longest, borders[k - 1] if k == len(stop) else k)
+        return longest
+
+
+@lru_cache(maxsize=64)  # the n choices of a request share their stop strings
+def _borders(stop: str) -> tuple[int, ...]:
+    """``borders[i]``: the length of the longest proper start of ``stop[:i + 1]`` that is also its end."""
+    borders, k = [0] * len(stop), 0
+    for i in range(1, len(stop)):
+        while k and stop[i] != stop[k]:
+            k = borders[k - 1]
+        k += stop[i] == stop[k]
+        borders[i] = k
+    return tuple(borders)
+
+
 def held_back(text: str, stops: tuple[str, ...]) -> int:
     """Length of the longest end of ``text`` that begins some stop string (it may yet become one)."""
-    longest = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), longest, -1):
-            if text.endswith(stop[:n]):
-                longest = n
-                break
-    return longest
+    return StopTails(stops).feed(text)
 
 
 def usage(choices: list[ChoiceState], prompt_tokens: int) -> dict:
