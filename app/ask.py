@@ -9,7 +9,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from app.options import generation_params, kv_config, model_choice
+from app.options import generation_params, kv_config, model_choice, session_path
 from app.ranked_reply import RankedReply
 from mlxcore.distributed.broadcast import share
 from mlxcore.distributed.world import current_world
@@ -109,6 +109,8 @@ def _session_lock(world, session: str | None):
 
 def run_ask(args: argparse.Namespace) -> int:
     prompt = share(current_world(), lambda: read_prompt(args))  # over several ranks, rank 0 reads it
+    if args.session:  # a folder, or a missing one, fails before the model loads (rank 0's disk holds it)
+        share(current_world(), lambda: session_path(args.session) and None)
     generation_params(args)  # bad options fail before the model loads
     opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft, notice=_say)
     if opened.note:

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from app.options import add_generation_options, add_model_options, check_text_options
+from app.options import add_generation_options, add_model_options, check_text_options, session_path
 from mlxcore.distributed.errors import is_lost_peer, lost_peer
 from mlxcore.distributed.world import current_world, launched, leave_interrupts_to_leader
 from mlxcore.errors import MlxchatError, UsageError
@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_text_options(args)
+        if args.command is None and args.session:  # the chat window's file (ask checks its own on rank 0)
+            session_path(args.session)
         if args.command in LOADING_COMMANDS and (note := low_limit_note()) and _leads():
             print(f"mlxchat: {note}", file=sys.stderr)
         if launched() and args.command not in RANKED_COMMANDS:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+from pathlib import Path
 from typing import Any
 
 from mlxcore.configs import KVConfig, ModelChoice
@@ -74,6 +76,20 @@ def check_text_options(args: argparse.Namespace) -> None:
         value = getattr(args, name, None)
         if isinstance(value, str):
             utf8_text(value, what)
+
+
+def session_path(text: str) -> Path:
+    """``--session FILE`` as a file a session can be saved to; UsageError for a folder or a missing folder."""
+    path = Path(text)
+    if path.is_dir() or path.name in ("", ".", ".."):
+        raise UsageError(f"--session {text}: that is a folder, not a session file: give a file name, "
+                         f"e.g. {path / 'chat.mlxchat'}.")
+    folder = Path(os.path.realpath(path)).parent  # a symlink's target is what gets saved
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--session {text}: {folder} is a file, not a folder: save elsewhere.")
+    if not folder.is_dir():
+        raise UsageError(f"--session {text}: its folder {folder} does not exist: create it first, or save elsewhere.")
+    return path
 
 
 def model_choice(args: argparse.Namespace) -> ModelChoice:

@@ -65,7 +65,7 @@ def run_sessions(args: argparse.Namespace) -> int:
         if args.output is None:  # a terminal gets what it would act on made visible; a pipe, the exact text
             sys.stdout.write(printable(text, limit=None, keep="\n\t") if sys.stdout.isatty() else text)
         else:
-            args.output.write_text(text, encoding="utf-8")
+            _write_text(args.output, text)
             print(f"Wrote {args.output}.")
     elif command == "rename":
         print(f"{args.id}: {printable(store.rename(args.id, args.title).title)}")
@@ -78,3 +78,14 @@ def _row(info: SessionInfo) -> str:
         return f"{info.id}  {when}  BROKEN: {printable(info.broken, limit=None)}"
     where = "  (open in an mlxchat window)" if info.open_elsewhere else ""
     return f"{info.id}  {when}  {info.messages:>3} msgs  {printable(info.model)}  {printable(info.title)}{where}"
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write an exported transcript; SessionFileError (one line) when ``path`` cannot be written."""
+    from sessions.errors import SessionFileError
+    from sessions.file_format import cannot_write_text
+
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise SessionFileError(cannot_write_text(path, error)) from None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sessions.errors import SessionFileError, SessionSaveError
+from sessions.temp_files import sweep_dead_temps, temp_path
 
 MAGIC = b"MLXCHAT-SESSION\n"
 MAX_HEADER_BYTES = 16 * 1024 * 1024
@@ -44,9 +45,15 @@ def encode_header(header: dict[str, Any]) -> bytes:
 
 
 def write_file(path: Path, header: bytes, payload: Iterable[bytes]) -> None:
-    """Write a session file to ``path`` atomically: a crash leaves the previous file (or none)."""
+    """Write a session file to ``path`` atomically: a crash leaves the previous file (or none).
+
+    A symlink stays one: its target is written (the rename over the link itself would replace the link).
+    Temporaries that killed writers left in the folder are swept first.
+    """
     path = Path(path)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    target = Path(os.path.realpath(path))
+    sweep_dead_temps(target.parent, also=target.name)
+    temp = temp_path(target)
     try:
         with open(temp, "wb") as out:
             digest = hashlib.sha256()
@@ -56,7 +63,7 @@ def write_file(path: Path, header: bytes, payload: Iterable[bytes]) -> None:
             out.write(digest.digest())
             out.flush()
             os.fsync(out.fileno())
-        os.replace(temp, path)
+        os.replace(temp, target)
     except OSError as error:
         raise SessionSaveError(write_error_text(path, error)) from error
     finally:
@@ -64,11 +71,16 @@ def write_file(path: Path, header: bytes, payload: Iterable[bytes]) -> None:
             temp.unlink(missing_ok=True)
         except OSError:
             pass  # a read-only folder never had the temporary file
-    fsync_folder(path.parent)
+    fsync_folder(target.parent)
 
 
 def write_error_text(path: Path, error: OSError) -> str:
-    """What failed when writing ``path``, in words, with what to do about it."""
+    """What failed when writing ``path`` atomically, in words, with what to do about it."""
+    return cannot_write_text(path, error) + " An earlier save of it, if any, is intact."
+
+
+def cannot_write_text(path: Path, error: OSError) -> str:
+    """What failed when writing ``path``, in words, with what to do about it (one sentence)."""
     advice = {
         errno.ENOSPC: "the disk is full: free some space",
         errno.EDQUOT: "your disk quota is used up: free some space",
@@ -77,10 +89,11 @@ def write_error_text(path: Path, error: OSError) -> str:
         errno.EACCES: "there is no permission to write there: fix the folder's permissions or save elsewhere",
         errno.EPERM: "there is no permission to write there: fix the folder's permissions or save elsewhere",
         errno.ENOENT: "its folder does not exist",
+        errno.ENOTDIR: "a part of its path is a file, not a folder",
+        errno.EISDIR: "it is a folder: give a file name",
     }.get(error.errno)
     reason = error.strerror or str(error)
-    return f"Cannot write {path}: {reason}" + (f" ({advice})" if advice else "") + \
-        ". An earlier save of it, if any, is intact."
+    return f"Cannot write {path}: {reason}" + (f" ({advice})" if advice else "") + "."
 
 
 def rewrite_header(path: Path, header: bytes) -> None:

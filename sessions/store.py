@@ -44,6 +44,7 @@ from sessions.store_gc import collect
 from sessions.store_holds import Holds
 from sessions.store_index import ChatSummary, StoreIndex
 from sessions.store_lock import is_open
+from sessions.temp_files import sweep_dead_temps
 from sessions.titles import shown_title
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ class SessionStore:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
+        sweep_dead_temps(self.root)  # what saves killed half way left (kill -9 skips their cleanup)
         self._index = StoreIndex(self.root)
         # The chats open here: no other process may change them. No reference back to the store (a store
         # dropped without ``close`` is freed, and lets its chats go, at once): functions of the index only.

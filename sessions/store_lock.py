@@ -1,6 +1,7 @@
 """Advisory locks that keep two mlxchat processes from writing the same stored chat.
 
-A session file ``DIR/NAME`` gets two hidden lock files beside it. They are never the
+A session file ``DIR/NAME`` gets two hidden lock files beside it (beside its target, if it is a
+symlink: a save writes the target). They are never the
 session file itself, because a save replaces that file by rename and a lock on the
 old file would silently stop counting.
 
@@ -99,11 +100,17 @@ def is_open(path: Path) -> bool:
 
 
 def lock_file(path: Path) -> Path:
-    return path.with_name(f".{path.name}.lock")
+    return _beside(path, "lock")
 
 
 def open_file(path: Path) -> Path:
-    return path.with_name(f".{path.name}.open")
+    return _beside(path, "open")
+
+
+def _beside(path: Path, kind: str) -> Path:
+    """A lock file beside the file a save writes: a symlink's target (every name of one file, one lock)."""
+    real = Path(os.path.realpath(path))
+    return real.with_name(f".{real.name}.{kind}")
 
 
 def _locked_fd(file: Path, mode: int) -> int | None:
