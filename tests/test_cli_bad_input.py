@@ -105,6 +105,14 @@ def test_a_low_open_file_limit_is_said_and_the_answer_comes(tmp_path):
     assert "open-file limit" in result.stderr and "1024" in result.stderr, result.stderr
 
 
+def test_importing_mlx_lm_never_lowers_the_open_file_limit():
+    """mlx-lm's own call would set (2048, 4096): a higher limit, here 8192, stays as it was."""
+    code = "import mlxcore, resource, mlx_lm.utils; print(*resource.getrlimit(resource.RLIMIT_NOFILE))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192)))
+    assert done.returncode == 0 and done.stdout.split() == ["8192", "8192"], done.stderr
+
+
 @pytest.mark.slow
 def test_a_reply_never_outgrows_the_context_of_a_long_chat(tmp_path):
     path = tmp_path / "long.mlxchat"
