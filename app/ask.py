@@ -110,7 +110,7 @@ def _session_lock(world, session: str | None):
 def run_ask(args: argparse.Namespace) -> int:
     prompt = share(current_world(), lambda: read_prompt(args))  # over several ranks, rank 0 reads it
     if args.session:  # a folder, or a missing one, fails before the model loads (rank 0's disk holds it)
-        share(current_world(), lambda: session_path(args.session) and None)
+        share(current_world(), lambda: session_path(args.session))
     generation_params(args)  # bad options fail before the model loads
     opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft, notice=_say)
     if opened.note:
