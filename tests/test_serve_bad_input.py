@@ -22,7 +22,7 @@ from app.serve.choices import ChoiceState
 from mlxcore.events import TokenEvent
 
 CHAT = "/v1/chat/completions"
-BODY_TIMEOUT_S = 1.0  # the guarded server's wait for the rest of a body
+BODY_TIMEOUT_S = 1.0  # the guarded server's --read-timeout: for a request's head, and within its body
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +37,8 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory):
     """With an API key and a short wait for a stalled body."""
-    with ServeProcess(tmp_path_factory.mktemp("serve-bad-input-guarded"), api_key="sesame",
-                      env={"MLXCHAT_SERVE_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S)}) as server:
+    with ServeProcess(tmp_path_factory.mktemp("serve-bad-input-guarded"), "--read-timeout", str(BODY_TIMEOUT_S),
+                      api_key="sesame") as server:
         server.reference = normal_reply(server)
         yield server
 
@@ -173,6 +173,25 @@ def test_a_stalled_body_is_408_then_closed(guarded, key):
     assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
     if key:
         assert b"did not arrive" in answer
+
+
+@pytest.mark.parametrize("head", ["", "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le"])
+def test_a_request_head_that_never_ends_is_closed(guarded, head):
+    answer, seconds = stalled(guarded, head, b"")
+    assert answer == b"" and seconds < BODY_TIMEOUT_S + 5, f"{answer[:100]!r} after {seconds:.1f} s"
+
+
+def test_a_slow_loris_head_is_closed_though_bytes_keep_coming(guarded):
+    with socket.create_connection(("127.0.0.1", guarded.port), timeout=30) as sock:
+        start = time.monotonic()
+        try:
+            for byte in post_head(CHAT, 10):  # a byte every 0.2 s: each would reset an idle timer
+                sock.sendall(byte.encode())
+                time.sleep(0.2)
+            closed = sock.recv(100) == b""
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+        assert closed and time.monotonic() - start < BODY_TIMEOUT_S + 5
 
 
 # --- options refused at start, before any model loads

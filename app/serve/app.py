@@ -20,5 +20,6 @@ def create_app(state: ServerState) -> FastAPI:
         app.include_router(router)
     install_handlers(app)
     app.add_middleware(ServeMiddleware, api_key=state.settings.api_key,
-                       max_body_bytes=state.settings.max_body_bytes, metrics=state.metrics)
+                       max_body_bytes=state.settings.max_body_bytes, metrics=state.metrics,
+                       body_timeout_s=state.settings.read_timeout)
     return app

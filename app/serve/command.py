@@ -22,6 +22,7 @@ from mlxcore.errors import UsageError
 
 POLICIES = ("fcfs", "priority", "shortest", "deadline")
 MAX_BODY_BYTES = 4 * 2**20
+READ_SECONDS = 30.0  # like nginx's client_header_timeout and client_body_timeout (60 s there)
 STALL_SECONDS = 60.0  # mlxcore.batching.runner's default (not imported here: the parser stays light)
 SHUTDOWN_GRACE_SECONDS = 3.0  # on SIGTERM, replies in flight may end on their own this long, then are cut
 # The rest is imported when the server starts: building the parser (every `mlxchat` command) stays light.
@@ -54,6 +55,9 @@ def add_serve_parser(commands, epilog: str | None = None) -> None:
                        help="requests queued before new ones get 429 (default: 64)")
     group.add_argument("--step-tokens", type=int, default=512, metavar="N",
                        help="tokens per scheduler step, decode and chunked prefill together (default: 512)")
+    group.add_argument("--read-timeout", type=positive_seconds, default=READ_SECONDS, metavar="SECONDS",
+                       help="a client that takes longer to send a request's line and headers, or pauses this long "
+                            f"within its body, is cut (408) (default: {READ_SECONDS:g})")
     group.add_argument("--stall-timeout", type=positive_seconds, default=STALL_SECONDS, metavar="SECONDS",
                        help="a client that stops reading its reply is paused at once (its events are not "
                             "piled up), and cancelled after this long, its memory freed "
@@ -140,7 +144,8 @@ def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> 
     info = ModelInfo.of(opened.engine, opened.target_name, opened.draft_name)
     info = dataclasses.replace(info, default_params=generation_params(args, info.default_params))
     settings = ServeSettings(api_key=args.api_key, max_body_bytes=args.max_body, system=args.system,
-                             thinking=True if args.think is None else args.think, stall_seconds=args.stall_timeout)
+                             thinking=True if args.think is None else args.think, stall_seconds=args.stall_timeout,
+                             read_timeout=args.read_timeout)
     _serve(ServerState(worker, info, settings), args)
     return 0
 
@@ -149,6 +154,7 @@ def _serve(state, args: argparse.Namespace) -> None:
     """The HTTP thread serves; this thread runs the engine until the HTTP side stops it."""
     import uvicorn
     from app.serve.app import create_app
+    from app.serve.request_head import head_timeout_protocol
 
     class Server(uvicorn.Server):
         async def startup(self, sockets=None) -> None:
@@ -158,7 +164,8 @@ def _serve(state, args: argparse.Namespace) -> None:
                 _say(f"serving {state.model.id}{draft} on http://{args.host}:{args.port}/v1 (ctrl+c stops)")
 
     config = uvicorn.Config(create_app(state), host=args.host, port=args.port, access_log=False,
-                            log_level="warning", timeout_graceful_shutdown=5)
+                            log_level="warning", timeout_graceful_shutdown=5,
+                            http=head_timeout_protocol(args.read_timeout))
     server = Server(config)
     http = threading.Thread(target=_http, args=(server, state), name="http")
     _stop_on_signals(server, state)

@@ -6,10 +6,9 @@ would wrap ``receive`` and hide a client's disconnect from the routes.
 
 A client that stops in the middle of its body would hold its connection (and a
 route waiting for the body) forever: while a body is still coming, each read
-waits at most ``MLXCHAT_SERVE_BODY_TIMEOUT_S`` seconds (like nginx's
-client_body_timeout), then the answer is 408 and the connection closes.
-Uvicorn has no such timeout for the request line and headers (see the report of
-issue 31): it only times out idle keep-alive connections.
+waits at most ``body_timeout_s`` seconds (``--read-timeout``; like nginx's
+client_body_timeout), then the answer is 408 and the connection closes. The
+request line and headers have the same limit (``request_head.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import os
 import time
 
 from starlette.exceptions import HTTPException
@@ -29,7 +27,6 @@ from app.serve.metrics import ServerMetrics
 log = logging.getLogger("mlxchat.serve")
 OPEN_PATHS = ("/health",)  # answered without the API key: a load balancer's probe has none
 DRAIN_BYTES = 64 * 2**20  # a refused body is read (and dropped) up to this size; beyond it the connection closes
-BODY_TIMEOUT_ENV, BODY_TIMEOUT_S = "MLXCHAT_SERVE_BODY_TIMEOUT_S", 30.0  # the longest pause within a body
 CLOSE = {"Connection": "close"}  # after a body we did not read to its end, the connection cannot serve another
 BEARER = "bearer"  # the scheme of 'Authorization: Bearer KEY', any case (RFC 9110 section 11.1)
 
@@ -37,9 +34,10 @@ BEARER = "bearer"  # the scheme of 'Authorization: Bearer KEY', any case (RFC 91
 class ServeMiddleware:
     """See the module docstring; ``scope["state"]["summary"]``, set by a route, ends its log line."""
 
-    def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int, metrics: ServerMetrics) -> None:
+    def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int, metrics: ServerMetrics,
+                 body_timeout_s: float) -> None:
         self.app, self.api_key, self.max_body_bytes, self.metrics = app, api_key, max_body_bytes, metrics
-        self.body_timeout_s = float(os.environ.get(BODY_TIMEOUT_ENV, BODY_TIMEOUT_S))
+        self.body_timeout_s = body_timeout_s  # the longest pause within a body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -54,7 +54,7 @@ def _within_context(tokens: int, model: ModelInfo, param: str, *, at_least: bool
                             f"{model.context_length}: shorten it.", param=param, code="context_length_exceeded")
 
 
-async def _prompt_ids(text: str, tokens: Tokenizing, model: ModelInfo, param: str) -> list[int]:
+async def prompt_ids(text: str, tokens: Tokenizing, model: ModelInfo, param: str) -> list[int]:
     """``text`` tokenized, unless it is certainly over the context: then refused before (see ``tokenizing``)."""
     _within_context(tokens.fewest_tokens(text), model, param, at_least=True)
     return await tokens.text_ids(text)
@@ -88,7 +88,7 @@ async def chat_request(body: ChatCompletionRequest, tokens: Tokenizing, model: M
         text = await tokens.chat_text(messages, thinking)
     except PromptError as error:
         raise APIError(400, str(error), param="messages") from None
-    ids = await _prompt_ids(text, tokens, model, "messages")
+    ids = await prompt_ids(text, tokens, model, "messages")
     params = generation_params(body, model.default_params, body.reply_cap)
     return scheduler_request(body, ids, params, (body.top_logprobs or 0) if body.logprobs else 0, model)
 
@@ -96,7 +96,7 @@ async def chat_request(body: ChatCompletionRequest, tokens: Tokenizing, model: M
 async def completion_request(body: CompletionRequest, tokens: Tokenizing, model: ModelInfo) -> Request:
     """The prompt as given: text (tokenized, no template) or token ids (checked against the vocabulary)."""
     prompt = body.prompt
-    ids = await _prompt_ids(prompt, tokens, model, "prompt") if isinstance(prompt, str) else list(prompt)
+    ids = await prompt_ids(prompt, tokens, model, "prompt") if isinstance(prompt, str) else list(prompt)
     if any(token >= model.vocab_size for token in ids):
         raise APIError(400, f"The prompt has token ids outside the vocabulary (0..{model.vocab_size - 1}).",
                        param="prompt")

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from app.serve.errors import APIError, from_engine_error
-from app.serve.prompts import with_empty_blocks
+from app.serve.prompts import prompt_ids, with_empty_blocks
 from app.serve.choices import ChoiceState
 from app.serve.running import ReplyClock, engine_down, reply_unless_gone, submit
 from app.serve.schemas import SessionSaveRequest
@@ -73,7 +73,8 @@ async def save(name: str, body: SessionSaveRequest, request: Request) -> dict:
     thinking = body.thinking(state.settings.thinking)
     messages = [m.as_dict() for m in body.messages]
     messages = messages if thinking else with_empty_blocks(messages)
-    ids = await state.tokens.chat_ids(messages, thinking, add_generation_prompt=messages[-1]["role"] != "assistant")
+    text = await state.tokens.chat_text(messages, thinking, add_generation_prompt=messages[-1]["role"] != "assistant")
+    ids = await prompt_ids(text, state.tokens, state.model, "messages")  # refused early if certainly too long
     caches = await _read(state, ids, request)
     return await _run(state, state.sessions.save, name, messages, thinking, body.title, caches, len(ids))
 

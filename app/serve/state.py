@@ -52,6 +52,7 @@ class ServeSettings:
     system: str | None = None  # a system prompt for conversations that bring none (--system)
     thinking: bool = True  # Qwen3 thinks first unless a request's chat_template_kwargs says otherwise
     stall_seconds: float = 60.0  # a stream whose client reads nothing for this long is closed (--stall-timeout)
+    read_timeout: float = 30.0  # the longest a request's head may take, or a pause within its body (--read-timeout)
 
 
 class ServerState:

@@ -65,11 +65,6 @@ class Tokenizing:
         return await self._run(chars, render_chat_text, self.tokenizer, messages, enable_thinking=enable_thinking,
                                add_generation_prompt=add_generation_prompt)
 
-    async def chat_ids(self, messages: Sequence[dict], enable_thinking: bool,
-                       add_generation_prompt: bool = True) -> list[int]:
-        """The prompt ids of ``messages`` (``chat_text``, tokenized as ``render_chat`` does)."""
-        return await self.text_ids(await self.chat_text(messages, enable_thinking, add_generation_prompt))
-
     def fewest_tokens(self, text: str) -> int:
         """A lower bound on the tokens of ``text``, without tokenizing it (0 when the tokenizer gives none)."""
         return -(-len(text) // self.token_chars) if self.token_chars else 0
