@@ -25,7 +25,7 @@ from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
 from mlxcore.fast_exp import warm_up as warm_up_fast_exp
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheStateError
-from mlxcore.kv.budget import KVBudget, machine_kv_bytes, weights_bytes, wire_recommended_limit
+from mlxcore.kv.budget import KVBudget, format_bytes, machine_kv_bytes, weights_bytes, wire_recommended_limit
 from mlxcore.kv.geometry import KVGeometry, activation_dtype, model_geometry
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.kv.paged_pool import BlockPool
@@ -107,13 +107,19 @@ class Engine:
         is the context. None: no limit known."""
         if self.kv.kind != "paged":
             return self.context_length
+        room = self._kv_room()[0]
+        return room if self.context_length is None else min(self.context_length, room)
+
+    def _kv_room(self) -> tuple[int, str]:
+        """(tokens the paged pools hold for one sequence, what bounds them, in words for a message)."""
         pools = [self.pool("target")] + ([self.pool("draft")] if self.draft_model is not None else [])
         block = pools[0].block_size
+        by_tokens = min(p.config.max_blocks for p in pools) * block
         by_bytes = self.kv_budget.limit // sum(p.block_bytes for p in pools) * block
-        room = min(min(p.config.max_blocks for p in pools) * block, by_bytes)
-        if self.draft_model is not None:
-            room -= self.draft_control.max_k + 1
-        return max(room, 1) if self.context_length is None else max(min(self.context_length, room), 1)
+        spare = self.draft_control.max_k + 1 if self.draft_model is not None else 0
+        if by_bytes < by_tokens:
+            return max(by_bytes - spare, 1), f"its {format_bytes(self.kv_budget.limit)} budget"
+        return max(by_tokens - spare, 1), f"its {by_tokens:,} tokens"
 
     @property
     def rewind_room(self) -> int:
@@ -185,10 +191,16 @@ class Engine:
     def _check_prompt(self, prompt_ids: Sequence[int]) -> None:
         if len(prompt_ids) == 0:
             raise PromptError("The prompt is empty: type a message first.")
-        limit = None if self.kv.kind == "rotating" else self.context_length
-        if limit is not None and len(prompt_ids) >= limit:
+        if self.kv.kind == "rotating":
+            return
+        limit = self.token_limit()
+        if limit is None or len(prompt_ids) < limit:
+            return
+        if limit == self.context_length:
             raise PromptError(f"The prompt has {len(prompt_ids)} tokens, more than the model's context of "
                               f"{limit}: shorten it, start a new chat, or use --kv rotating.")
+        raise PromptError(f"The KV cache memory is full: the prompt's {len(prompt_ids):,} tokens do not fit in "
+                          f"{self._kv_room()[1]} (--max-kv): start a new chat, or use a larger --max-kv.")
 
     def keep_prefix(self, caches: Caches, prompt_ids: list[int]) -> int:
         """Trim ``caches`` to their longest common prefix with the prompt (at least one token left to

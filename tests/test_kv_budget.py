@@ -21,7 +21,7 @@ from app.options import kv_config
 from app.tui.failure_text import failure_title, with_hint
 from app.tui.widgets.status_line import stats_text
 from mlxcore.engine import Engine, KVConfig
-from mlxcore.errors import UsageError
+from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.budget import KVBudget, KVLimit, parse_max_kv
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.kv.model_cache import ModelCache, make_block_pool, make_model_cache
@@ -180,8 +180,8 @@ def test_stats_report_the_kv_bytes_in_use_and_the_budget(capsys):
 
 
 def test_a_turn_refused_for_kv_memory_leaves_no_trace_in_the_chat():
-    """The budget runs out in the middle of a long prompt's prefill: the message is not kept, the cache
-    holds only what it held before (and what prefill got through), and a short turn then works."""
+    """A prompt the budget cannot hold is refused before its prefill: the message is not kept, the cache
+    holds what it held before, and a short turn then works."""
     from sessions.chat_session import ChatSession
     from turn_checks import send_matching_a_cold_run
 
@@ -191,7 +191,7 @@ def test_a_turn_refused_for_kv_memory_leaves_no_trace_in_the_chat():
     session.enable_thinking = False
     session.send("Hi")
     before = list(session.messages)
-    with pytest.raises(PoolExhaustedError):
+    with pytest.raises(PromptError, match="KV cache memory is full"):
         session.send("The quick brown fox jumps over the lazy dog. " * 60)
     assert session.messages == before, "the refused message is not in the history"
     send_matching_a_cold_run(session, "And 3 + 4?")

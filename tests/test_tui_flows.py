@@ -139,21 +139,23 @@ def test_model_that_fails_to_load_shows_a_dialog_with_quit():
     assert code == 0
 
 
-def test_full_cache_pool_is_a_dialog_and_the_chat_goes_on():
+def test_a_reply_ends_where_the_cache_pool_does_then_a_full_pool_is_a_dialog():
     async def scenario():
         app = make_app(kv="paged", max_kv=48, max_tokens=200, ignore_eos=True, draft=None, no_draft=True)
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
-            app.prompt.load_text("Tell me a long story.")
+            await send(pilot, app, "Tell me a long story.")  # the reply stops at the pool's end: no error
+            first = isinstance(app.screen, ErrorDialog)
+            app.prompt.load_text("And then?")
             await pilot.press("enter")
             await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog), what="the error dialog")
             dialog = app.screen
             await pilot.press("escape")
-            await settle(pilot, app, 1)
-            return dialog.title_text, dialog.message, app.generating
-    title, message, generating = asyncio.run(scenario())
-    assert title == "Cache memory is full"
-    assert "ctrl+n" in message and not generating
+            await wait_for(pilot, lambda: not app.generating, what="the turn to end")
+            return first, dialog.title_text, dialog.message
+    first, title, message = asyncio.run(scenario())
+    assert not first, "the first reply ended at the pool's end, with no error"
+    assert title == "Cache memory is full" and "ctrl+n" in message, message
 
 
 def test_input_newlines_and_history():

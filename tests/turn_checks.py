@@ -29,6 +29,7 @@ def send_matching_a_cold_run(session: ChatSession, text: str) -> str:
     kv = KVConfig(kind="paged", kv_bits=bits) if bits else KVConfig(kind="standard")
     cold = Engine(engine.model, engine.tokenizer, kv=kv)
     cold.eos_ids = engine.eos_ids
+    cold.context_length = engine.context_length  # a reply is capped by the room the context leaves
     tokens = [e.token for e in cold.generate(prompt, cold.new_caches(), session.params) if isinstance(e, TokenEvent)]
     assert generated == tokens, "the reused cache answered differently from a cold run on the same prompt"
     return reply

@@ -82,25 +82,11 @@ class BatchRunner:
         now = decision_clock.now()
         cap = self.engine.reply_cap(request.params, len(request.prompt_ids))
         seq = Sequence(request, now, len(request.prompt_ids), cap, choices=len(handles))
-        self._check_fits(len(request.prompt_ids))
         self.lives[id(seq)] = [Live(handle, _choice_params(request, i), self.engine.tokenizer, self.engine.eos_ids,
                                     cap, now) for i, handle in enumerate(handles)]
         for handle in handles:
             self.sequences[handle.request_id] = seq
         self.scheduler.add(seq)
-
-    def _check_fits(self, tokens: int) -> None:
-        """``PromptTooLongError`` for a prompt the whole KV budget could not hold even with nothing else in it."""
-        pool, budget = self.engine.pool("target"), self.engine.kv_budget
-        need = -(-tokens // pool.block_size) * pool.block_bytes
-        capacity = pool.config.max_blocks * pool.block_size
-        if tokens > capacity:
-            raise PromptTooLongError(f"The prompt has {tokens:,} tokens, more than the KV cache's {capacity:,} "
-                                     "(--max-kv): shorten it, or give the cache more room.")
-        if need > budget.limit:
-            raise PromptTooLongError(
-                f"The prompt has {tokens:,} tokens: its KV cache ({format_bytes(need)}) is more than the whole "
-                f"KV memory budget ({format_bytes(budget.limit)}). Shorten it, or give more memory (--max-kv).")
 
     def _unstick(self, plan: StepPlan) -> None:
         """Nothing runs and nothing was admitted, yet requests wait: memory held outside the scheduler (other
