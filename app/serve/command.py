@@ -202,7 +202,9 @@ def _stop_on_signals(server, state) -> None:
         server.should_exit = True
         if not state.stopping.is_set():
             state.stopping.set()
-            threading.Timer(SHUTDOWN_GRACE_SECONDS, state.worker.cancel_all).start()
+            cut = threading.Timer(SHUTDOWN_GRACE_SECONDS, state.worker.cancel_all)
+            cut.daemon = True  # a server with nothing in flight exits at once, not after the grace period
+            cut.start()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, stop)
