@@ -96,14 +96,9 @@ class BatchRunner:
         if scheduler.running or not scheduler.waiting or plan.admitted or plan.prefill:
             return
         self.engine.kv_budget.reclaim()
-        capacity = self.account.pool.config.max_blocks * self.account.pool.block_size
-        for seq in list(scheduler.waiting):
+        for seq in list(scheduler.waiting):  # (a prompt over what the pool holds for one chat was refused at submit)
             if seq.generated and self.account.needed(seq, seq.length) > self.account.obtainable():
                 self._end(seq, reason="length")  # a preempted reply that cannot come back: it ends there
-            elif seq.length >= capacity:  # a reply that outgrew the cache's room in tokens (--max-kv)
-                self._end(seq, error=PoolExhaustedError(
-                    f"The chat outgrew the KV cache's {capacity:,} tokens (--max-kv): start a new chat, or give "
-                    "the cache more room."))
             elif self.account.needed(seq, seq.length) > self.account.obtainable():
                 self._end(seq, error=OverloadedError(
                     f"The KV cache ({self._room()}) cannot take this {seq.length:,}-token prompt next to what "
