@@ -107,10 +107,10 @@ class Engine:
         is the context. None: no limit known."""
         if self.kv.kind != "paged":
             return self.context_length
-        room = self._kv_room()[0]
+        room = self.kv_room()[0]
         return room if self.context_length is None else min(self.context_length, room)
 
-    def _kv_room(self) -> tuple[int, str]:
+    def kv_room(self) -> tuple[int, str]:
         """(tokens the paged pools hold for one sequence, what bounds them, in words for a message)."""
         pools = [self.pool("target")] + ([self.pool("draft")] if self.draft_model is not None else [])
         block = pools[0].block_size
@@ -200,7 +200,7 @@ class Engine:
             raise PromptError(f"The prompt has {len(prompt_ids)} tokens, more than the model's context of "
                               f"{limit}: shorten it, start a new chat, or use --kv rotating.")
         raise PromptError(f"The KV cache memory is full: the prompt's {len(prompt_ids):,} tokens do not fit in "
-                          f"{self._kv_room()[1]} (--max-kv): start a new chat, or use a larger --max-kv.")
+                          f"{self.kv_room()[1]} (--max-kv): start a new chat, or use a larger --max-kv.")
 
     def keep_prefix(self, caches: Caches, prompt_ids: list[int]) -> int:
         """Trim ``caches`` to their longest common prefix with the prompt (at least one token left to

@@ -72,9 +72,9 @@ class Live:
             return
         decoder, tokens = self.speculative
         self.speculative = None
-        tokens.close()  # settles both caches to hold exactly ``ids``
         self.draft_proposed += decoder.counters.proposed
         self.draft_accepted += decoder.counters.accepted
+        tokens.close()  # settles both caches to hold exactly ``ids``
         if decoding_on:
             self.caches.target.trim(1)
 
@@ -82,15 +82,10 @@ class Live:
         """Decode on without the draft: its round did not fit in the pool. Both caches are settled as far as
         the pool allows; the draft's goes back; the target's keeps a prefix of ``ids`` with the last token
         unfed, as batched decoding wants it (what it lacks is fed again as prompt)."""
-        if self.speculative is not None:
-            decoder, tokens = self.speculative
-            self.speculative = None
-            try:
-                tokens.close()
-            except PoolExhaustedError:  # a failed append changes nothing: the caches hold a prefix of ids
-                pass
-            self.draft_proposed += decoder.counters.proposed
-            self.draft_accepted += decoder.counters.accepted
+        try:
+            self.close_speculative(decoding_on=False)
+        except PoolExhaustedError:  # a failed append changes nothing: the caches hold a prefix of ids
+            pass
         if self.caches.draft is not None:
             self.caches.draft.release()
             self.caches.draft = None

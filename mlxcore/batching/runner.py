@@ -40,7 +40,6 @@ from mlxcore.batching.tally import Tally
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.engine import Engine
 from mlxcore.errors import PromptError, UsageError
-from mlxcore.kv.budget import format_bytes
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
@@ -101,17 +100,10 @@ class BatchRunner:
                 self._end(seq, reason="length")  # a preempted reply that cannot come back: it ends there
             elif self.account.needed(seq, seq.length) > self.account.obtainable():
                 self._end(seq, error=OverloadedError(
-                    f"The KV cache ({self._room()}) cannot take this {seq.length:,}-token prompt next to what "
-                    "other chats hold now: try again later, close other chats, or give more memory (--max-kv).",
+                    f"The KV cache cannot take this {seq.length:,}-token prompt next to what other chats hold "
+                    f"now in {self.engine.kv_room()[1]}: try again later, close other chats, or give more memory "
+                    "(--max-kv).",
                     retry_after=5.0))
-
-    def _room(self) -> str:
-        """What bounds the pool: its tokens (--max-kv as a count) or the byte budget, whichever binds."""
-        pool, budget = self.account.pool, self.engine.kv_budget
-        tokens = pool.config.max_blocks * pool.block_size
-        if tokens * pool.block_bytes // pool.block_size <= budget.limit:
-            return f"{tokens:,} tokens, {pool.manager.used_blocks * pool.block_size:,} held"
-        return f"{format_bytes(budget.limit)}, {format_bytes(budget.in_use)} held"
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step (its blocks are free after it)."""
