@@ -23,6 +23,13 @@ from collections.abc import Sequence
 EMPTY = "<think>\n\n</think>\n\n"
 OPEN, CLOSE = "<think>", "</think>"
 HEADER = "<|im_start|>assistant\n"
+NEWLINE = "\n"
+
+
+def thought_reply(reasoning: str, answer: str) -> str:
+    """A reply as Qwen3 writes it with thinking on (and its template renders the last one): the block, then
+    the answer; for empty reasoning that is ``EMPTY`` + answer, as written with thinking off."""
+    return f"{OPEN}\n{reasoning.strip(NEWLINE)}\n{CLOSE}\n\n{answer.lstrip(NEWLINE)}"
 
 
 def keep_empty_blocks(text: str, messages: Sequence[dict]) -> str:

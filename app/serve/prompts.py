@@ -16,7 +16,7 @@ from app.serve.tokenizing import Tokenizing
 from mlxcore.batching.request import Priority, Request
 from mlxcore.errors import PromptError
 from mlxcore.params import GenerationParams
-from mlxcore.think_blocks import EMPTY, OPEN
+from mlxcore.think_blocks import OPEN, thought_reply
 
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed")
 
@@ -74,7 +74,7 @@ def with_empty_blocks(messages: list[dict]) -> list[dict]:
     its generation prompt held, and the KV cache would stop matching where the reply began
     (``mlxcore.think_blocks``). Put back, the whole conversation so far comes from the cache.
     """
-    return [m | {"content": EMPTY + m["content"].lstrip("\n")}
+    return [m | {"content": thought_reply("", m["content"])}
             if m["role"] == "assistant" and not m["content"].lstrip().startswith(OPEN) else m for m in messages]
 
 

@@ -16,14 +16,13 @@ from typing import Annotated, Literal
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator,
                       model_validator)
 
-from mlxcore.think_blocks import CLOSE, OPEN
+from mlxcore.think_blocks import thought_reply
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 1_000  # each stop string: a reply is checked against every one of them after each token
 MAX_CHOICES = 16  # n: the choices share the prompt's blocks, but each decodes on its own
 MAX_TITLE_CHARS = 200  # a session's title is a line in `mlxchat sessions ls`
 
-NEWLINE = "\n"
 SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's "\ud800" escape parses to one; a pair parses to one character
 
 
@@ -70,12 +69,6 @@ class ResponseFormat(Strict):
 class TextPart(Strict):
     type: Literal["text"]
     text: str
-
-
-def thought_reply(reasoning: str, answer: str) -> str:
-    """A reply as Qwen3 writes it with thinking on (and its template renders the last one): the block, then
-    the answer; for empty reasoning that is ``think_blocks.EMPTY`` + answer, as written with thinking off."""
-    return f"{OPEN}\n{reasoning.strip(NEWLINE)}\n{CLOSE}\n\n{answer.lstrip(NEWLINE)}"
 
 
 class ChatMessage(Strict):
