@@ -27,6 +27,7 @@ from pathlib import Path
 
 from sessions.errors import SessionFileError, SessionSaveError
 from sessions.file_format import fsync_folder, write_error_text
+from sessions.temp_files import temp_path
 
 MAGIC = b"MLXCHAT-KVBLOCK\n"
 _HEAD = len(MAGIC) + 8
@@ -115,7 +116,7 @@ class BlockFiles:
     def _write(self, path: Path, payload: bytes) -> int:
         data = MAGIC + struct.pack("<Q", len(payload)) + payload
         data += hashlib.sha256(data).digest()
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temp = temp_path(path)
         try:
             made = not path.parent.is_dir()
             path.parent.mkdir(parents=True, exist_ok=True)

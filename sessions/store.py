@@ -38,7 +38,7 @@ from sessions.messages import Message
 from sessions.session_file import load_session
 from sessions.store_chat import ChatCut, SaveReport, commit_chat, cut_chat, export_file, load_chat, read_saved
 from sessions.store_db import SUFFIX
-from sessions.store_files import (ID, chat_files, copy_checked, mtime, remove_quietly, remove_stale_temps, retitle,
+from sessions.store_files import (ID, chat_files, copy_checked, mtime, remove_quietly, retitle,
                                   saved_in)
 from sessions.store_gc import collect
 from sessions.store_holds import Holds
@@ -173,7 +173,7 @@ class SessionStore:
     def _write(self, session_id: str, cut: ChatCut) -> SaveReport:
         """The disk half of ``save`` (the caller holds ``session_id``): blocks, index commit, then GC."""
         path = self._file(session_id)
-        remove_stale_temps(path)
+        sweep_dead_temps(path.parent, also=path.name)
         report = commit_chat(self._index, session_id, cut)
         remove_quietly(path)  # an earlier version's file: the index holds the chat now
         if report.dropped:

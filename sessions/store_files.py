@@ -7,7 +7,6 @@ writes it into the index and then removes its file (store.py). Pure helpers on p
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 from sessions.file_format import encode_header, read_file, read_header, rewrite_header, write_file
@@ -15,7 +14,6 @@ from sessions.file_header import SavedSession, read_saved_session
 from sessions.store_db import SUFFIX
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-STALE_SECONDS = 3600
 
 
 def chat_files(root: Path) -> list[tuple[str, Path]]:
@@ -42,13 +40,6 @@ def copy_checked(source: Path, target: Path) -> None:
     header, payload = read_file(source)
     read_saved_session(header, str(source))
     write_file(Path(target), encode_header(header), [payload])
-
-
-def remove_stale_temps(path: Path) -> None:
-    """Delete what a write of ``path`` killed half way left behind (an hour old: no write takes that long)."""
-    for temp in path.parent.glob(f".{path.name}.*.tmp"):
-        if mtime(temp) < time.time() - STALE_SECONDS:
-            temp.unlink(missing_ok=True)
 
 
 def remove_quietly(path: Path) -> None:

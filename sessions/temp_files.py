@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 SESSION_SUFFIX = ".mlxchat"  # temporaries of files with this suffix are mlxchat's, whatever folder they are in
 TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.tmp")
+QUIET_SECONDS = 60  # a dead writer's file untouched this long is left over (a live one on another host writes on)
+STALE_SECONDS = 3600  # any writer's file untouched this long is left over: no save takes that long
 
 
 def temp_path(path: Path) -> Path:
@@ -17,8 +20,10 @@ def temp_path(path: Path) -> Path:
 
 
 def sweep_dead_temps(folder: Path, also: str | None = None) -> int:
-    """Delete the temporaries in ``folder`` of session files (or of the file named ``also``) whose writing
-    process has exited; how many. A live writer's file is kept; failures are ignored (a later sweep retries)."""
+    """Delete the temporaries in ``folder`` of session files (or of the file named ``also``) that no write will
+    finish: untouched for ``QUIET_SECONDS`` with their process gone from this machine, or for ``STALE_SECONDS``
+    whatever the process (a folder shared with another machine); how many. Failures are ignored (a later
+    sweep retries)."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -28,13 +33,21 @@ def sweep_dead_temps(folder: Path, also: str | None = None) -> int:
         match = TEMP_NAME.fullmatch(entry.name)
         if match is None or not (match["name"].endswith(SESSION_SUFFIX) or match["name"] == also):
             continue
-        if not _alive(int(match["pid"])) and entry.is_file(follow_symlinks=False):
+        if entry.is_file(follow_symlinks=False) and _abandoned(entry, int(match["pid"])):
             try:
                 os.unlink(entry.path)
                 removed += 1
             except OSError:
                 pass
     return removed
+
+
+def _abandoned(entry: os.DirEntry, pid: int) -> bool:
+    try:
+        quiet = time.time() - entry.stat(follow_symlinks=False).st_mtime
+    except OSError:
+        return False
+    return quiet > STALE_SECONDS or (quiet > QUIET_SECONDS and not _alive(pid))
 
 
 def _alive(pid: int) -> bool:

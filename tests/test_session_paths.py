@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,19 +90,26 @@ def test_a_symlinked_session_stays_a_link_and_its_target_is_saved(tmp_path):
         assert_one_line(ask(tmp_path, link, "Once more?"), "open in another mlxchat window")
 
 
+def left_over(*temps: Path) -> None:
+    """Temporary files last written two minutes ago (one just written may be another machine's live write)."""
+    for temp in temps:
+        temp.write_bytes(b"half a session")
+        os.utime(temp, (time.time() - 120, time.time() - 120))
+
+
 def test_a_save_sweeps_temporary_files_of_dead_processes(tmp_path):
     dead, alive = tmp_path / f".chat.mlxchat.{dead_pid()}.tmp", tmp_path / f".other.mlxchat.{os.getpid()}.tmp"
-    for temp in (dead, alive):
-        temp.write_bytes(b"half a session")
+    fresh = tmp_path / f".new.mlxchat.{dead_pid()}.tmp"
+    left_over(dead, alive)
+    fresh.write_bytes(b"being written")
     assert ask(tmp_path, tmp_path / "chat.mlxchat").returncode == 0
-    assert not dead.exists() and alive.exists()
+    assert not dead.exists() and alive.exists() and fresh.exists()
 
 
 def test_opening_the_store_sweeps_temporary_files_of_dead_processes(tmp_path):
     chat = stored_chat(tmp_path)
     folder = tmp_path / "sessions"
     dead, alive = folder / f".{chat}.mlxchat.{dead_pid()}.tmp", folder / f".{chat}.mlxchat.{os.getpid()}.tmp"
-    for temp in (dead, alive):
-        temp.write_bytes(b"half a session")
+    left_over(dead, alive)
     assert sessions(tmp_path, "ls").returncode == 0
     assert not dead.exists() and alive.exists()
