@@ -31,7 +31,6 @@ from mlxcore.decode_attention import Attended, attend_parts
 from mlxcore.fused_linear import fuse
 
 MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer inputs run uncompiled
-MAX_FED_TOKENS = 64  # prompt chunks read beside other sequences' decode steps (``batching/prompt_feed.py``)
 # Lengths whose kernels a warm-up builds: one decode step, and one verification block, whose kernels
 # every other block length reuses (measured on the embedded target: 18 kernels for 1, 8 more for 2, none after).
 WARM_UP_LENGTHS = (1, 2)

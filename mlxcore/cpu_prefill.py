@@ -9,7 +9,7 @@ projections, RoPE, the cache update) is the model's own modules.
 Values match mlx-lm's to float32 rounding (tests compare caches and tokens).
 
 Used for float32 Qwen3-layout models with a plain causal mask (full-attention
-caches, any length); anything else, and the GPU, goes through the model as is.
+caches, any length) where the device profile takes ``fast_exp``; anything else goes through the model as is.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from mlx_lm.models.base import create_attention_mask
 from mlxcore.compiled_forward import has_qwen3_layout
 from mlxcore.cpu_attention import segmented_causal_attention
 from mlxcore.decode_attention import attend, dequantized
+from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_silu
 
 
 def uses_cpu_prefill(model: nn.Module, cache_layers: list) -> bool:
     """Whether ``cpu_prefill_body`` applies to this model and these caches."""
-    return (mx.default_device() == mx.cpu and has_qwen3_layout(model)
+    return (current().fast_exp and has_qwen3_layout(model)
             and model.model.embed_tokens.weight.dtype == mx.float32
             # mlx-lm's quantized caches take its own attention; ours hand their runs over (update_and_segments)
             and not any(hasattr(layer, "bits") and not hasattr(layer, "update_and_segments") for layer in cache_layers))

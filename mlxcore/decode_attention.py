@@ -11,13 +11,14 @@ Queries are grouped by the kv head they share: (1, kv_heads, rep * L, dim)
 against (1, kv_heads, keys, dim) is one plain matrix product per run, where
 MLX's CPU attention broadcasts a 5-D product per query head.
 
-- Metal and CUDA: one segment goes to ``mx.fast.scaled_dot_product_attention``
-  (its fused kernel); several take the grouped products above with MLX's softmax.
-- CPU: always the grouped products, with the softmax's exp from ``fast_exp``
-  (MLX's CPU exp runs one element at a time). Measured at the 8B's geometry
-  (32 query heads over 8 kv heads x 128) at 2,000 keys: 1.05 ms against 4.06 ms
-  for MLX's attention; at the embedded target's (6 over 2 x 32) at 3,000 keys:
-  0.25 ms against 0.41 ms. Outputs agree to float32 rounding (~1e-7).
+- The GPU (``device_profile``'s ``fused_attention``): one segment of float keys
+  goes to ``mx.fast.scaled_dot_product_attention`` (its fused kernel), a batch's
+  padded rows with their mask too; several segments (joining them would copy the
+  sequence every step) and quantized keys take the grouped products above with
+  MLX's softmax.
+- The CPU: always the grouped products, with the softmax's exp from ``fast_exp``
+  (MLX's CPU exp runs one element at a time; figures in docs/device-profile.md).
+  Outputs agree to float32 rounding.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_exp_below
 
 # keys, values: (1, kv_heads, length, dim) each, or quantized per token: (packed, scales, biases) each
@@ -50,12 +52,12 @@ def attend_parts(q: mx.array, segments: list[Segment], scale: float, mask: Any =
     """``attend`` before its last division: (out, total), so that a caller can fold ``out / total`` and the
     reshape to (B, heads, L, dim) into its own compiled step (``normalized`` does them otherwise).
     out: (B, kv_heads, rep * L, dim) unnormalised, total: (B, kv_heads, rep * L, 1); or (attention, None)."""
-    on_cpu = mx.default_device() == mx.cpu
+    profile = current()
     quantized = isinstance(segments[0][0], tuple)
-    if (len(segments) == 1 and not on_cpu and not quantized) or not _grouped_mask_ok(mask):
+    if (profile.fused_attention and len(segments) == 1 and not quantized) or not _grouped_mask_ok(mask):
         keys, values = _joined(dequantized(segments, q.shape[-1]) if quantized else segments)
         return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask), None
-    return _grouped(q, segments, scale, lambda scores: _masked(scores, mask, q.shape[2]), on_cpu)
+    return _grouped(q, segments, scale, lambda scores: _masked(scores, mask, q.shape[2]), profile.fast_exp)
 
 
 def dequantized(segments: list[Segment], dim: int) -> list[Segment]:
@@ -72,8 +74,11 @@ def attend_batch_parts(q: mx.array, segments: list[Segment], scale: float, valid
     order along the length (a decode step sees every key it holds); valid: (B, 1, 1, keys)
     booleans over the pieces' keys in order, False for padding.
     """
-    on_cpu = mx.default_device() == mx.cpu
-    return _grouped(q, segments, scale, lambda scores: mx.where(valid, scores, -mx.inf), on_cpu)
+    profile = current()
+    if profile.fused_attention and len(segments) == 1 and not isinstance(segments[0][0], tuple):
+        keys, values = segments[0]  # padded rows and their mask: what the fused kernel takes
+        return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=valid), None
+    return _grouped(q, segments, scale, lambda scores: mx.where(valid, scores, -mx.inf), profile.fast_exp)
 
 
 def normalized(parts: Attended, shape: tuple[int, ...]) -> mx.array:
@@ -84,7 +89,7 @@ def normalized(parts: Attended, shape: tuple[int, ...]) -> mx.array:
     return _as(out / total, out.dtype).reshape(shape)
 
 
-def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, on_cpu: bool) -> Attended:
+def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, fast: bool) -> Attended:
     """Grouped-query softmax attention over ``segments``; ``mask`` maps float32 scores to masked scores."""
     batch, heads, n, dim = q.shape
     keys = segments[0][0]
@@ -94,7 +99,7 @@ def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, on_cpu: b
     scores = scores[0] if len(scores) == 1 else mx.concatenate(scores, axis=-1)
     scores = mask(_as(scores, mx.float32))
     values_dtype = _dtype(segments[0][1])
-    if on_cpu:
+    if fast:
         weights = fast_exp_below(scores, mx.max(scores, axis=-1, keepdims=True))
         total = mx.sum(weights, axis=-1, keepdims=True)
     else:

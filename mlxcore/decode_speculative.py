@@ -26,24 +26,13 @@ from mlxcore.rejection import verify, verify_greedy
 from mlxcore.sampling import KeyStream, distribution, draw, next_token
 
 
-def rewind_room(max_k: int) -> int:
-    """The ``max_rewind`` a rotating cache needs for rounds of up to ``max_k`` drafts after its window wrapped.
-
-    A round rewinds the target by k - n <= k and the draft by less; settling a
-    verify pass stopped between layers rewinds the layers it reached by all its
-    1 + k tokens. A wrapped window can rewind ``max_rewind + 1`` tokens right
-    after a write (``Window.max_trim``), so ``max_k`` covers both.
-    """
-    return max_k
-
-
 @dataclass
 class SpecCounters:
     proposed: int = 0
     accepted: int = 0
-    rounds: int = 0
     target_passes: int = 0
     accepted_by_position: list[int] = field(default_factory=list)
+    draft_lengths: list[int] = field(default_factory=list)  # k chosen for each round of this reply (0: plain)
 
 
 class SpeculativeDecoder:
@@ -63,15 +52,20 @@ class SpeculativeDecoder:
         """Both caches hold ``prompt[:-1]`` (or a prefix of it the draft lags on) when this starts."""
         self.emitted = list(prompt)
         try:
-            k = self.controller.choose()
+            k = self._choose()
             while True:
                 if k:
                     yield from self._round(k)
-                    k = self.controller.choose()
+                    k = self._choose()
                 else:
                     k = yield from self._plain_run()
         finally:
             self.settle()
+
+    def _choose(self) -> int:
+        k = self.controller.choose()
+        self.counters.draft_lengths.append(k)
+        return k
 
     # one round -----------------------------------------------------------------
 
@@ -87,7 +81,7 @@ class SpeculativeDecoder:
         mx.async_eval(token, logprob)
         last = decision_clock.now()
         while True:
-            k = self.controller.choose()
+            k = self._choose()
             if not k:  # go on: queue the next pass before reading this token
                 self.tcache.begin([PENDING])
                 logits = self.target(token.reshape(1, 1), cache=self.tcache.layers)[0, -1:, : self.vocab]
@@ -198,7 +192,7 @@ class SpeculativeDecoder:
 
     def _count(self, k: int, n: int) -> None:
         c = self.counters
-        c.proposed, c.accepted, c.rounds, c.target_passes = c.proposed + k, c.accepted + n, c.rounds + 1, c.target_passes + 1
+        c.proposed, c.accepted, c.target_passes = c.proposed + k, c.accepted + n, c.target_passes + 1
         for j in range(n):
             c.accepted_by_position[j] += 1
 

@@ -32,7 +32,6 @@ class DraftLengthController:
     plain_run: int = 0  # plain steps since the last speculative round
     round_run: int = 0  # speculative rounds since the last plain step
     untimed_rounds: int = 0  # rounds since the draft passes were last timed
-    history: list[int] = field(default_factory=list)  # k chosen for each round (0 = plain step)
     probe_wait: int = 0  # plain steps before the next probe (starts at probe_every)
     _best: tuple[int, float] | None = field(default=None, repr=False)  # best() until the next round
 
@@ -66,11 +65,6 @@ class DraftLengthController:
 
     def choose(self) -> int:
         """The draft length for the next round; 0 means one plain decoding step."""
-        k = self._choose()
-        self.history.append(k)
-        return k
-
-    def _choose(self) -> int:
         if self.fixed is not None:
             return self.fixed
         if self.plain_step is None:

@@ -14,8 +14,9 @@ from mlxcore.compile_support import compile_works
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.configs import KVConfig
 from mlxcore.cpu_prefill import uses_cpu_prefill
+from mlxcore.device_profile import current
 from mlxcore.decode_plain import TokenPicker, plain_decode
-from mlxcore.decode_speculative import SpeculativeDecoder, rewind_room
+from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.distributed.broadcast import every_rank
 from mlxcore.distributed.kv_shards import KVShards
 from mlxcore.distributed.world import SINGLE, World
@@ -83,6 +84,11 @@ class Engine:
         if compile_works():  # the sampler's graphs, for logits of the target's size and dtype (no forward pass)
             warm_up_sampling(mx.zeros((1, self.model.args.vocab_size), dtype=activation_dtype(self.model)))
 
+    @staticmethod
+    def prefill_chunk(params: GenerationParams) -> int:
+        """Prompt tokens a forward pass while reading a prompt: the request's, else the device profile's."""
+        return params.prefill_chunk or current().prefill_chunk
+
     @property
     def default_params(self) -> GenerationParams:
         """GenerationParams with the model's recommended sampling, mlxchat's defaults for the rest."""
@@ -123,8 +129,13 @@ class Engine:
 
     @property
     def rewind_room(self) -> int:
-        """Tokens a rotating cache must rewind after its window wrapped, for this engine's longest drafts."""
-        return rewind_room(self.draft_control.max_k)
+        """Tokens a rotating cache must rewind after its window wrapped, for this engine's longest drafts.
+
+        A round rewinds the target by k - n <= k and the draft by less; settling a verify pass stopped
+        between layers rewinds the layers it reached by all its 1 + k tokens. A wrapped window can rewind
+        ``max_rewind + 1`` tokens right after a write (``Window.max_trim``), so the longest draft covers both.
+        """
+        return self.draft_control.max_k
 
     @property
     def kv_budget(self) -> KVBudget:
@@ -261,7 +272,7 @@ class Engine:
         start = time.perf_counter()
         mx.reset_peak_memory()
         reused = self._reuse(caches, "target", prompt_ids)
-        prefill(self.model, caches.target, prompt_ids[reused:-1], params.prefill_chunk, progress)
+        prefill(self.model, caches.target, prompt_ids[reused:-1], self.prefill_chunk(params), progress)
         stats = GenerationStats(prompt_tokens=len(prompt_ids), reused_tokens=reused,
                                 prefill_tokens=len(prompt_ids) - reused)
         if not self._speculative(caches, params):
@@ -270,10 +281,9 @@ class Engine:
             yield from self._emit(tokens, params, stats, start, None)
             return
         draft_reused = self._reuse(caches, "draft", prompt_ids)
-        prefill(self.draft_model, caches.draft, prompt_ids[draft_reused:-1], params.prefill_chunk)
+        prefill(self.draft_model, caches.draft, prompt_ids[draft_reused:-1], self.prefill_chunk(params))
         decoder = SpeculativeDecoder(self.target_forward, self.draft_forward, caches.target, caches.draft, params,
                                      self.draft_control)
-        self.draft_control.history = []
         yield from self._emit(decoder.run(prompt_ids), params, stats, start, decoder)
 
     def _emit(self, tokens: Iterator[tuple[int, float, bool]], params: GenerationParams,
@@ -311,4 +321,4 @@ class Engine:
         c = decoder.counters
         return {"draft_proposed": c.proposed, "draft_accepted": c.accepted, "target_passes": c.target_passes,
                 "accepted_by_position": tuple(c.accepted_by_position),
-                "draft_lengths": tuple(self.draft_control.history)}
+                "draft_lengths": tuple(c.draft_lengths)}

@@ -46,13 +46,13 @@ class GenerationParams(SamplingParams):
 
     max_tokens: int | None = None  # the reply ends after this many tokens; None = when the context is full
     stop: tuple[str, ...] = field(default=())  # the reply ends when its text contains one of these
-    prefill_chunk: int = 128  # prompt tokens per forward pass while prefilling (CPU attention favours short chunks)
+    prefill_chunk: int | None = None  # prompt tokens per forward pass while prefilling; None: the device profile's
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, not {self.max_tokens}")
-        if self.prefill_chunk < 1:
+        if self.prefill_chunk is not None and self.prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be at least 1, not {self.prefill_chunk}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must not be empty")

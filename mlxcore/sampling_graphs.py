@@ -13,8 +13,8 @@ is built to touch the vocabulary few times:
 - min-p compares logits, so it needs no softmax;
 - the pick draws without building the normalised distribution (``_draw``);
 - the log-probability reported with each token needs log-sum-exp over the
-  vocabulary: on the CPU through ``fast_exp`` (MLX's exp is one element at a
-  time there), elsewhere MLX's own.
+  vocabulary: through ``fast_exp`` where the device profile says so (MLX's CPU
+  exp is one element at a time), elsewhere MLX's own; each graph is made per choice.
 ``MLXCHAT_COMPILE=0`` (or a platform where compiling fails) runs the same graphs uncompiled.
 """
 
@@ -27,6 +27,7 @@ from typing import NamedTuple
 import mlx.core as mx
 
 from mlxcore.compile_support import compile_works
+from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_exp
 from mlxcore.params import SamplingParams
 
@@ -103,18 +104,18 @@ def _masked_distribution(logits: mx.array, scalars: Scalars, masks: Masks) -> mx
     return kept / mx.sum(kept, axis=-1, keepdims=True)
 
 
-def _log_normalizer(logits: mx.array) -> mx.array:
-    """log(sum(exp(logits))) over the last axis, float32, (...,)."""
+def _log_normalizer(logits: mx.array, fast: bool) -> mx.array:
+    """log(sum(exp(logits))) over the last axis, float32, (...,); ``fast``: by ``fast_exp``."""
     logits = logits.astype(mx.float32)
-    if mx.default_device() != mx.cpu:
+    if not fast:
         return mx.logsumexp(logits, axis=-1)
     top = mx.max(logits, axis=-1, keepdims=True)
     return (top + mx.log(mx.sum(fast_exp(logits - top), axis=-1, keepdims=True)))[..., 0]
 
 
-def _logprob(logits: mx.array, token: mx.array) -> mx.array:
+def _logprob(logits: mx.array, token: mx.array, fast: bool) -> mx.array:
     picked = mx.take_along_axis(logits, token[..., None], axis=-1)[..., 0].astype(mx.float32)
-    return picked - _log_normalizer(logits)
+    return picked - _log_normalizer(logits, fast)
 
 
 @lru_cache(maxsize=64)
@@ -132,12 +133,16 @@ def transform(params: SamplingParams) -> tuple[Callable, Scalars]:
     return _transform_graph(_masks(params)), _scalars(params.temperature, params.top_p, params.min_p)
 
 
-@lru_cache(maxsize=1)
 def greedy_pick() -> Callable:
     """``fn(chosen, logits)`` -> (argmax of chosen, log-probability of it under logits)."""
+    return _greedy_graph(current().fast_exp)
+
+
+@lru_cache(maxsize=2)
+def _greedy_graph(fast: bool) -> Callable:
     def pick(chosen: mx.array, logits: mx.array) -> tuple[mx.array, mx.array]:
         token = mx.argmax(chosen, axis=-1)
-        return token, _logprob(logits, token)
+        return token, _logprob(logits, token, fast)
     return _compiled(pick)
 
 
@@ -173,15 +178,15 @@ def _draw(chosen: mx.array, key: mx.array, scalars: Scalars, masks: Masks) -> mx
     return mx.random.categorical(z if keep is None else mx.where(keep, z, -mx.inf), axis=-1, key=key)
 
 
-@lru_cache(maxsize=16)
-def _sampled_graph(masks: Masks) -> Callable:
+@lru_cache(maxsize=32)
+def _sampled_graph(masks: Masks, fast: bool) -> Callable:
     def pick(chosen: mx.array, logits: mx.array, key: mx.array, *scalars: mx.array) -> tuple[mx.array, mx.array]:
         token = _draw(chosen, key, scalars, masks)
-        return token, _logprob(logits, token)
+        return token, _logprob(logits, token, fast)
     return _compiled(pick)
 
 
 def sampled_pick(params: SamplingParams) -> tuple[Callable, Scalars]:
     """``(fn, scalars)``: ``fn(chosen, logits, key, *scalars)`` -> (a draw from the distribution of chosen,
     its log-probability under logits)."""
-    return _sampled_graph(_masks(params)), _scalars(params.temperature, params.top_p, params.min_p)
+    return _sampled_graph(_masks(params), current().fast_exp), _scalars(params.temperature, params.top_p, params.min_p)

@@ -49,10 +49,6 @@ class TwinSpec:
                 raise ValueError(f"{name} must be a multiple of {GROUP_SIZE} so that 4-bit "
                                  f"quantization covers every matrix, as in the real repos")
 
-    def kv_bytes_per_token(self, dtype_size: int = 2) -> int:
-        """Keys and values of one token over all layers (bf16 by default)."""
-        return 2 * self.num_layers * self.kv_heads * self.head_dim * dtype_size
-
 
 TWINS: dict[str, TwinSpec] = {
     "qwen3-8b": TwinSpec(mirrors="mlx-community/Qwen3-8B-4bit", num_layers=36, kv_heads=8,

@@ -236,7 +236,7 @@ _PARAM_TYPES = {
     "top_k": (is_count, "a whole number"),
     "repetition_context": (is_count, "a whole number"),
     "max_tokens": (lambda v: v is None or is_count(v), "a whole number or null"),
-    "prefill_chunk": (is_count, "a whole number"),
+    "prefill_chunk": (lambda v: v is None or is_count(v), "a whole number or null"),  # null: the device's
     "seed": (lambda v: v is None or is_count(v), "a whole number or null"),
     "stop": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of text"),
 }

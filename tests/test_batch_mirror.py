@@ -14,6 +14,7 @@ from mlxcore.compiled_forward import CompiledForward
 from mlxcore.kv.budget import KVBudget
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.prefill import prefill
+from device_profiles import forward_for, profile  # noqa: F401
 from tiny_models import tiny_qwen3
 
 MODEL = tiny_qwen3(seed=33, layers=2, heads=4, kv_heads=2)
@@ -45,12 +46,12 @@ def new_cache(pool, stream: int, length: int):
 
 
 @pytest.mark.parametrize("alone_cost", [batch_mirror.ALONE_COST_KEYS, 0])
-def test_rows_follow_joins_leaves_reorders_and_outside_changes(monkeypatch, alone_cost):
+def test_rows_follow_joins_leaves_reorders_and_outside_changes(monkeypatch, alone_cost, profile):  # noqa: F811
     """alone_cost 0: the longest rows are attended on their own, not in the padded block."""
     monkeypatch.setattr(batch_mirror, "ALONE_COST_KEYS", alone_cost)
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
     a, b, c = new_cache(pool, 0, 9), new_cache(pool, 1, 21), new_cache(pool, 2, 4)
-    decoder = BatchDecoder(FORWARD)
+    decoder = BatchDecoder(forward_for(MODEL))
     for i in range(3):
         step(decoder, [a, b, c], [5 + i, 6 + i, 7 + i])
     assert decoder.mirror.bytes > 0, "the batch read its tokens from the mirror"

@@ -12,7 +12,7 @@ import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import pytest
 
 from mlxcore.batching.local import LocalBatch, drain
-from mlxcore.batching.pacing import MAX_TOKENS, Pacing
+from mlxcore.batching.pacing import Pacing
 from mlxcore.batching.request import Request
 from mlxcore.bench.batch_load import stream_prompt
 from mlxcore.engine import Engine, KVConfig
@@ -41,10 +41,11 @@ def prompt(stream: int, length: int) -> list[int]:
 
 
 class FixedPacing(Pacing):
-    """Chunks of ``MAX_TOKENS`` prompt tokens through one layer a step, whatever the steps measure."""
+    """Chunks of ``max_tokens`` prompt tokens through one layer a step, whatever the steps measure."""
 
     def __init__(self, layers: int) -> None:
-        super().__init__(layers, work=MAX_TOKENS, decode={1: 1.0})
+        super().__init__(layers, decode={1: 1.0})
+        self.work = self.max_tokens
 
     def observe_decode(self, rows: int, seconds: float) -> None:
         pass
@@ -128,7 +129,7 @@ def test_a_cancelled_requests_blocks_are_free_after_the_next_step():
     batch.step(1)
     assert pool.stats().used_blocks < both
     assert pool.stats().used_blocks == len(pool.manager.block_ids(
-        batch.batch.runner.lives[id(batch.batch.runner.sequences[keep.request_id])][0].caches.target.seq_id))
+        batch.batch.runner.caches_of(keep.request_id).target.seq_id))
     keep.cancel()
     batch.run()
     assert pool.stats().used_blocks == 0
@@ -216,12 +217,9 @@ def test_every_batch_size_decodes_as_each_request_alone(size):
         assert batch.tokens(handle) == alone(p, params)
 
 
-def feeding_midway(batch: Collector, handle) -> bool:
-    """Whether ``handle``'s prompt has a chunk part way through the layers now."""
-    runner = batch.batch.runner
-    seq = runner.sequences.get(handle.request_id)
-    feed = runner.feeds.get(seq) if seq is not None else None
-    return feed is not None and 0 < feed.layer
+def feeding_midway(batch: Collector) -> bool:
+    """Whether a prompt has a chunk part way through the layers now."""
+    return any(0 < layer for layer in batch.batch.runner.feed_layers())
 
 
 def test_a_prompt_cancelled_while_a_chunk_is_part_way_through_the_layers_leaves_nothing_behind():
@@ -235,16 +233,16 @@ def test_a_prompt_cancelled_while_a_chunk_is_part_way_through_the_layers_leaves_
     batch.step(3)
     joining = batch.submit(Request(tuple(long), params))[0]
     batch.step(1)
-    while not feeding_midway(batch, joining):
+    while not feeding_midway(batch):
         batch.step(1)
-    read = batch.batch.runner.sequences[joining.request_id].cached  # what whole chunks have read
+    read = batch.batch.runner.tokens_read(joining.request_id)  # what whole chunks have read
     pool = made.pool("target")
     assert pool.manager.cached_prefix(long)[0] == 0, "nothing of a prompt being read is found by prefix hits"
     joining.cancel()
     batch.step(1)
-    assert not batch.batch.runner.feeds
-    assert pool.stats().used_blocks == len(pool.manager.block_ids(batch.batch.runner.lives[
-        id(batch.batch.runner.sequences[running.request_id])][0].caches.target.seq_id))
+    assert not batch.batch.runner.feed_layers()
+    assert pool.stats().used_blocks == len(pool.manager.block_ids(
+        batch.batch.runner.caches_of(running.request_id).target.seq_id))
     assert pool.manager.cached_prefix(long)[0] == read // 16 * 16, "only whole chunks' blocks are cached"
     again = batch.submit(Request(tuple(long), params))[0]
     while len(batch.tokens(again)) < 30:
@@ -263,7 +261,7 @@ def test_a_short_prompt_sharing_the_start_of_a_chunk_part_way_through_the_layers
     running = batch.submit(Request(tuple(prompt(43, 20)), GenerationParams(max_tokens=300)))[0]
     batch.step(3)
     first = batch.submit(Request(tuple(long), params))[0]
-    while not feeding_midway(batch, first):
+    while not feeding_midway(batch):
         batch.step(1)
     second = batch.submit(Request(tuple(long[:50]), params))[0]
     while len(batch.tokens(first)) < 20 or len(batch.tokens(second)) < 20:

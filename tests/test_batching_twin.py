@@ -71,7 +71,7 @@ def test_a_long_prompt_joins_two_streams_through_a_few_layers_a_step(twin_06b_f3
     got, part_way = [[] for _ in handles], 0
     while batch.busy:
         batch.step()
-        part_way += any(0 < feed.layer for feed in batch.runner.feeds.chunks())
+        part_way += any(0 < layer for layer in batch.runner.feed_layers())
         for tokens, handle in zip(got, handles):
             tokens.extend(e.token for e in drain(handle) if isinstance(e, TokenEvent))
     assert part_way > 0, "a chunk was part way through the layers between steps"

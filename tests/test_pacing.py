@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlxcore.batching.pacing import FIRST_WORK, MAX_TOKENS, SHORT_PROMPT, STALL_SHARE, Pacing
+from mlxcore.batching.pacing import FIRST_WORK, SHORT_PROMPT, STALL_SHARE, Pacing
 
 
 def paced(rows_seconds: dict[int, float], layers: int = 6) -> Pacing:
@@ -18,7 +18,7 @@ def test_nothing_is_paced_before_a_decode_step_was_timed():
     pacing.observe_feed(4, 16, 0.5)  # no baseline: ignored
     assert pacing.work == FIRST_WORK
     pacing.observe_decode(4, 0.01)
-    assert pacing.cap() == MAX_TOKENS
+    assert pacing.cap() == pacing.max_tokens
 
 
 def test_the_pace_grows_by_a_quarter_while_reading_adds_little_and_halves_when_it_adds_too_much():
@@ -60,7 +60,7 @@ def test_the_pace_never_exceeds_the_largest_chunk_through_every_layer():
     pacing = paced({1: 0.01}, layers=3)
     for _ in range(50):
         pacing.observe_feed(1, pacing.work, 0.01)
-    assert pacing.work == MAX_TOKENS * 3
+    assert pacing.work == pacing.max_tokens * 3
 
 
 def test_short_prompts_are_read_at_once_and_long_ones_in_power_of_two_chunks_of_the_pace():

@@ -21,7 +21,7 @@ from mlxcore.events import Event
 class LocalBatch:
     """A ``BatchRunner`` driven step by step by its caller."""
 
-    def __init__(self, engine: Engine, *, policy: str = "fcfs", max_running: int = 8, step_tokens: int = 512) -> None:
+    def __init__(self, engine: Engine, *, policy: str = "fcfs", max_running: int = 8, step_tokens: int | None = None) -> None:
         self.runner = BatchRunner(engine, make_policy(policy), step_tokens=step_tokens, max_running=max_running)
 
     def submit(self, request: Request, n: int = 1) -> list[RequestHandle]:
@@ -42,11 +42,11 @@ class LocalBatch:
 
     def prompt_progress(self, handle: RequestHandle) -> tuple[int, int]:
         """(prompt tokens in the cache, prompt tokens in all) of a request; (0, 0) once it has ended."""
-        seq = self.runner.sequences.get(handle.request_id)
-        if seq is None:
+        read = self.runner.tokens_read(handle.request_id)
+        if read is None:
             return 0, 0
         total = len(handle.request.prompt_ids)
-        return min(seq.cached, total), total
+        return min(read, total), total
 
     def run_until(self, done: Callable[[], bool]) -> None:
         """Run steps until ``done()`` (or nothing is left to run)."""

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mlxcore.device_profile import current
+
 STALL_SHARE = 0.35  # a step's prompt reading may add this share of a decode step's time to it
 GROW_BELOW = 0.2  # a step whose reading added less than this share grows the pace
 GROWTH = 1.25
 MIN_WORK, FIRST_WORK = 1, 16  # token-layers a step
-MAX_TOKENS = 64  # a chunk's tokens at most (``compiled_forward.MAX_FED_TOKENS``)
 SHORT_PROMPT = 64  # prompts with at most this many tokens to read are read in one step (first token sooner)
 WEIGHT = 0.2  # how fast a decode step's average follows new measurements
 
@@ -33,6 +34,7 @@ WEIGHT = 0.2  # how fast a decode step's average follows new measurements
 @dataclass
 class Pacing:
     layers: int  # the model's
+    max_tokens: int = field(default_factory=lambda: current().join_chunk)  # a chunk's tokens at most
     work: int = FIRST_WORK  # token-layers a step may feed
     decode: dict[int, float] = field(default_factory=dict)  # rows -> seconds of a step that only decoded (average)
     added: float | None = None  # what reading added to a step at this pace, as a share of a decode step (average)
@@ -60,12 +62,12 @@ class Pacing:
             self.work = max(MIN_WORK, self.work // 2)
             self.added = None  # judge the new pace afresh
         elif self.added < GROW_BELOW:
-            self.work = min(MAX_TOKENS * self.layers, max(self.work + 1, int(self.work * GROWTH)))
+            self.work = min(self.max_tokens * self.layers, max(self.work + 1, int(self.work * GROWTH)))
 
     def cap(self) -> int | None:
         """Prompt tokens a step may start reading (a short prompt at once, ``SHORT_PROMPT``; a long one's chunk
         is cut to the pace); None until a decode step was timed (nothing is paced before)."""
-        return None if not self.decode else MAX_TOKENS
+        return None if not self.decode else self.max_tokens
 
     def chunk(self, count: int, left: int, started: bool) -> tuple[int, bool]:
         """(tokens, read at once) of the next chunk of a prompt with ``left`` tokens to read, of which the step

@@ -94,10 +94,6 @@ class Feeds:
         for seq, _, _ in list(self._by_sequence.values()):
             self.drop(seq)
 
-    def get(self, seq: Sequence) -> PromptFeed | None:
-        held = self._by_sequence.get(id(seq))
-        return held[2] if held else None
-
     def chunks(self) -> list[PromptFeed]:
         return [feed for _, _, feed in self._by_sequence.values()]
 

@@ -34,9 +34,9 @@ from mlxcore.batching.policies import Policy
 from mlxcore.batching.prompt_feed import Feeds, PromptFeed
 from mlxcore.batching.request import Request
 from mlxcore.batching.scheduler import Scheduler, Sequence, StepPlan
-from mlxcore.compiled_forward import MAX_FED_TOKENS
 from mlxcore.batching.pool_account import PoolAccount
 from mlxcore.batching.tally import Tally
+from mlxcore.caches import Caches
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.engine import Engine
 from mlxcore.errors import PromptError, UsageError
@@ -52,7 +52,7 @@ STALL_SECONDS = 60.0  # a paused reply whose reader takes nothing for this long 
 class BatchRunner:
     """Continuous batching on one engine; call everything from one thread (``worker.py`` makes it so)."""
 
-    def __init__(self, engine: Engine, policy: Policy, *, step_tokens: int = 512, max_running: int = 8,
+    def __init__(self, engine: Engine, policy: Policy, *, step_tokens: int | None = None, max_running: int = 8,
                  stall_seconds: float = STALL_SECONDS) -> None:
         if engine.kv.kind != "paged":
             raise UsageError("Replies side by side need the paged KV cache (--kv paged).")
@@ -162,6 +162,23 @@ class BatchRunner:
         running = self.scheduler.running
         return bool(running) and all(seq.paused_since is not None for seq in running) and not self.feeds
 
+    # what tests, the bench and progress read of a request ----------------------
+
+    def caches_of(self, request_id: str) -> Caches | None:
+        """The caches ``request_id``'s reply runs on now (None once it ended, or while it waits without)."""
+        seq = self.sequences.get(request_id)
+        lives = self.lives.get(id(seq)) if seq is not None else None
+        return lives[0].caches if lives else None
+
+    def tokens_read(self, request_id: str) -> int | None:
+        """Tokens of the request's ids (prompt, then reply) its caches hold; None once it ended."""
+        seq = self.sequences.get(request_id)
+        return seq.cached if seq is not None else None
+
+    def feed_layers(self) -> list[int]:
+        """The layer each prompt chunk in flight has reached."""
+        return [feed.layer for feed in self.feeds.chunks()]
+
     # one step ---------------------------------------------------------------
 
     def step(self) -> None:
@@ -212,7 +229,7 @@ class BatchRunner:
         leader.started(now)
         if leader.caches is None:
             self._attach(seq, leader)
-        count = min(count, seq.prefill_left, MAX_FED_TOKENS)
+        count = min(count, seq.prefill_left, self.pacing.max_tokens)
         if not count:
             if seq.choices > 1:
                 self._fork(seq)
@@ -247,7 +264,7 @@ class BatchRunner:
             count = min(count, seq.prefill_left)
             if count:
                 ids = leader.ids[seq.cached:seq.cached + count]
-                prefill(self.engine.model, leader.caches.target, ids, leader.params.prefill_chunk)
+                prefill(self.engine.model, leader.caches.target, ids, self.engine.prefill_chunk(leader.params))
                 seq.cached += count
                 leader.computed_prompt += count
         except PoolExhaustedError as error:

@@ -28,6 +28,7 @@ from typing import Protocol
 
 from mlxcore.batching.policies import NO_LIMIT_TOKENS, Policy
 from mlxcore.batching.request import Priority, Request
+from mlxcore.device_profile import current
 
 
 @dataclass(eq=False)
@@ -102,7 +103,9 @@ class StepPlan:
 class Scheduler:
     """Waiting and running sequences, and the plan of each step (see the module docstring)."""
 
-    def __init__(self, policy: Policy, account: BlockAccount, *, step_tokens: int = 512, max_running: int = 8) -> None:
+    def __init__(self, policy: Policy, account: BlockAccount, *, step_tokens: int | None = None,
+                 max_running: int = 8) -> None:
+        step_tokens = step_tokens or current().step_tokens  # None: the device profile's
         if step_tokens < max_running:
             raise ValueError(f"step_tokens ({step_tokens}) must be at least max_running ({max_running}).")
         self.policy, self.account = policy, account

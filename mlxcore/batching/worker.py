@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TypeVar
@@ -47,7 +46,7 @@ class BatchWorker:
     """See the module docstring."""
 
     def __init__(self, engine: Engine, *, policy: str = "fcfs", max_waiting: int = 64, max_running: int = 8,
-                 step_tokens: int = 512, stall_seconds: float = STALL_SECONDS) -> None:
+                 step_tokens: int | None = None, stall_seconds: float = STALL_SECONDS) -> None:
         self.engine = engine
         self.max_waiting = max_waiting
         self.runner = BatchRunner(engine, make_policy(policy), step_tokens=step_tokens, max_running=max_running,
@@ -230,14 +229,3 @@ class BatchWorker:
             kv_bytes=budget.in_use if budget else 0, kv_budget_bytes=budget.limit if budget else 0,
             pool_used_blocks=manager.used_blocks if manager else 0,
             pool_capacity_blocks=manager.num_blocks if manager else 0)
-
-
-def wait_until_idle(worker: BatchWorker, timeout: float = 30.0) -> bool:
-    """True once the worker has nothing waiting or running (tests and benches)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        stats = worker.stats()
-        if not stats.waiting and not stats.running:
-            return True
-        time.sleep(0.01)
-    return False

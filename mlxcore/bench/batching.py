@@ -11,6 +11,9 @@ Every stream is greedy and none ends early (no end-of-sequence ids).
 - ``batch8_vs_mlx_lm``: the same 8-stream load, ours / mlx-lm's ``BatchGenerator``.
 - ``join_stall_seconds``: the worst gap of 4 running streams while a 2,000-token
   prompt joins (value), against twice their median step (the goal) and mlx-lm's.
+- ``prefill_steps_8k``: the steps (and seconds) from an 8,000-token prompt's arrival
+  beside 4 decoding streams to its first token, on the float32 0.6B twin; the
+  same for a 3,500-token prompt on the given model; with the device profile's chunks.
 - ``spec_lone_vs_plain``: a lone stream through the scheduler with the draft /
   plain ``Engine.generate``; ``spec_speedup_greedy``'s measure beside it.
 Ratios are medians of runs that alternate the two sides.
@@ -29,10 +32,12 @@ from mlxcore.bench.batch_load import (JOIN_PROMPT_TOKENS, JOIN_RUNNING, REPLY_TO
                                       long_prompt, stream_prompt)
 from mlxcore.bench.mlx_lm_batch import JOIN_AFTER, JOIN_WATCH_STEPS, StreamTrace, decode_rate, stall_figures
 from mlxcore.bench.timing import paired_median
+from mlxcore.device_profile import current
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import TokenEvent
 from mlxcore.loading import load_model
 from mlxcore.params import GenerationParams
+from mlxcore.twins import twin_folder
 
 
 def _engine(model_ref: str, draft_ref: str | None = None) -> Engine:
@@ -130,6 +135,41 @@ def join_stall(model_ref: str) -> dict:
             "join_ttft_seconds": ours["join_ttft_seconds"], "no_join_worst_ratio": quiet,
             "mlx_lm_worst_gap_seconds": theirs["worst_gap_seconds"],
             "mlx_lm_ratio": theirs["ratio"], "mlx_lm_join_ttft_seconds": theirs["join_ttft_seconds"]}
+
+
+def join_steps(engine: Engine, prompt: list[int]) -> dict:
+    """Steps and seconds from ``prompt``'s arrival beside ``JOIN_RUNNING`` decoding streams to its first token."""
+    vocab = engine.model.args.vocab_size
+    batch = LocalBatch(engine, max_running=JOIN_RUNNING + 1)
+    running = [batch.submit(Request(tuple(p), GenerationParams()))[0] for p in batch_prompts(vocab, JOIN_RUNNING)]
+    made = [0] * JOIN_RUNNING
+    while min(made) < JOIN_AFTER:
+        batch.step()
+        made = [count + sum(isinstance(e, TokenEvent) for e in drain(h)) for count, h in zip(made, running)]
+    start = time.perf_counter()
+    joined = batch.submit(Request(tuple(prompt), GenerationParams(max_tokens=1)))[0]
+    steps = 0
+    while not any(isinstance(e, TokenEvent) for e in drain(joined)):
+        batch.step()
+        steps += 1
+    seconds = time.perf_counter() - start
+    for handle in running:
+        handle.cancel()
+    batch.run_until(lambda: False)
+    return {"steps": steps, "seconds": seconds, "prompt_tokens": len(prompt)}
+
+
+def prefill_steps_8k(model_ref: str) -> dict:
+    """``prefill_steps_8k``: ``join_steps`` of 8,000 tokens on the float32 0.6B twin (its value: the steps),
+    and of 3,500 tokens on ``model_ref``; each after an untimed join of another prompt of that length."""
+    figures = {"profile": current().kind, "join_chunk": current().join_chunk}
+    for name, ref, tokens in (("twin", str(twin_folder("qwen3-0.6b", bits=None)), 8000), ("model", model_ref, 3500)):
+        engine = _engine(ref)
+        vocab = engine.model.args.vocab_size
+        join_steps(engine, stream_prompt(vocab, 98, tokens // 4))  # warm-up (compiles), no prefix of the next
+        measured = join_steps(engine, long_prompt(vocab, tokens))
+        figures.update({f"{name}_{key}": value for key, value in measured.items()})
+    return {"value": figures["twin_steps"], **figures}
 
 
 def _quiet_worst(engine: Engine, steps: int) -> float:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from mlxcore.device_profile import current
 from mlxcore.bench.paged_decode import in_turns
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.engine import Engine, KVConfig
@@ -59,7 +60,7 @@ def decode_vs_float_long(model_ref: str, runs: int, context: int = 3000, chunks:
     for run in range(runs + 1):  # the first run warms both up
         caches = {name: engine.new_caches() for name, engine in engines.items()}
         for name, cache in caches.items():
-            prefill(model, cache.target, ids[:context], GenerationParams().prefill_chunk)
+            prefill(model, cache.target, ids[:context], current().prefill_chunk)
         streams = {name: engines[name].generate(ids, cache, GenerationParams(max_tokens=chunks * (chunk + 1)))
                    for name, cache in caches.items()}
         rates = in_turns(streams, chunks, chunk)
@@ -96,7 +97,7 @@ def prefill_peak(model_ref: str, bits: int | None, tokens: int) -> int:
     base = mx.get_active_memory()
     mx.reset_peak_memory()
     cache = make_model_cache(loaded.model, "paged", kv_bits=bits)
-    prefill(loaded.model, cache, ids, GenerationParams().prefill_chunk)
+    prefill(loaded.model, cache, ids, current().prefill_chunk)
     mx.synchronize()
     return mx.get_peak_memory() - base
 
@@ -119,7 +120,7 @@ def _compare(model, bits: int, prompt: list[int], steps: int, follow: list[int] 
     forward = CompiledForward(model)
     caches = {"float": _cache(model, None), "quantized": _cache(model, bits)}
     for cache in caches.values():
-        prefill(model, cache, prompt[:-1], GenerationParams().prefill_chunk)
+        prefill(model, cache, prompt[:-1], current().prefill_chunk)
     kls, agree, token = [], 0, prompt[-1]
     for step in range(steps):
         rows = {}

@@ -77,19 +77,6 @@ def mlx_lm_single_stream(model_ref: str, tokens: int = REPLY_TOKENS) -> dict:
     return measure_single(loaded.model, loaded.tokenizer, tokens).figures
 
 
-def mlx_lm_join_stall(model_ref: str) -> dict:
-    """The stall a 2,000-token prompt joining 4 decoding streams causes them; see ``measure_join``.
-
-    Gaps are between consecutive tokens of one running stream. Worst: the
-    largest gap ending after the insertion and by the joined stream's token
-    1 + 32; median step: the median gap ending before the insertion;
-    join_ttft: insertion to the joined stream's first token. Returns
-    ``{"worst_gap_seconds", "median_step_seconds", "ratio", "join_ttft_seconds",
-    "joined_tokens", "gaps_after_join"}`` (ratio = worst gap / median step).
-    """
-    return measure_join(load_model(model_ref).model).figures
-
-
 def measure_throughput(model: nn.Module, streams: int = STREAMS, tokens: int = REPLY_TOKENS) -> Measured:
     """``mlx_lm_batch_throughput`` on a loaded model, after one untimed run of the same load."""
     prompts = batch_prompts(vocab_size(model), streams)

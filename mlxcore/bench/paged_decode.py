@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import mlx.core as mx
 
+from mlxcore.device_profile import current
 from mlxcore.bench.timing import stream_rate
 from mlxcore.caches import Caches
 from mlxcore.engine import Engine, KVConfig
@@ -57,7 +58,7 @@ def paged_decode_vs_standard(model_ref: str, runs: int, context: int, *, chunks:
     engine.eos_ids = set()  # no reply ends early
     ids = [(index * 7919) % (model.args.vocab_size - 1) + 1 for index in range(context + 1)]
     root = make_model_cache(model, "standard")
-    prefill(model, root, ids[:context], GenerationParams().prefill_chunk)
+    prefill(model, root, ids[:context], current().prefill_chunk)
     tensors, meta = root.state_dict()
     del root
     held: list[ModelCache] = []  # forked tables' parents, alive while their child decodes

@@ -11,9 +11,9 @@ import sys
 import time
 
 import mlxcore.blas
+from mlxcore.device_profile import current
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.loading import load_model
-from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
 
 
@@ -26,7 +26,7 @@ def main(model_ref: str, tokens: int, repeats: int) -> None:
     for _ in range(repeats + 1):  # the first run warms up
         cache = engine.new_caches().target
         start = time.perf_counter()
-        prefill(loaded.model, cache, ids, chunk=GenerationParams().prefill_chunk)
+        prefill(loaded.model, cache, ids, chunk=current().prefill_chunk)
         seconds.append(time.perf_counter() - start)
     print(json.dumps({"blas": mlxcore.blas.loaded_library, "seconds": seconds[1:]}))
 

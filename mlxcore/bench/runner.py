@@ -64,6 +64,8 @@ ROWS: dict[str, tuple[str, Row]] = {
                          lambda s: batching.batch8_row(s.model, s.runs, "vs_mlx_lm")),
     "join_stall_seconds": ("worst gap of 4 running streams while a 2,000-token prompt joins (goal: 2x median step)",
                            lambda s: batching.join_stall(s.model)),
+    "prefill_steps_8k": ("steps from an 8,000-token prompt's arrival beside 4 decoding streams to its first token, "
+                         "0.6B twin (float32); 3,500 tokens on the model too", lambda s: batching.prefill_steps_8k(s.model)),
     "kv8_bytes_ratio": ("bytes of a token's keys and values, 8-bit / float (the pool's own account)",
                         lambda s: kv_quant.bytes_ratio(s.model, 8)),
     "kv4_bytes_ratio": ("the same at 4 bits (measured only: 4 bits is not offered, see kv4_accuracy)",

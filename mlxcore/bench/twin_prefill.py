@@ -23,11 +23,11 @@ import mlx.core as mx
 from mlx_lm.generate import generation_stream
 from mlx_lm.models.cache import make_prompt_cache
 
+from mlxcore.device_profile import current
 from mlxcore.bench.timing import paired_median
 from mlxcore.blas import parallel_products
 from mlxcore.engine import Engine
 from mlxcore.loading import load_model
-from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
 from mlxcore.twins import twin_folder
 
@@ -39,7 +39,7 @@ def twin_prefill_vs_mlx_lm(runs: int, tokens: int = 2000, twin: str = "qwen3-8b"
     loaded = load_model(str(twin_folder(twin, bits=None)))
     model = loaded.model
     engine = Engine(model, loaded.tokenizer)
-    chunk = GenerationParams().prefill_chunk
+    chunk = current().prefill_chunk
     ids = [(i * 7919) % model.args.vocab_size for i in range(tokens)]  # content does not change the cost
 
     def ours(count: int = tokens) -> float:

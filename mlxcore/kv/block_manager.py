@@ -222,17 +222,6 @@ class BlockManager:
         tail_shared = start % size != 0 and self._blocks[seq.block_ids[-1]].ref_count > 1
         return -(-(start + count) // size) - len(seq.block_ids) + tail_shared
 
-    def next_block(self, seq_id: int) -> int | None:
-        """The id the sequence's next block will take if it can stay adjacent to its last one, else None."""
-        seq = self._sequence(seq_id)
-        if not seq.block_ids:
-            front = next(iter(self._free), None)
-            if front is not None and self._blocks[front].hash is None:
-                return front
-            return len(self._blocks) if len(self._blocks) < self.num_blocks else front
-        after = seq.block_ids[-1] + 1
-        return after if after in self._free or after == len(self._blocks) < self.num_blocks else None
-
     def free_tail_start(self, cached: bool) -> int:
         """The first id of the run of free blocks at the end of the ids handed out (hashed ones only if ``cached``)."""
         end = len(self._blocks)

@@ -1,0 +1,70 @@
+"""What the engine tunes to the device it runs on: one ``DeviceProfile`` per device kind, chosen in one place.
+
+Shared code is shaped for the GPU our users run (Metal; MLX's CUDA backend takes
+the same branches). The CPU backend keeps one fast path of its own where MLX's
+CPU kernels are slow (``exp`` runs one element at a time there). Every branch
+that depends on the device reads ``current()``; nothing else asks MLX which
+device it is on, so a test can force the GPU's branches on the CPU backend
+(``forced("gpu")``, or ``MLXCHAT_DEVICE_PROFILE=gpu`` for a subprocess).
+
+How each CPU figure was measured, and the GPU's reasoning, are in
+``docs/device-profile.md``; ``mlxchat bench`` re-measures the rows they move.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+ENV = "MLXCHAT_DEVICE_PROFILE"
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    kind: str  # "gpu" (Metal, CUDA) or "cpu"
+    fused_attention: bool  # attention by mx.fast.scaled_dot_product_attention; else grouped products + fast_exp
+    fast_exp: bool  # softmax, log-sum-exp and SiLU through fast_exp (whole-array polynomials), not MLX's exp
+    prefill_chunk: int  # prompt tokens a forward pass while a prompt is read alone
+    join_chunk: int  # prompt tokens a chunk at most while a prompt joins running streams
+    step_tokens: int  # a batch step's token budget: decode rows count one each, prompt chunks their tokens
+
+
+PROFILES = {
+    # A layer of a 4-bit model costs about the same for 1 or 512 tokens on a GPU (it is bound by reading the
+    # weights), so prompts go in large chunks, as mlx-lm's 2,048-token prefill step; fused kernels throughout.
+    "gpu": DeviceProfile("gpu", fused_attention=True, fast_exp=False, prefill_chunk=2048, join_chunk=512,
+                         step_tokens=2048),
+    # MLX's CPU attention over a long prefix grows with the chunk (scores of chunk x keys), so short chunks
+    # read a prompt fastest; joining chunks are shorter still, to keep the running streams' gaps small.
+    "cpu": DeviceProfile("cpu", fused_attention=False, fast_exp=True, prefill_chunk=128, join_chunk=64,
+                         step_tokens=512),
+}
+
+_forced: DeviceProfile | None = None
+
+
+def current() -> DeviceProfile:
+    """The profile of the device MLX runs on (or the one a test forced)."""
+    if _forced is not None:
+        return _forced
+    name = os.environ.get(ENV)
+    if name:
+        if name not in PROFILES:
+            raise ValueError(f"{ENV} must be one of {', '.join(PROFILES)}, not {name!r}")
+        return PROFILES[name]
+    return PROFILES["cpu" if mx.default_device() == mx.cpu else "gpu"]
+
+
+@contextmanager
+def forced(name: str) -> Iterator[DeviceProfile]:
+    """Run with the ``name`` profile's branches whatever the device (for tests: the GPU's on the CPU)."""
+    global _forced
+    before, _forced = _forced, PROFILES[name]
+    try:
+        yield _forced
+    finally:
+        _forced = before

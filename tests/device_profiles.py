@@ -1,0 +1,29 @@
+"""Run a test under each device profile: ``forced("gpu")`` takes the branches Metal and CUDA take, on the CPU.
+
+Compiled graphs keep the branch they were traced with, so a test that compiles
+(``CompiledForward``) takes its forward from ``forward_for`` (one per profile).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mlxcore import device_profile
+from mlxcore.compiled_forward import CompiledForward
+
+_forwards: dict[tuple[int, str], CompiledForward] = {}
+
+
+@pytest.fixture(params=["cpu", "gpu"])
+def profile(request):
+    """The test runs once with the CPU's branches and once with the GPU's."""
+    with device_profile.forced(request.param) as chosen:
+        yield chosen
+
+
+def forward_for(model) -> CompiledForward:
+    """``model``'s compiled forward, traced under the profile in force now."""
+    key = (id(model), device_profile.current().kind)
+    if key not in _forwards:
+        _forwards[key] = CompiledForward(model)
+    return _forwards[key]
