@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlxcore.chat_template import render_chat, render_chat_text
 from mlxcore.engine import Engine
@@ -18,6 +19,9 @@ from mlxcore.batching.local import LocalBatch
 from sessions.batched_turn import Alternatives, BatchedTurn
 from sessions.messages import Message
 from sessions.titles import shown_title
+
+if TYPE_CHECKING:
+    from sessions.file_append import FileMark
 
 
 class ChatSession:
@@ -47,6 +51,7 @@ class ChatSession:
         self.store_id: str | None = None  # the session store's id once saved there (autosave)
         self.created_at: float | None = None  # when first saved (epoch seconds)
         self.restore_note: str | None = None  # after load: what the user should know (e.g. cache rebuilt)
+        self.saved_files: dict[str, FileMark] = {}  # real path -> the files read or saved: their next save appends
         # Called as the prompt is prefilled (tokens done, in all); raising StopPrefill ends the turn there.
         self.prefill_progress: Progress | None = None
         self.cut_in_thinking = False  # the last reply ended inside its think block (stored closed)
@@ -137,6 +142,7 @@ class ChatSession:
         twin.messages = list(self.messages)
         twin.caches = self.caches.fork()
         twin.store_id = twin.created_at = twin.restore_note = None  # a fork is a new session
+        twin.saved_files = {}
         return twin
 
     def clear(self) -> None:
@@ -264,7 +270,9 @@ class ChatSession:
     # files ------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> None:
-        """Write the conversation and its caches to ``path`` atomically (see sessions.session_file)."""
+        """Write the conversation and its caches to ``path``: the file this session was loaded from or saved
+        to gets only what changed appended; another is written whole. A crash leaves its previous state
+        (see sessions.session_file)."""
         from sessions.session_file import save_session
         save_session(self, Path(path))
 

@@ -1,4 +1,5 @@
-"""The session file container: fixed preamble, JSON header, safetensors payload, checksum.
+"""The whole-file session container of formats 1 and 2: fixed preamble, JSON header, safetensors payload,
+checksum. Format 3 appends saves instead (file_layout.py); ``read_header`` and ``rewrite_header`` take either.
 
 Layout (integers little-endian)::
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sessions.errors import SessionFileError, SessionSaveError
+from sessions.file_layout import is_appending, read_commit
 from sessions.temp_files import sweep_dead_temps, temp_path
 
 MAGIC = b"MLXCHAT-SESSION\n"
@@ -97,22 +99,46 @@ def cannot_write_text(path: Path, error: OSError) -> str:
 
 
 def rewrite_header(path: Path, header: bytes) -> None:
-    """Give a session file a new header, its payload copied as it is (atomic, like ``write_file``).
+    """Give a session file a new header, its cache data kept as it is.
 
-    The payload is streamed, not held in memory, and checked against the old file's
-    checksum on the way: a damaged file is never given a fresh, valid checksum.
+    A whole file (formats 1 and 2) is rewritten atomically, like ``write_file``, its payload
+    streamed and checked against the old file's checksum on the way: a damaged file is never
+    given a fresh, valid checksum. An appending file (format 3) gets one more save naming the
+    same blocks (file_append.py).
     """
-    with _open(path) as f:
+    with open_session_file(path) as f:
         size = os.fstat(f.fileno()).st_size
+        if _appending(path, f, size):
+            from sessions.file_append import append_header  # it imports this module
+            return append_header(path, header)
         old = _read_checked_header(path, f, size)
         write_file(path, header, _checked_payload(path, f, old, size - _PREAMBLE - len(old) - _DIGEST))
 
 
 def read_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a session file, checked against its own checksum (tensors not read)."""
-    with _open(path) as f:
+    """The JSON header of a session file of any layout, checked against its checksum (cache data not read)."""
+    with open_session_file(path) as f:
         size = os.fstat(f.fileno()).st_size
+        if _appending(path, f, size):
+            return read_commit(path, f, size).header
         return _parse_json(path, _read_checked_header(path, f, size))
+
+
+def open_session_file(path: Path) -> BinaryIO:
+    """``path`` open for reading; ``SessionFileError`` saying why it cannot be."""
+    return _open(path)
+
+
+def read_start(path: Path, f: BinaryIO, size: int) -> bytes:
+    """The first bytes of a session file, which say its layout; ``SessionFileError`` if it is none."""
+    start = os.pread(f.fileno(), _PREAMBLE, 0)
+    if not MAGIC.startswith(start[: len(MAGIC)]):  # a short prefix of MAGIC is a truncated file
+        raise SessionFileError(f"{path} is not an mlxchat session file (it does not start like one).")
+    return start
+
+
+def _appending(path: Path, f: BinaryIO, size: int) -> bool:
+    return is_appending(read_start(path, f, size))
 
 
 def read_file(path: Path) -> tuple[dict[str, Any], bytes]:

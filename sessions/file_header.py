@@ -5,10 +5,10 @@ raises ``SessionFileError`` naming the field; nothing is built from a header
 that did not pass.
 
 Versions: 1 holds float caches; 2 added quantized ones (each cache's ``kv_format``,
-its tensors laid out as saved_kv.py says). A file is written with the lowest version
-that describes it, so a session with float caches is still a version-1 file that
-earlier mlxchats open, and one with 8-bit caches is refused by them as "newer"
-rather than misread as damaged.
+its tensors laid out as saved_kv.py says); both are whole files (file_format.py).
+3 is the appending layout (file_layout.py), whatever its caches' format. ``build_header``
+gives the lowest of 1 and 2 that describes the caches (what the store keeps, and what a
+whole file of formats 1 and 2 holds); a session file's writer makes it 3.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ from sessions.safetensors_payload import FLOAT_DTYPES, dtype_name
 from sessions.saved_kv import FLOAT, FORMAT_KEYS, format_of, layer_tensors, meta_fields, read_format
 
 FORMAT = "mlxchat-session"
-VERSION = 2  # the newest this reads: 2 added quantized KV caches
-FLOAT_VERSION = 1  # what a file with float caches only is written as (earlier mlxchats read it)
+VERSION = 3  # the newest this reads: 2 added quantized KV caches, 3 the appending layout
+FLOAT_VERSION = 1  # float caches only (earlier mlxchats read it)
+QUANTIZED_VERSION = 2  # quantized caches may appear
+APPENDING_VERSION = 3  # the appending layout's header
 KINDS = ("standard", "paged", "rotating")
 ROLES_SAVED = ("target", "draft")
 
@@ -107,7 +109,7 @@ def build_header(*, created: float, title: str | None, model: tuple[str, str], d
     history = messages[1:] if system is not None else messages
     quantized = any(format_of(meta).quantized for _, meta in caches.values())
     return {
-        "format": FORMAT, "version": VERSION if quantized else FLOAT_VERSION, "created": created,
+        "format": FORMAT, "version": QUANTIZED_VERSION if quantized else FLOAT_VERSION, "created": created,
         "updated": time.time(), "title": title,
         "model": {"name": model[0], "fingerprint": model[1]},
         "draft": {"name": draft[0], "fingerprint": draft[1]} if draft else None,
@@ -158,7 +160,7 @@ def read_saved_session(data: dict[str, Any], where: str) -> SavedSession:
         target=_read_cache(cache, "target", kind, where), draft=_read_cache(cache, "draft", kind, where))
     if saved.draft is not None and saved.draft_fingerprint is None:
         raise SessionFileError(f"{where}: the header has a draft cache but no draft model.")
-    if version < VERSION and any(c is not None and c.kv_format.quantized for c in (saved.target, saved.draft)):
+    if version == FLOAT_VERSION and any(c is not None and c.kv_format.quantized for c in (saved.target, saved.draft)):
         raise SessionFileError(f"{where}: session format {version} holds float caches only, yet the header "
                                "names a quantized one: the file is inconsistent.")
     return saved

@@ -78,7 +78,12 @@ class CacheBlocks:
 
 def cache_blocks(cache: ModelCache, fingerprint: str, role: str) -> CacheBlocks:
     """The blocks of ``cache`` (of the model with ``fingerprint``, as ``role``)."""
-    tensors, meta = cache.state_dict()
+    return state_blocks(cache.geometry, *cache.state_dict(), fingerprint, role)
+
+
+def state_blocks(geometry: KVGeometry, tensors: dict[str, mx.array], meta: dict[str, Any], fingerprint: str,
+                 role: str) -> CacheBlocks:
+    """The blocks of a cache's ``state_dict`` (over several ranks: ``Engine.cache_state``'s, every head)."""
     tokens = [int(t) for t in meta["tokens"]]
     layout = {name: (dtype_name(a.dtype), (*a.shape[:2], -1, *a.shape[3:])) for name, a in tensors.items()}
     fmt = format_of(meta).name
@@ -89,7 +94,7 @@ def cache_blocks(cache: ModelCache, fingerprint: str, role: str) -> CacheBlocks:
     else:
         refs, window = chain_keys(layout_salt(fingerprint, role, "positional", layout, fmt), tokens), None
     rows = [StoredBlock(ref.key, token_bytes(tokens[ref.start:ref.end])) for ref in refs]
-    return CacheBlocks(cache.geometry, meta, refs, rows, tensors, window)
+    return CacheBlocks(geometry, meta, refs, rows, tensors, window)
 
 
 def tensors_from_blocks(saved: SavedSession, role: str, rows: Sequence[StoredBlock],
@@ -101,17 +106,15 @@ def tensors_from_blocks(saved: SavedSession, role: str, rows: Sequence[StoredBlo
     """
     cache = getattr(saved, role)
     shapes = cache.tensor_shapes(saved.cache_kind, role)
-    fingerprint = saved.model_fingerprint if role == "target" else saved.draft_fingerprint
-    layout = {name[len(role) + 1:]: (dtype, (*shape[:2], -1, *shape[3:])) for name, (dtype, shape) in shapes.items()}
-    tokens, fmt = list(cache.tokens), cache.kv_format.name
+    tokens = list(cache.tokens)
+    salt = _salt(saved, role, shapes)
     if saved.cache_kind in WINDOW_KINDS:
         refs = [BlockRef(rows[0].key, 0, len(tokens))] if rows and shapes else []
-        salt = layout_salt(fingerprint, role, "window", layout, fmt)
     else:
-        refs = chain_keys(layout_salt(fingerprint, role, "positional", layout, fmt), tokens) if shapes else []
+        refs = chain_keys(salt, tokens) if shapes else []
     if [ref.key for ref in refs] != [row.key for row in rows]:
         raise SessionFileError(f"{where}: the index lists other {role} cache blocks than its tokens need "
-                               "(the store's index is damaged).")
+                               "(the index is damaged).")
     arrays = {name: np.empty(shape, DTYPES[dtype][0]) for name, (dtype, shape) in shapes.items()}
     for ref in refs:
         payload = read(ref.key)
@@ -119,6 +122,23 @@ def tensors_from_blocks(saved: SavedSession, role: str, rows: Sequence[StoredBlo
             raise BlockFileError(f"{where}: its stored {role} window does not match its key.", ref.key)
         _fill(arrays, payload, tokens, ref, saved.cache_kind in WINDOW_KINDS, f"{where}: {role} block {ref.key}")
     return {name: from_words(array, shapes[name][0]) for name, array in arrays.items()}
+
+
+def saved_keys(saved: SavedSession, role: str, payloads: Sequence[bytes]) -> list[str]:
+    """The keys of ``saved``'s ``role`` cache blocks as ``tensors_from_blocks`` checks them, for blocks that
+    hold ``payloads`` in order (a session file's index names blocks by place, not by key)."""
+    shapes = getattr(saved, role).tensor_shapes(saved.cache_kind, role)
+    salt = _salt(saved, role, shapes)
+    if saved.cache_kind in WINDOW_KINDS:
+        return [window_key(salt, payload) for payload in payloads]
+    return [ref.key for ref in chain_keys(salt, getattr(saved, role).tokens)] if shapes else []
+
+
+def _salt(saved: SavedSession, role: str, shapes: Layout) -> bytes:
+    family = "window" if saved.cache_kind in WINDOW_KINDS else "positional"
+    fingerprint = saved.model_fingerprint if role == "target" else saved.draft_fingerprint
+    layout = {name[len(role) + 1:]: (dtype, (*shape[:2], -1, *shape[3:])) for name, (dtype, shape) in shapes.items()}
+    return layout_salt(fingerprint, role, family, layout, getattr(saved, role).kv_format.name)
 
 
 def _payload(tokens: Sequence[int], parts: Iterable[np.ndarray]) -> bytes:

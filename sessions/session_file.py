@@ -1,9 +1,11 @@
 """Save a ChatSession to one file and open it again: ``save_session`` and ``load_session``.
 
-The file (see file_format.py) holds a JSON header (file_header.py) and the
-target's and draft's cache tensors (safetensors_payload.py), quantized ones as
-the pool stores them (saved_kv.py). Loading checks the whole file first, then
-builds the session; a file made with another model, with another kind of KV
+The file holds a JSON header (file_header.py) and the target's and draft's caches,
+quantized ones as the pool stores them (saved_kv.py): as KV blocks in the appending
+layout that saves write (format 3: file_layout.py, file_save.py), or as one
+safetensors payload in the whole files of formats 1 and 2 (file_format.py), which
+still open; the first save after opening one writes the appending layout. Loading
+checks the whole file first, then builds the session; a file made with another model, with another kind of KV
 cache, or with a rotating window that has less rewind room than this engine's
 drafts need, restores its conversation and leaves the cache to be rebuilt by the
 next turn's prefill, saying so in ``session.restore_note``. A paged cache saved
@@ -16,6 +18,7 @@ rank 0 reads and writes it, the others get its bytes and give their heads.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,9 +32,14 @@ from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheShapeError, CacheStateError
 from mlxcore.kv.geometry import KVGeometry
 from sessions.errors import SessionFileError
-from sessions.file_format import encode_header, read_file, write_file
-from sessions.file_header import ROLES_SAVED, SavedCache, SavedSession, build_header, read_saved_session
-from sessions.safetensors_payload import decode_tensors, dtype_name, encode_tensors
+from sessions.file_append import mark_of
+from sessions.file_header import APPENDING_VERSION, ROLES_SAVED, SavedCache, SavedSession, build_header, read_saved_session
+from sessions.file_read import FileContents, read_contents
+from sessions.file_format import encode_header
+from sessions.file_save import write_session_file
+from sessions.kv_blocks import saved_keys, state_blocks, tensors_from_blocks
+from sessions.safetensors_payload import decode_tensors, dtype_name
+from sessions.store_index import StoredBlock
 from sessions.saved_kv import describe
 from sessions.terminal_text import printable
 
@@ -44,18 +52,19 @@ if TYPE_CHECKING:
 
 
 def save_session(session: ChatSession, path: Path) -> None:
-    """Write ``session`` (conversation, settings, caches) to ``path`` atomically."""
+    """Write ``session`` (conversation, settings, caches) to ``path``: appended when the session was read
+    from or saved to that file, else whole (file_save.py). A crash leaves the file's previous state."""
     engine = session.engine
-    tensors: dict[str, mx.array] = {}
-    caches: dict[str, tuple[Any, dict[str, Any]]] = {}
-    for role, cache in saved_caches(session).items():
-        geometry, arrays, meta = engine.cache_state(role, cache)  # over several ranks: all their heads
-        tensors |= {f"{role}.{name}": array for name, array in arrays.items()}
-        caches[role] = (geometry, meta)
+    fingerprints = {"target": engine.fingerprint, "draft": engine.draft_fingerprint}
+    cuts = {role: state_blocks(*engine.cache_state(role, cache), fingerprints[role], role)  # all ranks' heads
+            for role, cache in saved_caches(session).items()}
     created = share(engine.world, lambda: getattr(session, "created_at", None) or time.time())
+    header = session_header(session, {role: (cut.geometry, cut.meta) for role, cut in cuts.items()}, created)
+    data = encode_header(header | {"version": APPENDING_VERSION})
+    known = session.saved_files.get(os.path.realpath(path))
     # Rank 0 writes; the others hear how it went (a full disk fails the save on every rank alike).
-    share(engine.world, lambda: write_file(Path(path), encode_header(session_header(session, caches, created)),
-                                           encode_tensors(tensors)))
+    mark = share(engine.world, lambda: write_session_file(Path(path), data, cuts, known))
+    session.saved_files[mark.path] = mark
     session.created_at = created
 
 
@@ -82,12 +91,40 @@ def load_session(path: Path, engine: Engine) -> ChatSession:
     on the result is a line for the user when part of the cache is rebuilt, else None.
     """
     where = str(path)
-    header, payload = share(engine.world, lambda: read_file(Path(path)))  # rank 0's file, over several ranks
-    saved = read_saved_session(header, where)
-    tensors = decode_tensors(payload, where)
+    contents = share(engine.world, lambda: read_contents(Path(path)))  # rank 0's file, over several ranks
+    saved = read_saved_session(contents.header, where)
+    tensors, keys = cache_tensors(saved, contents, where)
     check_tensors(saved, tensors, where)
     restore, notes = restore_plan(saved, engine, Path(path).name)
-    return open_saved(saved, engine, tensors, restore, notes, where)
+    if contents.torn:
+        notes.insert(0, f"{Path(path).name} ends in a save that did not finish ({contents.torn:,} bytes): it opens "
+                        "at its last complete save.")
+    session = open_saved(saved, engine, tensors, restore, notes, where)
+    if contents.commit is not None:  # the next save of this file appends to it
+        mark = mark_of(Path(path), contents.commit, keys, contents.stat)
+        session.saved_files[mark.path] = mark
+    return session
+
+
+def cache_tensors(saved: SavedSession, contents: FileContents, where: str) -> tuple[dict[str, mx.array],
+                                                                                dict[str, list[str]]]:
+    """The cache tensors a file holds, and (appending layout) the keys of its blocks per role."""
+    if contents.blocks is None:
+        return decode_tensors(contents.payload, where), {}
+    described = {role for role in ROLES_SAVED if getattr(saved, role) is not None}
+    if set(contents.blocks) != described:
+        raise SessionFileError(f"{where}: its index names the caches {sorted(contents.blocks)}, its header "
+                               f"{sorted(described)}: the file is inconsistent.")
+    tensors, keys = {}, {}
+    for role, payloads in contents.blocks.items():
+        keys[role] = saved_keys(saved, role, payloads)
+        if len(keys[role]) != len(payloads):
+            raise SessionFileError(f"{where}: its index lists {len(payloads)} blocks of the {role} cache, its "
+                                   f"tokens fill {len(keys[role])}: the file is inconsistent.")
+        read = dict(zip(keys[role], payloads)).__getitem__
+        rows = [StoredBlock(key, b"") for key in keys[role]]
+        tensors |= tensors_from_blocks(saved, role, rows, read, where)  # each block's ids and size checked
+    return tensors, keys
 
 
 def open_saved(saved: SavedSession, engine: Engine, tensors: dict[str, mx.array], restore: list[str],

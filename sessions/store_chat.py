@@ -31,10 +31,10 @@ from mlxcore.engine import Engine
 from sessions.block_files import BlockFileError, BlockFiles
 from sessions.block_keys import tokens_from
 from sessions.errors import SessionFileError
-from sessions.file_format import encode_header, write_file
+from sessions.file_format import encode_header
 from sessions.file_header import ROLES_SAVED, SavedSession, read_saved_session
 from sessions.kv_blocks import CacheBlocks, cache_blocks, tensors_from_blocks
-from sessions.safetensors_payload import encode_tensors
+from sessions.file_save import convert_whole
 from sessions.session_file import open_saved, restore_plan, saved_caches, session_header
 from sessions.store_gc import BlockLock
 from sessions.store_index import ChatRecord, StoreIndex
@@ -131,7 +131,7 @@ def export_file(index: StoreIndex, chat: str, path: Path) -> bool:
         header = saved_header(record)
         saved = read_saved_session(header, where)
         tensors = _tensors(root, saved, record, [r for r in ROLES_SAVED if getattr(saved, r) is not None], where)
-    write_file(Path(path), encode_header(header), encode_tensors(tensors))
+    convert_whole(saved, header, tensors, Path(path))  # compact, in the appending layout
     return True
 
 

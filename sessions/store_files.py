@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sessions.file_format import encode_header, read_file, read_header, rewrite_header, write_file
+from sessions.file_format import encode_header, read_header, rewrite_header
 from sessions.file_header import SavedSession, read_saved_session
 from sessions.store_db import SUFFIX
 
@@ -36,10 +36,9 @@ def retitle(path: Path, title: str) -> None:
 
 
 def copy_checked(source: Path, target: Path) -> None:
-    """Copy a chat file to ``target`` atomically, every checksum and header field checked first."""
-    header, payload = read_file(source)
-    read_saved_session(header, str(source))
-    write_file(Path(target), encode_header(header), [payload])
+    """Copy a chat file to ``target`` atomically and compact, every checksum and header field checked first."""
+    from sessions.file_save import export_compact  # MLX: only when a chat file is exported
+    export_compact(source, Path(target))
 
 
 def remove_quietly(path: Path) -> None:

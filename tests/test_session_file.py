@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from session_file_forms import appending, contents, resealed, save_whole
 from session_kill_helper import big_session, engine_named, kill_engine, tiny_engine
 
 import mlx.core as mx
@@ -26,8 +27,9 @@ from sessions.bench_restore import measure_restore
 from sessions.bench_turns import measure_turns
 from sessions.chat_session import ChatSession
 from sessions.errors import SessionFileError
-from sessions.file_format import MAGIC, encode_header, read_file, write_file
-from sessions.file_header import VERSION
+from sessions.file_format import MAGIC, read_file
+from sessions.file_header import VERSION, read_saved_session
+from sessions.file_save import convert_whole
 from sessions.messages import Message
 from sessions.safetensors_payload import decode_tensors, encode_tensors
 from sessions.session_file import load_session
@@ -180,11 +182,14 @@ def test_a_file_from_another_setup_restores_history_and_rebuilds_what_differs(ch
 
 # --- damaged, foreign and future files ---------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def valid(tmp_path_factory) -> tuple[bytes, object]:
-    """The bytes of a valid file (tiny paged speculative session, two turns) and an engine that opens it."""
+@pytest.fixture(scope="module", params=["appending", "whole"])
+def valid(request, tmp_path_factory) -> tuple[bytes, object]:
+    """The bytes of a valid file (tiny paged speculative session, two turns) and an engine that opens it:
+    as saves write it now (format 3), and as earlier mlxchats did (format 1), which still opens."""
     path = tmp_path_factory.mktemp("valid") / "chat.mlxchat"
-    chat(tiny_engine("paged")).save(path)
+    session = chat(tiny_engine("paged"))
+    session.save(path) if request.param == "appending" else save_whole(session, path)
+    assert appending(path) == (request.param == "appending")
     return path.read_bytes(), tiny_engine("paged")
 
 
@@ -194,18 +199,6 @@ def assert_rejected(path: Path, engine, match: str) -> None:
     with pytest.raises(SessionFileError, match=match):
         load_session(path, engine)
     assert before is None or before == (path.read_bytes(), path.stat().st_mtime_ns)
-
-
-def resealed(tmp_path: Path, data: bytes, change_header=None, change_payload=None) -> Path:
-    """A copy of ``data`` with its header or payload changed and its checksums made valid again."""
-    source = tmp_path / "source.mlxchat"
-    source.write_bytes(data)
-    header, payload = read_file(source)
-    if change_header:
-        change_header(header)
-    path = tmp_path / "changed.mlxchat"
-    write_file(path, encode_header(header), [change_payload(payload) if change_payload else payload])
-    return path
 
 
 @pytest.mark.parametrize("keep", [0, 5, 16, 40, 56, 300, 0.5, -33, -1])
@@ -263,10 +256,10 @@ BAD_HEADERS = {
     "unknown param": (lambda h: h["params"].update(warmth=1), "unknown generation parameter 'warmth'"),
     "string as number": (lambda h: h["params"].update(top_p="1"), "'top_p' .* must be a number"),
     "negative token": (lambda h: h["cache"]["target"]["tokens"].append(-1), "list of token ids"),
-    "token count": (lambda h: h["cache"]["target"]["tokens"].pop(), "tensor 'target.0.keys' is F32"),
+    "token count": (lambda h: h["cache"]["target"]["tokens"].pop(), "tensor 'target.0.keys' is F32|holds other tokens than the chat"),
     "unknown kind": (lambda h: h["cache"].update(kind="magic"), "one of standard, paged, rotating"),
     "bad dtype": (lambda h: h["cache"]["draft"].update(dtype="I64"), "'dtype'"),
-    "other geometry": (lambda h: h["cache"]["target"].update(layers=3), "missing|unexpected"),
+    "other geometry": (lambda h: h["cache"]["target"].update(layers=3), "missing|unexpected|than its tensors"),
     "no draft model": (lambda h: h.update(draft=None), "draft cache but no draft model"),
     "not an object": (lambda h: h.update(cache=[1]), "'cache' is not a JSON object"),
 }
@@ -282,11 +275,18 @@ def test_same_fingerprint_other_shape(valid, tmp_path):
     """Header and tensors agree on one KV head: consistent, but not the shape of the model named."""
     copy = tmp_path / "copy.mlxchat"
     copy.write_bytes(valid[0])
-    tensors = decode_tensors(read_file(copy)[1], "copy")
+    header, tensors = read_saved_session(contents(copy)[0], "copy"), load_session(copy, valid[1])
+    tensors = {f"{role}.{name}": array for role in ("target", "draft")
+               for name, array in getattr(tensors.caches, role).state_dict()[0].items()}
     one_head = {k: v[:, :1] if k.startswith("target.") else v for k, v in tensors.items()}
-    path = resealed(tmp_path, valid[0], lambda h: h["cache"]["target"].update(kv_heads=1),
-                    lambda _: b"".join(encode_tensors(one_head)))
-    assert_rejected(path, valid[1], "does not fit the model")
+    whole = resealed(tmp_path, valid[0], lambda h: h["cache"]["target"].update(kv_heads=1),
+                     lambda _: b"".join(encode_tensors(one_head))) if not appending(copy) else None
+    if whole is None:  # the same header and tensors, cut into blocks
+        changed = contents(copy)[0]
+        changed["cache"]["target"]["kv_heads"] = 1
+        whole = tmp_path / "one_head.mlxchat"
+        convert_whole(read_saved_session(changed, "changed"), changed, one_head, whole)
+    assert_rejected(whole, valid[1], "does not fit the model")
 
 
 # --- fuzzing -----------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from functools import lru_cache
 
 import pytest
 
+from session_file_forms import appending, cache_bytes, file_tensors, save_whole
 from session_kill_helper import WINDOW
 from turn_checks import send_matching_a_cold_run
 
@@ -25,8 +26,7 @@ from mlxcore.params import GenerationParams
 from sessions.block_files import BlockFiles
 from sessions.block_keys import chain_keys, layout_salt
 from sessions.chat_session import ChatSession
-from sessions.file_format import read_file, read_header
-from sessions.safetensors_payload import decode_tensors
+from sessions.file_format import read_header
 from sessions.store import SessionStore
 from sessions.store_index import StoreIndex
 
@@ -71,9 +71,9 @@ def test_an_8bit_chat_restores_bit_for_bit_and_answers_like_a_cold_run(kind, tmp
     path = tmp_path / "chat.mlxchat"
     original = chat(engine(kind))
     original.save(path)
-    header, payload = read_file(path)
-    assert header["version"] == 2 and header["cache"]["target"]["kv_format"] == "q8g32"
-    tensors = decode_tensors(payload, "test")
+    header = read_header(path)
+    assert header["version"] == 3 and header["cache"]["target"]["kv_format"] == "q8g32"
+    tensors = file_tensors(path)
     assert tensors["target.0.keys"].dtype == mx.uint32, "saved as stored, not dequantized"
     restored = ChatSession.load(path, engine(kind))  # a fresh engine: nothing shared
     assert restored.restore_note is None and restored.history == original.history
@@ -89,17 +89,28 @@ def test_an_8bit_file_is_a_third_of_the_float_files_size(tmp_path):
     original.save(tmp_path / "float.mlxchat")
     converted = ChatSession.load(tmp_path / "float.mlxchat", engine(bits=8))  # the same tokens in 8 bits
     converted.save(tmp_path / "q8.mlxchat")
-    sizes = {name: len(read_file(tmp_path / f"{name}.mlxchat")[1]) for name in ("float", "q8")}
+    sizes = {name: cache_bytes(tmp_path / f"{name}.mlxchat") for name in ("float", "q8")}
     assert 0.30 < sizes["q8"] / sizes["float"] < 0.34, sizes
 
 
-def test_a_float_chat_still_writes_a_version_1_file(tmp_path):
-    """Earlier mlxchats read version 1 and ignore fields they do not know: a float chat stays readable there."""
-    chat(engine(bits=None)).save(tmp_path / "f.mlxchat")
-    header = read_header(tmp_path / "f.mlxchat")
-    assert header["version"] == 1
-    for role in ("target", "draft"):
-        assert header["cache"][role]["kv_format"] == "float" and header["cache"][role]["state"] == {"block_size": 16}
+@pytest.mark.parametrize("bits, version", [(None, 1), (8, 2)])
+def test_a_whole_file_of_an_earlier_mlxchat_opens_and_its_next_save_appends(bits, version, tmp_path):
+    """Versions 1 (float) and 2 (8-bit) were whole files: they open as they were, and the first save
+    writes the appending layout (format 3), which the save after appends to."""
+    path = tmp_path / "f.mlxchat"
+    original = chat(engine(bits=bits))
+    save_whole(original, path)
+    assert read_header(path)["version"] == version and not appending(path)
+    restored = ChatSession.load(path, engine(bits=bits))
+    assert restored.restore_note is None and same_state(restored.caches.target, original.caches.target)
+    restored.save(path)
+    assert appending(path) and read_header(path)["version"] == 3
+    before = path.read_bytes()
+    restored.send(NEXT)
+    restored.save(path)
+    after = path.read_bytes()
+    assert len(after) > len(before) and after.startswith(before), "appended: what was there is kept"
+    assert same_state(ChatSession.load(path, engine(bits=bits)).caches.target, restored.caches.target)
 
 
 @pytest.mark.parametrize("saved_bits, engine_bits", [(8, None), (None, 8)])
@@ -107,7 +118,7 @@ def test_a_file_of_another_kv_format_opens_converted_says_so_and_answers(saved_b
     path = tmp_path / "chat.mlxchat"
     original = chat(engine(bits=saved_bits))
     original.save(path)
-    saved = decode_tensors(read_file(path)[1], "test")
+    saved = file_tensors(path)
     restored = ChatSession.load(path, engine(bits=engine_bits))
     was, now = ("8-bit", "float") if saved_bits else ("float", "8-bit")
     assert f"saved with a{'n' if was == '8-bit' else ''} {was} KV cache" in restored.restore_note
@@ -253,7 +264,7 @@ def test_an_8bit_chat_exports_as_one_file_and_a_damaged_block_costs_only_its_cac
     original = chat(engine())
     chat_id = store.save(original).id
     store.export_file(chat_id, tmp_path / "out.mlxchat")
-    assert read_header(tmp_path / "out.mlxchat")["version"] == 2
+    assert read_header(tmp_path / "out.mlxchat")["version"] == 3 and appending(tmp_path / "out.mlxchat")
     exported = ChatSession.load(tmp_path / "out.mlxchat", engine())
     assert same_state(exported.caches.target, original.caches.target)
     store.close()

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from session_file_forms import save_whole
 from test_session_kv8 import chat, engine
 
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
@@ -24,9 +25,12 @@ from sessions.session_file import load_session
 
 @pytest.fixture(scope="module")
 def valid(tmp_path_factory) -> tuple[bytes, object]:
-    """The bytes of a valid 8-bit file (embedded pair, paged, one turn) and an 8-bit engine that opens it."""
+    """The bytes of a valid 8-bit file (embedded pair, paged, one turn) and an 8-bit engine that opens it.
+
+    A whole file of format 2, as earlier mlxchats wrote (its safetensors payload is what these tests
+    change); the appending layout's own damage is in tests/test_session_file_log.py."""
     path = tmp_path_factory.mktemp("valid") / "chat.mlxchat"
-    chat(engine(), ("Hello there, how are you today?",)).save(path)
+    save_whole(chat(engine(), ("Hello there, how are you today?",)), path)
     return path.read_bytes(), engine()
 
 

@@ -28,6 +28,7 @@ from sessions.block_keys import BLOCK_TOKENS, chain_keys, layout_salt
 from sessions.chat_session import ChatSession
 from sessions.errors import SessionFileError, SessionNotFoundError
 from sessions.file_format import read_header
+from sessions.file_read import read_contents
 from sessions.salvage import save_history
 from sessions.store import SessionStore
 from sessions.store_index import StoreIndex
@@ -221,7 +222,9 @@ def test_export_writes_one_self_contained_file(store, tmp_path):
     assert restored.history == original.history and restored.restore_note is None
     for role in ("target", "draft"):
         assert same_state(getattr(restored.caches, role), getattr(original.caches, role))
-    assert read_header(tmp_path / "shared.mlxchat")["version"] == 1, "earlier mlxchat versions open it too"
+    assert read_header(tmp_path / "shared.mlxchat")["version"] == 3, "the appending layout"
+    commit = read_contents(tmp_path / "shared.mlxchat").commit
+    assert commit.live_bytes == commit.end == (tmp_path / "shared.mlxchat").stat().st_size, "compact: no dead space"
     data = bytearray((tmp_path / "shared.mlxchat").read_bytes())
     data[-100] ^= 0xFF  # in the cache payload: validated on load like any session file
     (tmp_path / "damaged.mlxchat").write_bytes(bytes(data))

@@ -1,0 +1,58 @@
+"""Read a session file of any layout: the whole files of formats 1 and 2, the appending one of format 3.
+
+What comes back is raw and checksummed but not yet interpreted: the header dict, and the
+cache data as format 1/2's safetensors payload or format 3's blocks. session_file.py
+checks the header and builds tensors from either. Pure Python (no MLX).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sessions.errors import SessionFileError
+from sessions.file_format import open_session_file, read_file, read_start
+from sessions.file_header import APPENDING_VERSION
+from sessions.file_layout import Commit, is_appending, read_blocks, read_commit
+
+
+@dataclass(frozen=True)
+class FileContents:
+    """One session file as read: its header, and its caches' data in the form its layout keeps them."""
+
+    header: dict[str, Any]
+    payload: bytes | None  # formats 1 and 2: the safetensors bytes
+    blocks: dict[str, list[bytes]] | None  # format 3: role -> its cache's block payloads in order
+    commit: Commit | None  # format 3: the save it opened at
+    stat: os.stat_result
+
+    @property
+    def torn(self) -> int:
+        """Bytes of a save that did not finish, after the save it opened at (format 3)."""
+        return self.commit.torn if self.commit is not None else 0
+
+
+def read_contents(path: Path) -> FileContents:
+    """Every byte of the file's current state read and checked against its checksums."""
+    with open_session_file(path) as f:
+        stat = os.fstat(f.fileno())
+        if not is_appending(read_start(path, f, stat.st_size)):
+            header, payload = read_file(path)
+            _check_version(path, header, appending=False)
+            return FileContents(header, payload, None, None, stat)
+        commit = read_commit(path, f, stat.st_size)
+        _check_version(path, commit.header, appending=True)
+        return FileContents(commit.header, None, read_blocks(path, f, commit), commit, stat)
+
+
+def _check_version(path: Path, header: dict[str, Any], *, appending: bool) -> None:
+    """Format 3 headers live in the appending layout only, and it holds no other (newer ones are refused as
+    such by the header's own checks)."""
+    version = header.get("version")
+    if not isinstance(version, int) or version > APPENDING_VERSION:
+        return  # file_header.py says what is wrong with it
+    if appending != (version == APPENDING_VERSION):
+        raise SessionFileError(f"{path} is inconsistent: its header says session format {version}, its layout "
+                               f"is format {'3' if appending else '1 or 2'}.")

@@ -1,0 +1,80 @@
+"""Where a save of a session file goes: appended to the file as the session last knew it, or written whole.
+
+A session remembers the files it was read from or saved to (``ChatSession.saved_files``:
+``FileMark``s). Saving to one of them appends the blocks the file lacks (the partial last
+block again, since its key changes as it fills) and a new record (file_append.py). A save
+to any other path, to a file someone else changed since, or one whose dead space would
+reach ``COMPACT_AT`` of the file, writes it whole and compact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from sessions.file_append import Blocks, FileMark, append_save, write_whole
+from sessions.file_layout import HEAD_BYTES, TRAILER_BYTES
+from sessions.file_format import encode_header
+from sessions.file_header import APPENDING_VERSION, ROLES_SAVED, SavedSession, read_saved_session
+from sessions.kv_blocks import CacheBlocks, state_blocks
+
+# Dead share of a file at which a save compacts it instead of appending (docs/session_files.md has the sweep).
+COMPACT_AT = 0.5
+_INDEX_BYTES = 5, 28  # a record's index: per role, per block
+
+
+def write_session_file(path: Path, header: bytes, cuts: dict[str, CacheBlocks], mark: FileMark | None) -> FileMark:
+    """Save ``header`` and the caches cut into ``cuts`` (role -> blocks) to ``path``; its new mark."""
+    if mark is not None:
+        missing = {ref.key for cut in cuts.values() for ref in cut.refs if ref.key not in mark.spans}
+        new = {key: data for cut in cuts.values() for key, data in cut.payloads(missing).items()}
+        if not _would_compact(mark, header, cuts, new):
+            appended = append_save(path, mark, header, _named(cuts, new))
+            if appended is not None:
+                return appended
+    every = {key: data for cut in cuts.values() for key, data in cut.payloads(r.key for r in cut.refs).items()}
+    return write_whole(path, header, _named(cuts, every))
+
+
+def _would_compact(mark: FileMark, header: bytes, cuts: dict[str, CacheBlocks], new: dict[str, bytes]) -> bool:
+    """Whether appending would leave dead space of ``COMPACT_AT`` of the file or more."""
+    index = sum(_INDEX_BYTES[0] + _INDEX_BYTES[1] * len(cut.refs) for cut in cuts.values())
+    record = 4 + len(header) + 1 + index + TRAILER_BYTES
+    kept = sum(mark.spans[ref.key].length for cut in cuts.values() for ref in cut.refs if ref.key in mark.spans)
+    added = sum(len(data) for data in new.values())
+    end, live = mark.end + added + record, HEAD_BYTES + kept + added + record
+    return end - live >= COMPACT_AT * end
+
+
+def _named(cuts: dict[str, CacheBlocks], payloads: dict[str, bytes]) -> Blocks:
+    """role -> (key, payload, or None for a block the file holds already) in the cache's order."""
+    return {role: [(ref.key, payloads.get(ref.key)) for ref in cut.refs] for role, cut in cuts.items()}
+
+
+def convert_whole(saved: SavedSession, header: dict[str, Any], tensors: dict[str, mx.array], path: Path) -> FileMark:
+    """Write a whole file's checked header and tensors (formats 1 and 2) to ``path`` in the appending layout."""
+    fingerprints = {"target": saved.model_fingerprint, "draft": saved.draft_fingerprint}
+    cuts = {}
+    for role in ROLES_SAVED:
+        cache = getattr(saved, role)
+        if cache is not None:
+            own = {name[len(role) + 1:]: array for name, array in tensors.items() if name.startswith(f"{role}.")}
+            cuts[role] = state_blocks(None, own, cache.meta(saved.cache_kind), fingerprints[role], role)
+    return write_session_file(path, encode_header(header | {"version": APPENDING_VERSION}), cuts, None)
+
+
+def export_compact(source: Path, path: Path) -> FileMark:
+    """Write the session file ``source`` (any layout, every checksum and header field checked first) to
+    ``path`` whole and compact, in the appending layout."""
+    from sessions.file_read import read_contents
+    from sessions.session_file import cache_tensors
+
+    read = read_contents(source)
+    saved = read_saved_session(read.header, str(source))
+    tensors = cache_tensors(saved, read, str(source))[0]  # the blocks' ids and sizes checked too
+    if read.blocks is None:
+        return convert_whole(saved, read.header, tensors, path)
+    named = {role: [(f"{role}.{n}", block) for n, block in enumerate(blocks)] for role, blocks in read.blocks.items()}
+    return write_whole(path, encode_header(read.header), named)
