@@ -27,7 +27,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from mlxcore.params import SamplingParams
-from mlxcore.sampling_graphs import greedy_pick, sampled_pick, transform
+from mlxcore.sampling_graphs import greedy_pick, gumbel_max, sampled_pick, transform
 from mlxcore.seeds import fresh_seed
 
 
@@ -66,7 +66,7 @@ def greedy_token(logits: mx.array, params: SamplingParams, recent: mx.array | No
 
 def draw(probs: mx.array, key: mx.array) -> mx.array:
     """One token id per row of ``probs`` (..., V), drawn with the random ``key``."""
-    return mx.random.categorical(mx.log(probs), axis=-1, key=key)
+    return gumbel_max(mx.log(probs), key)
 
 
 def next_token(logits: mx.array, params: SamplingParams, key: mx.array | None,
@@ -80,8 +80,10 @@ def next_token(logits: mx.array, params: SamplingParams, key: mx.array | None,
     if params.greedy:
         return greedy_pick()(penalize_repeats(logits, recent, params.repetition_penalty), logits)
     chosen = penalize_repeats(logits.astype(mx.float32), recent, params.repetition_penalty)  # as ``distribution``
-    fn, scalars = sampled_pick(params)
-    return fn(chosen, logits, key, *scalars)
+    fn, scalars = sampled_pick([params])  # one key draws every row (a reply's, or a test's block)
+    rows, shape = (-1, logits.shape[-1]), logits.shape[:-1]
+    token, logprob = fn(chosen.reshape(rows), logits.reshape(rows), key, *scalars)
+    return token.reshape(shape), logprob.reshape(shape)
 
 
 def warm_up(logits: mx.array) -> None:

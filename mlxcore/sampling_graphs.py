@@ -4,8 +4,11 @@ On MLX's CPU backend, at a 151,936-token vocabulary, each whole-vocabulary
 operation costs about as much as a layer of a small model, so the sampler
 is built to touch the vocabulary few times:
 - one graph per mask combination (which of top-k, top-p, min-p are on, and k),
-  cached; temperature, p and min-p enter as arrays, so a new value reuses the
-  graph and its kernels;
+  cached; temperature, p and min-p enter as arrays, one row per sequence, so a
+  new value reuses the graph and its kernels, and a batch whose rows share the
+  masks samples in one graph whatever each row's values;
+- each row draws with its own random key (its reply's seed), so a row draws the
+  same in a batch as alone;
 - top-k takes the k largest probabilities (``mx.topk``, a partition) and sorts
   only those; top-p after top-k needs no more, since its mass prefix is the
   same for the k most likely tokens. Top-p alone sorts the vocabulary with
@@ -33,7 +36,7 @@ from mlxcore.params import SamplingParams
 
 # Top-k up to this draws by inverse CDF: its rounding (~6e-8 a kept token) stays below ~2e-5 in all.
 FEW_TOKENS = 256
-Scalars = tuple[mx.array, mx.array, mx.array]  # temperature, top_p, min_p as float32 0-d arrays
+Scalars = tuple[mx.array, mx.array, mx.array]  # temperature, top_p, min_p: float32 (rows, 1), a row a sequence
 
 
 def _compiled(fn: Callable) -> Callable:
@@ -123,6 +126,12 @@ def _scalars(temperature: float, top_p: float, min_p: float) -> Scalars:
     return tuple(mx.array(v, dtype=mx.float32) for v in (temperature, top_p, min_p))
 
 
+@lru_cache(maxsize=64)
+def _row_scalars(rows: tuple[tuple[float, float, float], ...]) -> Scalars:
+    """(temperature, top_p, min_p) of each row as (rows, 1) arrays."""
+    return tuple(mx.array([[row[i]] for row in rows], dtype=mx.float32) for i in range(3))
+
+
 @lru_cache(maxsize=16)
 def _transform_graph(masks: Masks) -> Callable:
     return _compiled(lambda logits, *scalars: _masked_distribution(logits, scalars, masks))
@@ -146,47 +155,72 @@ def _greedy_graph(fast: bool) -> Callable:
     return _compiled(pick)
 
 
-def _inverse_cdf_draw(probs: mx.array, key: mx.array) -> mx.array:
-    """One index per row of ``probs`` (..., V), chosen with chance proportional to its entry.
+def _row_noise(draw: Callable, keys: mx.array, rows: int, width: int) -> mx.array:
+    """(rows, width) random numbers by ``draw`` (mx.random.uniform or gumbel): from one key (2,) for them all,
+    or row i from ``keys[i]`` (rows, 2), so that a row drawn alone with key k draws the same in a batch."""
+    if keys.ndim == 1:
+        return draw(shape=(rows, width), key=keys)
+    parts = [draw(shape=(1, width), key=keys[i]) for i in range(rows)]
+    return parts[0] if rows == 1 else mx.concatenate(parts)
 
-    One uniform per row against the running sum: each token's chance is its
+
+def gumbel_max(scores: mx.array, keys: mx.array) -> mx.array:
+    """A token per row of ``scores`` (rows, V) or (V,), drawn with chance proportional to exp(score):
+    the argmax of scores plus Gumbel noise (``_row_noise``'s keys)."""
+    rows = scores.reshape(-1, scores.shape[-1])
+    drawn = mx.argmax(rows + _row_noise(mx.random.gumbel, keys, *rows.shape), axis=-1)
+    return drawn.reshape(scores.shape[:-1])
+
+
+def _inverse_cdf_draw(probs: mx.array, keys: mx.array) -> mx.array:
+    """One index per row of ``probs`` (rows, V), chosen with chance proportional to its entry.
+
+    One uniform per row (``_row_noise``'s keys) against the running sum: each token's chance is its
     share up to float32 rounding of that sum (~6e-8 per nonzero entry), so use
     it where few entries are nonzero. ``mx.random.categorical`` needs a random
     number and two logs per entry: ~4 ms at 151,936 on a CPU.
     """
     cdf = mx.cumsum(probs, axis=-1)  # nondecreasing: both tests below are False, then True
     total = cdf[..., -1:]
-    target = mx.random.uniform(shape=total.shape, key=key) * total
+    target = _row_noise(mx.random.uniform, keys, probs.shape[0], 1) * total
     # cdf >= total: u * total may round up to total; then the last nonzero entry is chosen
     return mx.sum(~((cdf > target) | (cdf >= total)), axis=-1)
 
 
-def _draw(chosen: mx.array, key: mx.array, scalars: Scalars, masks: Masks) -> mx.array:
-    """A token per row drawn from ``_masked_distribution(chosen, ...)``, touching the vocabulary few times.
+def _draw(chosen: mx.array, keys: mx.array, scalars: Scalars, masks: Masks) -> mx.array:
+    """A token per row of ``chosen`` (rows, V) drawn from ``_masked_distribution(chosen, ...)`` with that row's
+    key (``keys``: (rows, 2), or one (2,) for all), touching the vocabulary few times.
 
     Top-k up to FEW_TOKENS: inverse CDF over the kept probabilities. Otherwise
-    Gumbel-max (``mx.random.categorical``) on the kept z = logits / temperature,
-    which softmax would turn into those same probabilities: no softmax, and no
-    log of it, unless top-k or top-p need the probabilities.
+    Gumbel-max on the kept z = logits / temperature, which softmax would turn
+    into those same probabilities: no softmax, and no log of it, unless top-k
+    or top-p need the probabilities.
     """
     temperature, top_p, min_p = scalars
     z = chosen / temperature
     probs = mx.softmax(z, axis=-1) if _needs_probs(masks, z.shape[-1]) else None
     keep = _keep(z, probs, masks, top_p, min_p)
     if 0 < _active_k(masks, z.shape[-1]) <= FEW_TOKENS:
-        return _inverse_cdf_draw(mx.where(keep, probs, 0.0), key)
-    return mx.random.categorical(z if keep is None else mx.where(keep, z, -mx.inf), axis=-1, key=key)
+        return _inverse_cdf_draw(mx.where(keep, probs, 0.0), keys)
+    return gumbel_max(z if keep is None else mx.where(keep, z, -mx.inf), keys)
 
 
 @lru_cache(maxsize=32)
 def _sampled_graph(masks: Masks, fast: bool) -> Callable:
-    def pick(chosen: mx.array, logits: mx.array, key: mx.array, *scalars: mx.array) -> tuple[mx.array, mx.array]:
-        token = _draw(chosen, key, scalars, masks)
+    def pick(chosen: mx.array, logits: mx.array, keys: mx.array, *scalars: mx.array) -> tuple[mx.array, mx.array]:
+        token = _draw(chosen, keys, scalars, masks)
         return token, _logprob(logits, token, fast)
     return _compiled(pick)
 
 
-def sampled_pick(params: SamplingParams) -> tuple[Callable, Scalars]:
-    """``(fn, scalars)``: ``fn(chosen, logits, key, *scalars)`` -> (a draw from the distribution of chosen,
-    its log-probability under logits)."""
-    return _sampled_graph(_masks(params), current().fast_exp), _scalars(params.temperature, params.top_p, params.min_p)
+def same_graph(params: list[SamplingParams]) -> bool:
+    """Whether rows sampled with these parameters share one graph (``sampled_pick``)."""
+    return len({_masks(p) for p in params}) == 1
+
+
+def sampled_pick(params: list[SamplingParams]) -> tuple[Callable, Scalars]:
+    """``(fn, scalars)`` for rows sampled with ``params`` (one each, ``same_graph``):
+    ``fn(chosen (rows, V), logits (rows, V), keys (rows, 2), *scalars)`` -> (a draw per row from the distribution
+    of chosen, its log-probability under logits), each row as it would be alone (one key (2,): as a block)."""
+    rows = tuple((p.temperature, p.top_p, p.min_p) for p in params)
+    return _sampled_graph(_masks(params[0]), current().fast_exp), _row_scalars(rows)

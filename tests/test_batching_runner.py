@@ -14,6 +14,7 @@ import pytest
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.pacing import Pacing
 from mlxcore.batching.request import Request
+from mlxcore.decode_plain import TokenPicker
 from mlxcore.bench.batch_load import stream_prompt
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import FinalEvent, TokenEvent
@@ -293,3 +294,23 @@ def test_a_chats_new_message_after_its_cached_history_is_read_in_one_step():
     assert batch.tokens(handle) == alone(follow, params)
     running.cancel()
     batch.run()
+
+
+def test_rows_sampling_with_their_own_temperature_p_and_seed_draw_in_one_graph_as_each_alone(monkeypatch):
+    """Qwen3's masks (top-k 20, top-p) on every row, each with its own temperature, p and seed: the batch
+    samples in one graph a step (no reply's own sampler runs), and every reply is the one it gets alone."""
+    rows = [GenerationParams(max_tokens=16, temperature=t, top_k=20, top_p=p, seed=s)
+            for t, p, s in ((0.6, 0.95, 1), (1.1, 0.8, 2), (0.9, 0.99, 3))]
+    prompts = [prompt(50 + i, 30 + 11 * i) for i in range(3)]
+    expected = [alone(p, params) for p, params in zip(prompts, rows)]
+    batch = Collector(LocalBatch(engine()))
+    handles = [batch.submit(Request(tuple(p), params))[0] for p, params in zip(prompts, rows)]
+    while not all(batch.tokens(h) for h in handles):  # every prompt read: the rest decodes as one batch
+        batch.step()
+
+    def alone_sampler(*args):
+        raise AssertionError("a reply's own sampler ran in a batch whose rows share one graph")
+    monkeypatch.setattr(TokenPicker, "__call__", alone_sampler)
+    batch.run()
+    assert [batch.tokens(h) for h in handles] == expected
+    assert batch.batch.runner.tally.largest_batch == 3

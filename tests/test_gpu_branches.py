@@ -122,9 +122,9 @@ def test_the_sampler_picks_the_same_tokens_with_either_exp():
     for kind in device_profile.PROFILES:
         with device_profile.forced(kind):
             greedy, greedy_lp = greedy_pick()(logits, logits)
-            fn, scalars = sampled_pick(params)
-            keys = KeyStream(params.seed)
-            drawn = [fn(logits, logits, keys.next(), *scalars) for _ in range(5)]
+            fn, scalars = sampled_pick([params] * 3)
+            keys = [KeyStream(params.seed + row) for row in range(3)]
+            drawn = [fn(logits, logits, mx.stack([k.next() for k in keys]), *scalars) for _ in range(5)]
             picks[kind] = (greedy.tolist(), [t.tolist() for t, _ in drawn])
             for token, logprob in [(greedy, greedy_lp)] + drawn:
                 np.testing.assert_allclose(np.array(logprob), np.array(mx.take_along_axis(

@@ -22,7 +22,7 @@ import mlx.core as mx
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.live import Live
 from mlxcore.kv.base import PENDING
-from mlxcore.sampling_graphs import greedy_pick
+from mlxcore.sampling_graphs import greedy_pick, same_graph, sampled_pick
 
 Read = tuple[Live, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
 
@@ -139,10 +139,17 @@ def _without(picks: _Picks, row: int) -> _Picks | None:
 
 
 def _pick(lives: list[Live], logits: mx.array) -> tuple[mx.array, mx.array]:
-    """(tokens (B,), log-probabilities (B,)): one greedy pick for the whole batch where every reply is
-    plain greedy, else each reply's own sampler on its row."""
-    if all(live.params.greedy and live.params.repetition_penalty == 1.0 for live in lives):
-        return greedy_pick()(logits, logits)
+    """(tokens (B,), log-probabilities (B,)): one pick for the whole batch where every reply is plain greedy,
+    or samples with the same masks (each row with its own temperature, p and key); else each reply's own
+    sampler on its row (a repetition penalty keeps its own recent tokens)."""
+    params = [live.params for live in lives]
+    if all(p.repetition_penalty == 1.0 for p in params):
+        if all(p.greedy for p in params):
+            return greedy_pick()(logits, logits)
+        if not any(p.greedy for p in params) and same_graph(params):
+            fn, scalars = sampled_pick(params)
+            keys = mx.stack([live.picker.keys.next() for live in lives])
+            return fn(logits.astype(mx.float32), logits, keys, *scalars)
     picks = [live.picker(logits[row:row + 1]) for row, live in enumerate(lives)]
     return mx.concatenate([t.reshape(1) for t, _ in picks]), mx.concatenate([lp.reshape(1) for _, lp in picks])
 
