@@ -24,6 +24,7 @@ from sessions.thinking import ThinkingSplitter
 
 POOL_FULL_HINT = ("Give mlxchat more KV memory with a larger --max-kv (e.g. --max-kv 8GB), start a shorter "
                   "chat (without --session), or close other programs or chat windows.")
+ASK_WAIT_S = 600  # how long an ask waits for another ask's turn on the same session file
 LONG_PROMPT_TOKENS = 1024  # a prefill this long says so on stderr (it takes a while on a big model)
 
 
@@ -100,10 +101,16 @@ def _answer(args: argparse.Namespace, engine, prompt: str) -> ChatSession:
 
 @contextmanager
 def _session_lock(world, session: str | None):
-    """The session file's lock, held by rank 0 (its disk has the file); every rank hears if it was refused."""
+    """The session file's lock, held by rank 0 (its disk has the file); every rank hears if it was refused.
+
+    Another ``ask`` on the same file is waited for (its turn ends soon); a chat window is not."""
+    def say_waiting() -> None:
+        _say(f"{Path(session).name} is in use by another `mlxchat ask`: waiting for it to finish…")
+
     with ExitStack() as stack:
         if session:
-            share(world, lambda: stack.enter_context(SessionLock.acquire(Path(session), mark_open=True)) and None)
+            share(world, lambda: stack.enter_context(SessionLock.acquire(
+                Path(session), mark_open=True, holder="ask", wait_s=ASK_WAIT_S, on_wait=say_waiting)) and None)
         yield
 
 

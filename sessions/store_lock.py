@@ -5,8 +5,10 @@ symlink: a save writes the target). They are never the
 session file itself, because a save replaces that file by rename and a lock on the
 old file would silently stop counting.
 
-- ``DIR/.NAME.lock``: who may write the chat. It is taken exclusively and never
-  waited for, so a second taker fails at once.
+- ``DIR/.NAME.lock``: who may write the chat. It is taken exclusively. Its holder
+  writes what it is into it ("window", "ask"): a second taker fails at once, except
+  that one given ``wait_s`` waits while the holder is an ``ask`` (one turn, then it
+  lets go), never for a window, which may keep the chat open for hours.
 - ``DIR/.NAME.open``: also held by a process that keeps the chat open, so that
   ``is_open`` can answer without touching the first lock. A probe on the first lock
   could make another process's open or delete fail for no reason.
@@ -21,6 +23,7 @@ e.g. ``<store>/<id>.mlxchat`` (``SessionStore.path_for(id)``, ``Conversation.fil
 
     lock = SessionLock.acquire(path)                  # SessionInUseError at once if another holder has it
     lock = SessionLock.acquire(path, mark_open=True)  # and show the chat as open (``is_open``)
+    lock = SessionLock.acquire(path, holder="ask", wait_s=600, on_wait=say)  # wait for another ask's turn
     lock.release()                                    # or: with SessionLock.acquire(path): write the file
     lock.remove()                                     # after deleting the chat: drop its lock files, release
     is_open(path) -> bool                             # does a holder (this process included) keep it open?
@@ -34,9 +37,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sessions.errors import SessionFileError, SessionInUseError
+
+NOTICE_S = 1.0  # a wait longer than this is announced
+POLL_S = 0.1  # how often a waiting taker tries again
 
 
 class SessionLock:
@@ -47,13 +55,17 @@ class SessionLock:
         self._fds = [fd] if open_fd is None else [open_fd, fd]  # released in this order
 
     @classmethod
-    def acquire(cls, path: Path, *, mark_open: bool = False) -> SessionLock:
-        """Lock ``path`` without waiting; ``mark_open``: also show it as open to ``is_open``."""
+    def acquire(cls, path: Path, *, mark_open: bool = False, holder: str = "window", wait_s: float = 0.0,
+                on_wait: Callable[[], None] | None = None) -> SessionLock:
+        """Lock ``path``; ``mark_open``: also show it as open to ``is_open``. ``holder`` says what takes it.
+
+        Held by another ``ask``: retried for up to ``wait_s`` seconds, calling ``on_wait()`` once when the
+        wait passes ``NOTICE_S``. Held by anything else, or still held then: ``SessionInUseError``.
+        """
         path = Path(path)
-        fd = _locked_fd(lock_file(path), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if fd is None:
-            raise SessionInUseError(f"{path.name} is open in another mlxchat window: close it there first.")
+        fd = _wait_for_lock(path, wait_s, on_wait)
         try:
+            _say_holder(fd, holder)
             # Blocks only while an is_open probe holds its shared lock (microseconds): nothing else takes it.
             open_fd = _locked_fd(open_file(path), fcntl.LOCK_EX) if mark_open else None
         except BaseException:
@@ -80,6 +92,44 @@ class SessionLock:
 
     def __del__(self) -> None:
         self.release()  # a store dropped without releasing lets its chats go (CPython frees it at once)
+
+
+def _wait_for_lock(path: Path, wait_s: float, on_wait: Callable[[], None] | None) -> int:
+    start = time.monotonic()
+    told = False
+    while (fd := _locked_fd(lock_file(path), fcntl.LOCK_EX | fcntl.LOCK_NB)) is None:
+        other, waited = _holder(path), time.monotonic() - start
+        if other != "ask" or waited >= wait_s:
+            raise SessionInUseError(_in_use_text(path.name, other, wait_s))
+        if not told and waited >= NOTICE_S and on_wait is not None:
+            on_wait()
+            told = True
+        time.sleep(POLL_S)
+    return fd
+
+
+def _in_use_text(name: str, holder: str, wait_s: float) -> str:
+    if holder != "ask":
+        return f"{name} is open in another mlxchat window: close it there first."
+    if wait_s > 0:
+        return f"{name} is still in use by another `mlxchat ask` after {wait_s:.0f} s: try again when it has finished."
+    return f"{name} is in use by another `mlxchat ask`: try again when it has finished."
+
+
+def _holder(path: Path) -> str:
+    """What holds ``path``'s lock, as it wrote; "" when unknown (an mlxchat from before holders wrote it)."""
+    try:
+        return lock_file(path).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _say_holder(fd: int, holder: str) -> None:
+    """Write ``holder`` into the lock file we hold (only when it changes: a save's bytes are counted)."""
+    data = holder.encode()
+    if os.pread(fd, 64, 0) != data:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
 
 
 def is_open(path: Path) -> bool:
