@@ -15,6 +15,7 @@ def all_rows() -> dict[str, tuple[str, Row]]:
     """mlxcore's rows plus those of the layers above it (sessions, TUI, server)."""
     from sessions.bench_kv8 import kv8_session_file_ratio
     from sessions.bench_restore import restore_ttft_vs_cold
+    from sessions.bench_session_file import session_file_write_ratio
     from sessions.bench_store import autosave_write_ratio, store_list_seconds
     from sessions.bench_turns import turn10_prefill_fraction, turn10_prefill_fraction_long
     from app.tui_bench import tui_decode_vs_headless
@@ -31,6 +32,9 @@ def all_rows() -> dict[str, tuple[str, Row]]:
         "autosave_write_ratio": ("bytes an autosave writes after a short turn in a 3,000-token chat / the "
                                  "turn's new KV bytes (OS-counted)",
                                  lambda s: autosave_write_ratio(s.model, s.draft, s.runs)),
+        "session_file_write_ratio": ("bytes one more short `ask --session` turn writes to a 3,000-token chat's file "
+                                     "/ the turn's new KV bytes (OS-counted)",
+                                     lambda s: session_file_write_ratio(s.model, s.draft, s.runs)),
         "store_list_seconds": ("seconds to list a store of 50 chats of 3,000 tokens",
                                lambda s: store_list_seconds(s.model, s.draft, s.runs)),
         "kv8_session_file_ratio": ("bytes of a session file of a 2,000-token chat, 8-bit KV / float KV",

@@ -8,7 +8,8 @@ history in a new session on a fresh engine, which must prefill all of it. Both
 reply with one token, so the time is to the first token. Run as a module, it
 measures the same in a new process:
 ``python -m sessions.bench_restore STORE CHAT TARGET [DRAFT] --kv KIND``.
-``measure_restore`` does the same with a session file.
+``measure_restore`` does the same with a session file, and ``measure_appended_restore``
+with a session file that grew by one appended save per turn (``appended_file`` in the row).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def restore_ttft_vs_cold(target_ref: str, draft_ref: str | None, runs: int, *, m
         result = measure_store_restore(opened.engine, runs, root, min_tokens=min_tokens)
         if new_process:
             result["new_process"] = _in_new_process(root, result.pop("chat"), target_ref, draft_ref, kv)
+        result["appended_file"] = measure_appended_restore(opened.engine, runs, Path(folder) / "chat.mlxchat",
+                                                           min_tokens=min_tokens)
     return result
 
 
@@ -57,6 +60,18 @@ def measure_store_restore(engine: Engine, runs: int, root: Path, *, min_tokens: 
     saver.close()
     result = _paired(engine, session, lambda: _restored_from_store(root, chat, twin(engine)), runs)
     return result | {"chat": chat, "store_bytes": sum(f.stat().st_size for f in root.rglob("*") if f.is_file())}
+
+
+def measure_appended_restore(engine: Engine, runs: int, path: Path, *, min_tokens: int = 2000) -> dict:
+    """``measure_restore`` on a file that grew by appends: the chat saved to ``path`` after every turn."""
+    session = ChatSession(engine, SYSTEM, GenerationParams(max_tokens=24))
+    turn = 0
+    while session.caches.target.offset < min_tokens:
+        session.send(long_message(turn))
+        session.save(path)
+        turn += 1
+    return _paired(engine, session, lambda: _restored_seconds(path, twin(engine)), runs) | {
+        "file_bytes": path.stat().st_size, "saves": turn}
 
 
 def measure_restore(engine: Engine, runs: int, path: Path, *, min_tokens: int = 2000) -> dict:

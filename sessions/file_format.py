@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sessions.errors import SessionFileError, SessionSaveError
-from sessions.file_layout import is_appending, read_commit
+from sessions.file_layout import MAGIC, is_appending, read_commit
 from sessions.temp_files import sweep_dead_temps, temp_path
 
-MAGIC = b"MLXCHAT-SESSION\n"
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 _PREAMBLE = len(MAGIC) + 8 + 32
 _DIGEST = 32

@@ -36,6 +36,7 @@ from typing import Any, BinaryIO
 
 from sessions.errors import SessionFileError
 
+MAGIC = b"MLXCHAT-SESSION\n"  # every format's first bytes
 APPEND_TAG = b"\xffAPPEND"
 LAYOUT_VERSION = 3
 HEAD_BYTES = 16 + len(APPEND_TAG) + 1 + 8
@@ -75,7 +76,6 @@ class Commit:
 
 
 def head(version: int = LAYOUT_VERSION) -> bytes:
-    from sessions.file_format import MAGIC  # it imports this module
     start = MAGIC + APPEND_TAG + bytes([version])
     return start + hashlib.blake2b(start, digest_size=8).digest()
 

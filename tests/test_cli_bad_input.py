@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sessions.file_format import encode_header, read_file, read_header, write_file
+from sessions.file_format import encode_header, read_header, rewrite_header
 from sessions.file_header import read_saved_session
 from test_cli import ROOT, mlxchat
 
@@ -73,9 +73,9 @@ def stored_chat(home: Path, name: str, prompt: str) -> Path:
 
 def set_model_name(path: Path, name: str) -> None:
     """Rewrite the file as another program could: the model's name (and so its fingerprint) changed."""
-    header, payload = read_file(path)
+    header = read_header(path)
     header["model"] = {"name": name, "fingerprint": "0" * 16}
-    write_file(path, encode_header(header), [payload])
+    rewrite_header(path, encode_header(header))
 
 
 def test_text_from_files_reaches_the_terminal_without_control_characters(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from session_file_forms import appending, contents, resealed, save_whole
+from session_file_forms import appending, contents, file_tensors, resealed, save_whole
 from session_kill_helper import big_session, engine_named, kill_engine, tiny_engine
 
 import mlx.core as mx
@@ -27,11 +27,11 @@ from sessions.bench_restore import measure_restore
 from sessions.bench_turns import measure_turns
 from sessions.chat_session import ChatSession
 from sessions.errors import SessionFileError
-from sessions.file_format import MAGIC, read_file
+from sessions.file_format import MAGIC
 from sessions.file_header import VERSION, read_saved_session
 from sessions.file_save import convert_whole
 from sessions.messages import Message
-from sessions.safetensors_payload import decode_tensors, encode_tensors
+from sessions.safetensors_payload import encode_tensors
 from sessions.session_file import load_session
 
 HELPER = Path(__file__).with_name("session_kill_helper.py")
@@ -275,18 +275,17 @@ def test_same_fingerprint_other_shape(valid, tmp_path):
     """Header and tensors agree on one KV head: consistent, but not the shape of the model named."""
     copy = tmp_path / "copy.mlxchat"
     copy.write_bytes(valid[0])
-    header, tensors = read_saved_session(contents(copy)[0], "copy"), load_session(copy, valid[1])
-    tensors = {f"{role}.{name}": array for role in ("target", "draft")
-               for name, array in getattr(tensors.caches, role).state_dict()[0].items()}
+    tensors = file_tensors(copy)
     one_head = {k: v[:, :1] if k.startswith("target.") else v for k, v in tensors.items()}
-    whole = resealed(tmp_path, valid[0], lambda h: h["cache"]["target"].update(kv_heads=1),
-                     lambda _: b"".join(encode_tensors(one_head))) if not appending(copy) else None
-    if whole is None:  # the same header and tensors, cut into blocks
-        changed = contents(copy)[0]
-        changed["cache"]["target"]["kv_heads"] = 1
-        whole = tmp_path / "one_head.mlxchat"
-        convert_whole(read_saved_session(changed, "changed"), changed, one_head, whole)
-    assert_rejected(whole, valid[1], "does not fit the model")
+    if appending(copy):  # the same header and tensors, cut into blocks
+        header = contents(copy)[0]
+        header["cache"]["target"]["kv_heads"] = 1
+        path = tmp_path / "one_head.mlxchat"
+        convert_whole(read_saved_session(header, "changed"), header, one_head, path)
+    else:
+        path = resealed(tmp_path, valid[0], lambda h: h["cache"]["target"].update(kv_heads=1),
+                        lambda _: b"".join(encode_tensors(one_head)))
+    assert_rejected(path, valid[1], "does not fit the model")
 
 
 # --- fuzzing -----------------------------------------------------------------------------------------

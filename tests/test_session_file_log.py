@@ -335,3 +335,14 @@ def _bytes_needed(tmp_path: Path, header: bytes, cuts, mark: FileMark, data: byt
                                                                         inode=stat.st_ino))
     assert after.end > len(data), "the trial appended"
     return after.end - len(data)
+
+
+# --- the bench's measures on tiny models ------------------------------------------------------------------
+
+def test_a_file_with_dead_space_and_its_compact_copy_open_alike(tmp_path):
+    from sessions.bench_restore import measure_appended_restore
+    from sessions.bench_session_file import open_dead_vs_compact
+    row = open_dead_vs_compact(tiny_engine("paged"), tmp_path, 1, min_tokens=300)
+    assert 0.2 < row["dead_share"] < COMPACT_AT and row["compact_bytes"] < row["dead_bytes"] and row["value"] > 0
+    restore = measure_appended_restore(tiny_engine("paged", draft=False), 1, tmp_path / "a.mlxchat", min_tokens=1500)
+    assert restore["saves"] > 1 and 0 < restore["value"] < 1

@@ -20,7 +20,7 @@ from mlxcore.params import GenerationParams
 from sessions import store as store_module
 from sessions.chat_session import ChatSession
 from sessions.errors import SessionFileError, SessionNotFoundError
-from sessions.file_format import encode_header, read_file, write_file
+from sessions.file_format import encode_header, read_header, rewrite_header
 from sessions.messages import Message
 from sessions.store import SessionStore, default_root
 
@@ -63,9 +63,9 @@ def test_save_lists_and_autosaves_under_the_same_id(store, engine):
 
 def set_updated(path: Path, when: float) -> None:
     """Rewrite a session file's header time (as if it was last saved ``when``), keeping everything else."""
-    header, payload = read_file(path)
+    header = read_header(path)
     header["updated"] = when
-    write_file(path, encode_header(header), [payload])
+    rewrite_header(path, encode_header(header))
 
 
 def set_updated_in_index(store: SessionStore, session_id: str, when: float) -> None:
