@@ -19,7 +19,7 @@ from pathlib import Path
 from sessions.errors import SessionSaveError
 from sessions.file_format import cannot_write_text, fsync_folder, open_session_file, write_error_text
 from sessions.file_layout import (HEAD_BYTES, TRAILER_BYTES, Commit, Span, block_digest, encode_record,
-                                  encode_trailer, head, read_blocks, read_commit)
+                                  encode_trailer, head, last_trailer, read_blocks, read_commit)
 from sessions.temp_files import sweep_dead_temps, temp_path
 
 Blocks = Mapping[str, Iterable[tuple[str, bytes | None]]]  # role -> (key, payload or None if the file has it)
@@ -130,11 +130,14 @@ def _append(fd: int, path: Path, mark: FileMark, header: bytes, blocks: Blocks) 
 
 
 def _unchanged(fd: int, mark: FileMark) -> bool:
-    """The file is the one ``mark`` describes and still ends, past any torn save, with its trailer."""
+    """The file is the one ``mark`` describes and its last save is still the one ``mark`` knows: bytes after
+    it are a torn save, not a complete one another process appended."""
     stat = os.fstat(fd)
     if (stat.st_dev, stat.st_ino) != (mark.device, mark.inode) or stat.st_size < mark.end:
         return False
-    return os.pread(fd, TRAILER_BYTES, mark.end - TRAILER_BYTES) == mark.trailer
+    if os.pread(fd, TRAILER_BYTES, mark.end - TRAILER_BYTES) != mark.trailer:
+        return False
+    return stat.st_size == mark.end or last_trailer(mark.path, fd, stat.st_size) == mark.end - TRAILER_BYTES
 
 
 def _write_at(fd: int, offset: int, data: bytes) -> None:

@@ -144,7 +144,12 @@ def read_blocks(path: Any, f: BinaryIO, commit: Commit) -> dict[str, list[bytes]
     return blocks
 
 
-def _last_trailer(path: Any, f: BinaryIO, size: int) -> int | None:
+def last_trailer(path: Any, f: BinaryIO | int, size: int) -> int | None:
+    """Where the last trailer of the file open as ``f`` (a file or a descriptor) starts, if it has one."""
+    return _last_trailer(path, f, size)
+
+
+def _last_trailer(path: Any, f: BinaryIO | int, size: int) -> int | None:
     """The offset of the last trailer whose own check passes (and whose record lies before it), if any."""
     for at in _candidates(path, f, size):
         trailer = _read_at(path, f, at, TRAILER_BYTES)
@@ -157,7 +162,7 @@ def _last_trailer(path: Any, f: BinaryIO, size: int) -> int | None:
     return None
 
 
-def _candidates(path: Any, f: BinaryIO, size: int) -> Iterator[int]:
+def _candidates(path: Any, f: BinaryIO | int, size: int) -> Iterator[int]:
     """Offsets of TRAILER_MAGIC where a whole trailer fits, last first (read backwards in chunks)."""
     end = size - TRAILER_BYTES + len(TRAILER_MAGIC)  # a magic starting later leaves no room for its trailer
     while end > HEAD_BYTES:
@@ -216,8 +221,8 @@ class _Reader:
         return struct.unpack(layout, self.take(struct.calcsize(layout)))
 
 
-def _read_at(path: Any, f: BinaryIO, offset: int, n: int) -> bytes:
-    data = os.pread(f.fileno(), n, offset)
+def _read_at(path: Any, f: BinaryIO | int, offset: int, n: int) -> bytes:
+    data = os.pread(f if isinstance(f, int) else f.fileno(), n, offset)
     if len(data) != n:  # a size check passed: the file shrank while being read
         raise SessionFileError(f"{path} is truncated: it ended while being read.")
     return data

@@ -151,6 +151,21 @@ def test_a_file_another_session_replaced_is_written_whole_not_appended_to(tmp_pa
     assert read_contents(path).commit.live_bytes == path.stat().st_size, "written whole"
 
 
+def test_a_save_another_process_appended_is_not_taken_for_a_torn_one(tmp_path):
+    """Two sessions on one file without the lock (Python API): the second to save knows the file only up to
+    the first's save, so it writes the file whole (its own state) rather than cut a complete save away."""
+    path, session = tmp_path / "chat.mlxchat", new_session()
+    play(session, STEPS[0])
+    session.save(path)
+    other = load_session(path, tiny_engine("paged"))
+    play(other, "Something else entirely.")
+    other.save(path)  # appended after what ``session`` knows
+    play(session, STEPS[1])
+    session.save(path)
+    assert same_chat(load_session(path, tiny_engine("paged")), session)
+    assert read_contents(path).commit.live_bytes == path.stat().st_size, "written whole, not appended"
+
+
 # --- torn saves and the layout's own damage -------------------------------------------------------------
 
 @pytest.fixture(scope="module")
