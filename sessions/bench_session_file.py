@@ -132,7 +132,7 @@ def _new_kv(engine: Engine, before: Path, after: Path) -> tuple[int, int]:
 
 
 def _main() -> None:
-    """``python -m sessions.bench_session_file TARGET [DRAFT] [--runs N]``: the row as JSON (a twin: no draft)."""
+    """``python -m sessions.bench_session_file TARGET [DRAFT] [--runs N] [--open-only]``: the row as JSON."""
     import argparse
     import json
     parser = argparse.ArgumentParser()
@@ -140,9 +140,16 @@ def _main() -> None:
     parser.add_argument("draft", nargs="?")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--no-dead-space", action="store_true", help="leave out open_dead_vs_compact")
+    parser.add_argument("--open-only", action="store_true", help="only open_dead_vs_compact")
     args = parser.parse_args()
-    print(json.dumps(session_file_write_ratio(args.target, args.draft, args.runs, dead_space=not args.no_dead_space),
-                     indent=2))
+    if args.open_only:
+        engine = open_engine(ModelChoice(model=args.target, draft=args.draft, no_draft=args.draft is None),
+                             KVConfig(kind="paged")).engine
+        with tempfile.TemporaryDirectory() as folder:
+            result = open_dead_vs_compact(engine, Path(folder), args.runs)
+    else:
+        result = session_file_write_ratio(args.target, args.draft, args.runs, dead_space=not args.no_dead_space)
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

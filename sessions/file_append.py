@@ -37,10 +37,6 @@ class FileMark:
     spans: dict[str, Span]  # block key -> where it lies, for the blocks the last save named
     live: int  # bytes the last save needs (the rest is dead space)
 
-    @property
-    def dead(self) -> int:
-        return self.end - self.live
-
 
 def mark_of(path: Path, commit: Commit, keys: dict[str, list[str]], stat: os.stat_result) -> FileMark:
     """The mark of a file just read: ``keys``, role -> the keys of its commit's blocks in order."""

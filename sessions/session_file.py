@@ -5,10 +5,10 @@ quantized ones as the pool stores them (saved_kv.py): as KV blocks in the append
 layout that saves write (format 3: file_layout.py, file_save.py), or as one
 safetensors payload in the whole files of formats 1 and 2 (file_format.py), which
 still open; the first save after opening one writes the appending layout. Loading
-checks the whole file first, then builds the session; a file made with another model, with another kind of KV
-cache, or with a rotating window that has less rewind room than this engine's
-drafts need, restores its conversation and leaves the cache to be rebuilt by the
-next turn's prefill, saying so in ``session.restore_note``. A paged cache saved
+checks the whole file first, then builds the session; a file made with another
+model, with another kind of KV cache, or with a rotating window that has less
+rewind room than this engine's drafts need, restores its conversation and leaves
+the cache to be rebuilt by the next turn's prefill, saying so in ``session.restore_note``. A paged cache saved
 in another KV format than the engine's (float, 8-bit) is converted through float
 into the engine's pool, and the note says so too.
 
@@ -33,9 +33,10 @@ from mlxcore.kv.errors import CacheShapeError, CacheStateError
 from mlxcore.kv.geometry import KVGeometry
 from sessions.errors import SessionFileError
 from sessions.file_append import mark_of
-from sessions.file_header import APPENDING_VERSION, ROLES_SAVED, SavedCache, SavedSession, build_header, read_saved_session
-from sessions.file_read import FileContents, read_contents
 from sessions.file_format import encode_header
+from sessions.file_header import (APPENDING_VERSION, ROLES_SAVED, SavedCache, SavedSession, build_header,
+                                  read_saved_session)
+from sessions.file_read import FileContents, read_contents
 from sessions.file_save import write_session_file
 from sessions.kv_blocks import saved_keys, state_blocks, tensors_from_blocks
 from sessions.safetensors_payload import decode_tensors, dtype_name

@@ -184,7 +184,8 @@ def two_saves(tmp_path_factory) -> tuple[bytes, int, ChatSession, ChatSession]:
 @pytest.mark.parametrize("keep", [1, 100, 0.5, -TRAILER_BYTES, -TRAILER_BYTES + 8, -9, -1])
 def test_a_torn_save_opens_at_the_save_before_and_says_so(two_saves, tmp_path, keep):
     data, first_end, first, _ = two_saves
-    cut = first_end + (int((len(data) - first_end) * keep) if isinstance(keep, float) else keep % (len(data) - first_end))
+    second = len(data) - first_end  # bytes of the second save
+    cut = first_end + (int(second * keep) if isinstance(keep, float) else keep % second)
     path = tmp_path / "torn.mlxchat"
     path.write_bytes(data[:cut])
     opened = load_session(path, tiny_engine("paged"))
