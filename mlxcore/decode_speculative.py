@@ -19,9 +19,11 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxcore import decision_clock
+from mlxcore.device_profile import current
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.kv.base import PENDING
 from mlxcore.params import SamplingParams
+from mlxcore.prefill import prefill, settle
 from mlxcore.rejection import verify, verify_greedy
 from mlxcore.sampling import KeyStream, distribution, draw, next_token
 
@@ -47,6 +49,7 @@ class SpeculativeDecoder:
         self.vocab = min(target.args.vocab_size, draft.args.vocab_size)  # padding rows may differ
         self.counters = SpecCounters(accepted_by_position=[0] * controller.max_k)
         self.emitted: list[int] = []  # every token the caches must end up holding (prompt + reply)
+        self.reply_tokens = 0  # tokens emitted
 
     def run(self, prompt: list[int]) -> Iterator[tuple[int, float, bool]]:
         """Both caches hold ``prompt[:-1]`` (or a prefix of it the draft lags on) when this starts."""
@@ -70,7 +73,7 @@ class SpeculativeDecoder:
     # one round -----------------------------------------------------------------
 
     def _plain_run(self) -> Iterator[tuple[int, float, bool]]:
-        """Plain target steps, pipelined like ``plain_decode``, until the controller asks for a round.
+        """Plain target steps, pipelined (``decode_steps.py``), until the controller asks for a round.
 
         Returns the draft length it asked for. The pass of each token is queued
         before its value is read; the last token of the run is emitted unfed, so
@@ -130,9 +133,8 @@ class SpeculativeDecoder:
         catch-up folded into that would make drafting look expensive for good.
         """
         missed = self._unfed(self.dcache)[:-1]
-        if len(missed) > 1:
-            self.dcache.begin(missed)
-            mx.eval(self.draft.model(mx.array(missed)[None], cache=self.dcache.layers))
+        if len(missed) > 1:  # a whole prompt when it starts: in the device's prefill chunks
+            prefill(self.draft.wrapped, self.dcache, missed, current().prefill_chunk)
 
     def _propose(self, k: int) -> tuple[mx.array, mx.array | None]:
         """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously."""
@@ -188,6 +190,7 @@ class SpeculativeDecoder:
     def _emit(self, tokens: list[int], logprobs: list[float], from_draft: int) -> Iterator[tuple[int, float, bool]]:
         for i, (token, logprob) in enumerate(zip(tokens, logprobs)):
             self.emitted.append(token)
+            self.reply_tokens += 1
             yield token, logprob, i < from_draft
 
     def _count(self, k: int, n: int) -> None:
@@ -199,11 +202,4 @@ class SpeculativeDecoder:
     def settle(self) -> None:
         """Make both caches hold exactly ``emitted``: trim what is ahead, feed what is behind."""
         for model, cache in ((self.target, self.tcache), (self.draft, self.dcache)):
-            cache.settle()  # first: a pass stopped between layers leaves layer 0 ahead of the rest
-            ahead = cache.offset - len(self.emitted)
-            if ahead > 0:
-                cache.trim(ahead)
-            missing = self._unfed(cache)
-            if missing:
-                cache.begin(missing)
-                mx.eval(getattr(model, "model", model)(mx.array(missing)[None], cache=cache.layers))
+            settle(cache, self.emitted, model)

@@ -45,18 +45,20 @@ PROFILES = {
 }
 
 _forced: DeviceProfile | None = None
+_by_device: dict[str, DeviceProfile] = {}  # read on every decode step: the answer is kept per device
 
 
 def current() -> DeviceProfile:
-    """The profile of the device MLX runs on (or the one a test forced)."""
+    """The profile of the device MLX runs on (or the one a test forced, or ``MLXCHAT_DEVICE_PROFILE`` names)."""
     if _forced is not None:
         return _forced
-    name = os.environ.get(ENV)
-    if name:
+    device = str(mx.default_device())
+    if device not in _by_device:
+        name = os.environ.get(ENV) or ("cpu" if mx.default_device() == mx.cpu else "gpu")
         if name not in PROFILES:
             raise ValueError(f"{ENV} must be one of {', '.join(PROFILES)}, not {name!r}")
-        return PROFILES[name]
-    return PROFILES["cpu" if mx.default_device() == mx.cpu else "gpu"]
+        _by_device[device] = PROFILES[name]
+    return _by_device[device]
 
 
 @contextmanager

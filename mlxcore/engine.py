@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -15,14 +13,12 @@ from mlxcore.compiled_forward import CompiledForward
 from mlxcore.configs import KVConfig
 from mlxcore.cpu_prefill import uses_cpu_prefill
 from mlxcore.device_profile import current
-from mlxcore.decode_plain import TokenPicker, plain_decode
-from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.distributed.broadcast import every_rank
 from mlxcore.distributed.kv_shards import KVShards
 from mlxcore.distributed.world import SINGLE, World
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.errors import PromptError
-from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
+from mlxcore.events import Event
 from mlxcore.fast_exp import warm_up as warm_up_fast_exp
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheStateError
@@ -31,8 +27,7 @@ from mlxcore.kv.geometry import KVGeometry, activation_dtype, model_geometry
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.kv.paged_pool import BlockPool
 from mlxcore.params import GenerationParams
-from mlxcore.prefill import Progress, prefill
-from mlxcore.reply_text import ReplyText
+from mlxcore.prefill import Progress
 from mlxcore.sampling import warm_up as warm_up_sampling
 from mlxcore.sequences import common_prefix_length
 
@@ -254,71 +249,20 @@ class Engine:
         setattr(caches, role, cache)
         return cache
 
-    def _speculative(self, caches: Caches, params: GenerationParams) -> bool:
-        # The repetition penalty depends on every earlier token, drafted ones included: decode plainly then.
-        return self.draft_model is not None and caches.draft is not None and params.repetition_penalty == 1.0
-
     def generate(self, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams = GenerationParams(),
                  progress: Progress | None = None) -> Iterator[Event]:
         """Yield a ``TokenEvent`` per emitted token, then one ``FinalEvent`` with the stats.
 
-        Stop iterating at any point: the caches then hold exactly the prompt plus
-        the tokens yielded so far (speculative decoding trims or feeds them as it stops).
-        ``progress`` follows the target's prefill and may stop it (``StopPrefill``).
+        One request to the batching loop, on the caller's thread (``batching/one_reply.py``). Stop iterating
+        at any point: the caches then hold exactly the prompt plus the tokens yielded so far. ``progress``
+        follows the prompt's reading and may stop it (``StopPrefill``). With a draft, decoding is speculative.
         """
-        self.last_stats = None  # set when decoding ends: a refused or stopped prefill leaves None
-        self._check_prompt(prompt_ids)
-        prompt_ids = list(prompt_ids)
-        start = time.perf_counter()
-        mx.reset_peak_memory()
-        reused = self._reuse(caches, "target", prompt_ids)
-        prefill(self.model, caches.target, prompt_ids[reused:-1], self.prefill_chunk(params), progress)
-        stats = GenerationStats(prompt_tokens=len(prompt_ids), reused_tokens=reused,
-                                prefill_tokens=len(prompt_ids) - reused)
-        if not self._speculative(caches, params):
-            tokens = ((t, lp, False) for t, lp in plain_decode(self.target_forward, caches.target, prompt_ids[-1],
-                                                                TokenPicker(params, prompt_ids)))
-            yield from self._emit(tokens, params, stats, start, None)
-            return
-        draft_reused = self._reuse(caches, "draft", prompt_ids)
-        prefill(self.draft_model, caches.draft, prompt_ids[draft_reused:-1], self.prefill_chunk(params))
-        decoder = SpeculativeDecoder(self.target_forward, self.draft_forward, caches.target, caches.draft, params,
-                                     self.draft_control)
-        yield from self._emit(decoder.run(prompt_ids), params, stats, start, decoder)
+        from mlxcore.batching.one_reply import generate  # the loop builds on the engine
 
-    def _emit(self, tokens: Iterator[tuple[int, float, bool]], params: GenerationParams,
-              stats: GenerationStats, start: float, decoder: SpeculativeDecoder | None) -> Iterator[Event]:
-        reply = ReplyText(self.tokenizer, self.eos_ids, params.stop, self.reply_cap(params, stats.prompt_tokens))
-        first = last = start
-        finish = None
-        try:
-            for token, logprob, from_draft in tokens:
-                last = time.perf_counter()
-                if reply.count == 0:
-                    first = last
-                delta, finish = reply.add(token)
-                yield TokenEvent(token=token, text=delta, logprob=logprob, from_draft=from_draft,
-                                 finish_reason=finish)
-                if finish:
-                    break
-        finally:  # also when the consumer stops early: settle the caches, then say what was done
-            close = getattr(tokens, "close", None)
-            if close:
-                close()
-            self.last_stats = replace(
-                stats, prefill_seconds=first - start, ttft_seconds=first - start,
-                generated_tokens=reply.count, decode_seconds=last - first,
-                peak_memory_bytes=mx.get_peak_memory(), finish_reason=finish or "stopped", **self._kv_stats(),
-                world_size=self.world.size, rank_weight_bytes=self.rank_weight_bytes,
-                **(self._spec_stats(decoder) if decoder else {"target_passes": reply.count}))
-        yield FinalEvent(finish_reason=finish, text=reply.text, stats=self.last_stats)
+        return generate(self, prompt_ids, caches, params, progress)
 
     def _kv_stats(self) -> dict:
+        """A reply's figures that are the engine's: KV memory, and the ranks it runs on."""
         budget = self._kv_budget
-        return {"kv_bytes": budget.in_use, "kv_budget_bytes": budget.limit} if budget is not None else {}
-
-    def _spec_stats(self, decoder: SpeculativeDecoder) -> dict:
-        c = decoder.counters
-        return {"draft_proposed": c.proposed, "draft_accepted": c.accepted, "target_passes": c.target_passes,
-                "accepted_by_position": tuple(c.accepted_by_position),
-                "draft_lengths": tuple(c.draft_lengths)}
+        kv = {"kv_bytes": budget.in_use, "kv_budget_bytes": budget.limit} if budget is not None else {}
+        return {**kv, "world_size": self.world.size, "rank_weight_bytes": self.rank_weight_bytes}

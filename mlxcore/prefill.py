@@ -18,6 +18,20 @@ class StopPrefill(Exception):
     """Raised by a Progress callback to stop before the first token; the cache keeps the chunks done."""
 
 
+def settle(cache, ids: Sequence[int], model: nn.Module | None = None) -> None:
+    """Make ``cache`` hold ``ids``: even out a pass stopped between layers, trim what is ahead of them and,
+    with ``model``, feed what it lacks of them. Without, a cache behind ``ids`` stays a prefix of them
+    (an interrupted prefill keeps the chunks every layer completed)."""
+    cache.settle()  # first: a pass stopped between layers leaves layer 0 ahead of the rest
+    ahead = cache.offset - len(ids)
+    if ahead > 0:
+        cache.trim(ahead)
+    missing = list(ids[cache.offset:])
+    if model is not None and missing:
+        cache.begin(missing)
+        mx.eval(getattr(model, "model", model)(mx.array(missing)[None], cache=cache.layers))
+
+
 def prefill(model: nn.Module, cache, ids: Sequence[int], chunk: int, progress: Progress | None = None) -> None:
     """Feed ``ids`` into ``cache`` in chunks of ``chunk`` tokens.
 

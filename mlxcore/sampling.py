@@ -109,3 +109,22 @@ class KeyStream:
     def next(self) -> mx.array:
         self._key, sub = mx.random.split(self._key)
         return sub
+
+
+class TokenPicker:
+    """Chooses a reply's next token from logits (1, V); keeps the recent ids for the repetition penalty."""
+
+    def __init__(self, params: SamplingParams, history: list[int]) -> None:
+        self.params = params
+        self.keys = KeyStream(params.seed)
+        context = params.repetition_context if params.repetition_penalty != 1.0 else 0
+        self.recent = mx.array(history[-context:], dtype=mx.int32) if context else None
+
+    def __call__(self, logits: mx.array) -> tuple[mx.array, mx.array]:
+        """Returns (token (1,), its log-probability (1,)) as lazy arrays."""
+        key = None if self.params.greedy else self.keys.next()
+        token, logprob = next_token(logits, self.params, key, self.recent)
+        if self.recent is not None:
+            keep = self.params.repetition_context - 1
+            self.recent = mx.concatenate([self.recent[-keep:] if keep else self.recent[:0], token.astype(mx.int32)])
+        return token, logprob

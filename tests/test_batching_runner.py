@@ -14,7 +14,7 @@ import pytest
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.pacing import Pacing
 from mlxcore.batching.request import Request
-from mlxcore.decode_plain import TokenPicker
+from mlxcore.sampling import TokenPicker
 from mlxcore.bench.batch_load import stream_prompt
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import FinalEvent, TokenEvent

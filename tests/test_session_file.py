@@ -19,7 +19,8 @@ from session_file_forms import appending, contents, file_tensors, resealed, save
 from session_kill_helper import big_session, engine_named, kill_engine, tiny_engine
 
 import mlx.core as mx
-import mlxcore.engine as engine_module
+import mlxcore.batching.runner as runner_module
+import mlxcore.decode_speculative as speculative_module
 from mlxcore.engine import common_prefix_length
 from mlxcore.events import TokenEvent
 from mlxcore.params import GenerationParams
@@ -70,8 +71,9 @@ def prefills(monkeypatch):
         calls.append((model, len(ids)))
         return original(model, cache, ids, chunk, progress)
 
-    original = engine_module.prefill
-    monkeypatch.setattr(engine_module, "prefill", spy)
+    original = runner_module.prefill
+    for module in (runner_module, speculative_module):  # the prompt's chunks; the draft's catch-up
+        monkeypatch.setattr(module, "prefill", spy)
     return calls
 
 

@@ -1,6 +1,6 @@
 """Batched decode steps, pipelined: a step's pass is queued before the previous step's tokens are read.
 
-Like ``plain_decode``, but for a batch: each step feeds every decoding sequence
+Pipelined like mlx-lm's generation, for a batch: each step feeds every decoding sequence
 its newest token, the one the previous step picked and nobody has read yet
 (recorded as ``PENDING`` in its cache, corrected once read), then queues the
 pass and only then reads the previous picks. Building a step's graph (and the
@@ -22,6 +22,7 @@ import mlx.core as mx
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.live import Live
 from mlxcore.kv.base import PENDING
+from mlxcore.sampling import TokenPicker
 from mlxcore.sampling_graphs import greedy_pick, same_graph, sampled_pick
 
 Read = tuple[Live, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
@@ -143,7 +144,8 @@ def _pick(lives: list[Live], logits: mx.array) -> tuple[mx.array, mx.array]:
     or samples with the same masks (each row with its own temperature, p and key); else each reply's own
     sampler on its row (a repetition penalty keeps its own recent tokens)."""
     params = [live.params for live in lives]
-    if all(p.repetition_penalty == 1.0 for p in params):
+    # (a reply with a picker of its own, as the bench's scripted replies have, picks on its row alone)
+    if all(p.repetition_penalty == 1.0 for p in params) and all(type(live.picker) is TokenPicker for live in lives):
         if all(p.greedy for p in params):
             return greedy_pick()(logits, logits)
         if not any(p.greedy for p in params) and same_graph(params):

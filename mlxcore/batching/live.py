@@ -14,10 +14,11 @@ import mlx.core as mx
 
 from mlxcore.batching.handle import RequestHandle, RequestMetrics
 from mlxcore.caches import Caches
-from mlxcore.decode_plain import TokenPicker
+from mlxcore.sampling import TokenPicker
 from mlxcore.events import FinalEvent, GenerationStats, TokenEvent
 from mlxcore.kv.errors import CacheStateError, PoolExhaustedError
 from mlxcore.params import GenerationParams
+from mlxcore.prefill import settle
 from mlxcore.reply_text import ReplyText
 
 
@@ -38,12 +39,15 @@ class Live:
         self.first_token = self.last_token = None
         self.worst_gap = 0.0
         self.prefix_hits = 0
-        self.computed_prompt = 0  # prompt tokens prefilled (not found cached)
+        self.computed_prompt = 0  # prompt tokens prefilled (not found cached; the last is fed by decoding)
         self.preemptions = 0
         self.admitted_once = False  # its caches were attached once (its prompt counted, its own caches used)
         self.late = False
         self.started_at: float | None = None  # when a step first worked on it
         self.draft_proposed = self.draft_accepted = 0  # over its speculative spells
+        self.spec_passes = self.spec_tokens = 0  # target passes and tokens of its speculative spells
+        self.accepted_by_position: list[int] = []
+        self.draft_lengths: list[int] = []  # k of each speculative round (0: a plain step within a spell)
 
     @property
     def request_id(self) -> str:
@@ -72,11 +76,26 @@ class Live:
             return
         decoder, tokens = self.speculative
         self.speculative = None
-        self.draft_proposed += decoder.counters.proposed
-        self.draft_accepted += decoder.counters.accepted
+        c = decoder.counters
+        self.draft_proposed += c.proposed
+        self.draft_accepted += c.accepted
+        self.spec_passes += c.target_passes
+        self.spec_tokens += decoder.reply_tokens
+        self.accepted_by_position = [a + b for a, b in zip(self.accepted_by_position or [0] * len(
+            c.accepted_by_position), c.accepted_by_position)]
+        self.draft_lengths += c.draft_lengths
         tokens.close()  # settles both caches to hold exactly ``ids``
         if decoding_on:
             self.caches.target.trim(1)
+
+    def settle_caches(self) -> None:
+        """After a step stopped part way: the caches hold ``ids``, or a prefix of them when the prompt was
+        being read (speculative decoding feeds both what they lack of the reply)."""
+        self.close_speculative(decoding_on=False)
+        if self.caches is not None:
+            for cache in (self.caches.target, self.caches.draft):
+                if cache is not None:
+                    settle(cache, self.ids)
 
     def leave_draft(self) -> None:
         """Decode on without the draft: its round did not fit in the pool. Both caches are settled as far as
@@ -127,11 +146,14 @@ class Live:
             worst_gap_seconds=self.worst_gap, preemptions=self.preemptions,
             prefix_hit_tokens=self.prefix_hits, late=self.late)
         stats = GenerationStats(prompt_tokens=self.prompt_tokens, reused_tokens=self.prefix_hits,
-                                prefill_tokens=self.computed_prompt, prefill_seconds=first - self.submitted,
+                                prefill_tokens=self.computed_prompt + (self.first_token is not None), prefill_seconds=first - self.submitted,
                                 generated_tokens=count, decode_seconds=(self.last_token or first) - first,
                                 ttft_seconds=first - self.submitted, finish_reason=reason,
                                 peak_memory_bytes=mx.get_peak_memory(), draft_proposed=self.draft_proposed,
-                                draft_accepted=self.draft_accepted)
+                                draft_accepted=self.draft_accepted,
+                                target_passes=self.spec_passes + count - self.spec_tokens,
+                                accepted_by_position=tuple(self.accepted_by_position),
+                                draft_lengths=tuple(self.draft_lengths))
         if stats_extra:
             stats = replace(stats, **stats_extra)
         self.handle.put(FinalEvent(finish_reason=reason, text=self.reply.text, stats=stats))

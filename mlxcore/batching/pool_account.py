@@ -1,4 +1,5 @@
-"""The scheduler's ``BlockAccount`` on the engine's target pool: block counts read from the block manager."""
+"""The scheduler's ``BlockAccount``: block counts of the engine's target pool, read from the block manager;
+or, for a reply on caches of another kind (rotating, standard), no bound (``NoPool``)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,16 @@ class PoolAccount:
         lives = self.runner.lives.get(id(seq))
         caches = lives[0].caches if lives else None
         return caches.target if caches is not None else None
+
+
+class NoPool:
+    """Caches that are not in a pool: a reply's grow as it needs (its context bounds it), nothing to count."""
+
+    def obtainable(self) -> int:
+        return 1 << 62
+
+    def needed(self, seq: Sequence, tokens: int) -> int:
+        return 0
+
+    def held(self, seq: Sequence) -> int:
+        return 0

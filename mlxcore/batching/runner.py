@@ -13,7 +13,8 @@ back to batched decoding at a step boundary when others join. Greedy output is
 the same either way. Events go to each request's handle.
 
 Requests run on the engine's paged caches: ``Engine.new_caches`` makes them in
-the engine's pools and byte budget, the pools ``BlockAccount`` reads.
+the engine's pools and byte budget, the pools ``BlockAccount`` reads. One reply
+at a time may also run on a rotating or standard cache (``Engine.generate``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from mlxcore.batching.policies import Policy
 from mlxcore.batching.prompt_feed import Feeds, PromptFeed
 from mlxcore.batching.request import Request
 from mlxcore.batching.scheduler import Scheduler, Sequence, StepPlan
-from mlxcore.batching.pool_account import PoolAccount
+from mlxcore.batching.pool_account import NoPool, PoolAccount
 from mlxcore.batching.tally import Tally
 from mlxcore.caches import Caches
 from mlxcore.decode_speculative import SpeculativeDecoder
@@ -54,12 +55,13 @@ class BatchRunner:
 
     def __init__(self, engine: Engine, policy: Policy, *, step_tokens: int | None = None, max_running: int = 8,
                  stall_seconds: float = STALL_SECONDS) -> None:
-        if engine.kv.kind != "paged":
+        paged = engine.kv.kind == "paged"
+        if not paged and max_running > 1:
             raise UsageError("Replies side by side need the paged KV cache (--kv paged).")
         self.engine = engine
         self.decoder = BatchDecoder(engine.target_forward)
         self.steps = DecodeSteps(engine.target_forward, self.decoder)
-        self.account = PoolAccount(engine, self)
+        self.account = PoolAccount(engine, self) if paged else NoPool()
         self.scheduler = Scheduler(policy, self.account, step_tokens=step_tokens, max_running=max_running)
         self.lives: dict[int, list[Live]] = {}  # id(sequence) -> its replies (several until a prompt forks)
         self.sequences: dict[str, Sequence] = {}  # request id -> its sequence
@@ -161,6 +163,19 @@ class BatchRunner:
         """Every running reply waits for its reader (the worker may sleep a little)."""
         running = self.scheduler.running
         return bool(running) and all(seq.paused_since is not None for seq in running) and not self.feeds
+
+    def abandon(self) -> None:
+        """A step stopped part way (an exception out of ``step``: Ctrl+C, a failed pass): each reply's
+        caches are settled to hold its ids (a prompt read in part keeps what every layer holds), handed
+        back with ``keep_caches`` or released. The runner is not stepped again."""
+        self.steps.last = None
+        for lives in self.lives.values():
+            for live in lives:
+                live.settle_caches()
+                if live.handle.request.keep_caches:
+                    live.handle.caches, live.caches = live.caches, None
+                live.release()
+        self.lives.clear()
 
     # what tests, the bench and progress read of a request ----------------------
 
@@ -286,8 +301,8 @@ class BatchRunner:
             hits = live.caches.target.reuse_prefix(live.ids)
             if live.caches.draft is not None:  # the draft's blocks of a chat it decoded before
                 live.caches.draft.reuse_prefix(live.ids)
-        if live.caches.draft is not None and not self._drafts(live):
-            live.caches.draft.release()
+        if given is None and live.caches.draft is not None and not self._drafts(live):
+            live.caches.draft.release()  # (a chat's own draft cache stays with it, for its next turns)
             live.caches.draft = None
         seq.cached = hits
         if not live.admitted_once:
@@ -436,6 +451,8 @@ class BatchRunner:
             self.sequences.pop(live.request_id, None)
             self.steps.drop(live)
             if error is not None:
+                if live.handle.request.keep_caches and live.caches is not None:  # the caller's, as they stand
+                    live.handle.caches, live.caches = live.caches, None
                 live.release()
                 live.handle.fail(error)
                 self.tally.failed += 1

@@ -17,8 +17,8 @@ from unittest import mock
 
 import mlx.core as mx
 
-from mlxcore import engine as engine_module
-from mlxcore.decode_plain import TokenPicker
+from mlxcore.batching import live as live_module
+from mlxcore.sampling import TokenPicker
 
 
 def added_token_ids(tokenizer) -> dict[str, int]:
@@ -49,5 +49,5 @@ def scripted_replies(tokenizer, *, thinking: bool, think_tokens: int = 100) -> I
             self.step += 1
             return token, logprob
 
-    with mock.patch.object(engine_module, "TokenPicker", ScriptedPicker):
+    with mock.patch.object(live_module, "TokenPicker", ScriptedPicker):
         yield

@@ -1,0 +1,74 @@
+"""``Engine.generate``: one reply on the caller's caches, run on the caller's thread by the same scheduler and
+runner as every batch (``runner.py``), so every entry point decodes through one loop.
+
+The caller's caches go with the request: they are kept up to their common prefix
+with the prompt, the rest is read in the scheduler's steps, a prefill chunk each
+(the prompt's progress is reported between them; ``StopPrefill`` stops there), and a
+lone reply with a draft decodes speculatively. Stopping the iteration cancels the
+request at the next step, which leaves the caches holding exactly the prompt and
+the tokens yielded; an exception out of a step (Ctrl+C part way through a pass)
+settles them instead (``BatchRunner.abandon``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+
+import mlx.core as mx
+
+from mlxcore.batching.handle import RequestFailedError, RequestHandle
+from mlxcore.batching.local import LocalBatch, drain
+from mlxcore.batching.request import Request
+from mlxcore.caches import Caches
+from mlxcore.events import Event, FinalEvent
+from mlxcore.params import GenerationParams
+from mlxcore.prefill import Progress
+
+
+def generate(engine, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams,
+             progress: Progress | None = None) -> Iterator[Event]:
+    """``Engine.generate``'s events (see there)."""
+    engine.last_stats = None  # set when the reply ends: a refused or stopped prefill leaves None
+    prompt = list(prompt_ids)
+    engine._check_prompt(prompt)
+    mx.reset_peak_memory()
+    reused = engine.keep_prefix(caches, prompt)
+    batch = LocalBatch(engine, max_running=1, step_tokens=engine.prefill_chunk(params))  # a prompt chunk a step
+    batch.runner.max_unread = None  # this caller takes every event after each step
+    request = Request(tuple(prompt), params, use_draft=caches.draft is not None, keep_caches=True, caches=caches)
+    handle = batch.submit(request)[0]
+    to_read, read = len(prompt) - 1 - reused, 0  # the prompt's tokens to compute (its last one is decoded)
+    if progress is not None and to_read > 0:
+        progress(0, to_read)
+    stepping = finished = False
+    try:
+        while not finished:
+            stepping = True
+            batch.step()
+            stepping = False
+            for event in _taken(handle):
+                finished = isinstance(event, FinalEvent)
+                if finished:
+                    engine.last_stats = event.stats
+                yield event
+            if progress is not None and read < to_read:
+                read = min(to_read, (batch.runner.tokens_read(handle.request_id) or 0) - reused)
+                progress(read, to_read)
+    finally:
+        if stepping:
+            batch.runner.abandon()
+        elif not finished:  # the caller stopped: the caches settle at the next step
+            handle.cancel()
+            batch.run_until(handle.finished.is_set)
+            final = next((e for e in drain(handle) if isinstance(e, FinalEvent)), None)
+            if final is not None and final.stats.generated_tokens:  # (stopped while reading the prompt: None)
+                engine.last_stats = replace(final.stats, finish_reason="stopped")
+
+
+def _taken(handle: RequestHandle) -> Iterator[Event]:
+    """The events waiting on ``handle``; a failed request raises what failed it."""
+    try:
+        yield from drain(handle)
+    except RequestFailedError as failed:
+        raise failed.__cause__ from None
