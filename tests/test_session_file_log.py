@@ -166,6 +166,23 @@ def test_a_save_another_process_appended_is_not_taken_for_a_torn_one(tmp_path):
     assert read_contents(path).commit.live_bytes == path.stat().st_size, "written whole, not appended"
 
 
+def test_exporting_an_earlier_mlxchats_chat_file_writes_the_compact_layout(tmp_path):
+    """A whole file of format 1 left in the store's folder by an earlier mlxchat: `sessions export` writes it
+    compact, in format 3, the same chat."""
+    from session_file_forms import save_whole
+    from sessions.store import SessionStore
+    session = new_session()
+    play(session, STEPS[0])
+    (tmp_path / "sessions").mkdir()
+    save_whole(session, tmp_path / "sessions" / "old-chat.mlxchat")
+    store = SessionStore(tmp_path / "sessions")
+    store.export_file("old-chat", tmp_path / "out.mlxchat")
+    store.close()
+    assert appending(tmp_path / "out.mlxchat")
+    assert read_contents(tmp_path / "out.mlxchat").commit.live_bytes == (tmp_path / "out.mlxchat").stat().st_size
+    assert same_chat(load_session(tmp_path / "out.mlxchat", tiny_engine("paged")), session)
+
+
 # --- torn saves and the layout's own damage -------------------------------------------------------------
 
 @pytest.fixture(scope="module")
