@@ -9,6 +9,7 @@ reach ``COMPACT_AT`` of the file, writes it whole and compact.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ from sessions.kv_blocks import CacheBlocks, state_blocks
 # Dead share of a file at which a save compacts it instead of appending (docs/session_files.md has the sweep).
 COMPACT_AT = 0.5
 _INDEX_BYTES = 5, 28  # a record's index: per role, per block
+# Blocks encoded at once by a whole write: its memory beside the caches stays small (32 blocks of the
+# users' 8B target are 75 MB), where encoding every block first would hold a second copy of the chat.
+_ENCODE_BLOCKS = 32
 
 
 def write_session_file(path: Path, header: bytes, cuts: dict[str, CacheBlocks], mark: FileMark | None) -> FileMark:
@@ -34,8 +38,7 @@ def write_session_file(path: Path, header: bytes, cuts: dict[str, CacheBlocks], 
             appended = append_save(path, mark, header, _named(cuts, new))
             if appended is not None:
                 return appended
-    every = {key: data for cut in cuts.values() for key, data in cut.payloads(r.key for r in cut.refs).items()}
-    return write_whole(path, header, _named(cuts, every))
+    return write_whole(path, header, {role: _encoded(cut) for role, cut in cuts.items()})
 
 
 def _would_compact(mark: FileMark, header: bytes, cuts: dict[str, CacheBlocks], new: dict[str, bytes]) -> bool:
@@ -46,6 +49,14 @@ def _would_compact(mark: FileMark, header: bytes, cuts: dict[str, CacheBlocks], 
     added = sum(len(data) for data in new.values())
     end, live = mark.end + added + record, HEAD_BYTES + kept + added + record
     return end - live >= COMPACT_AT * end
+
+
+def _encoded(cut: CacheBlocks) -> Iterator[tuple[str, bytes]]:
+    """(key, payload) of every block of ``cut`` in order, encoded a few at a time as a whole write takes them."""
+    for start in range(0, len(cut.refs), _ENCODE_BLOCKS):
+        refs = cut.refs[start:start + _ENCODE_BLOCKS]
+        payloads = cut.payloads(ref.key for ref in refs)
+        yield from ((ref.key, payloads[ref.key]) for ref in refs)
 
 
 def _named(cuts: dict[str, CacheBlocks], payloads: dict[str, bytes]) -> Blocks:

@@ -61,9 +61,9 @@ class CacheBlocks:
             return {ref.key: self._encoded[ref.key] for ref in wanted}
         if self._window is not None:
             return {wanted[0].key: self._window}
-        tokens, first = self.meta["tokens"], wanted[0].start
+        tokens, first, last = self.meta["tokens"], wanted[0].start, wanted[-1].end
         names = sorted(self._tensors)
-        tails = [self._tensors[name][:, :, first:, :] for name in names]
+        tails = [self._tensors[name][:, :, first:last, :] for name in names]
         mx.eval(tails)  # one pass over a paged gather for every slice
         words = [raw_words(tail) for tail in tails]
         return {ref.key: _payload(tokens[ref.start:ref.end],
