@@ -141,9 +141,13 @@ def _appending(path: Path, f: BinaryIO, size: int) -> bool:
 
 
 def read_file(path: Path) -> tuple[dict[str, Any], bytes]:
-    """(header, payload bytes) of a session file, after every size and checksum check passed."""
+    """(header, payload bytes) of a whole session file (formats 1 and 2), after every size and checksum check
+    passed. Any layout: ``file_read.read_contents``."""
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size
+        if _appending(path, f, size):
+            raise SessionFileError(f"{path} is a session file of format 3 (appended saves), not a whole file: "
+                                   "read it with sessions.file_read.read_contents.")
         header = _read_checked_header(path, f, size)
         payload_length = size - _PREAMBLE - len(header) - _DIGEST
         payload = _read_exactly(path, f, payload_length)

@@ -53,6 +53,9 @@ def _check_version(path: Path, header: dict[str, Any], *, appending: bool) -> No
     version = header.get("version")
     if not isinstance(version, int) or version > APPENDING_VERSION:
         return  # file_header.py says what is wrong with it
-    if appending != (version == APPENDING_VERSION):
+    if not appending and version == APPENDING_VERSION:  # never written so: a newer writer's, or damage
+        raise SessionFileError(f"{path} was saved by a newer mlxchat, or is damaged: it is a whole file with "
+                               f"session format {version}, which this one only writes as appended saves.")
+    if appending and version != APPENDING_VERSION:
         raise SessionFileError(f"{path} is inconsistent: its header says session format {version}, its layout "
-                               f"is format {'3' if appending else '1 or 2'}.")
+                               "is format 3.")

@@ -260,6 +260,16 @@ def test_an_index_pointing_past_the_end_is_refused(two_saves, tmp_path):
     assert_refused(path, "points block .* of its draft cache at bytes .* past the end")
 
 
+def test_a_header_version_its_layout_never_holds_is_refused(two_saves, tmp_path):
+    from session_file_forms import resealed, save_whole
+    whole = tmp_path / "whole.mlxchat"
+    save_whole(two_saves[3], whole)
+    assert_refused(resealed(tmp_path, whole.read_bytes(), lambda h: h.update(version=3)),
+                   "newer mlxchat, or is damaged: it is a whole file with session format 3")
+    assert_refused(resealed(tmp_path, two_saves[0], lambda h: h.update(version=1)),
+                   "header says session format 1, its layout is format 3")
+
+
 def test_a_newer_layout_is_refused_as_newer(two_saves, tmp_path):
     from sessions.file_layout import HEAD_BYTES, head
     data = two_saves[0]
