@@ -11,7 +11,7 @@ ask first (nothing compiled or created on the measured runs). The value is the m
 
 Also in the row: ``open_dead_vs_compact``, the seconds to open a file whose dead space is just
 under the compaction threshold (3 edits of the last ~500-token message) / to open the same chat's
-compact file (``sessions export``'s form), paired median; and both files' sizes.
+compact file (``sessions export``'s form), paired median of at least ``OPEN_PAIRS``; and both files' sizes.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = ("Thank you. One more question: what is 15 + 27?", "And what is 6 times 7?",
              "Which of the shops sold the most pears?", "Say it again in one word.")
 ROLES = ("target", "draft")
+OPEN_PAIRS = 11  # opens take ~0.1 s: enough pairs that a busy host's outliers do not move the median
 
 
 def session_file_write_ratio(target_ref: str, draft_ref: str | None, runs: int, *, min_tokens: int = 3000,
@@ -86,7 +87,7 @@ def open_dead_vs_compact(engine: Engine, folder: Path, runs: int, *, min_tokens:
     for name, path in (("dead", dead), ("compact", compact)):
         opened[name] = lambda p=path: _open_seconds(p, engine)
         opened[name]()  # warm-up
-    r = paired_median(opened["dead"], opened["compact"], max(runs, 3))
+    r = paired_median(opened["dead"], opened["compact"], max(runs, OPEN_PAIRS))
     commit = read_contents(dead).commit
     return {"value": r["ratio"], "dead_seconds": r["ours"], "compact_seconds": r["theirs"], "ratios": r["ratios"],
             "dead_share": 1 - commit.live_bytes / commit.end, "dead_bytes": dead.stat().st_size,
