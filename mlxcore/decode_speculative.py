@@ -21,6 +21,7 @@ import mlx.nn as nn
 from mlxcore import decision_clock
 from mlxcore.device_profile import current
 from mlxcore.draft_length import DraftLengthController
+from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.kv.base import PENDING
 from mlxcore.params import SamplingParams
 from mlxcore.prefill import prefill, settle
@@ -201,5 +202,8 @@ class SpeculativeDecoder:
 
     def settle(self) -> None:
         """Make both caches hold exactly ``emitted``: trim what is ahead, feed what is behind."""
-        for model, cache in ((self.target, self.tcache), (self.draft, self.dcache)):
-            settle(cache, self.emitted, model)
+        settle(self.tcache, self.emitted, self.target)
+        try:
+            settle(self.dcache, self.emitted, self.draft)
+        except PoolExhaustedError:  # no room to feed the draft all it lacks: it stays a prefix (caught up later)
+            settle(self.dcache, self.emitted)

@@ -146,9 +146,13 @@ def test_the_engine_shares_one_budget_between_target_and_draft():
     engine.eos_ids = set()
     caches = engine.new_caches()
     assert caches.target.pool.budget is caches.draft.pool.budget is engine.kv_budget
-    with pytest.raises(PoolExhaustedError, match="300.0 KB budget"):
-        list(engine.generate(list(range(1, 40)), caches, GenerationParams(max_tokens=2000)))
+    prompt = list(range(1, 40))
+    events = list(engine.generate(prompt, caches, GenerationParams(max_tokens=2000)))
+    assert events[-1].finish_reason == "length", "the reply ends where the budget does, as at its token cap"
+    assert len(prompt) + len(events) - 1 == engine.token_limit() < len(prompt) + 2000
     assert engine.kv_budget.peak <= 300_000
+    list(engine.generate(prompt + [7], caches, GenerationParams(max_tokens=4)))
+    assert engine.last_stats.reused_tokens == len(prompt), "the chat's caches stay its own for the next turn"
 
 
 def test_ask_says_what_is_full_and_what_to_do(capsys):

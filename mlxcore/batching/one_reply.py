@@ -44,6 +44,8 @@ def generate(engine, prompt_ids: Sequence[int], caches: Caches, params: Generati
     stepping = finished = False
     try:
         while not finished:
+            if not batch.busy and not handle.finished.is_set():  # never wait for what cannot come
+                raise RuntimeError("The engine dropped a reply without ending it.")
             stepping = True
             batch.step()
             stepping = False

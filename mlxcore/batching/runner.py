@@ -107,6 +107,14 @@ class BatchRunner:
                     "(--max-kv).",
                     retry_after=5.0))
 
+    def _end_unfit(self, seq: Sequence) -> None:
+        """``seq`` needs more KV memory than there is with nobody else to preempt: a reply ends there, as at
+        its token cap; a prompt not yet answered fails with what is full."""
+        if seq.generated:
+            self._end(seq, reason="length")
+        else:
+            self._end(seq, error=PromptTooLongError(self.engine.pool("target").full_message(1)))
+
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step (its blocks are free after it)."""
         self._cancelled.add(request_id)
@@ -204,7 +212,10 @@ class BatchRunner:
         plan = self.scheduler.plan(start)
         self._unstick(plan)
         for seq in plan.preempted:
-            self._preempted(seq)
+            if self.scheduler.running:
+                self._preempted(seq)
+            else:  # it ran alone and its next token does not fit: it could never come back
+                self._end_unfit(seq)
         for seq in plan.late:
             for live in self.lives[id(seq)]:
                 live.late = True
@@ -451,15 +462,26 @@ class BatchRunner:
             self.sequences.pop(live.request_id, None)
             self.steps.drop(live)
             if error is not None:
-                if live.handle.request.keep_caches and live.caches is not None:  # the caller's, as they stand
-                    live.handle.caches, live.caches = live.caches, None
-                live.release()
-                live.handle.fail(error)
-                self.tally.failed += 1
+                self._fail(live, error)
                 continue
-            stats = self.engine._kv_stats()
-            live.finish(reason, stats)
+            try:
+                live.finish(reason, self.engine._kv_stats())
+            except Exception as failed:  # settling its caches failed (a full pool): the reply fails with it
+                log.exception("request %s failed as it ended", seq.group)
+                self._fail(live, failed)
+                continue
             self.tally.ended(reason, live.late)
+
+
+    def _fail(self, live: Live, error: BaseException) -> None:
+        if live.handle.request.keep_caches and live.caches is not None:  # the caller's, as they stand
+            live.handle.caches, live.caches = live.caches, None
+        try:
+            live.release()
+        except Exception:  # a speculative spell that cannot settle: its caches go back as they are
+            log.exception("request %s: its caches could not settle", live.request_id)
+        live.handle.fail(error)
+        self.tally.failed += 1
 
 
 def _choice_params(request: Request, index: int) -> GenerationParams:
