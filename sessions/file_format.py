@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sessions.errors import SessionFileError, SessionSaveError
-from sessions.file_layout import MAGIC, is_appending, read_commit
+from sessions.file_layout import MAGIC, is_appending, parse_json, read_commit
 from sessions.temp_files import sweep_dead_temps, temp_path
 
 MAX_HEADER_BYTES = 16 * 1024 * 1024
@@ -120,7 +120,7 @@ def read_header(path: Path) -> dict[str, Any]:
         size = os.fstat(f.fileno()).st_size
         if _appending(path, f, size):
             return read_commit(path, f, size).header
-        return _parse_json(path, _read_checked_header(path, f, size))
+        return parse_json(path, _read_checked_header(path, f, size))
 
 
 def open_session_file(path: Path) -> BinaryIO:
@@ -158,7 +158,7 @@ def read_file(path: Path) -> tuple[dict[str, Any], bytes]:
     if digest.digest() != stored:
         raise SessionFileError(f"{path} is damaged: its contents do not match their checksum "
                                "(truncated, or changed after it was saved).")
-    return _parse_json(path, header), payload
+    return parse_json(path, header), payload
 
 
 # internals -------------------------------------------------------------------------------------
@@ -222,20 +222,6 @@ def _read_exactly(path: Path, f: BinaryIO, n: int) -> bytes:
     if len(data) != n:  # the file shrank while being read
         raise SessionFileError(f"{path} is truncated: it ended while being read.")
     return data
-
-
-def _parse_json(path: Path, header: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(header.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise SessionFileError(f"{path} has a header that is not valid JSON ({error}).") from None
-    if not isinstance(data, dict):
-        raise SessionFileError(f"{path} has a header that is not a JSON object.")
-    return data
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
 
 
 def fsync_folder(folder: Path) -> None:

@@ -182,7 +182,7 @@ def _parse_record(path: Any, record: bytes, record_offset: int) -> tuple[dict[st
     length = reader.unpack("<I")[0]
     if length > MAX_RECORD_HEADER:
         raise SessionFileError(f"{path} is corrupted: its header declares {length:,} bytes, over the limit.")
-    header = _parse_json(path, reader.take(length))
+    header = parse_json(path, reader.take(length))
     index: dict[str, tuple[Span, ...]] = {}
     for _ in range(reader.unpack("<B")[0]):
         role_number, count = reader.unpack("<BI")
@@ -228,7 +228,8 @@ def _read_at(path: Any, f: BinaryIO | int, offset: int, n: int) -> bytes:
     return data
 
 
-def _parse_json(path: Any, data: bytes) -> dict[str, Any]:
+def parse_json(path: Any, data: bytes) -> dict[str, Any]:
+    """A session file's JSON header (any layout), or ``SessionFileError`` saying what is wrong with it."""
     try:
         value = json.loads(data.decode("utf-8"), parse_constant=_refuse)
     except (UnicodeDecodeError, ValueError, RecursionError) as error:

@@ -45,7 +45,8 @@ def still_serves(server, reference):
 @pytest.mark.parametrize("sent_back", ["object", "model_dump"])
 def test_the_sdk_multi_turn_pattern_with_thinking_reuses_the_cache(server, sent_back):
     client = server.client()
-    messages: list = [{"role": "system", "content": f"{SYSTEM['content']} ({sent_back})"}]  # not in the cache yet
+    # not in the cache yet: the variant's name comes first, so that no block is shared with the other variant's
+    messages: list = [{"role": "system", "content": f"({sent_back}) {SYSTEM['content']}"}]
     prompts, cached = [], []
     for turn in TURNS:
         messages.append({"role": "user", "content": turn})
