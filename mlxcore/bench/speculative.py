@@ -56,7 +56,7 @@ def spec_speedup_greedy(target_ref: str, draft_ref: str, runs: int) -> dict:
     _rate_over_prompts(ours, prompts[:2]), _rate_over_prompts(base, prompts[:2])  # warm up, learn k
     r = paired_median(lambda: _rate_over_prompts(ours, prompts), lambda: _rate_over_prompts(base, prompts), runs)
     return {"value": r["ratio"], "spec_tps": r["ours"], "plain_tps": r["theirs"],
-            "k_chosen": list(spec.draft_control.history[-8:]), "ratios": r["ratios"]}
+            "k_chosen": list(spec.last_stats.draft_lengths[-8:]), "ratios": r["ratios"]}
 
 
 def spec_vs_mlx_lm_greedy(target_ref: str, draft_ref: str, runs: int, their_k: int = 2) -> dict:
