@@ -109,12 +109,14 @@ class BlockPool:
         return self.manager.free_blocks + limit - self.manager.materialized_blocks
 
     def _affordable_blocks(self) -> int:
-        room, blocks, index = self.budget.free, self.held_blocks, self.slabs
-        while blocks < self.config.max_blocks and room >= self.slab_bytes(index):
-            room -= self.slab_bytes(index)
-            blocks += self.config.slab_size(index)
-            index += 1
-        return blocks
+        """Blocks held and those of the slabs the budget's free bytes can add in order: full slabs, then a
+        last shorter one (read on every scheduler step, so counted, not looped)."""
+        config, room, blocks = self.config, self.budget.free, self.held_blocks
+        full = config.slab_blocks * self.block_bytes
+        whole = min(room // full, (config.max_blocks - blocks) // config.slab_blocks)
+        blocks, room = blocks + whole * config.slab_blocks, room - whole * full
+        rest = config.max_blocks - blocks
+        return blocks + rest if 0 < rest < config.slab_blocks and room >= rest * self.block_bytes else blocks
 
     def full_message(self, count: int) -> str:
         """What is full, for a ``PoolExhaustedError`` when ``count`` more tokens do not fit."""
