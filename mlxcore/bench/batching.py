@@ -152,6 +152,8 @@ def join_steps(engine: Engine, prompt: list[int]) -> dict:
     while not any(isinstance(e, TokenEvent) for e in drain(joined)):
         batch.step()
         steps += 1
+        for handle in running:  # read, as a client does: an unread stream would be paused
+            list(drain(handle))
     seconds = time.perf_counter() - start
     for handle in running:
         handle.cancel()
