@@ -34,6 +34,7 @@ from sessions.file_save import convert_whole
 from sessions.messages import Message
 from sessions.safetensors_payload import encode_tensors
 from sessions.session_file import load_session
+from turn_checks import same_state
 
 HELPER = Path(__file__).with_name("session_kill_helper.py")
 PARAMS = GenerationParams(max_tokens=12)
@@ -55,11 +56,6 @@ def prompt_after(session: ChatSession, text: str) -> list[int]:
         return session.prompt_ids()
     finally:
         session.messages.pop()
-
-
-def same_state(a, b) -> bool:
-    (ta, ma), (tb, mb) = a.state_dict(), b.state_dict()
-    return ma == mb and ta.keys() == tb.keys() and all(mx.array_equal(ta[k], tb[k]).item() for k in ta)
 
 
 @pytest.fixture

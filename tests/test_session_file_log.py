@@ -33,6 +33,7 @@ from sessions.file_read import read_contents
 from sessions.file_save import COMPACT_AT, write_session_file
 from sessions.kv_blocks import state_blocks
 from sessions.session_file import load_session, saved_caches, session_header
+from turn_checks import same_state, same_chat
 
 NOTES = " ".join(f"Note {i}: street {i * 7} sold {i * 3 + 11} apples." for i in range(30))
 STEPS = ("Hello there, how are you today?", f"{NOTES}\nWhich street sold the most?", "regenerate", "edit",
@@ -50,16 +51,6 @@ def play(session: ChatSession, step: str) -> None:
         session.send("Start again: what is 2 + 2?")
     else:
         session.send(step)
-
-
-def same_state(a, b) -> bool:
-    (ta, ma), (tb, mb) = a.state_dict(), b.state_dict()
-    return ma == mb and ta.keys() == tb.keys() and all(mx.array_equal(ta[k], tb[k]).item() for k in ta)
-
-
-def same_chat(a: ChatSession, b: ChatSession) -> bool:
-    return a.history == b.history and all(same_state(getattr(a.caches, r), getattr(b.caches, r))
-                                          for r in ("target", "draft"))
 
 
 def new_session() -> ChatSession:

@@ -14,7 +14,7 @@ import pytest
 
 from session_file_forms import appending, cache_bytes, file_tensors, save_whole
 from session_kill_helper import WINDOW
-from turn_checks import send_matching_a_cold_run
+from turn_checks import same_state, send_matching_a_cold_run
 
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
@@ -57,11 +57,6 @@ def chat(made: Engine, turns=TURNS) -> ChatSession:
     for text in turns:
         session.send(text)
     return session
-
-
-def same_state(a, b) -> bool:
-    (ta, ma), (tb, mb) = a.state_dict(), b.state_dict()
-    return ma == mb and ta.keys() == tb.keys() and all(mx.array_equal(ta[k], tb[k]).item() for k in ta)
 
 
 # --- session files --------------------------------------------------------------------------------

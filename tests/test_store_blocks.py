@@ -32,15 +32,11 @@ from sessions.file_read import read_contents
 from sessions.salvage import save_history
 from sessions.store import SessionStore
 from sessions.store_index import StoreIndex
+from turn_checks import same_state
 
 PARAMS = GenerationParams(max_tokens=12)
 NOTES = " ".join(f"Note {i}: the shop on street {i * 7} sold {i * 3 + 11} apples and {i + 4} pears on day {i}."
                  for i in range(110))  # ~2,100 tokens of the embedded tokenizer
-
-
-def same_state(a, b) -> bool:
-    (ta, ma), (tb, mb) = a.state_dict(), b.state_dict()
-    return ma == mb and ta.keys() == tb.keys() and all(mx.array_equal(ta[k], tb[k]).item() for k in ta)
 
 
 def close_state(a, b) -> bool:

@@ -30,6 +30,7 @@ from sessions.block_files import BlockFiles
 from sessions.chat_session import ChatSession
 from sessions.store import SessionStore
 from sessions.store_index import StoreIndex
+from turn_checks import same_state, same_chat
 
 ROOT = Path(__file__).resolve().parent.parent
 HELPER = Path(__file__).with_name("store_kill_helper.py")
@@ -51,16 +52,6 @@ class Helper:
         self.process.stdin.write(json.dumps({"do": do, **fields}) + "\n")
         self.process.stdin.flush()
         return self.answer()
-
-
-def same_state(a, b) -> bool:
-    (ta, ma), (tb, mb) = a.state_dict(), b.state_dict()
-    return ma == mb and ta.keys() == tb.keys() and all(mx.array_equal(ta[k], tb[k]).item() for k in ta)
-
-
-def same_chat(a: ChatSession, b: ChatSession) -> bool:
-    return a.history == b.history and all(same_state(getattr(a.caches, r), getattr(b.caches, r))
-                                          for r in ("target", "draft"))
 
 
 def stored_state(root: Path, chat: str, expected: Path, state: int, engine) -> str:

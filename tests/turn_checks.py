@@ -9,6 +9,7 @@ may keep the model's own tokens for its earlier replies: mlxcore/held_tokens.py)
 
 from __future__ import annotations
 
+import mlx.core as mx
 from mlxcore.chat_template import render_chat_text
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import TokenEvent
@@ -33,3 +34,15 @@ def send_matching_a_cold_run(session: ChatSession, text: str) -> str:
     tokens = [e.token for e in cold.generate(prompt, cold.new_caches(), session.params) if isinstance(e, TokenEvent)]
     assert generated == tokens, "the reused cache answered differently from a cold run on the same prompt"
     return reply
+
+
+def same_state(a, b) -> bool:
+    """Whether two model caches save the same tensors and metadata (``state_dict``), bit for bit."""
+    (ta, ma), (tb, mb) = a.state_dict(), b.state_dict()
+    return ma == mb and ta.keys() == tb.keys() and all(mx.array_equal(ta[k], tb[k]).item() for k in ta)
+
+
+def same_chat(a: ChatSession, b: ChatSession) -> bool:
+    """Same history, and target and draft caches that save the same."""
+    return a.history == b.history and all(same_state(getattr(a.caches, r), getattr(b.caches, r))
+                                          for r in ("target", "draft"))
