@@ -32,6 +32,19 @@ def finished(run: subprocess.Popen) -> tuple[int, str]:
     return run.returncode, err
 
 
+def said_it_waits(run: subprocess.Popen) -> bool:
+    """Read ``run``'s stderr until it says it waits for the other ask (True), or ends or hangs (False)."""
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in run.stderr:
+            if "is in use by another `mlxchat ask`: waiting for it to finish" in line:
+                seen.set()
+                return
+    threading.Thread(target=read, daemon=True).start()
+    return seen.wait(HANG_S)
+
+
 def users(path: Path) -> list[str]:
     return [m["content"] for m in read_header(path)["history"] if m["role"] == "user"]
 
@@ -42,10 +55,11 @@ def test_two_asks_on_one_file_take_turns_and_each_turn_is_appended(tmp_path):
     assert finished(ask(path, "What is 12 + 7?"))[0] == 0
     first = path.read_bytes()
     holder = SessionLock.acquire(path, mark_open=True, holder="ask")  # as an ask in the middle of its turn
-    threading.Timer(2.5, holder.release).start()
     waiting = ask(path, "And 3 + 4?")
+    said = said_it_waits(waiting)  # the lock is let go only once the second ask says it waits, however slow
+    holder.release()
     code, err = finished(waiting)
-    assert code == 0 and "is in use by another `mlxchat ask`: waiting for it to finish" in err, err
+    assert said and code == 0, err
     assert path.read_bytes().startswith(first) and appending(path), "the turn was appended"
     both = [ask(path, "Name a colour."), ask(path, "Name a fruit.")]  # at once: one waits for the other
     assert [finished(run)[0] for run in both] == [0, 0]
