@@ -170,3 +170,18 @@ def test_unknown_policy_is_a_clear_error():
     with pytest.raises(ValueError, match="fcfs, priority, shortest, deadline"):
         make_policy("random")
     assert make_policy("priority").name == "priority"
+
+
+def test_a_sequence_preempted_in_a_plan_is_not_admitted_again_by_it():
+    """Its blocks count once as freed by the preemption; taken again as its cached prefix they would count twice
+    (a lone reply was let go of and read again in one step, its caller's caches emptied)."""
+    scheduler = make(blocks=2, cached_prefix=32)
+    lone = seq(32, 0.0)
+    scheduler.add(lone)
+    for now in (0.0, 1.0):  # its prompt is read, its first token decoded: 32 tokens in its 2 blocks
+        carry_out(scheduler, scheduler.plan(now))
+    assert lone.cached == 32 and scheduler.running == [lone]
+    plan = scheduler.plan(2.0)  # its next token needs a third block
+    assert plan.preempted == [lone] and plan.admitted == [] and scheduler.waiting == [lone]
+    carry_out(scheduler, plan)
+    assert scheduler.plan(3.0).admitted == [lone], "it comes back at the next step, its blocks counted once"

@@ -141,9 +141,13 @@ def test_a_full_budget_gives_back_cached_prefixes_of_the_other_model_before_refu
     assert chat.offset == 19 and target.slabs == 0 and budget.in_use == draft.kv_bytes <= budget.limit
 
 
-def test_the_engine_shares_one_budget_between_target_and_draft():
+@pytest.mark.parametrize("draft_length", [0, 2], ids=["draft-left-behind", "draft-keeps-pace"])
+def test_the_engine_shares_one_budget_between_target_and_draft(draft_length):
+    """Fixed draft lengths, as the adaptive one follows the host's timings. Kept pace with, the draft's cache
+    holds the slab the target's next block needs near the limit: the draft gives it back, the reply goes on."""
     engine = Engine(TARGET, kv=KVConfig(kind="paged", max_kv_bytes=300_000), draft_model=DRAFT)
     engine.eos_ids = set()
+    engine.draft_control.fixed = draft_length
     caches = engine.new_caches()
     assert caches.target.pool.budget is caches.draft.pool.budget is engine.kv_budget
     prompt = list(range(1, 40))

@@ -146,6 +146,9 @@ class BatchMirror:
         """The budget's reclaim: give the storage back (the pool is the record); bytes freed."""
         return self.drop() if cached else 0
 
+    def reclaimable_bytes(self) -> int:
+        return self.bytes
+
     def drop(self) -> int:
         """Give the storage back; the next plan starts afresh. Bytes freed."""
         freed, self.bytes = self.bytes, 0

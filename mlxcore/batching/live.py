@@ -97,6 +97,15 @@ class Live:
                 if cache is not None:
                     settle(cache, self.ids)
 
+    def drop_draft(self) -> None:
+        """Give the draft's cache back (its bytes are wanted for the target's): a speculative spell ends as
+        ``leave_draft``; between batched steps only the draft's cache goes."""
+        if self.speculative is not None:
+            self.leave_draft()
+        elif self.caches is not None and self.caches.draft is not None:
+            self.caches.draft.release()
+            self.caches.draft = None
+
     def leave_draft(self) -> None:
         """Decode on without the draft: its round did not fit in the pool. Both caches are settled as far as
         the pool allows; the draft's goes back; the target's keeps a prefix of ``ids`` with the last token

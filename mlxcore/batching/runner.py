@@ -208,6 +208,7 @@ class BatchRunner:
         start = decision_clock.now()
         self._apply_cancellations()
         self._pause_unread(start)
+        self._spare_drafts()
         self.scheduler.prefill_cap = self.pacing.cap()
         plan = self.scheduler.plan(start)
         self._unstick(plan)
@@ -240,6 +241,26 @@ class BatchRunner:
                 self.pacing.observe_decode(len(plan.decode), seconds)
             elif work:
                 self.pacing.observe_feed(len(plan.decode), work, seconds)
+
+    def _spare_drafts(self) -> None:
+        """Draft caches are the first KV memory to go: when the running replies' next tokens need more blocks
+        than the target's pool can get, each reply with a draft cache gives it back and decodes on without
+        (rather than a reply being preempted, or ended, for want of what its own draft holds)."""
+        if self.engine.draft_model is None:
+            return
+        running = [(seq, live) for seq in self.scheduler.running for live in self.lives.get(id(seq), [])]
+        drafted = [(seq, live) for seq, live in running if live.caches is not None and live.caches.draft is not None]
+        if not drafted:
+            return
+        need = sum(self.account.needed(seq, 1) for seq in self.scheduler.running if seq.ready)
+        if need <= self.account.obtainable():
+            return
+        for seq, live in drafted:
+            log.info("request %s: the KV memory its draft holds is wanted; it decodes on without the draft",
+                     seq.group)
+            with self._alone(seq):
+                live.drop_draft()
+                seq.cached = live.caches.target.offset
 
     def _lone(self, plan: StepPlan) -> bool:
         """Whether the step's one decoding sequence may decode speculatively: nobody else runs or waits."""

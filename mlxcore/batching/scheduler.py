@@ -184,6 +184,8 @@ class Scheduler:
         for seq in sorted(self.waiting, key=lambda s: (running[s.group], *self.policy.key(s, now))):
             if budget <= 0:
                 return
+            if seq in plan.preempted:  # its blocks, counted as freed, would also count as its cached prefix
+                continue
             if len(self.running) >= self.max_running:
                 freed = self._take_slot(plan, seq, running)
                 if freed is None:

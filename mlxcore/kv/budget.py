@@ -126,6 +126,10 @@ class KVBudget:
         assert 0 <= size <= self.in_use, "gave back more KV bytes than were taken"
         self.in_use -= size
 
+    def reclaimable(self, besides: object = None) -> int:
+        """Bytes ``reclaim`` would give back from the pools other than ``besides``."""
+        return sum(pool.reclaimable_bytes() for pool in list(self.pools) if pool is not besides)
+
     def reclaim(self) -> int:
         """Ask every pool to give back its free slabs, cached prefixes included; bytes freed."""
         return sum(pool.release_free_slabs(cached=True) for pool in list(self.pools))

@@ -105,13 +105,22 @@ class BlockPool:
         can still add. Tensor-free; the batching scheduler admits requests by it."""
         if self.budget is None:
             return self.manager.available_blocks
-        limit = max(self._affordable_blocks(), self.manager.materialized_blocks)
+        affordable = self._affordable_blocks()
+        if affordable < self.config.max_blocks:  # the budget binds: the other pools' free slabs count too
+            affordable = self._affordable_blocks(self.budget.free + self.budget.reclaimable(besides=self))
+        limit = max(affordable, self.manager.materialized_blocks)
         return self.manager.free_blocks + limit - self.manager.materialized_blocks
 
-    def _affordable_blocks(self) -> int:
-        """Blocks held and those of the slabs the budget's free bytes can add in order: full slabs, then a
-        last shorter one (read on every scheduler step, so counted, not looped)."""
-        config, room, blocks = self.config, self.budget.free, self.held_blocks
+    def reclaimable_bytes(self) -> int:
+        """Bytes ``release_free_slabs(cached=True)`` would give back."""
+        keep = -(-self.manager.free_tail_start(True) // self.config.slab_blocks)
+        return sum(self.slab_bytes(index) for index in range(keep, self.slabs))
+
+    def _affordable_blocks(self, room: int | None = None) -> int:
+        """Blocks held and those of the slabs ``room`` bytes (the budget's free ones) can add in order: full
+        slabs, then a last shorter one (read on every scheduler step, so counted, not looped)."""
+        config, blocks = self.config, self.held_blocks
+        room = self.budget.free if room is None else room
         full = config.slab_blocks * self.block_bytes
         whole = min(room // full, (config.max_blocks - blocks) // config.slab_blocks)
         blocks, room = blocks + whole * config.slab_blocks, room - whole * full
