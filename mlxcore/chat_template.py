@@ -1,7 +1,14 @@
-"""Chat messages -> prompt token ids, through the model's own chat template."""
+"""Chat messages -> prompt token ids, through the model's own chat template.
+
+Tools (OpenAI function schemas), assistant messages with ``tool_calls`` and
+``role: tool`` results go to the template as Hugging Face's ``apply_chat_template``
+takes them: each template writes them in the format its model was trained on
+(Qwen3: a ``# Tools`` system block, ``<tool_call>`` JSON, ``<tool_response>``).
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from mlxcore.errors import PromptError
@@ -11,20 +18,20 @@ ROLES = ("system", "user", "assistant", "tool")
 
 
 def render_chat(tokenizer, messages: Sequence[dict], *, enable_thinking: bool,
-                add_generation_prompt: bool = True) -> list[int]:
+                add_generation_prompt: bool = True, tools: Sequence[dict] | None = None) -> list[int]:
     """Token ids of ``messages`` (dicts with "role" and "content") as the model's template renders them.
 
     With thinking off, replies stored with an empty think block keep it in history (see
     ``mlxcore.think_blocks``); with thinking on, history renders exactly as the template does.
     """
     text = render_chat_text(tokenizer, messages, enable_thinking=enable_thinking,
-                            add_generation_prompt=add_generation_prompt)
+                            add_generation_prompt=add_generation_prompt, tools=tools)
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def render_chat_text(tokenizer, messages: Sequence[dict], *, enable_thinking: bool,
-                     add_generation_prompt: bool = True) -> str:
-    """The text ``render_chat`` tokenizes."""
+                     add_generation_prompt: bool = True, tools: Sequence[dict] | None = None) -> str:
+    """The text ``render_chat`` tokenizes; ``tools`` (OpenAI function tools) offered to the model when given."""
     if tokenizer is None:
         raise PromptError("This model has no tokenizer, so it cannot chat.")
     for message in messages:
@@ -32,6 +39,25 @@ def render_chat_text(tokenizer, messages: Sequence[dict], *, enable_thinking: bo
             raise PromptError(f"A chat message needs a role ({', '.join(ROLES)}) and text content: {message!r}")
     if not getattr(tokenizer, "has_chat_template", False):
         raise PromptError("This model has no chat template: pick a chat (instruct) model.")
-    text = tokenizer.apply_chat_template(list(messages), add_generation_prompt=add_generation_prompt,
-                                         enable_thinking=enable_thinking, tokenize=False)
+    extra = {"tools": list(tools)} if tools else {}
+    text = tokenizer.apply_chat_template([template_message(m) for m in messages],
+                                         add_generation_prompt=add_generation_prompt,
+                                         enable_thinking=enable_thinking, tokenize=False, **extra)
     return text if enable_thinking else keep_empty_blocks(text, messages)
+
+
+def template_message(message: dict) -> dict:
+    """``message`` as templates read it: a call's arguments as an object (OpenAI sends JSON text; Qwen3's
+    template writes an object as JSON, Qwen3-Coder's walks its items)."""
+    if not message.get("tool_calls"):
+        return message
+    calls = []
+    for call in message["tool_calls"]:
+        function = dict(call.get("function", call))
+        if isinstance(function.get("arguments"), str):
+            try:
+                function["arguments"] = json.loads(function["arguments"])
+            except ValueError:
+                raise PromptError(f"A tool call's arguments are not JSON: {function['arguments']!r}") from None
+        calls.append({**call, "function": function} if "function" in call else function)
+    return {**message, "tool_calls": calls}
