@@ -7,7 +7,8 @@ chat window's process can import the pure parts (errors, locks, salvage) without
 import importlib
 
 _EXPORTS = {"ChatSession": "sessions.chat_session", "SessionStore": "sessions.store",
-            "SessionFileError": "sessions.errors", "Message": "sessions.messages"}
+            "SessionFileError": "sessions.errors", "Message": "sessions.messages",
+            "Reply": "sessions.reply", "function_tool": "sessions.tools"}
 __all__ = sorted(_EXPORTS)
 
 

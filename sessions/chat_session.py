@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +18,9 @@ from mlxcore.think_blocks import EMPTY, close_open_block
 from mlxcore.batching.local import LocalBatch
 from sessions.batched_turn import Alternatives, BatchedTurn
 from sessions.messages import Message
+from sessions.reply import Reply
 from sessions.titles import shown_title
+from sessions.tools import Toolbox, ToolSpec
 
 if TYPE_CHECKING:
     from sessions.file_append import FileMark
@@ -34,11 +36,23 @@ class ChatSession:
     A turn the engine refuses (``PromptError``: too long, empty) leaves the
     history as it was before the turn. A turn that ends before its first token
     (stopped during prefill, or an error) adds no assistant message.
+
+    ``tools`` (Python functions or OpenAI function schemas) are offered to the model;
+    ``send`` returns the reply with the calls it made, ``run_tools`` runs them (or
+    every ``send`` does, with ``auto_tools``) and answers with the results, up to
+    ``max_tool_steps`` rounds. Tool turns are kept in the history as the model
+    wrote them (its calls in the reply's text, each result a ``tool`` message).
     """
 
     def __init__(self, engine: Engine, system: str | None = None, params: GenerationParams | None = None,
-                 *, enable_thinking: bool = True, use_draft: bool = True) -> None:
+                 *, enable_thinking: bool = True, use_draft: bool = True, tools: Sequence[ToolSpec] = (),
+                 auto_tools: bool = False, max_tool_steps: int = 8) -> None:
+        if max_tool_steps < 1:
+            raise ValueError(f"max_tool_steps must be at least 1, not {max_tool_steps}")
         self.engine = engine
+        self.toolbox = Toolbox(tools)
+        self.auto_tools = auto_tools
+        self.max_tool_steps = max_tool_steps
         self.params = params or engine.default_params  # the model's recommended sampling
         self.enable_thinking = enable_thinking
         self.use_draft = use_draft and engine.draft_model is not None
@@ -84,15 +98,50 @@ class ChatSession:
         """The prompt's ids, and the text its template put where the reply begins (Qwen3: the empty think
         block when thinking is off), which the reply is stored with: the cache holds it."""
         text = render_chat_text(self.engine.tokenizer, [m.as_dict() for m in self.messages],
-                                enable_thinking=self.enable_thinking)
+                                enable_thinking=self.enable_thinking, tools=self.tool_schemas)
         ids = held_prompt_ids(self.engine.tokenizer, text, self.caches.target.tokens)
         return ids, EMPTY if text.endswith(EMPTY) else ""
 
     # turns ------------------------------------------------------------------------
 
-    def send(self, text: str) -> str:
-        """Add a user message and return the whole reply."""
-        return "".join(self.stream(text))
+    def send(self, text: str) -> Reply:
+        """Add a user message and return the whole reply (with its tool calls); with ``auto_tools``, the reply
+        that follows the calls' results."""
+        reply = Reply.parse("".join(self.stream(text)), self.tool_schemas)
+        return self.run_tools() if self.auto_tools and reply.tool_calls else reply
+
+    # tools ------------------------------------------------------------------------
+
+    @property
+    def tool_schemas(self) -> list[dict] | None:
+        """The tools offered to the model (OpenAI function schemas), or None."""
+        return self.toolbox.schemas or None
+
+    def set_tools(self, tools: Sequence[ToolSpec]) -> None:
+        """Offer these tools from the next turn on (a loaded session gets its functions back this way)."""
+        self.toolbox = Toolbox(tools)
+
+    def last_reply(self) -> Reply | None:
+        """The last assistant message, read as a reply (reasoning, answer, tool calls); None if there is none."""
+        if not self.messages or self.messages[-1].role != "assistant":
+            return None
+        return Reply.parse(self.messages[-1].content, self.tool_schemas)
+
+    def run_tools(self, max_steps: int | None = None) -> Reply:
+        """Run the last reply's tool calls, add their results as ``tool`` messages and let the model go on,
+        until it answers without calls or after ``max_steps`` rounds (default ``max_tool_steps``); the last reply.
+
+        A call to a tool with no Python function, or that raises, gets an error as its result."""
+        reply = self.last_reply()
+        if reply is None:
+            raise PromptError("There is no reply whose tool calls could run.")
+        for _ in range(self.max_tool_steps if max_steps is None else max_steps):
+            if not reply.tool_calls:
+                break
+            before = list(self.messages)
+            self.messages += [Message("tool", self.toolbox.run(call)) for call in reply.tool_calls]
+            reply = Reply.parse("".join(self._reply(before)), self.tool_schemas)
+        return reply
 
     def stream(self, text: str) -> Iterator[str]:
         """Add a user message and yield the reply's text as it is generated.
@@ -213,7 +262,7 @@ class ChatSession:
         if self.engine.kv.kind != "rotating" or self.system is None:
             return
         keep = len(render_chat(self.engine.tokenizer, [self.messages[0].as_dict()], enable_thinking=False,
-                               add_generation_prompt=False))
+                               add_generation_prompt=False, tools=self.tool_schemas))
         window = self.caches.target.window.max_size
         if keep >= window:  # it would leave no room for the conversation
             raise SystemPromptTooLongError(f"The system prompt has {keep} tokens and does not fit in the rotating "

@@ -1,0 +1,26 @@
+"""What ``ChatSession.send`` returns: the reply's text, with its reasoning, answer and tool calls apart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mlxcore.reply_parser import ReplyParser
+from mlxcore.tool_calls import ToolCall
+
+
+class Reply(str):
+    """The reply as generated (a ``str``, as ``send`` always returned), with ``reasoning``, ``content`` (the
+    answer, without think block or calls) and ``tool_calls`` read by the reply parser."""
+
+    reasoning: str
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+
+    @classmethod
+    def parse(cls, text: str, tools: Sequence[dict] | None) -> Reply:
+        parser = ReplyParser(tools)
+        parser.feed(text)
+        parser.finish()
+        reply = cls(text)
+        reply.reasoning, reply.content, reply.tool_calls = parser.reasoning, parser.content, tuple(parser.calls)
+        return reply
