@@ -107,6 +107,13 @@ class ServeProcess:
                              max_retries=0,
                              timeout=kwargs.pop("timeout", 60), **kwargs)
 
+    def anthropic(self, **kwargs):
+        """The official ``anthropic`` client on this server (``x-api-key``; ``auth_token=`` sends a bearer key)."""
+        import anthropic
+        if "auth_token" not in kwargs:
+            kwargs.setdefault("api_key", self.api_key or "none")
+        return anthropic.Anthropic(base_url=self.url, max_retries=0, timeout=kwargs.pop("timeout", 60), **kwargs)
+
     def metrics(self) -> dict[str, float]:
         """``/metrics`` as {sample name with labels: value}."""
         key = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}

@@ -1,4 +1,4 @@
-"""`mlxchat serve`: an OpenAI-compatible HTTP server on the continuous-batching scheduler.
+"""`mlxchat serve`: an OpenAI- and Anthropic-compatible HTTP server on the continuous-batching scheduler.
 
 The HTTP side (FastAPI on uvicorn's event loop) never touches MLX: it renders
 and tokenizes prompts, submits ``Request``s to the ``BatchWorker`` and relays the
@@ -17,6 +17,8 @@ thread (``worker.call``).
 - ``replies.py``: OpenAI's response and chunk objects.
 - ``streaming.py``: server-sent events.
 - ``routes_generate.py``, ``routes_info.py``, ``routes_sessions.py``: the endpoints.
+- ``routes_anthropic.py``: Anthropic's Messages API, translated into chat requests at the edge
+  (``anthropic_schemas.py``, ``anthropic_translate.py``, ``anthropic_replies.py``, ``anthropic_stream.py``).
 - ``session_jobs.py``: session save/restore on the engine thread.
 - ``middleware.py``: API key, body limit, one log line per request.
 - ``errors.py``: OpenAI-style errors and statuses.

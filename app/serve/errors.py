@@ -1,4 +1,5 @@
-"""Errors as OpenAI's API returns them: a status and ``{"error": {"message", "type", "param", "code"}}``.
+"""Errors as OpenAI's API returns them: a status and ``{"error": {"message", "type", "param", "code"}}``
+(on Anthropic's Messages paths, as Anthropic's API does: ``{"type": "error", "error": {"type", "message"}}``).
 
 Every failure a client can meet ends here with a status that says whose fault it
 is and a message that says what to do: 400 for a request we cannot serve
@@ -26,6 +27,13 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_f
           405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
           429: "rate_limit_error", 500: "server_error", 503: "service_unavailable"}
 
+# Anthropic's: our 429 (the queue is full) is its 529 "overloaded", which its clients retry after a pause
+ANTHROPIC_PATH = "/v1/messages"
+OVERLOADED = 529
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error",
+                    413: "request_too_large", 500: "api_error", 503: "api_error", OVERLOADED: "overloaded_error"}
+
 
 class APIError(Exception):
     """A reply with ``status`` and an OpenAI-style error body; ``retry_after`` adds that header (seconds)."""
@@ -41,8 +49,20 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": _TYPES.get(self.status, "error"),
                           "param": self.param, "code": self.code}}
 
-    def response(self) -> JSONResponse:
+    def anthropic_body(self) -> dict:
+        """Anthropic's shape, for its Messages endpoints: ``{"type": "error", "error": {"type", "message"}}``."""
+        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(self.anthropic_status, "api_error"),
+                                           "message": self.message}}
+
+    @property
+    def anthropic_status(self) -> int:
+        return OVERLOADED if self.status == 429 else self.status
+
+    def response(self, path: str = "") -> JSONResponse:
+        """The reply, in Anthropic's shape and statuses on its paths (``path``), else in OpenAI's."""
         retry = {"Retry-After": str(max(1, math.ceil(self.retry_after)))} if self.retry_after else {}
+        if path.startswith(ANTHROPIC_PATH):
+            return JSONResponse(self.anthropic_body(), status_code=self.anthropic_status, headers=self.headers | retry)
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers | retry)
 
 
@@ -82,7 +102,7 @@ def validation_error(error: RequestValidationError) -> APIError:
 def _reply(request: Request, error: APIError) -> JSONResponse:
     """The error's response; its message also ends the request's log line."""
     request.scope.setdefault("state", {})["summary"] = f"error={error.message!r}"
-    return error.response()
+    return error.response(request.url.path)
 
 
 def install_handlers(app: FastAPI) -> None:

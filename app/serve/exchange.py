@@ -1,7 +1,9 @@
 """One request in flight: its handles, the choices being built, its timing, and what it leaves behind.
 
 ``Exchange.open`` submits the request (all of its ``n`` choices, sharing the
-prompt's blocks); ``finish`` observes the latencies into the metrics and writes
+prompt's blocks), ``open_chat`` a chat request as the chat endpoint and
+Anthropic's Messages endpoint build it; ``wait`` follows a reply that is not
+streamed; ``finish`` observes the latencies into the metrics and writes
 the request's log summary, whether it ended, failed or its client left.
 """
 
@@ -9,12 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from starlette.requests import Request as HTTPRequest
+
 from app.serve.choices import ChoiceState, usage
+from app.serve.errors import APIError
+from app.serve.prompts import chat_request
 from app.serve.replies import ReplyHeader
-from app.serve.running import ReplyClock, shutting_down, submit
+from app.serve.running import ReplyClock, reply_unless_gone, shutting_down, submit
+from app.serve.schemas import ChatCompletionRequest
 from app.serve.state import ServerState
 from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.request import Request
+
+CLIENT_GONE = 499  # nginx's status for a client that closed the connection first (nothing is sent)
 
 
 @dataclass
@@ -42,6 +51,22 @@ class Exchange:
     def usage(self) -> dict:
         return usage(self.choices, self.prompt_tokens)
 
+    async def wait(self, state: ServerState, request: HTTPRequest) -> bool:
+        """Follow every choice to its end; False (all cancelled) if the client left first. A reply cut by
+        the server's shutdown is an error (503), not a partial reply."""
+        outcome = "client gone"
+        try:
+            done = await reply_unless_gone(request, self.handles, self.choices, self.clock)
+            outcome = None if done else outcome
+            if done and state.stopping.is_set() and any(c.finish_reason == "cancelled" for c in self.choices):
+                raise shutting_down()
+            return done
+        except APIError as error:  # the engine refused the request, or failed while it ran
+            outcome = f"error {error.status}"
+            raise
+        finally:
+            self.finish(state, request.scope.setdefault("state", {}), outcome)
+
     def finish(self, state: ServerState, scope_state: dict, outcome: str | None = None) -> None:
         """Record latencies and the log summary; ``outcome`` overrides the finish reasons ("client gone")."""
         state.metrics.observe_reply(self.clock)
@@ -51,3 +76,11 @@ class Exchange:
         prompt, cached = used["prompt_tokens"], used["prompt_tokens_details"]["cached_tokens"]
         scope_state["summary"] = (f"prompt={prompt} cached={cached} completion={used['completion_tokens']} "
                                   f"ttft={ttft} finish={reasons}" + (f" user={self.user!r}" if self.user else ""))
+
+
+async def open_chat(state: ServerState, body: ChatCompletionRequest) -> tuple[Exchange, bool]:
+    """``body`` checked, built with the model's chat template and submitted; and whether the model thinks first."""
+    state.check_model(body.model)
+    thinking = body.thinking(state.settings.thinking)
+    scheduled = await chat_request(body, state.tokens, state.model, thinking=thinking, system=state.settings.system)
+    return Exchange.open(state, scheduled, kind="chat", n=body.n, split=True, user=body.user), thinking

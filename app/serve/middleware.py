@@ -1,5 +1,5 @@
-"""What every HTTP request passes through: the API key (401), a stalled body (408), the body limit (413), one
-log line, counters.
+"""What every HTTP request passes through: the API key (401; as a bearer token or Anthropic's ``x-api-key``), a
+stalled body (408), the body limit (413), one log line, counters.
 
 A plain ASGI middleware rather than Starlette's ``BaseHTTPMiddleware``, which
 would wrap ``receive`` and hide a client's disconnect from the routes.
@@ -57,7 +57,7 @@ class ServeMiddleware:
             if refusal is not None:
                 if not await _drain(timed):
                     refusal.headers |= CLOSE
-                await refusal.response()(scope, receive, sent)
+                await refusal.response(scope["path"])(scope, receive, sent)
             else:
                 await self.app(scope, self._limited(timed), sent)
         finally:
@@ -66,14 +66,12 @@ class ServeMiddleware:
     def _refusal(self, scope: Scope) -> APIError | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         if self.api_key is not None and scope["path"] not in OPEN_PATHS:
-            given = headers.get("authorization", "")
+            given = _keys(headers)
             ask = {"WWW-Authenticate": "Bearer"}  # which scheme to retry with (RFC 9110 section 11.6.1)
             if not given:
-                return APIError(401, "Missing API key: send it as 'Authorization: Bearer KEY'.", code="no_api_key",
-                                headers=ask)
-            scheme, _, key = given.partition(" ")
-            if scheme.lower() != BEARER or not hmac.compare_digest(key.strip().encode("latin-1"),
-                                                                   self.api_key.encode()):
+                return APIError(401, "Missing API key: send it as 'Authorization: Bearer KEY' (or 'x-api-key: "
+                                     "KEY').", code="no_api_key", headers=ask)
+            if not any(hmac.compare_digest(key.encode("latin-1"), self.api_key.encode()) for key in given):
                 return APIError(401, "Wrong API key.", code="invalid_api_key", headers=ask)
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_body_bytes:
@@ -107,6 +105,16 @@ class ServeMiddleware:
         summary = scope["state"].get("summary", "")
         log.info("%s %s %s %d %.3fs%s", client[0], scope["method"], scope["path"], status, seconds,
                  f" {summary}" if summary else "")
+
+
+def _keys(headers: dict[str, str]) -> list[str]:
+    """The keys a request presents: OpenAI's clients send 'Authorization: Bearer KEY', Anthropic's 'x-api-key:
+    KEY' (or the bearer form, as Claude Code does with ANTHROPIC_AUTH_TOKEN). Another scheme presents ''."""
+    keys = [headers["x-api-key"].strip()] if "x-api-key" in headers else []
+    if headers.get("authorization"):
+        scheme, _, key = headers["authorization"].partition(" ")
+        keys.append(key.strip() if scheme.lower() == BEARER else "")
+    return keys
 
 
 async def _drain(receive: Receive, limit: int = DRAIN_BYTES) -> bool:

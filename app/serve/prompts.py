@@ -78,9 +78,10 @@ def with_empty_blocks(messages: list[dict]) -> list[dict]:
             if m["role"] == "assistant" and not m["content"].lstrip().startswith(OPEN) else m for m in messages]
 
 
-async def chat_request(body: ChatCompletionRequest, tokens: Tokenizing, model: ModelInfo, *, thinking: bool,
-                       system: str | None = None) -> Request:
-    """The conversation rendered with the model's chat template (thinking on or off), for one reply."""
+async def chat_prompt_ids(body: ChatCompletionRequest, tokens: Tokenizing, model: ModelInfo, *, thinking: bool,
+                          system: str | None = None) -> list[int]:
+    """The conversation rendered with the model's chat template (thinking on or off) and tokenized, ready for
+    the reply; what Anthropic's ``count_tokens`` counts too."""
     messages = with_system([message.as_dict() for message in body.messages], system)
     if not thinking:
         messages = with_empty_blocks(messages)
@@ -88,7 +89,13 @@ async def chat_request(body: ChatCompletionRequest, tokens: Tokenizing, model: M
         text = await tokens.chat_text(messages, thinking)
     except PromptError as error:
         raise APIError(400, str(error), param="messages") from None
-    ids = await prompt_ids(text, tokens, model, "messages")
+    return await prompt_ids(text, tokens, model, "messages")
+
+
+async def chat_request(body: ChatCompletionRequest, tokens: Tokenizing, model: ModelInfo, *, thinking: bool,
+                       system: str | None = None) -> Request:
+    """The scheduler's request for one reply to the conversation (``chat_prompt_ids``)."""
+    ids = await chat_prompt_ids(body, tokens, model, thinking=thinking, system=system)
     params = generation_params(body, model.default_params, body.reply_cap)
     return scheduler_request(body, ids, params, (body.top_logprobs or 0) if body.logprobs else 0, model)
 

@@ -1,5 +1,9 @@
 """Server-sent events for ``"stream": true``: one chunk per token of each choice, then ``[DONE]``.
 
+``relay`` is the one loop of every stream (OpenAI's here, Anthropic's in
+``anthropic_stream.py``): it feeds the choices and cancels them when the stream
+ends, however it ends; a ``Frames`` object spells the events of one API.
+
 Chat streams begin with the assistant role, send the reasoning as
 ``reasoning_content`` deltas and the answer as ``content`` deltas, and end each
 choice with its finish reason; with ``stream_options.include_usage`` a last chunk
@@ -16,12 +20,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import AppStatus
 
 from app.serve.choices import ChoiceState, Delta
-from app.serve.errors import from_engine_error
+from app.serve.errors import APIError, from_engine_error
 from app.serve.exchange import Exchange
 from app.serve.replies import chat_chunk, chat_role_chunk, completion_chunk, usage_chunk
 from app.serve.running import cancel_all, merged
@@ -32,32 +38,66 @@ Chunk = Callable[[ChoiceState, Delta], dict]
 AppStatus.disable_automatic_graceful_drain()  # see the module docstring: we end streams ourselves
 
 
-def event(obj: dict | str) -> bytes:
-    """One server-sent event, encoded here: sse-starlette passes bytes through (per token, that saves work)."""
+def event(obj: dict | str, name: str | None = None) -> bytes:
+    """One server-sent event (``name``: its ``event:`` line), encoded here: sse-starlette passes bytes through
+    (per token, that saves work)."""
     data = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    return f"data: {data}\r\n\r\n".encode()
+    head = f"event: {name}\r\n" if name else ""
+    return f"{head}data: {data}\r\n\r\n".encode()
 
 
-async def _events(state: ServerState, exchange: Exchange, scope_state: dict, chunk: Chunk, *,
-                  opening: list[dict], include_usage: bool, keep_empty: bool) -> AsyncIterator[bytes]:
-    """The stream's events: ``opening``, a chunk per delta, the usage, ``[DONE]``."""
+class Frames(Protocol):
+    """How one API spells a stream: what comes first, the events of each delta, the end, a failure."""
+
+    def opening(self) -> list[bytes]: ...
+
+    def delta(self, choice: ChoiceState, delta: Delta) -> list[bytes]: ...
+
+    def closing(self) -> list[bytes]: ...
+
+    def failure(self, error: APIError) -> bytes: ...
+
+
+@dataclass
+class OpenAIFrames:
+    """OpenAI's stream: ``first`` chunks, a chunk per delta (``keep_empty``: also one that adds only a logprob),
+    the usage chunk when asked for (``usage``), ``[DONE]``."""
+
+    chunk: Chunk
+    first: list[dict]
+    usage: Callable[[], dict] | None
+    keep_empty: bool
+
+    def opening(self) -> list[bytes]:
+        return [event(chunk) for chunk in self.first]
+
+    def delta(self, choice: ChoiceState, delta: Delta) -> list[bytes]:
+        return [event(self.chunk(choice, delta))] if not delta.empty or self.keep_empty else []
+
+    def closing(self) -> list[bytes]:
+        return ([event(self.usage())] if self.usage else []) + [event("[DONE]")]
+
+    def failure(self, error: APIError) -> bytes:
+        return event(error.body())
+
+
+async def relay(state: ServerState, exchange: Exchange, scope_state: dict, frames: Frames) -> AsyncIterator[bytes]:
+    """The stream's events, spelled by ``frames``; whatever ends it, its choices end and it is logged."""
     outcome = "client gone"
     try:
-        for first in opening:
-            yield event(first)
+        for first in frames.opening():
+            yield first
         async for index, item in merged(exchange.handles):
             exchange.clock.tick(index, item)
             choice = exchange.choices[index]
-            delta = choice.feed(item)
-            if not delta.empty or keep_empty:
-                yield event(chunk(choice, delta))
-        if include_usage:
-            yield event(usage_chunk(exchange.header, exchange.usage()))
-        outcome = None
-        yield event("[DONE]")
+            for frame in frames.delta(choice, choice.feed(item)):
+                yield frame
+        closing, outcome = frames.closing(), None
+        for last in closing:
+            yield last
     except RequestFailedError as error:
         outcome = "engine failed"
-        yield event(from_engine_error(error).body())
+        yield frames.failure(from_engine_error(error))
     finally:
         cancel_all(exchange.handles)  # a no-op for choices that ended
         exchange.finish(state, scope_state, outcome)
@@ -71,8 +111,8 @@ def chat_stream(state: ServerState, exchange: Exchange, scope_state: dict, *, lo
         return chat_chunk(exchange.header, choice.index, delta, text_of=text_of, usage_field=include_usage)
 
     opening = [chat_role_chunk(exchange.header, c.index, include_usage) for c in exchange.choices]
-    return _response(state, _events(state, exchange, scope_state, chunk, opening=opening,
-                                    include_usage=include_usage, keep_empty=logprobs))
+    frames = OpenAIFrames(chunk, opening, _usage(exchange, include_usage), keep_empty=logprobs)
+    return sse_response(state, relay(state, exchange, scope_state, frames))
 
 
 def completion_stream(state: ServerState, exchange: Exchange, scope_state: dict, *, logprobs: bool,
@@ -84,11 +124,15 @@ def completion_stream(state: ServerState, exchange: Exchange, scope_state: dict,
         return completion_chunk(exchange.header, choice.index, delta, text_of=text_of, usage_field=include_usage,
                                 offset=offset)
 
-    return _response(state, _events(state, exchange, scope_state, chunk, opening=[], include_usage=include_usage,
-                                    keep_empty=logprobs))
+    frames = OpenAIFrames(chunk, [], _usage(exchange, include_usage), keep_empty=logprobs)
+    return sse_response(state, relay(state, exchange, scope_state, frames))
 
 
-def _response(state: ServerState, events: AsyncIterator[bytes]) -> EventSourceResponse:
+def _usage(exchange: Exchange, include_usage: bool) -> Callable[[], dict] | None:
+    return (lambda: usage_chunk(exchange.header, exchange.usage())) if include_usage else None
+
+
+def sse_response(state: ServerState, events: AsyncIterator[bytes]) -> EventSourceResponse:
     # sse-starlette's pings (a comment line every 15 s) keep a proxy from closing a stream that waits in the queue.
     # A client that takes nothing for --stall-timeout is closed (its choices cancelled, with ``finally``), even
     # one whose reply is done: what waits to be sent is held no longer than that.

@@ -1,0 +1,134 @@
+"""The request bodies of Anthropic's Messages API, as pydantic models.
+
+As in ``schemas.py``, unknown fields and loose types are a 400 that names the
+field. Content given as a plain string is taken as one text block, so that a
+wrong block is reported at its own place (``messages.0.content.1.type``), not
+as a string that was expected. ``tool_use`` and ``tool_result`` blocks, ``tools``
+and ``tool_choice`` are parsed here so that the translation can refuse them
+with a clear sentence (and take them once serve has a tool-call parser).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, model_validator
+
+from app.serve.schemas import MAX_STOP_CHARS, MAX_STOP_STRINGS, Strict, Text, unicode_text
+
+
+def _as_blocks(content: object) -> object:
+    """A string is one text block: Anthropic takes both spellings."""
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+class CacheControl(Strict):
+    """Accepted and ignored: the prefix cache finds every shared prefix by itself."""
+
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] | None = None
+
+
+class TextBlock(Strict):
+    type: Literal["text"]
+    text: Text
+    cache_control: CacheControl | None = None
+    citations: list[dict] | None = None  # sources of a reply's text: nothing the model reads
+
+    @model_validator(mode="after")
+    def _no_citations(self) -> TextBlock:
+        if self.citations:
+            raise ValueError("citations are not supported: send the text only")
+        return self
+
+
+class ThinkingBlock(Strict):
+    """An earlier reply's reasoning (Qwen3's think block)."""
+
+    type: Literal["thinking"]
+    thinking: Text
+    signature: str | None = None  # ours are empty: there is nothing to verify
+
+
+class ToolUseBlock(Strict):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict
+    cache_control: CacheControl | None = None
+
+
+class ToolResultBlock(Strict):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str | list[dict] | None = None
+    is_error: bool | None = None
+    cache_control: CacheControl | None = None
+
+
+Block = Annotated[TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
+
+
+class Message(Strict):
+    role: Literal["user", "assistant"]
+    content: Annotated[list[Block], BeforeValidator(_as_blocks)]
+
+
+class ThinkingConfig(Strict):
+    """Qwen3 thinks first (``enabled``, ``adaptive``) or not. The budget is not enforced: ``max_tokens`` bounds
+    the reasoning and the answer together, as Anthropic's API counts them."""
+
+    type: Literal["enabled", "adaptive", "disabled"]
+    budget_tokens: int | None = Field(None, ge=1)
+    display: Literal["summarized"] | None = None  # "omitted" (a signature without the text) is not offered
+
+
+class OutputConfig(Strict):
+    """``effort`` is accepted and ignored (a hint to Claude models); ``format`` (structured output) is refused."""
+
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: dict | None = None
+
+    @model_validator(mode="after")
+    def _no_format(self) -> OutputConfig:
+        if self.format is not None:
+            raise ValueError("format is not supported: mlxchat serve has no constrained decoding yet")
+        return self
+
+
+class ToolChoice(Strict):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class Metadata(Strict):
+    user_id: str | None = None  # accepted and ignored
+
+
+StopSequence = Annotated[str, StringConstraints(min_length=1, max_length=MAX_STOP_CHARS), AfterValidator(unicode_text)]
+
+
+class MessagesPrompt(Strict):
+    """What both endpoints render into a prompt; ``POST /v1/messages/count_tokens`` takes only this."""
+
+    model: Text
+    messages: list[Message] = Field(min_length=1)
+    system: Annotated[list[TextBlock], BeforeValidator(_as_blocks)] | None = None
+    thinking: ThinkingConfig | None = None  # None: the server's default (--no-think), as the chat endpoint's
+    tools: list[dict] | None = None
+    tool_choice: ToolChoice | None = None
+
+
+class MessagesRequest(MessagesPrompt):
+    """``POST /v1/messages``."""
+
+    max_tokens: int = Field(ge=1)  # required, as Anthropic's API requires it
+    temperature: float | None = Field(None, ge=0, le=1)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    stop_sequences: list[StopSequence] | None = Field(None, max_length=MAX_STOP_STRINGS)
+    stream: bool = False
+    metadata: Metadata | None = None
+    cache_control: CacheControl | None = None
+    output_config: OutputConfig | None = None

@@ -1,0 +1,82 @@
+"""Anthropic's Messages API when things go wrong: a client that leaves, an engine that fails mid-stream, a full
+queue. A real server whose steps are slowed (tests/serve_slow_server.py), as in test_serve_disconnect.py and
+test_serve_engine_failure.py, so that a reply is still under way when the test acts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import anthropic
+import pytest
+
+from serve_process import MODEL, ServeProcess, poll_until
+
+QUESTION = [{"role": "user", "content": "What is 347 + 589?"}]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve-anthropic-faults")
+    fault = tmp / "fail-now"
+    with ServeProcess(tmp, "--max-running", "1", "--max-waiting", "1", script="serve_slow_server.py",
+                      env={"MLXCHAT_TEST_STEP_SECONDS": "0.05", "MLXCHAT_TEST_FAULT_FILE": str(fault)}) as server:
+        yield server, fault
+
+
+def test_closing_a_stream_cancels_it_and_frees_its_blocks(slow):
+    server, _ = slow
+    before = server.metrics()
+    stream = server.anthropic().messages.create(model=MODEL, max_tokens=500, messages=QUESTION, stream=True)
+    deltas = 0
+    for item in stream:
+        deltas += item.type == "content_block_delta"
+        if deltas == 5:
+            break
+    assert server.metrics()["mlxchat_pool_used_blocks"] > before["mlxchat_pool_used_blocks"], "it holds blocks"
+    stream.close()
+    gone = time.monotonic()
+
+    def freed() -> bool:
+        now = server.metrics()
+        return now["mlxchat_requests_cancelled_total"] == before["mlxchat_requests_cancelled_total"] + 1 and \
+            now["mlxchat_pool_used_blocks"] == before["mlxchat_pool_used_blocks"]
+    poll_until(freed, limit=5)
+    assert time.monotonic() - gone < 1.0
+
+
+def test_a_full_queue_is_529_overloaded_with_retry_after(slow):
+    server, _ = slow
+    client = server.anthropic()
+    running = client.messages.create(model=MODEL, max_tokens=60, messages=QUESTION, stream=True)
+    next(iter(running))  # message_start: the request is in
+    waiting: list = []
+    thread = threading.Thread(target=lambda: waiting.append(
+        client.messages.create(model=MODEL, max_tokens=20, messages=QUESTION)))
+    thread.start()
+    poll_until(lambda: server.metrics()["mlxchat_queue_length"] == 1)
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(model=MODEL, max_tokens=20, messages=QUESTION)
+    assert caught.value.status_code == 529 and int(caught.value.response.headers["retry-after"]) >= 1
+    assert caught.value.body["error"]["type"] == "overloaded_error", caught.value.body
+    events = list(running)
+    thread.join(timeout=60)
+    assert events[-1].type == "message_stop" and waiting and waiting[0].stop_reason in ("end_turn", "max_tokens")
+
+
+def test_an_engine_failure_mid_stream_is_an_error_event(slow):
+    server, fault = slow
+    stream = server.anthropic().messages.create(model=MODEL, max_tokens=500, messages=QUESTION, stream=True)
+    events = iter(stream)
+    next(events)
+    fault.write_text("once")
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        for _ in events:
+            pass
+    assert caught.value.body["type"] == "error" and caught.value.body["error"]["type"] == "api_error"
+    assert "injected engine fault" in caught.value.body["error"]["message"]
+    reply = server.anthropic().messages.create(model=MODEL, max_tokens=5, messages=QUESTION)
+    assert reply.usage.output_tokens == 5, "the engine goes on"
