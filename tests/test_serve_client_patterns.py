@@ -64,7 +64,6 @@ def test_the_sdk_multi_turn_pattern_with_thinking_reuses_the_cache(server, sent_
 
 
 @pytest.mark.parametrize("field, value", [
-    ("tool_calls", [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]),
     ("function_call", {"name": "f", "arguments": "{}"}),
     ("audio", {"id": "a1"}),
     ("refusal", "I cannot help with that."),

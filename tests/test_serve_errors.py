@@ -58,8 +58,8 @@ def test_wrong_type_or_range_is_400_naming_the_field(server, field, value, words
 
 
 def test_unsupported_fields_are_400_never_ignored(server):
-    error = refused(lambda: chat(server, tools=[{"type": "function", "function": {"name": "f"}}]), 400)
-    assert error["param"] == "tools" and "Unsupported field 'tools'" in error["message"]
+    error = refused(lambda: chat(server, extra_body={"functions": [{"name": "f"}]}), 400)  # tools' old form
+    assert error["param"] == "functions" and "Unsupported field 'functions'" in error["message"]
     error = refused(lambda: chat(server, messages=[{"role": "user", "content": "hi", "name": "ada"}]), 400)
     assert error["param"] == "messages.0.name"
     error = refused(lambda: chat(server, frequency_penalty=0.5), 400)

@@ -1,4 +1,5 @@
-"""One choice of a reply as its events arrive: its text split into reasoning and answer, logprobs, finish.
+"""One choice of a reply as its events arrive: its text split into reasoning, answer and tool calls (the one
+reply parser, ``mlxcore.reply_parser``), logprobs, finish.
 
 ``ChoiceState.feed(event)`` returns what the event adds (a ``Delta``), which a
 stream sends at once; the state keeps the sums, which a non-streaming reply
@@ -12,7 +13,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from mlxcore.events import Event, FinalEvent, TokenEvent
-from sessions.thinking import ThinkingSplitter
+from mlxcore.reply_parser import CallDelta, ParsedDelta, ReplyParser
+from mlxcore.tool_calls import ToolCall
 
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "cancelled"}
 
@@ -33,16 +35,18 @@ class Delta:
     reasoning: str = ""
     content: str = ""
     logprob: TokenLogprob | None = None
-    finish_reason: str | None = None  # OpenAI's: "stop" or "length"
+    finish_reason: str | None = None  # OpenAI's: "stop", "length" or "tool_calls"
+    tool_calls: tuple[CallDelta, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.reasoning or self.content or self.logprob or self.finish_reason)
+        return not (self.reasoning or self.content or self.logprob or self.finish_reason or self.tool_calls)
 
 
 @dataclass
 class ChoiceState:
-    """The sums of one choice so far; ``split`` is off for the completions endpoint (raw text).
+    """The sums of one choice so far; ``split`` is off for the completions endpoint (raw text); ``tools``: the
+    tools offered, whose calls are read from the reply (None: ``<tool_call>`` is text).
 
     Text that may be the start of a stop string is held back until the next tokens
     show it is not (the engine's deltas carry it; its final text is cut before the
@@ -58,13 +62,19 @@ class ChoiceState:
     tokens: int = 0
     finish_reason: str | None = None
     final: FinalEvent | None = None
+    tools: list[dict] | None = None
     _raw: str = ""  # the reply's text as the engine's deltas spell it
     _sent: int = 0  # how much of it went out
-    _splitter: ThinkingSplitter = field(default_factory=ThinkingSplitter)
+    _parser: ReplyParser = field(init=False)
     _tails: StopTails = field(init=False)
 
     def __post_init__(self) -> None:
         self._tails = StopTails(self.stops)
+        self._parser = ReplyParser(self.tools)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return self._parser.calls
 
     def feed(self, event: Event) -> Delta:
         if isinstance(event, TokenEvent):
@@ -72,15 +82,18 @@ class ChoiceState:
             entry = TokenLogprob(event.token, event.logprob, event.top_logprobs)
             self.logprobs.append(entry)
             self._raw += event.text
-            return self._add(*self._split(self._release(self._tails.feed(event.text))), logprob=entry)
+            return self._add(self._split(self._release(self._tails.feed(event.text))), logprob=entry)
         self.final = event
-        self.finish_reason = FINISH_REASONS.get(event.finish_reason, "stop")
         self._raw = event.text if event.finish_reason == "stop" else self._raw
-        reasoning, content = self._split(self._release(0))
+        parsed = self._split(self._release(0))
         if self.split:
-            more = self._splitter.finish()
-            reasoning, content = reasoning + more[0], content + more[1]
-        return self._add(reasoning, content, finish=self.finish_reason)
+            more = self._parser.finish()
+            parsed = ParsedDelta(parsed.reasoning + more.reasoning, parsed.content + more.content,
+                                 parsed.calls + more.calls)
+        self.finish_reason = FINISH_REASONS.get(event.finish_reason, "stop")
+        if self.tool_calls and self.finish_reason == "stop":
+            self.finish_reason = "tool_calls"
+        return self._add(parsed, finish=self.finish_reason)
 
     def _release(self, hold: int) -> str:
         """The text not sent yet, but the last ``hold`` characters."""
@@ -88,14 +101,13 @@ class ChoiceState:
         text, self._sent = self._raw[self._sent:end], end
         return text
 
-    def _split(self, text: str) -> tuple[str, str]:
-        return self._splitter.feed(text) if self.split else ("", text)
+    def _split(self, text: str) -> ParsedDelta:
+        return self._parser.feed(text) if self.split else ParsedDelta(content=text)
 
-    def _add(self, reasoning: str, content: str, *, logprob: TokenLogprob | None = None,
-             finish: str | None = None) -> Delta:
-        self.reasoning += reasoning
-        self.content += content
-        return Delta(reasoning, content, logprob, finish)
+    def _add(self, parsed: ParsedDelta, *, logprob: TokenLogprob | None = None, finish: str | None = None) -> Delta:
+        self.reasoning += parsed.reasoning
+        self.content += parsed.content
+        return Delta(parsed.reasoning, parsed.content, logprob, finish, parsed.calls)
 
 
 class StopTails:

@@ -39,14 +39,14 @@ class Exchange:
 
     @classmethod
     def open(cls, state: ServerState, request: Request, *, kind: str, n: int, split: bool,
-             user: str | None) -> Exchange:
+             user: str | None, tools: list[dict] | None = None) -> Exchange:
         if state.stopping.is_set():  # a kept-alive connection's request after SIGTERM
             raise shutting_down()
         clock = ReplyClock()  # started before submitting: the TTFT includes the queue
         handles = submit(state.worker, request, n)
         stops = request.params.stop
-        return cls(ReplyHeader(kind, state.model.id), handles, [ChoiceState(i, split, stops) for i in range(n)],
-                   len(request.prompt_ids), user, clock)
+        choices = [ChoiceState(i, split, stops, tools=tools) for i in range(n)]
+        return cls(ReplyHeader(kind, state.model.id), handles, choices, len(request.prompt_ids), user, clock)
 
     def usage(self) -> dict:
         return usage(self.choices, self.prompt_tokens)
@@ -83,4 +83,5 @@ async def open_chat(state: ServerState, body: ChatCompletionRequest) -> tuple[Ex
     state.check_model(body.model)
     thinking = body.thinking(state.settings.thinking)
     scheduled = await chat_request(body, state.tokens, state.model, thinking=thinking, system=state.settings.system)
-    return Exchange.open(state, scheduled, kind="chat", n=body.n, split=True, user=body.user), thinking
+    return Exchange.open(state, scheduled, kind="chat", n=body.n, split=True, user=body.user,
+                         tools=body.offered_tools), thinking

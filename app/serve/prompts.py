@@ -86,7 +86,7 @@ async def chat_prompt_ids(body: ChatCompletionRequest, tokens: Tokenizing, model
     if not thinking:
         messages = with_empty_blocks(messages)
     try:
-        text = await tokens.chat_text(messages, thinking)
+        text = await tokens.chat_text(messages, thinking, tools=body.offered_tools)
     except PromptError as error:
         raise APIError(400, str(error), param="messages") from None
     return await prompt_ids(text, tokens, model, "messages")

@@ -1,7 +1,8 @@
 """The JSON objects OpenAI's API returns, built from ``ChoiceState``s and ``Delta``s.
 
 Chat: ``chat.completion`` and ``chat.completion.chunk``, with the reasoning
-apart from the answer as ``reasoning_content`` (vLLM's convention). Legacy
+apart from the answer as ``reasoning_content`` (vLLM's convention) and the
+tool calls as ``tool_calls`` (streamed: id and name first, then arguments). Legacy
 completions: ``text_completion``, streamed as the same object with deltas.
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.serve.choices import ChoiceState, Delta, TokenLogprob, chat_logprobs, completion_logprobs
+from mlxcore.reply_parser import CallDelta
 
 TextOf = Callable[[int], str]
 
@@ -38,7 +40,20 @@ def chat_message(choice: ChoiceState, thinking: bool) -> dict:
     message = {"role": "assistant", "content": choice.content}
     if thinking:
         message["reasoning_content"] = choice.reasoning or None
+    if choice.tool_calls:
+        message["content"] = choice.content or None  # OpenAI's: no text beside the calls is null
+        message["tool_calls"] = [call.as_dict() for call in choice.tool_calls]
     return message
+
+
+def tool_call_chunks(calls: tuple[CallDelta, ...]) -> list[dict]:
+    """``delta.tool_calls``: a call's index, id, type and name in its first piece; arguments after."""
+    pieces = []
+    for call in calls:
+        function = ({"name": call.name} if call.id is not None else {}) | {"arguments": call.arguments}
+        head = {"id": call.id, "type": "function"} if call.id is not None else {}
+        pieces.append({"index": call.index} | head | {"function": function})
+    return pieces
 
 
 def chat_completion(header: ReplyHeader, choices: list[ChoiceState], usage: dict, *, thinking: bool,
@@ -69,6 +84,8 @@ def chat_chunk(header: ReplyHeader, index: int, delta: Delta, *, text_of: TextOf
         body["reasoning_content"] = delta.reasoning
     if delta.content:
         body["content"] = delta.content
+    if delta.tool_calls:
+        body["tool_calls"] = tool_call_chunks(delta.tool_calls)
     logprobs = chat_logprobs([delta.logprob], text_of) if text_of and delta.logprob else None
     chunk = header.object(chunk=True) | {"choices": [{"index": index, "delta": body, "logprobs": logprobs,
                                                       "finish_reason": delta.finish_reason}]}

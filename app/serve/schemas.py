@@ -4,12 +4,13 @@ Every model forbids fields it does not know (``extra="forbid"``) and is strict
 about types (no "5" for 5), so a field we do not support, a wrong type or an
 out-of-range value is a 400 that names it, never silently ignored. Fields that
 OpenAI's API has but that we cannot honour (``response_format`` JSON modes,
-penalties other than 0, ``echo``) are refused by validators, with a sentence
-that says why.
+penalties other than 0, ``echo``, a ``tool_choice`` that needs a grammar) are
+refused by validators, with a sentence that says why.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Literal
 
@@ -17,6 +18,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstr
                       model_validator)
 
 from mlxcore.think_blocks import thought_reply
+from mlxcore.tool_calls import CALL_CLOSE
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 1_000  # each stop string: a reply is checked against every one of them after each token
@@ -71,6 +73,55 @@ class TextPart(Strict):
     text: str
 
 
+class FunctionSpec(Strict):
+    name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+    description: Text | None = None
+    parameters: dict | None = None  # a JSON schema; the chat template shows it to the model
+    strict: bool | None = None  # OpenAI's: follow the schema exactly (without a grammar, the model is only asked to)
+
+
+class Tool(Strict):
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class FunctionCall(Strict):
+    name: str
+    arguments: str  # JSON text of an object, as OpenAI sends it
+
+    @field_validator("arguments")
+    @classmethod
+    def _object(cls, arguments: str) -> str:
+        try:
+            if isinstance(json.loads(arguments), dict):
+                return arguments
+        except ValueError:
+            pass
+        raise ValueError("a tool call's arguments must be the JSON text of an object")
+
+
+class ToolCallIn(Strict):
+    """A call in an earlier assistant message, as the reply gave it."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+    index: int | None = None  # present when a client gathers a streamed call; nothing to the model
+
+
+class NamedFunction(Strict):
+    name: str
+
+
+class NamedToolChoice(Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+NEEDS_GRAMMAR = ("needs constrained decoding (a grammar that makes the model call a tool), which mlxchat serve "
+                 "does not have yet: use tool_choice 'auto', and say in the prompt which tool to call.")
+
+
 class ChatMessage(Strict):
     """One message; ``developer`` is OpenAI's newer name for ``system``.
 
@@ -81,27 +132,39 @@ class ChatMessage(Strict):
     """
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart]
+    content: str | list[TextPart] | None = None  # None only on an assistant's message that calls tools
     reasoning_content: Text | None = None
     refusal: str | None = None
-    tool_calls: list | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: Text | None = None  # on a tool's result: the call it answers
     function_call: dict | None = None
     audio: dict | None = None
     annotations: list | None = None  # citations of a search: nothing the model needs to read
 
     @field_validator("content")
     @classmethod
-    def _text(cls, content: str | list[TextPart]) -> str | list[TextPart]:
-        unicode_text(content if isinstance(content, str) else "".join(p.text for p in content))
+    def _text(cls, content: str | list[TextPart] | None) -> str | list[TextPart] | None:
+        if content is not None:
+            unicode_text(content if isinstance(content, str) else "".join(p.text for p in content))
         return content
 
-    @field_validator("refusal", "tool_calls", "function_call", "audio")
+    @field_validator("refusal", "function_call", "audio")
     @classmethod
     def _empty(cls, value: object, info: ValidationInfo) -> None:
         if value:
-            raise ValueError(f"{info.field_name} is not supported in messages: mlxchat serve has no tools, "
-                             "audio or refusals yet. Send the reply's content only.")
+            raise ValueError(f"{info.field_name} is not supported in messages: mlxchat serve has no audio, "
+                             "refusals or legacy function_call. Send the reply's content (and tool_calls) only.")
         return None
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("tool_calls belong to assistant messages only.")
+        if self.tool_call_id is not None and self.role != "tool":
+            raise ValueError("tool_call_id belongs to tool messages only.")
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content (only an assistant's tool calls may go without)")
+        return self
 
     @field_validator("reasoning_content")
     @classmethod
@@ -112,10 +175,13 @@ class ChatMessage(Strict):
 
     def as_dict(self) -> dict[str, str]:
         """The message as the chat template takes it; a reply's reasoning in its think block, as generated."""
-        text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or ())
         if self.reasoning_content is not None:
             text = thought_reply(self.reasoning_content, text)
-        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+        message = {"role": "system" if self.role == "developer" else self.role, "content": text}
+        if self.tool_calls:
+            message["tool_calls"] = [call.model_dump(exclude_none=True, exclude={"index"}) for call in self.tool_calls]
+        return message | ({"tool_call_id": self.tool_call_id} if self.tool_call_id is not None else {})
 
 
 class Sampling(Strict):
@@ -179,12 +245,34 @@ class ChatCompletionRequest(Sampling):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     chat_template_kwargs: TemplateKwargs | None = None
     response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # false: the reply ends after its first call (docs/tools.md)
 
     @model_validator(mode="after")
     def _check_chat(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs set to true.")
+        if self.tool_choice is not None and not self.tools and self.tool_choice != "none":
+            raise ValueError("tool_choice needs tools.")
+        if self.tool_choice == "required":
+            raise ValueError(f"tool_choice 'required' {NEEDS_GRAMMAR}")
+        if isinstance(self.tool_choice, NamedToolChoice):
+            raise ValueError(f"tool_choice naming a function {NEEDS_GRAMMAR}")
         return self
+
+    @property
+    def offered_tools(self) -> list[dict] | None:
+        """The tools shown to the model and read back from its reply: none with tool_choice 'none'."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [tool.model_dump(exclude_none=True) for tool in self.tools]
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        """The client's stop strings; with parallel_tool_calls false, also the end of the first call."""
+        one_call = self.offered_tools is not None and self.parallel_tool_calls is False
+        return super().stop_strings + ((CALL_CLOSE,) if one_call else ())
 
     @property
     def reply_cap(self) -> int | None:

@@ -58,12 +58,12 @@ class Tokenizing:
         return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args, **kwargs))
 
     async def chat_text(self, messages: Sequence[dict], enable_thinking: bool,
-                        add_generation_prompt: bool = True) -> str:
+                        add_generation_prompt: bool = True, tools: Sequence[dict] | None = None) -> str:
         """``messages`` rendered by the model's chat template, ready for the reply (``add_generation_prompt``;
-        without it, as a conversation that ends there is cached); ``text_ids`` tokenizes it."""
+        without it, as a conversation that ends there is cached), ``tools`` offered; ``text_ids`` tokenizes it."""
         chars = sum(len(m["content"]) for m in messages)
         return await self._run(chars, render_chat_text, self.tokenizer, messages, enable_thinking=enable_thinking,
-                               add_generation_prompt=add_generation_prompt)
+                               add_generation_prompt=add_generation_prompt, tools=tools)
 
     def fewest_tokens(self, text: str) -> int:
         """A lower bound on the tokens of ``text``, without tokenizing it (0 when the tokenizer gives none)."""
