@@ -14,7 +14,7 @@ import json
 
 import openai
 import pytest
-from serve_process import MODEL, ServeProcess
+from serve_process import MODEL, ServeProcess, http
 
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 7}}\n</tool_call>'
 TWO = ('<think>\nTwo sums, two calls.\n</think>\n\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n'
@@ -126,3 +126,11 @@ def test_tool_messages_with_wrong_fields_are_400s(server):
     for messages in bad:
         with pytest.raises(openai.BadRequestError):
             ask(server, messages)
+
+
+def test_saving_a_session_with_tool_calls_is_a_clear_400_not_a_loss(server):
+    messages = [{"role": "user", "content": "sum"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "3"}]
+    status, _, body = http("POST", f"{server.url}/v1/sessions/calls/save", {"messages": messages})
+    assert status == 400 and "tool calls cannot be saved" in body["error"]["message"]

@@ -120,3 +120,18 @@ def test_tool_turns_survive_save_and_load(engine, tmp_path):
     again.set_tools([add])
     assert again.prompt_ids() == chat.prompt_ids(), "the same prompt, tools included: the cache holds it"
     assert again.last_reply() == "<think>\n\n</think>\n\nThe sum is 19."
+
+
+def test_tool_turns_survive_the_session_store(engine, tmp_path):
+    from sessions.store import SessionStore
+    chat = session(engine)
+    with scripted_model(engine.tokenizer, min(engine.eos_ids), RULES):
+        chat.send("Do two sums")
+        chat.run_tools()
+    store = SessionStore(tmp_path / "sessions")
+    try:
+        info = store.save(chat)
+        again = store.load(info.id, engine)
+    finally:
+        store.close()
+    assert again.history == chat.history and [m.role for m in again.history].count("tool") == 2

@@ -326,6 +326,15 @@ class SessionSaveRequest(Strict):
     chat_template_kwargs: TemplateKwargs | None = None
     title: Title | None = None  # shown in `mlxchat sessions ls`; default: from the first user message
 
+    @field_validator("messages")
+    @classmethod
+    def _no_calls(cls, messages: list[ChatMessage]) -> list[ChatMessage]:
+        # a stored session keeps a reply as the model wrote it; calls sent as tool_calls are not that text yet
+        if any(m.tool_calls for m in messages):
+            raise ValueError("a session with tool calls cannot be saved over HTTP yet (its replies are stored as "
+                             "the model wrote them; sent as tool_calls they would be lost): save it without them")
+        return messages
+
     def thinking(self, default: bool) -> bool:
         """Whether the model thinks first: the request's ``enable_thinking``, else ``default``."""
         asked = self.chat_template_kwargs.enable_thinking if self.chat_template_kwargs else None
