@@ -128,10 +128,10 @@ class ReplyParser:
             self._out.content += before
             self._open_call(lead=text[len(before):at])
             return text[at + len(CALL_OPEN):]
-        keep = _partial_suffix(text, CALL_OPEN)
-        keep += len(text[:len(text) - keep]) - len(text[:len(text) - keep].rstrip())  # hold trailing space too
-        self._out.content += text[:len(text) - keep]
-        self._pending = text[len(text) - keep:]
+        cut = len(text) - _partial_suffix(text, CALL_OPEN)
+        cut = len(text[:cut].rstrip())  # trailing whitespace is held too: a call may follow it
+        self._out.content += text[:cut]
+        self._pending = text[cut:]
         return ""
 
     def _in_call(self, text: str) -> str:

@@ -88,7 +88,7 @@ PIECES = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<", "<t", "</",
 @given(st.lists(st.sampled_from(PIECES), max_size=14).map("".join),
        st.lists(st.integers(min_value=0, max_value=200), max_size=6))
 def test_any_text_at_any_cut_is_kept_whole(text, cuts):
-    """No character is lost or made up: the text shown plus the calls' text is the reply, but layout."""
+    """Any mix of tags, partial tags and calls reads the same fed whole or cut anywhere."""
     whole, _ = parse(text)
     parser, _ = parse(text, cuts)
     assert result(parser) == result(whole)
@@ -154,3 +154,21 @@ def test_arguments_written_as_a_json_string_are_read():
     parser, deltas = parse(text, [5, 30, 41])
     assert json.loads(parser.calls[0].arguments) == {"x": 1}
     assert streamed_calls(deltas)[0][2] == parser.calls[0].arguments
+
+
+def whole_split(text: str) -> tuple[str, str]:
+    """The reference without tools, on the whole text: a leading think block is reasoning, the rest the answer
+    (newlines right after ``</think>`` are layout)."""
+    head = text.lstrip()
+    if not head.startswith("<think>"):
+        return "", text
+    thought, closed, answer = head[len("<think>"):].partition("</think>")
+    return thought, answer.lstrip("\n") if closed else ""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=14).map("".join),
+       st.lists(st.integers(min_value=0, max_value=200), max_size=6))
+def test_without_tools_it_splits_reasoning_from_the_answer_as_the_whole_text_does(text, cuts):
+    parser, _ = parse(text, cuts, tools=None)
+    assert (parser.reasoning, parser.content) == whole_split(text) and parser.calls == []
