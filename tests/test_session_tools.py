@@ -1,7 +1,8 @@
 """ChatSession with tools: schemas from Python functions, calls read from the reply, run, answered, saved.
 
 The model is a tiny random one whose picked tokens are scripted (``scripted_model``):
-asked a question it writes a Qwen3 tool call; shown a tool's result it answers.
+asked a question it writes a Qwen3 tool call; shown a tool's result (a ``tool`` turn in
+the embedded template, a ``<tool_response>`` in Qwen3's) it answers.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ import pytest
 from scripted_model import scripted_model
 from session_kill_helper import tiny_engine
 
+from mlx_lm.tokenizer_utils import load as load_tokenizer
+from tiny_models import tiny_qwen3
+
+from assets import QWEN3_TOKENIZER_DIR
+from mlxcore.engine import Engine, KVConfig
 from mlxcore.params import GenerationParams
 from sessions.chat_session import ChatSession
 from sessions.tools import function_tool
@@ -19,7 +25,8 @@ from sessions.tools import function_tool
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 7}}\n</tool_call>'
 TWO_CALLS = ('Two sums.\n\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n'
              '<tool_call>\n{"name": "add", "arguments": {"a": 3, "b": 4}}\n</tool_call>')
-RULES = [("<|im_start|>tool", "The sum is 19."), ("two", TWO_CALLS), ("loop", CALL), ("", CALL)]
+QWEN3_VOCAB = 151_936
+RULES = [("<|im_start|>tool", "The sum is 19."), ("<tool_response>", "The sum is 19."), ("two", TWO_CALLS), ("loop", CALL), ("", CALL)]
 
 
 def add(a: int, b: int) -> int:
@@ -42,6 +49,16 @@ def engine():
     return tiny_engine("paged", draft=False)
 
 
+@pytest.fixture(scope="module", params=["embedded", "qwen3"])
+def engines(request, engine):
+    """The embedded template (which shows no tools), or Qwen3's own (tools block, ``<tool_response>``) on a tiny
+    random model with Qwen3's vocabulary."""
+    if request.param == "embedded":
+        return engine
+    return Engine(tiny_qwen3(0, vocab_size=QWEN3_VOCAB), load_tokenizer(QWEN3_TOKENIZER_DIR), kv=KVConfig(kind="paged"),
+                  fingerprint="tiny-qwen3-vocab")
+
+
 def session(engine, **kwargs) -> ChatSession:
     return ChatSession(engine, "You can add.", GenerationParams(max_tokens=400), enable_thinking=False,
                        tools=[add], **kwargs)
@@ -59,7 +76,8 @@ def test_a_functions_schema_comes_from_its_hints_and_docstring():
                                         "note": {"type": "string", "nullable": True}}
 
 
-def test_send_returns_the_calls_and_run_tools_answers_with_their_results(engine):
+def test_send_returns_the_calls_and_run_tools_answers_with_their_results(engines):
+    engine = engines
     chat = session(engine)
     with scripted_model(engine.tokenizer, min(engine.eos_ids), RULES):
         reply = chat.send("What is 12 + 7?")
@@ -109,7 +127,8 @@ def test_a_failing_or_unknown_tool_gives_the_model_an_error(engine):
         "Error: add failed: RuntimeError: disk on fire"
 
 
-def test_tool_turns_survive_save_and_load(engine, tmp_path):
+def test_tool_turns_survive_save_and_load(engines, tmp_path):
+    engine = engines
     chat = session(engine)
     with scripted_model(engine.tokenizer, min(engine.eos_ids), RULES):
         chat.send("What is 12 + 7?")
@@ -135,3 +154,17 @@ def test_tool_turns_survive_the_session_store(engine, tmp_path):
     finally:
         store.close()
     assert again.history == chat.history and [m.role for m in again.history].count("tool") == 2
+
+
+def test_the_turn_after_a_tool_call_reuses_the_whole_conversation_from_the_cache(engines):
+    """The reply with its call is stored as the model wrote it, so the next prompt starts with every token the
+    cache holds: only the tool's result and the reply's header are computed."""
+    engine = engines
+    chat = session(engine)
+    with scripted_model(engine.tokenizer, min(engine.eos_ids), RULES):
+        chat.send("What is 12 + 7?")
+        held = list(chat.caches.target.tokens)
+        chat.run_tools()
+    stats = chat.last_stats
+    assert stats.reused_tokens >= len(held) - 1, (stats.reused_tokens, len(held))
+    assert stats.prompt_tokens - stats.reused_tokens < 20
