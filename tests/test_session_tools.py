@@ -26,7 +26,8 @@ CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 7}}\n</tool_cal
 TWO_CALLS = ('Two sums.\n\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n'
              '<tool_call>\n{"name": "add", "arguments": {"a": 3, "b": 4}}\n</tool_call>')
 QWEN3_VOCAB = 151_936
-RULES = [("<|im_start|>tool", "The sum is 19."), ("<tool_response>", "The sum is 19."), ("two", TWO_CALLS), ("loop", CALL), ("", CALL)]
+ANSWER = "The sum is 19."
+RULES = [("<|im_start|>tool", ANSWER), ("<tool_response>", ANSWER), ("two", TWO_CALLS), ("loop", CALL), ("", CALL)]
 
 
 def add(a: int, b: int) -> int:

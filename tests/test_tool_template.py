@@ -36,7 +36,8 @@ def conversation(as_text: bool) -> list[dict]:
              for i, a in enumerate(ARGS)]
     return [{"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "What's the temperature in San Francisco now? And in celsius?"},
-            {"role": "assistant", "content": "", "reasoning_content": "I will call the tool twice.", "tool_calls": calls},
+            {"role": "assistant", "content": "", "reasoning_content": "I will call the tool twice.",
+             "tool_calls": calls},
             {"role": "tool", "tool_call_id": "call_0", "content": '{"temperature": 59.0, "unit": "fahrenheit"}'},
             {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 15.0, "unit": "celsius"}'},
             {"role": "assistant", "content": "It is 59 °F (15 °C) in San Francisco."},
