@@ -16,7 +16,8 @@ from mlxcore.batching.handle import RequestHandle, RequestMetrics
 from mlxcore.caches import Caches
 from mlxcore.sampling import TokenPicker
 from mlxcore.events import FinalEvent, GenerationStats, TokenEvent
-from mlxcore.kv.errors import CacheStateError, PoolExhaustedError
+from mlxcore.kv.errors import PoolExhaustedError
+from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import settle
 from mlxcore.reply_text import ReplyText
@@ -34,7 +35,8 @@ class Live:
         self.picker = TokenPicker(params, self.ids)
         self.reply = ReplyText(tokenizer, eos_ids, params.stop, cap)
         self.caches: Caches | None = None
-        self.speculative = None  # (decoder, token iterator) while it decodes alone with the draft
+        self.speculative: SpeculativeDecoder | None = None  # its rounds, counters and draws, once it drafts
+        self.plain_clock: float | None = None  # when its last plain step alone read a token (drafting pays?)
         self.submitted = submitted
         self.first_token = self.last_token = None
         self.worst_gap = 0.0
@@ -44,10 +46,6 @@ class Live:
         self.admitted_once = False  # its caches were attached once (its prompt counted, its own caches used)
         self.late = False
         self.started_at: float | None = None  # when a step first worked on it
-        self.draft_proposed = self.draft_accepted = 0  # over its speculative spells
-        self.spec_passes = self.spec_tokens = 0  # target passes and tokens of its speculative spells
-        self.accepted_by_position: list[int] = []
-        self.draft_lengths: list[int] = []  # k of each speculative round (0: a plain step within a spell)
 
     @property
     def request_id(self) -> str:
@@ -64,64 +62,34 @@ class Live:
 
     def release(self) -> None:
         """Give the caches back (their full blocks stay cached for a prefix hit)."""
-        self.close_speculative(decoding_on=False)
+        self.settle_caches()
         if self.caches is not None:
             self.caches.release()
             self.caches = None
 
-    def close_speculative(self, decoding_on: bool = True) -> None:
-        """Leave speculative decoding. ``decoding_on``: batched decoding goes on, so the target cache goes
-        back to holding all ids but the last (fed by the next step); else it holds them all."""
-        if self.speculative is None:
+    def settle_caches(self, feed: bool = False) -> None:
+        """The caches hold a prefix of ``ids``: what a round drafted or a step fed past the reply's end (or
+        a pass stopped part way) is trimmed. ``feed``: a reply that drafted also feeds both caches what they
+        lack, so that they hold exactly ``ids`` (the caller's chat goes on from them)."""
+        if self.caches is None:
             return
-        decoder, tokens = self.speculative
-        self.speculative = None
-        c = decoder.counters
-        self.draft_proposed += c.proposed
-        self.draft_accepted += c.accepted
-        self.spec_passes += c.target_passes
-        self.spec_tokens += decoder.reply_tokens
-        self.accepted_by_position = [a + b for a, b in zip(self.accepted_by_position or [0] * len(
-            c.accepted_by_position), c.accepted_by_position)]
-        self.draft_lengths += c.draft_lengths
-        tokens.close()  # settles both caches to hold exactly ``ids``
-        if decoding_on:
-            self.caches.target.trim(1)
-
-    def settle_caches(self) -> None:
-        """After a step stopped part way: the caches hold ``ids``, or a prefix of them when the prompt was
-        being read (speculative decoding feeds both what they lack of the reply)."""
-        self.close_speculative(decoding_on=False)
-        if self.caches is not None:
-            for cache in (self.caches.target, self.caches.draft):
-                if cache is not None:
-                    settle(cache, self.ids)
-
-    def drop_draft(self) -> None:
-        """Give the draft's cache back (its bytes are wanted for the target's): a speculative spell ends as
-        ``leave_draft``; between batched steps only the draft's cache goes."""
-        if self.speculative is not None:
-            self.leave_draft()
-        elif self.caches is not None and self.caches.draft is not None:
-            self.caches.draft.release()
-            self.caches.draft = None
+        decoder = self.speculative if feed else None
+        settle(self.caches.target, self.ids, decoder and decoder.target)
+        draft = self.caches.draft
+        if draft is None:
+            return
+        lag = len(self.ids) - draft.offset  # far behind (it decoded plainly): caught up at its next round
+        try:
+            settle(draft, self.ids, decoder.draft if decoder and lag <= decoder.controller.max_k + 1 else None)
+        except PoolExhaustedError:  # no room to feed it: it stays a prefix
+            settle(draft, self.ids)
 
     def leave_draft(self) -> None:
-        """Decode on without the draft: its round did not fit in the pool. Both caches are settled as far as
-        the pool allows; the draft's goes back; the target's keeps a prefix of ``ids`` with the last token
-        unfed, as batched decoding wants it (what it lacks is fed again as prompt)."""
-        try:
-            self.close_speculative(decoding_on=False)
-        except PoolExhaustedError:  # a failed append changes nothing: the caches hold a prefix of ids
-            pass
-        if self.caches.draft is not None:
+        """Decode on without the draft (a round did not fit in the pool, or the target wants its memory):
+        the draft's cache goes back."""
+        if self.caches is not None and self.caches.draft is not None:
             self.caches.draft.release()
             self.caches.draft = None
-        target = self.caches.target
-        target.settle()
-        extra = target.offset - (len(self.ids) - 1)
-        if extra > 0 and target.trim(extra) != extra:
-            raise CacheStateError(f"The KV cache could not be rewound by {extra} tokens.")
 
     def emit(self, token: int, logprob: float, from_draft: bool = False,
              top: tuple[tuple[int, float], ...] = ()) -> str | None:
@@ -141,7 +109,7 @@ class Live:
     def finish(self, reason: str, stats_extra: dict | None = None) -> None:
         """Put the final event (``reason``: eos, length, stop or cancelled) with the request's figures;
         the caches go back to the pool, or to the caller with ``Request.keep_caches``."""
-        self.close_speculative(decoding_on=False)
+        self.settle_caches(feed=self.handle.request.keep_caches)
         if self.handle.request.keep_caches and self.caches is not None:
             self.handle.caches, self.caches = self.caches, None
         self.release()
@@ -158,14 +126,18 @@ class Live:
                                 prefill_tokens=self.computed_prompt + (self.first_token is not None), prefill_seconds=first - self.submitted,
                                 generated_tokens=count, decode_seconds=(self.last_token or first) - first,
                                 ttft_seconds=first - self.submitted, finish_reason=reason,
-                                peak_memory_bytes=mx.get_peak_memory(), draft_proposed=self.draft_proposed,
-                                draft_accepted=self.draft_accepted,
-                                target_passes=self.spec_passes + count - self.spec_tokens,
-                                accepted_by_position=tuple(self.accepted_by_position),
-                                draft_lengths=tuple(self.draft_lengths))
+                                peak_memory_bytes=mx.get_peak_memory(), **self._draft_figures(count))
         if stats_extra:
             stats = replace(stats, **stats_extra)
         self.handle.put(FinalEvent(finish_reason=reason, text=self.reply.text, stats=stats))
+
+    def _draft_figures(self, count: int) -> dict:
+        if self.speculative is None:
+            return {"target_passes": count}
+        c = self.speculative.counters
+        return {"draft_proposed": c.proposed, "draft_accepted": c.accepted,
+                "target_passes": c.rounds + count - c.round_tokens,
+                "accepted_by_position": tuple(c.accepted_by_position), "draft_lengths": tuple(c.draft_lengths)}
 
     def started(self, now: float) -> None:
         """A step works on it (the first call sets ``started_at``)."""

@@ -5,8 +5,8 @@ The caller's caches go with the request: they are kept up to their common prefix
 with the prompt, the rest is read in the scheduler's steps, a prefill chunk each
 (the prompt's progress is reported between them; ``StopPrefill`` stops there), and a
 lone reply with a draft decodes speculatively. Stopping the iteration cancels the
-request at the next step, which leaves the caches holding exactly the prompt and
-the tokens yielded; an exception out of a step (Ctrl+C part way through a pass)
+request at the next step, and the caches are trimmed to hold exactly the prompt
+and the tokens yielded; an exception out of a step (Ctrl+C part way through a pass)
 settles them instead (``BatchRunner.abandon``).
 """
 
@@ -23,7 +23,7 @@ from mlxcore.batching.request import Request
 from mlxcore.caches import Caches
 from mlxcore.events import Event, FinalEvent
 from mlxcore.params import GenerationParams
-from mlxcore.prefill import Progress
+from mlxcore.prefill import Progress, settle
 
 
 def generate(engine, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams,
@@ -41,6 +41,7 @@ def generate(engine, prompt_ids: Sequence[int], caches: Caches, params: Generati
     to_read, read = len(prompt) - 1 - reused, 0  # the prompt's tokens to compute (its last one is decoded)
     if progress is not None and to_read > 0:
         progress(0, to_read)
+    taken = list(prompt)  # the prompt, then the tokens the caller took
     stepping = finished = False
     try:
         while not finished:
@@ -53,6 +54,8 @@ def generate(engine, prompt_ids: Sequence[int], caches: Caches, params: Generati
                 finished = isinstance(event, FinalEvent)
                 if finished:
                     engine.last_stats = event.stats
+                else:
+                    taken.append(event.token)
                 yield event
             if progress is not None and read < to_read:
                 read = min(to_read, (batch.runner.tokens_read(handle.request_id) or 0) - reused)
@@ -63,6 +66,9 @@ def generate(engine, prompt_ids: Sequence[int], caches: Caches, params: Generati
         elif not finished:  # the caller stopped: the caches settle at the next step
             handle.cancel()
             batch.run_until(handle.finished.is_set)
+            for cache in (caches.target, caches.draft):  # a round may have emitted more than was taken
+                if cache is not None:
+                    settle(cache, taken)
             final = next((e for e in drain(handle) if isinstance(e, FinalEvent)), None)
             if final is not None and final.stats.generated_tokens:  # (stopped while reading the prompt: None)
                 engine.last_stats = replace(final.stats, finish_reason="stopped")

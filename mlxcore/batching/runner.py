@@ -7,9 +7,9 @@ ready sequence; then the chunks in flight go through a few more layers, at the
 pace ``pacing.py`` sets (``prompt_feed.py``), and a prompt read for several
 choices forks. The decode step is
 one batched forward pass (``batch_forward.py``) for two or more; a lone
-sequence with a draft decodes speculatively instead (``SpeculativeDecoder``,
-one token pulled per step, so a newcomer waits at most one round), and goes
-back to batched decoding at a step boundary when others join. Greedy output is
+sequence with a draft takes a speculative round instead when its draft-length
+controller says drafting pays (``decode_speculative.py``: one round a step, so a
+newcomer waits at most one round), else the same plain step. Greedy output is
 the same either way. Events go to each request's handle.
 
 Requests run on the engine's paged caches: ``Engine.new_caches`` makes them in
@@ -179,7 +179,7 @@ class BatchRunner:
         self.steps.last = None
         for lives in self.lives.values():
             for live in lives:
-                live.settle_caches()
+                live.settle_caches(feed=live.handle.request.keep_caches)
                 if live.handle.request.keep_caches:
                     live.handle.caches, live.caches = live.caches, None
                 live.release()
@@ -258,9 +258,7 @@ class BatchRunner:
         for seq, live in drafted:
             log.info("request %s: the KV memory its draft holds is wanted; it decodes on without the draft",
                      seq.group)
-            with self._alone(seq):
-                live.drop_draft()
-                seq.cached = live.caches.target.offset
+            live.leave_draft()
 
     def _lone(self, plan: StepPlan) -> bool:
         """Whether the step's one decoding sequence may decode speculatively: nobody else runs or waits."""
@@ -379,23 +377,30 @@ class BatchRunner:
     # decode -----------------------------------------------------------------
 
     def _decode(self, seqs: list[Sequence], lone: bool) -> int:
-        """One token for each of ``seqs`` (queued; read next step, ``decode_steps.py``); tokens emitted."""
+        """One token for each of ``seqs`` (queued; read next step, ``decode_steps.py``), or one speculative
+        round for a lone reply with a draft when drafting pays; tokens emitted."""
         lives = [self.lives[id(seq)][0] for seq in seqs]
-        emitted = 0
-        if lone and self._drafts(lives[0]):
+        drafting = lone and self._drafts(lives[0])
+        if drafting:
             with self._alone(seqs[0]):
-                emitted += self._settle(lives[0])
-                if lives[0].request_id in self.sequences:
-                    emitted += self._speculative(seqs[0], lives[0])
-        elif lives:
-            for live in lives:
-                live.close_speculative()
+                k = self._speculative(lives[0]).choose()
+                if k:
+                    return self._settle(lives[0]) + self._round(seqs[0], lives[0], k)
+            if id(seqs[0]) not in self.lives:  # it failed, and ended
+                return 0
+        if lives:
             self.steps.queue(lives)
-            for seq, live in zip(seqs, lives):
-                seq.cached = live.caches.target.offset
+        for seq, live in zip(seqs, lives):
+            seq.cached = live.caches.target.offset
+        emitted = 0
         for live, token, logprob, top in self.steps.advance():
             self._emitted(live, token, logprob, False, top)
             emitted += 1
+        if drafting:  # the controller compares a round's tokens per second with a plain step's
+            live, now = lives[0], decision_clock.now()
+            if live.plain_clock is not None:
+                self.engine.draft_control.observe_plain(now - live.plain_clock)
+            live.plain_clock = now
         return emitted
 
     def _settle(self, live: Live) -> int:
@@ -417,22 +422,31 @@ class BatchRunner:
             seq.cached = 0
             self.tally.preemptions += 1
 
-    def _speculative(self, seq: Sequence, live: Live) -> int:
+    def _speculative(self, live: Live) -> SpeculativeDecoder:
         if live.speculative is None:
-            decoder = SpeculativeDecoder(self.engine.target_forward, self.engine.draft_forward, live.caches.target,
-                                         live.caches.draft, live.params, self.engine.draft_control)
-            live.speculative = (decoder, decoder.run(list(live.ids)))
-        _, tokens = live.speculative
+            live.speculative = SpeculativeDecoder(self.engine.target_forward, self.engine.draft_forward,
+                                                  live.params, self.engine.draft_control)
+        return live.speculative
+
+    def _round(self, seq: Sequence, live: Live, k: int) -> int:
+        """One speculative round for ``live`` (its pending pick emitted first); tokens emitted."""
+        live.plain_clock = None
+        if live.request_id not in self.sequences:  # that pick ended it
+            return 0
+        decoder = live.speculative
         try:
-            token, logprob, from_draft = next(tokens)
+            tokens = decoder.round(live.caches.target, live.caches.draft, live.ids, k)
         except PoolExhaustedError:  # no room for a round (other chats hold the rest): on without the draft
             log.info("request %s: no KV room for a draft round; it decodes on without the draft", seq.group)
             live.leave_draft()
-            seq.cached = live.caches.target.offset
             return 0
         seq.cached = live.caches.target.offset
-        self._emitted(live, token, logprob, from_draft, ())
-        return 1
+        for done, (token, logprob, from_draft) in enumerate(tokens, 1):
+            self._emitted(live, token, logprob, from_draft, ())
+            if live.request_id not in self.sequences:  # the reply ended there: the rest are not its tokens
+                decoder.counters.round_tokens -= len(tokens) - done
+                return done
+        return len(tokens)
 
     def _drafts(self, live: Live) -> bool:
         """Whether this reply may decode speculatively when alone."""
@@ -499,7 +513,7 @@ class BatchRunner:
             live.handle.caches, live.caches = live.caches, None
         try:
             live.release()
-        except Exception:  # a speculative spell that cannot settle: its caches go back as they are
+        except Exception:  # caches that cannot settle (a failed pass): they go back as they are
             log.exception("request %s: its caches could not settle", live.request_id)
         live.handle.fail(error)
         self.tally.failed += 1
