@@ -8,6 +8,7 @@ import time
 
 from app.options import add_generation_options, add_model_options, check_text_options, session_path
 from mlxcore.distributed.errors import is_lost_peer, lost_peer
+from mlxcore.distributed.fail_fast import watch_ring_failures
 from mlxcore.distributed.world import current_world, launched, leave_interrupts_to_leader
 from mlxcore.errors import MlxchatError, UsageError
 from mlxcore.open_files import low_limit_note
@@ -43,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--session", metavar="FILE",
                      help="continue the conversation saved in FILE (created if missing) and save it back")
     ask.add_argument("--json", action="store_true", help="print each token event and the final stats as JSON lines")
+    ask.add_argument("--json-schema", metavar="FILE",
+                     help="answer with JSON that validates against the JSON Schema in FILE (thinking stays free)")
     ask.add_argument("--hide-thinking", dest="show_thinking", action="store_false",
                      help="do not print the thinking to stderr")
     add_model_options(ask)
@@ -77,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         if launched() and args.command not in RANKED_COMMANDS:
             raise UsageError(f"{_name(args.command)} runs in one process; over several ranks (mlx.launch) run "
                              "`mlxchat serve` (rank 0 serves the OpenAI API) or `mlxchat ask`.")
-        if launched():
+        if launched():  # before any collective: a peer lost while this rank waits must not hang it
+            watch_ring_failures(current_world())
             leave_interrupts_to_leader(current_world())
         if args.command == "ask":
             from app.ask import run_ask

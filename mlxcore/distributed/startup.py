@@ -8,6 +8,7 @@ from mlxcore import decision_clock, seeds
 from mlxcore.configs import KVConfig
 from mlxcore.distributed.agreement import check_same, software
 from mlxcore.distributed.broadcast import leader_number, share
+from mlxcore.distributed.fail_fast import watch_ring_failures
 from mlxcore.distributed.world import World
 
 
@@ -16,6 +17,7 @@ def join_ranks(world: World, target, draft, kv: KVConfig, num_draft: int) -> Non
     (``RankMismatchError``), then share rank 0's random seeds and clock readings. Nothing for one process."""
     if not world.distributed:
         return
+    watch_ring_failures(world)  # a peer lost while this rank waits on the ring must not hang it
     identity = software() | {"target model": target.fingerprint, "draft model": draft.fingerprint if draft else "none",
                              "KV cache options": repr(kv), "draft length": str(num_draft)}
     check_same(world, identity)

@@ -59,10 +59,7 @@ def current_world() -> World:
                                "every host runs `mlx.launch` with the same one.") from None
     if group.size() == 1:
         return SINGLE
-    world = World(group, group.rank(), group.size())
-    from mlxcore.distributed.fail_fast import watch_ring_failures
-    watch_ring_failures(world)  # a peer lost while this rank waits on the ring must not hang it
-    return world
+    return World(group, group.rank(), group.size())  # (startup watches the ring: ``fail_fast``)
 
 
 def leave_interrupts_to_leader(world: World) -> None:
