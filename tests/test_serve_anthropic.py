@@ -208,18 +208,17 @@ def test_unknown_fields_and_bad_values_are_400_invalid_request(client, server):
                    404)["type"] == "not_found_error"
 
 
-def test_tools_are_a_clear_400_for_now(client, server):
-    tool = {"name": "add", "description": "Adds.", "input_schema": {"type": "object", "properties": {}}}
-    with pytest.raises(anthropic.BadRequestError) as caught:
-        client.messages.create(model=MODEL, max_tokens=10, messages=QUESTION, tools=[tool])
-    assert "Tools are not supported yet" in caught.value.body["error"]["message"]
-    used = [*QUESTION, {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "add",
-                                                          "input": {}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "19"}]}]
-    assert "Tools are not supported yet" in refused(server, {"model": MODEL, "max_tokens": 5,
-                                                             "messages": used})["message"]
-    with pytest.raises(anthropic.BadRequestError):
-        client.messages.count_tokens(model=MODEL, messages=QUESTION, tools=[tool])
+def test_tools_build_the_chat_endpoints_prompt(client, server):
+    """Tool calls themselves are tested on a scripted model (test_serve_anthropic_tools.py): the embedded pair
+    calls none (its template shows no tools); here, the prompt with tools is the chat endpoint's with them."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    tool = {"name": "add", "description": "Adds two integers.", "input_schema": schema}
+    counted = client.messages.count_tokens(model=MODEL, messages=QUESTION, tools=[tool], thinking=OFF).input_tokens
+    chat = server.client().chat.completions.create(
+        model=MODEL, messages=QUESTION, max_tokens=1, extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        tools=[{"type": "function", "function": {"name": "add", "description": "Adds two integers.",
+                                                 "parameters": schema}}])
+    assert counted == chat.usage.prompt_tokens
 
 
 @pytest.fixture(scope="module")

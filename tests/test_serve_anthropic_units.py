@@ -42,17 +42,55 @@ def test_sampling_and_thinking_map_to_the_chat_fields():
     assert chat_body(body.model_copy(update={"thinking": None})).thinking(default=True) is True
 
 
-@pytest.mark.parametrize("fields", [
-    {"tools": [{"name": "add", "input_schema": {"type": "object"}}]},
-    {"tool_choice": {"type": "any"}},
-    {"messages": [*QUESTION, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "add",
-                                                                "input": {}}]},
-                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "19"}]}]},
+TOOL = {"name": "add", "description": "Adds.", "input_schema": {"type": "object"}}
+CALLED = [*QUESTION, {"role": "assistant", "content": [
+    {"type": "thinking", "thinking": "Add them.", "signature": ""}, {"type": "text", "text": "Adding."},
+    {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 12, "b": 7}}]}]
+
+
+def test_tools_and_tool_turns_become_the_chat_endpoints():
+    results = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "19"},
+        {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": True,
+         "content": [{"type": "text", "text": "no such"}, {"type": "text", "text": "tool"}]},
+        {"type": "text", "text": "Go on."}]}
+    body = MessagesPrompt.model_validate({"model": "m", "tools": [TOOL], "messages": [*CALLED, results]})
+    chat = chat_body(body)
+    assert chat.offered_tools == [{"type": "function", "function": {"name": "add", "description": "Adds.",
+                                                                    "parameters": {"type": "object"}}}]
+    assert [m.as_dict() for m in chat.messages[1:]] == [
+        {"role": "assistant", "content": "<think>\nAdd them.\n</think>\n\nAdding.", "tool_calls": [
+            {"id": "toolu_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 12, "b": 7}'}}]},
+        {"role": "tool", "content": "19", "tool_call_id": "toolu_1"},
+        {"role": "tool", "content": "Error: no such\n\ntool", "tool_call_id": "toolu_2"},
+        {"role": "user", "content": "Go on."}]
+
+
+def test_tool_choice_maps_and_a_choice_that_needs_a_grammar_is_refused():
+    def chat(choice):
+        return chat_body(MessagesPrompt.model_validate({"model": "m", "messages": QUESTION, "tools": [TOOL],
+                                                        "tool_choice": choice}))
+
+    assert chat({"type": "none"}).offered_tools is None
+    one = chat({"type": "auto", "disable_parallel_tool_use": True})
+    assert one.offered_tools and one.stop_strings == ("</tool_call>",)
+    for refused in ({"type": "any"}, {"type": "tool", "name": "add"}):
+        with pytest.raises(APIError) as caught:
+            chat(refused)
+        assert caught.value.status == 400 and "constrained decoding" in caught.value.message
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, "server tool"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "add", "input": {}}]}]},
+     "assistant messages only"),
+    ({"messages": [*CALLED, {"role": "assistant", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": "19"}]}, *QUESTION]}, "user messages only"),
 ])
-def test_tools_are_refused_for_now(fields):
-    with pytest.raises(APIError) as caught:
+def test_tool_blocks_out_of_place_are_400s(fields, words):
+    with pytest.raises((APIError, ValueError)) as caught:
         chat_body(MessagesPrompt.model_validate({"model": "m", "messages": QUESTION} | fields))
-    assert caught.value.status == 400 and "Tools are not supported yet" in caught.value.message
+    assert words in str(getattr(caught.value, "message", caught.value))
 
 
 def test_the_stop_sequence_is_the_one_where_the_kept_text_ends():

@@ -1,7 +1,8 @@
 """The JSON objects Anthropic's Messages API returns, built from the chat endpoint's ``ChoiceState``.
 
 A reply is a ``message`` whose content is a ``thinking`` block (when the model
-thought) and then a ``text`` block. Usage splits the prompt as Anthropic's does:
+thought), a ``text`` block and a ``tool_use`` block per call (``stop_reason``
+``tool_use`` when the reply ended with calls). Usage splits the prompt as Anthropic's does:
 ``input_tokens`` are the prompt tokens computed for this request and
 ``cache_read_input_tokens`` those found in the KV pool (prefix hits); nothing is
 written to a cache on request, so ``cache_creation_input_tokens`` is 0.
@@ -13,6 +14,7 @@ from collections.abc import Callable
 
 from app.serve.choices import ChoiceState
 from app.serve.replies import ReplyHeader
+from mlxcore.tool_calls import ToolCall
 
 Decode = Callable[[list[int]], str]
 
@@ -27,6 +29,8 @@ def message_usage(usage: dict, *, cached_known: bool = True) -> dict:
 
 def stop_reason(choice: ChoiceState, decode: Decode) -> tuple[str, str | None]:
     """(``stop_reason``, ``stop_sequence``) of a finished choice; ``decode`` spells token ids as text."""
+    if choice.finish_reason == "tool_calls":  # also when parallel_tool_calls false stopped it at a call's end
+        return "tool_use", None
     if choice.final is not None and choice.final.finish_reason == "stop":
         whole = decode([entry.token for entry in choice.logprobs])
         return "stop_sequence", matched_stop(whole, choice.final.text, choice.stops)
@@ -45,6 +49,17 @@ def matched_stop(whole: str, text: str, stops: tuple[str, ...]) -> str:
     return min(found)[1] if found else stops[0]
 
 
+def tool_use_id(call: ToolCall) -> str:
+    """Anthropic's spelling of a call's id (``toolu_...``); any id sent back is taken as it is."""
+    return "toolu_" + call.id.removeprefix("call_")
+
+
+def tool_use(call: ToolCall, *, streamed: bool = False) -> dict:
+    """A ``tool_use`` block; a stream's starts empty (``input_json_delta``s fill it)."""
+    return {"type": "tool_use", "id": tool_use_id(call), "name": call.name,
+            "input": {} if streamed else call.parsed_arguments()}
+
+
 def message_shell(header: ReplyHeader, content: list[dict], usage: dict, stop: tuple[str | None, str | None]) -> dict:
     """A message object: the whole reply, or (empty, no stop reason) the one a stream starts with."""
     return {"id": f"msg_{header.id}", "type": "message", "role": "assistant", "model": header.model,
@@ -55,6 +70,7 @@ def message(header: ReplyHeader, choice: ChoiceState, usage: dict, *, thinking: 
     """The whole reply of a request that is not streamed."""
     content = [{"type": "thinking", "thinking": choice.reasoning, "signature": ""}] \
         if thinking and choice.reasoning else []
-    if choice.content or not content:
+    if choice.content or not (content or choice.tool_calls):
         content.append({"type": "text", "text": choice.content})
+    content += [tool_use(call) for call in choice.tool_calls]
     return message_shell(header, content, message_usage(usage), stop_reason(choice, decode))

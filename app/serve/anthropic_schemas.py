@@ -3,9 +3,9 @@
 As in ``schemas.py``, unknown fields and loose types are a 400 that names the
 field. Content given as a plain string is taken as one text block, so that a
 wrong block is reported at its own place (``messages.0.content.1.type``), not
-as a string that was expected. ``tool_use`` and ``tool_result`` blocks, ``tools``
-and ``tool_choice`` are parsed here so that the translation can refuse them
-with a clear sentence (and take them once serve has a tool-call parser).
+as a string that was expected. Tools are Anthropic's custom tools (``name``,
+``description``, ``input_schema``); its server tools (web search, code execution,
+...) run on Anthropic's side and are a 400 that says so.
 """
 
 from __future__ import annotations
@@ -59,9 +59,11 @@ class ToolUseBlock(Strict):
 
 
 class ToolResultBlock(Strict):
+    """A tool's result; only text (images are a 400); ``is_error`` marks the text as an error for the model."""
+
     type: Literal["tool_result"]
     tool_use_id: str
-    content: str | list[dict] | None = None
+    content: str | list[TextBlock] | None = None
     is_error: bool | None = None
     cache_control: CacheControl | None = None
 
@@ -96,6 +98,31 @@ class OutputConfig(Strict):
         return self
 
 
+class AnthropicTool(Strict):
+    """A custom tool: the model sees its name, description and input schema through the chat template."""
+
+    type: Literal["custom"] | None = None
+    name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+    description: Text | None = None
+    input_schema: dict
+    cache_control: CacheControl | None = None
+    strict: bool | None = None  # follow the schema exactly: without a grammar the model is only asked to
+    # accepted and ignored: every tool is shown to the model, called by it directly, and sent whole once parsed
+    allowed_callers: list[str] | None = None
+    defer_loading: bool | None = None
+    eager_input_streaming: bool | None = None
+    input_examples: list[dict] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _custom_only(cls, data: object) -> object:
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind not in (None, "custom"):
+            raise ValueError(f"tool type {kind!r} is a server tool, which Anthropic runs on its side; mlxchat serve "
+                             "runs none: send custom tools (name, description, input_schema) only")
+        return data
+
+
 class ToolChoice(Strict):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
@@ -116,7 +143,7 @@ class MessagesPrompt(Strict):
     messages: list[Message] = Field(min_length=1)
     system: Annotated[list[TextBlock], BeforeValidator(_as_blocks)] | None = None
     thinking: ThinkingConfig | None = None  # None: the server's default (--no-think), as the chat endpoint's
-    tools: list[dict] | None = None
+    tools: list[AnthropicTool] | None = None
     tool_choice: ToolChoice | None = None
 
 

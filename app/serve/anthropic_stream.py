@@ -2,7 +2,8 @@
 
 ``message_start`` (the message, empty) and a ``ping``; for each content block a
 ``content_block_start``, its ``content_block_delta``s (``thinking_delta``, then
-``text_delta`` in the next block) and a ``content_block_stop``; then
+``text_delta`` in the next block, ``input_json_delta`` in a ``tool_use`` block)
+and a ``content_block_stop``; then
 ``message_delta`` with the stop reason and the usage, and ``message_stop``. A
 failure once the stream has begun is an ``error`` event, as is a reply the
 server's shutdown cut (Anthropic's clients raise it, and may retry).
@@ -10,15 +11,20 @@ server's shutdown cut (Anthropic's clients raise it, and may retry).
 The prefix hits are known only when the reply ends, so ``message_start``
 reports the whole prompt as ``input_tokens``; ``message_delta`` carries the
 final split (Anthropic's usage there is cumulative: clients take its figures).
+
+A ``tool_use`` block is sent once its call parsed (``call_pieces``): Anthropic's
+SDK parses each ``input_json_delta`` as it arrives, and raises on a call the
+model wrote wrong; such a call's text comes as text instead.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sse_starlette import EventSourceResponse
 
-from app.serve.anthropic_replies import Decode, message_shell, message_usage, stop_reason
+from app.serve.anthropic_replies import Decode, message_shell, message_usage, stop_reason, tool_use
+from app.serve.call_pieces import CallPieces
 from app.serve.choices import ChoiceState, Delta
 from app.serve.errors import APIError
 from app.serve.exchange import Exchange
@@ -40,6 +46,7 @@ class MessageFrames:
     decode: Decode  # token ids -> text: which stop sequence ended the reply
     _open: str | None = None  # the type of the open block
     _index: int = -1  # its index in the message's content
+    _calls: CallPieces = field(default_factory=CallPieces)
 
     def opening(self) -> list[bytes]:
         usage = message_usage(self.exchange.usage(), cached_known=False)
@@ -54,6 +61,9 @@ class MessageFrames:
         if delta.content:
             frames += self._into("text", {"text": ""})
             frames.append(self._delta({"type": "text_delta", "text": delta.content}))
+        for call, pieces in self._calls.feed(choice, delta):
+            frames += self._into("tool_use", tool_use(call, streamed=True), new=True)
+            frames += [self._delta({"type": "input_json_delta", "partial_json": piece}) for piece in pieces]
         return frames
 
     def closing(self) -> list[bytes]:
@@ -68,9 +78,10 @@ class MessageFrames:
     def failure(self, error: APIError) -> bytes:
         return _sse(error.anthropic_body())
 
-    def _into(self, kind: str, empty: dict) -> list[bytes]:
-        """Events that make ``kind`` the open block: close the open one, start the next."""
-        if self._open == kind:
+    def _into(self, kind: str, empty: dict, *, new: bool = False) -> list[bytes]:
+        """Events that make ``kind`` the open block (``new``: a block of its own): close the open one, start
+        the next."""
+        if self._open == kind and not new:
             return []
         frames = self._close()
         self._open, self._index = kind, self._index + 1

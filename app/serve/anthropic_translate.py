@@ -12,33 +12,35 @@ for ``POST /v1/chat/completions``: nothing there knows a second protocol.
   ...cch=<hash>`` whose hash changes every request) is dropped: left in, it would
   make every prompt differ from the previous one at its start, and no turn would
   find its prefix in the KV cache.
-- Tools are refused for now (``refuse_tools``), in one place, so that the tool-call
-  parser can take them there.
+- Tools become the chat endpoint's function tools; ``tool_use`` blocks an assistant
+  message's ``tool_calls`` (the input as JSON text); the ``tool_result`` blocks of a
+  user message one ``tool`` message each, before the message's text. ``tool_choice``
+  ``auto`` and ``none`` are the chat endpoint's; ``any`` and ``tool`` need a grammar.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 
 from pydantic import ValidationError
 
-from app.serve.anthropic_schemas import (Message, MessagesPrompt, MessagesRequest, TextBlock, ThinkingBlock,
-                                         ThinkingConfig, ToolResultBlock, ToolUseBlock)
+from app.serve.anthropic_schemas import (AnthropicTool, Message, MessagesPrompt, MessagesRequest, TextBlock,
+                                         ThinkingBlock, ThinkingConfig, ToolChoice, ToolResultBlock, ToolUseBlock)
 from app.serve.errors import APIError
-from app.serve.schemas import ChatCompletionRequest, ChatMessage, TemplateKwargs
+from app.serve.schemas import (NEEDS_GRAMMAR, ChatCompletionRequest, ChatMessage, FunctionCall, FunctionSpec,
+                               TemplateKwargs, Tool, ToolCallIn)
 
 log = logging.getLogger("mlxchat.serve")
 BILLING_HEADER = "x-anthropic-billing-header:"
 BLOCK_JOIN = "\n\n"
-NO_TOOLS = ("Tools are not supported yet on /v1/messages: mlxchat serve has no tool-call parser. Send the request "
-            "without tools, tool_choice, tool_use or tool_result blocks.")
+ERROR_MARK = "Error: "  # before an is_error result's text: Qwen's templates have no field for it
 
 
 def chat_body(body: MessagesPrompt) -> ChatCompletionRequest:
     """The chat request ``body`` stands for (its sampling fields too, for a ``MessagesRequest``)."""
-    refuse_tools(body)
     fields = {"model": body.model, "messages": chat_messages(body),
-              "chat_template_kwargs": template_kwargs(body.thinking)}
+              "chat_template_kwargs": template_kwargs(body.thinking)} | tool_fields(body.tools, body.tool_choice)
     if isinstance(body, MessagesRequest):
         fields |= {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
                    "top_k": body.top_k, "stop": body.stop_sequences, "stream": body.stream}
@@ -48,15 +50,20 @@ def chat_body(body: MessagesPrompt) -> ChatCompletionRequest:
         raise APIError(400, f"Invalid request: {error.errors()[0]['msg']}.") from None
 
 
-def refuse_tools(body: MessagesPrompt) -> None:
-    """400 for tools, a tool_choice that demands a call, or a tool block in the conversation."""
-    if body.tools:
-        raise APIError(400, NO_TOOLS, param="tools", code="tools_not_supported")
-    if body.tool_choice is not None and body.tool_choice.type in ("any", "tool"):
-        raise APIError(400, NO_TOOLS, param="tool_choice", code="tools_not_supported")
-    for i, message in enumerate(body.messages):
-        if any(isinstance(block, (ToolUseBlock, ToolResultBlock)) for block in message.content):
-            raise APIError(400, NO_TOOLS, param=f"messages.{i}.content", code="tools_not_supported")
+def tool_fields(tools: list[AnthropicTool] | None, choice: ToolChoice | None) -> dict:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` of the chat request."""
+    if choice is not None and choice.type in ("any", "tool"):
+        raise APIError(400, f"tool_choice {choice.type!r} {NEEDS_GRAMMAR}", param="tool_choice",
+                       code="tool_choice_not_supported")
+    if not tools:
+        return {}
+    fields: dict = {"tools": [Tool(type="function", function=FunctionSpec(
+        name=tool.name, description=tool.description, parameters=tool.input_schema)) for tool in tools]}
+    if choice is not None:
+        fields["tool_choice"] = choice.type
+        if choice.disable_parallel_tool_use:
+            fields["parallel_tool_calls"] = False
+    return fields
 
 
 def chat_messages(body: MessagesPrompt) -> list[ChatMessage]:
@@ -66,7 +73,7 @@ def chat_messages(body: MessagesPrompt) -> list[ChatMessage]:
                             "(prefill). End the conversation with a user message.", param="messages")
     system = system_text(body.system)
     first = [ChatMessage(role="system", content=system)] if system is not None else []
-    return first + [chat_message(message, i) for i, message in enumerate(body.messages)]
+    return first + [chat for i, message in enumerate(body.messages) for chat in chat_message(message, i)]
 
 
 def system_text(blocks: list[TextBlock] | None) -> str | None:
@@ -82,15 +89,40 @@ def system_text(blocks: list[TextBlock] | None) -> str | None:
     return BLOCK_JOIN.join(kept) if kept else None
 
 
-def chat_message(message: Message, index: int) -> ChatMessage:
-    """One message's text blocks, and on a reply its reasoning (``thinking`` blocks)."""
-    texts = [block.text for block in message.content if isinstance(block, TextBlock)]
+def chat_message(message: Message, index: int) -> list[ChatMessage]:
+    """One message as the chat endpoint's: a reply with its reasoning and calls; a user turn's tool results
+    (one ``tool`` message each) and then its text, if it has any."""
+    where = f"messages.{index}.content"
+    texts = BLOCK_JOIN.join(block.text for block in message.content if isinstance(block, TextBlock))
     thoughts = [block.thinking for block in message.content if isinstance(block, ThinkingBlock)]
-    if thoughts and message.role != "assistant":
-        raise APIError(400, "A thinking block belongs to an assistant message only.",
-                       param=f"messages.{index}.content")
-    return ChatMessage(role=message.role, content=BLOCK_JOIN.join(texts),
-                       reasoning_content=BLOCK_JOIN.join(thoughts) if thoughts else None)
+    calls = [block for block in message.content if isinstance(block, ToolUseBlock)]
+    results = [block for block in message.content if isinstance(block, ToolResultBlock)]
+    if message.role == "user":
+        if thoughts or calls:
+            raise APIError(400, "thinking and tool_use blocks belong to assistant messages only.", param=where)
+        told = [tool_message(block) for block in results]
+        return told + ([ChatMessage(role="user", content=texts)] if texts or not told else [])
+    if results:
+        raise APIError(400, "tool_result blocks belong to user messages only.", param=where)
+    return [ChatMessage(role="assistant", content=texts if texts or not calls else None,
+                        reasoning_content=BLOCK_JOIN.join(thoughts) if thoughts else None,
+                        tool_calls=[tool_call(block) for block in calls] or None)]
+
+
+def tool_call(block: ToolUseBlock) -> ToolCallIn:
+    # the input as JSON text, spelled as Qwen3 writes it (", " and ": "), so the template writes back what it wrote
+    arguments = json.dumps(block.input, ensure_ascii=False)
+    return ToolCallIn(id=block.id, function=FunctionCall(name=block.name, arguments=arguments))
+
+
+def tool_message(block: ToolResultBlock) -> ChatMessage:
+    """A ``tool`` message: the result's text (its text blocks joined), marked when it is an error."""
+    if isinstance(block.content, list):
+        text = BLOCK_JOIN.join(part.text for part in block.content)
+    else:
+        text = block.content or ""
+    text = ERROR_MARK + text if block.is_error else text
+    return ChatMessage(role="tool", tool_call_id=block.tool_use_id, content=text)
 
 
 def template_kwargs(thinking: ThinkingConfig | None) -> TemplateKwargs | None:
