@@ -13,10 +13,13 @@ router = APIRouter()
 
 @router.get("/v1/models")
 async def models(request: Request) -> dict:
+    """OpenAI's model list (``data``). Codex reads the same path as its own catalog (``models``, entries of ~20
+    required fields and its system prompt, which change between its releases): an empty one decodes in every
+    release, and Codex then uses its fallback metadata for the model named in its config (docs/responses.md)."""
     info = request.app.state.serve.model
     entry = {"id": info.id, "object": "model", "created": info.created, "owned_by": "mlxchat",
              "context_length": info.context_length, "draft": info.draft}
-    return {"object": "list", "data": [entry]}
+    return {"object": "list", "data": [entry], "models": []}
 
 
 @router.get("/health")

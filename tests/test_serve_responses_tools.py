@@ -1,0 +1,121 @@
+"""Tool calls through OpenAI's Responses API, with the official openai client on a loopback port.
+
+The server is a real `mlxchat serve` whose picked tokens are scripted, as in
+``test_serve_tools.py`` (which tests the chat endpoint the same way): asked about
+a sum it writes a Qwen3 tool call; asked for two sums, two calls after a think
+block; shown a tool's result it answers; asked for a broken call, it writes one
+that is not JSON. The Responses API is a translation of the chat endpoint's
+request: function tools and items go in as the chat endpoint's tools and tool
+turns, the parsed calls come back as ``function_call`` items.
+"""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from serve_process import MODEL, ServeProcess
+
+CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 7}}\n</tool_call>'
+TWO = ('<think>\nTwo sums, two calls.\n</think>\n\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n'
+       '</tool_call>\n<tool_call>\n{"name": "add", "arguments": {"a": 3, "b": 4}}\n</tool_call>')
+BROKEN = 'Let me try. <tool_call>\n{"name": "add", "arguments": {"a": 12, "b": }\n</tool_call>'
+RULES = [["<|im_start|>tool", "The sum is 19."], ["two sums", TWO], ["broken", BROKEN], ["sum", CALL]]
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+          "required": ["a", "b"]}
+RESPONSES_TOOLS = [{"type": "function", "name": "add", "description": "Add two integers.", "parameters": SCHEMA}]
+SUM = "What is the sum of 12 and 7?"
+PAIRS = "Do two sums: 1 + 2 and 3 + 4."
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("responses-tools")
+    script = tmp / "script.json"
+    script.write_text(json.dumps(RULES))
+    with ServeProcess(tmp, pair=("--model", MODEL, "--no-draft"), script="serve_scripted.py",
+                      env={"MLXCHAT_TEST_SCRIPT": str(script)}) as running:
+        yield running
+
+
+def respond(server, items, **fields):
+    return server.client().responses.create(model=MODEL, input=items, tools=RESPONSES_TOOLS, max_output_tokens=400,
+                                            **fields)
+
+
+def test_a_responses_function_call_round_trip(server):
+    items = [{"role": "user", "content": SUM}]
+    response = respond(server, items, reasoning={"effort": "none"})
+    [call] = response.output
+    assert call.type == "function_call" and call.call_id.startswith("call_") and call.id.startswith("fc_")
+    assert call.name == "add" and json.loads(call.arguments) == {"a": 12, "b": 7} and call.status == "completed"
+    assert response.status == "completed"
+    items += [item.model_dump(exclude_none=True) for item in response.output]
+    items.append({"type": "function_call_output", "call_id": call.call_id, "output": "19"})
+    answer = respond(server, items, reasoning={"effort": "none"})
+    assert answer.output_text == "The sum is 19." and [i.type for i in answer.output] == ["message"]
+    assert answer.usage.input_tokens_details.cached_tokens > 0
+
+
+def test_responses_stream_each_call_as_an_item(server):
+    events = list(respond(server, [{"role": "user", "content": PAIRS}], reasoning={"effort": "high"}, stream=True))
+    names = [e.type for e in events]
+    squeezed = [name for i, name in enumerate(names) if i == 0 or names[i - 1] != name]
+    call_events = ["response.output_item.added", "response.function_call_arguments.delta",
+                   "response.function_call_arguments.done", "response.output_item.done"]
+    assert squeezed == ["response.created", "response.in_progress", "response.output_item.added",
+                        "response.reasoning_text.delta", "response.reasoning_text.done", "response.output_item.done",
+                        *call_events, *call_events, "response.completed"]
+    added = [e.item for e in events if e.type == "response.output_item.added"]
+    assert [(i.type, getattr(i, "arguments", None)) for i in added] == [("reasoning", None), ("function_call", ""),
+                                                                       ("function_call", "")]
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert [json.loads(e.arguments) for e in done] == [{"a": 1, "b": 2}, {"a": 3, "b": 4}]
+    for e in done:
+        pieces = [d.delta for d in events
+                  if d.type == "response.function_call_arguments.delta" and d.item_id == e.item_id]
+        assert "".join(pieces) == e.arguments
+    final = events[-1].response
+    assert [i.type for i in final.output] == ["reasoning", "function_call", "function_call"]
+    with server.client().responses.stream(model=MODEL, input=PAIRS, tools=RESPONSES_TOOLS,
+                                          max_output_tokens=400) as stream:
+        streamed = stream.get_final_response()
+    assert [json.loads(i.arguments) for i in streamed.output if i.type == "function_call"] == \
+        [{"a": 1, "b": 2}, {"a": 3, "b": 4}]
+
+
+def test_responses_parallel_tool_calls_false_keeps_the_first_call(server):
+    response = respond(server, PAIRS, parallel_tool_calls=False)
+    assert [json.loads(i.arguments) for i in response.output if i.type == "function_call"] == [{"a": 1, "b": 2}]
+    assert response.parallel_tool_calls is False
+
+
+def test_responses_drop_tool_types_other_than_function_and_say_so(server):
+    tools = [*RESPONSES_TOOLS, {"type": "web_search"}, {"type": "local_shell"},
+             {"type": "custom", "name": "apply_patch", "description": "Patch files."}]
+    raw = server.client().responses.with_raw_response.create(model=MODEL, input=SUM, tools=tools,
+                                                             reasoning={"effort": "none"}, max_output_tokens=400)
+    assert raw.headers["x-mlxchat-dropped-tools"] == "custom, local_shell, web_search"
+    assert [i.type for i in raw.parse().output] == ["function_call"]
+    assert "not offered to the model" in server.log()
+
+
+def test_a_responses_call_that_does_not_parse_is_text(server):
+    response = respond(server, "A broken call, please.", reasoning={"effort": "none"})
+    assert [i.type for i in response.output] == ["message"] and response.output_text == BROKEN
+    events = list(respond(server, "A broken call, please.", reasoning={"effort": "none"}, stream=True))
+    assert not any(e.type.startswith("response.function_call") for e in events)
+    assert events[-1].response.output_text == BROKEN
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "add"}])
+def test_a_responses_tool_choice_that_needs_a_grammar_is_a_clear_400(server, choice):
+    with pytest.raises(openai.BadRequestError) as refused:
+        respond(server, SUM, tool_choice=choice)
+    assert "constrained decoding" in refused.value.message and refused.value.body["param"] == "tool_choice"
+
+
+def test_responses_tool_choice_none_offers_no_tools(server):
+    response = respond(server, SUM, tool_choice="none", reasoning={"effort": "none"})
+    assert response.output_text == CALL and [i.type for i in response.output] == ["message"]
