@@ -18,12 +18,10 @@ import threading
 from collections.abc import Callable
 
 from app.options import add_generation_options, add_model_options, generation_params, kv_config, model_choice
+from app.serve.settings import MAX_BODY_BYTES, READ_SECONDS, STALL_SECONDS, ServeSettings
 from mlxcore.errors import UsageError
 
 POLICIES = ("fcfs", "priority", "shortest", "deadline")
-MAX_BODY_BYTES = 4 * 2**20
-READ_SECONDS = 30.0  # like nginx's client_header_timeout and client_body_timeout (60 s there)
-STALL_SECONDS = 60.0  # mlxcore.batching.runner's default (not imported here: the parser stays light)
 SHUTDOWN_GRACE_SECONDS = 3.0  # on SIGTERM, replies in flight may end on their own this long, then are cut
 # The rest is imported when the server starts: building the parser (every `mlxchat` command) stays light.
 
@@ -122,7 +120,7 @@ def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> 
     The engine runs on this (the main) thread, where the models were loaded (see
     ``mlxcore.batching.worker``); uvicorn serves from a thread of its own.
     """
-    from app.serve.state import ModelInfo, ServerState, ServeSettings
+    from app.serve.state import ModelInfo, ServerState
     from mlxcore.launch import open_engine
 
     _check(args)

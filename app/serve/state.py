@@ -10,12 +10,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from app.serve.command import MAX_BODY_BYTES
 from app.serve.errors import APIError
 from app.serve.metrics import ServerMetrics
 from app.serve.session_jobs import SessionJobs
+from app.serve.settings import ServeSettings
 from app.serve.tokenizing import Tokenizing
 from mlxcore.params import GenerationParams
 
@@ -39,20 +38,6 @@ class ModelInfo:
         return cls(id=model_id, tokenizer=engine.tokenizer, default_params=engine.default_params,
                    vocab_size=int(engine.model.args.vocab_size), context_length=engine.context_length,
                    draft=draft_id, rank_weight_bytes=engine.rank_weight_bytes)
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    """The server's own options."""
-
-    api_key: str | None = None  # when set, every route but /health needs "Authorization: Bearer KEY"
-    max_body_bytes: int = MAX_BODY_BYTES  # larger request bodies are refused with 413
-    sessions_root: Path | None = None  # the session store's folder (None: the default store)
-    pinned_sessions: int = 4  # restored sessions whose KV blocks stay held for their next request
-    system: str | None = None  # a system prompt for conversations that bring none (--system)
-    thinking: bool = True  # Qwen3 thinks first unless a request's chat_template_kwargs says otherwise
-    stall_seconds: float = 60.0  # a stream whose client reads nothing for this long is closed (--stall-timeout)
-    read_timeout: float = 30.0  # the longest a request's head may take, or a pause within its body (--read-timeout)
 
 
 class ServerState:
