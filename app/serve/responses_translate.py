@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from app.serve.errors import APIError
-from app.serve.responses_schemas import (FunctionCallItem, FunctionCallOutputItem, MessageItem, ReasoningItem,
+from app.serve.responses_schemas import (FunctionCallItem, FunctionCallOutputItem, Item, ReasoningItem,
                                          ResponsesRequest)
 from app.serve.schemas import (NEEDS_GRAMMAR, ChatCompletionRequest, ChatMessage, FunctionCall, FunctionSpec, Strict,
                                TemplateKwargs, Tool, ToolCallIn)
@@ -120,8 +120,8 @@ def chat_messages(body: ResponsesRequest) -> list[ChatMessage]:
     messages = Conversation()
     if body.instructions is not None:
         messages.add(ChatMessage(role="system", content=body.instructions))
-    for i, item in enumerate(body.input):
-        messages.item(item, i)
+    for item in body.input:
+        messages.item(item)
     done = messages.messages
     if not done:
         raise APIError(400, "input holds no message: send at least one.", param="input")
@@ -139,20 +139,18 @@ class Conversation:
         self._close()
         self.done.append(message)
 
-    def item(self, item: object, index: int) -> None:
-        if isinstance(item, MessageItem) and item.role != "assistant":
-            self.add(ChatMessage(role=item.role, content=item.text))
-        elif isinstance(item, FunctionCallOutputItem):
+    def item(self, item: Item) -> None:
+        if isinstance(item, FunctionCallOutputItem):
             self.add(ChatMessage(role="tool", tool_call_id=item.call_id, content=item.text))
         elif isinstance(item, ReasoningItem):
             self._part("reasoning", item.text, after=())
-        elif isinstance(item, MessageItem):
-            self._part("content", item.text, after=("reasoning",))
         elif isinstance(item, FunctionCallItem):
             call = ToolCallIn(id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments))
             self._part("calls", call, after=("reasoning", "content", "calls"))
+        elif item.role == "assistant":
+            self._part("content", item.text, after=("reasoning",))
         else:
-            raise APIError(400, f"input.{index}: this item cannot be rendered.", param=f"input.{index}")
+            self.add(ChatMessage(role=item.role, content=item.text))
 
     def _part(self, kind: str, value: object, *, after: tuple[str, ...]) -> None:
         """Add ``value`` to the reply being gathered; a reply that already holds more than ``after`` is closed
@@ -163,7 +161,7 @@ class Conversation:
         if kind == "calls":
             reply.setdefault("calls", []).append(value)
         else:
-            reply[kind] = reply[kind] + "\n\n" + value if kind in reply else value
+            reply[kind] = value
 
     def _close(self) -> None:
         reply, self._reply = self._reply, None
