@@ -13,7 +13,8 @@ from app.options import generation_params, kv_config, model_choice, session_path
 from app.ranked_reply import RankedReply
 from mlxcore.distributed.broadcast import share
 from mlxcore.distributed.world import current_world
-from mlxcore.errors import PromptError
+from mlxcore.errors import PromptError, UsageError
+from mlxcore.grammar import Grammar, json_schema
 from mlxcore.events import FinalEvent, TokenEvent
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.launch import open_engine
@@ -70,7 +71,19 @@ def open_session(args: argparse.Namespace, engine) -> ChatSession:
     return session
 
 
-def _answer(args: argparse.Namespace, engine, prompt: str) -> ChatSession:
+def answer_grammar(args: argparse.Namespace) -> Grammar | None:
+    """The grammar of ``--json-schema FILE``; a file that is not a schema it can compile is a ``UsageError``."""
+    if not getattr(args, "json_schema", None):
+        return None
+    try:
+        return json_schema(Path(args.json_schema).read_text())
+    except OSError as error:
+        raise UsageError(f"--json-schema: cannot read {args.json_schema}: {error.strerror}.") from None
+    except ValueError as error:
+        raise UsageError(f"--json-schema {args.json_schema}: {error}") from None
+
+
+def _answer(args: argparse.Namespace, engine, prompt: str, grammar: Grammar | None = None) -> ChatSession:
     """Open the session, stream the reply, save the session if the turn changed it."""
     # A chat window (or another ask) writing the same file would lose one of the two turns.
     with _session_lock(engine.world, args.session):
@@ -78,7 +91,7 @@ def _answer(args: argparse.Namespace, engine, prompt: str) -> ChatSession:
         reply = RankedReply(engine.world)  # over several ranks: a silent rank, rank 0's ctrl+c
         session.prefill_progress = lambda done, total: (reply.on_prefill(done, total), _say_long_prefill(done, total))
         before = list(session.messages)
-        events = session.stream_events(prompt)
+        events = session.stream_events(prompt, grammar)
         answered = False
         try:
             with reply.running():
@@ -119,11 +132,12 @@ def run_ask(args: argparse.Namespace) -> int:
     if args.session:  # a folder, or a missing one, fails before the model loads (rank 0's disk holds it)
         share(current_world(), lambda: session_path(args.session))
     generation_params(args)  # bad options fail before the model loads
+    grammar = share(current_world(), lambda: answer_grammar(args))
     opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft, notice=_say)
     if opened.note:
         _say(opened.note)
     try:
-        session = _answer(args, opened.engine, prompt)
+        session = _answer(args, opened.engine, prompt, grammar)
     except PoolExhaustedError as error:  # while opening the session's cache or answering
         raise PoolExhaustedError(f"{error} {POOL_FULL_HINT}") from None
     if session.cut_in_thinking:

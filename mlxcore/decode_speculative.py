@@ -9,6 +9,14 @@ rejection sampling keeps d_1..d_n and picks one more token t. The target is
 rewound by k - n, the draft by k - 1 - n (when n = k the draft never fed d_k:
 it is fed next round). Between steps the target holds every id but the last,
 as after a plain step's read; the draft a prefix of that.
+
+Under a grammar (``batching/constraints.py``) the target's k + 1 rows are masked
+before the acceptance test: row i with the mask after d_1..d_i, filled while the
+target's pass runs, the matcher then rolled back (the runner feeds it what was
+emitted). A draft token the grammar refuses has no probability under the
+target: the run stops there. ``constrain_draft``: the draft proposes under the
+same masks too (one read of each drafted token), so it rarely guesses a refused
+token; q is then its masked distribution, and rejection sampling stays exact.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxcore import decision_clock
+from mlxcore.batching.constraints import Bitmask, Mask
 from mlxcore.device_profile import current
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.kv.base import PENDING
@@ -44,8 +53,11 @@ class SpeculativeDecoder:
     """One reply's rounds (see the module docstring); its counters and random stream last the reply."""
 
     def __init__(self, target: nn.Module, draft: nn.Module, params: SamplingParams,
-                 controller: DraftLengthController) -> None:
+                 controller: DraftLengthController, constraint: Mask | None = None,
+                 constrain_draft: bool = True) -> None:
         self.target, self.draft = target, draft
+        self.constraint = constraint  # kept in step with the reply by the runner; each round leaves it so
+        self.constrain_draft = constrain_draft and constraint is not None
         self.params, self.controller = params, controller
         self.keys = KeyStream(params.seed)
         self.vocab = min(target.args.vocab_size, draft.args.vocab_size)  # padding rows may differ
@@ -80,6 +92,8 @@ class SpeculativeDecoder:
         tcache.begin(fed + [PENDING] * k)  # the drafted ids are known after the sync below
         inputs = mx.concatenate([mx.array(fed), drafted])[None]
         logits = self.target(inputs, cache=tcache.layers)[0, -(k + 1):, : self.vocab]  # (k + 1, V)
+        if self.constraint is not None:
+            logits = self._masked(logits, drafted)
         n, t, logprobs = self._accept(logits, drafted, q)
         proposed = drafted.tolist()
         tcache.correct_tail(proposed)
@@ -105,11 +119,14 @@ class SpeculativeDecoder:
         """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously."""
         fed = ids[dcache.offset:]
         dcache.begin(fed)
-        inputs, tokens, rows = mx.array(fed)[None], [], []
+        inputs, tokens, rows, matched = mx.array(fed)[None], [], [], 0
         for i in range(k):
             if i:
                 dcache.begin([PENDING])
             logits = self.draft(inputs, cache=dcache.layers)[0, -1, : self.vocab]
+            if self.constrain_draft:
+                matched += bool(i) and self.constraint.advance(tokens[-1].item())  # drawn under the mask
+                logits = mx.where(_allowed(self.constraint, self.vocab)[0], logits, -mx.inf)
             if self.params.greedy:
                 token = mx.argmax(logits)
             else:
@@ -118,7 +135,23 @@ class SpeculativeDecoder:
             mx.async_eval(token)  # start computing while the next pass is being built
             tokens.append(token)
             inputs = token.reshape(1, 1)
+        if matched:
+            self.constraint.rollback(matched)
         return mx.stack(tokens), (mx.stack(rows) if rows else None)
+
+    def _masked(self, logits: mx.array, drafted: mx.array) -> mx.array:
+        """The target's (k + 1, V) logits under the grammar: row i masked after d_1..d_i (rows after a refused
+        draft token keep every token: the run stops before them). Filled while the target's pass runs."""
+        mx.async_eval(logits)
+        proposed, constraint = drafted.tolist(), self.constraint
+        mask, taken = Bitmask(len(proposed) + 1, constraint.vocab), 0
+        for i in range(len(proposed) + 1):
+            constraint.fill(mask.words[i])
+            if i == len(proposed) or not constraint.advance(proposed[i]):
+                break
+            taken += 1
+        constraint.rollback(taken)
+        return mx.where(mx.array(mask.allowed()[:, : self.vocab]), logits, -mx.inf)
 
     def _accept(self, logits: mx.array, drafted: mx.array, q: mx.array | None) -> tuple[int, int, list[float]]:
         """(n accepted, next token, log-probabilities of the n + 1 emitted tokens), after one evaluation."""
@@ -139,6 +172,13 @@ class SpeculativeDecoder:
             c.round_tokens + n + 1
         for j in range(n):
             c.accepted_by_position[j] += 1
+
+
+def _allowed(constraint: Mask, vocab: int) -> mx.array:
+    """(1, vocab) bool: the constraint's next mask (its first ``vocab`` tokens: a draft's may be fewer)."""
+    mask = Bitmask(1, constraint.vocab)
+    constraint.fill(mask.words[0])
+    return mx.array(mask.allowed()[:, :vocab])
 
 
 def _rewind(cache, n: int) -> None:

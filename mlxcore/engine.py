@@ -20,6 +20,7 @@ from mlxcore.draft_length import DraftLengthController
 from mlxcore.errors import PromptError
 from mlxcore.events import Event
 from mlxcore.fast_exp import warm_up as warm_up_fast_exp
+from mlxcore.grammar import Grammar
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.kv.budget import KVBudget, format_bytes, machine_kv_bytes, weights_bytes, wire_recommended_limit
@@ -250,16 +251,17 @@ class Engine:
         return cache
 
     def generate(self, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams = GenerationParams(),
-                 progress: Progress | None = None) -> Iterator[Event]:
+                 progress: Progress | None = None, grammar: Grammar | None = None) -> Iterator[Event]:
         """Yield a ``TokenEvent`` per emitted token, then one ``FinalEvent`` with the stats.
 
         One request to the batching loop, on the caller's thread (``batching/one_reply.py``). Stop iterating
         at any point: the caches then hold exactly the prompt plus the tokens yielded so far. ``progress``
         follows the prompt's reading and may stop it (``StopPrefill``). With a draft, decoding is speculative.
+        ``grammar``: what the reply must match after any thinking (``mlxcore.grammar``).
         """
         from mlxcore.batching.one_reply import generate  # the loop builds on the engine
 
-        return generate(self, prompt_ids, caches, params, progress)
+        return generate(self, prompt_ids, caches, params, progress, grammar)
 
     def _kv_stats(self) -> dict:
         """A reply's figures that are the engine's: KV memory, and the ranks it runs on."""

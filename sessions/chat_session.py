@@ -12,6 +12,7 @@ from mlxcore.errors import PromptError, SystemPromptTooLongError
 from mlxcore.kv.errors import CacheStateError, PoolExhaustedError
 from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
 from mlxcore.held_tokens import prompt_ids as held_prompt_ids
+from mlxcore.grammar import Grammar, json_schema
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, StopPrefill
 from mlxcore.think_blocks import EMPTY, close_open_block
@@ -104,9 +105,16 @@ class ChatSession:
 
     # turns ------------------------------------------------------------------------
 
-    def send(self, text: str) -> Reply:
+    def send(self, text: str, schema: dict | type | None = None) -> Reply:
         """Add a user message and return the whole reply (with its tool calls); with ``auto_tools``, the reply
-        that follows the calls' results."""
+        that follows the calls' results.
+
+        ``schema`` (a pydantic model class or a JSON Schema dict): the answer is constrained to JSON that
+        validates against it (thinking, if on, stays free); the returned text is that JSON alone, its
+        reasoning in ``.reasoning``. ``ValueError`` if the schema cannot be compiled."""
+        if schema is not None:
+            reply = Reply.parse("".join(self.stream(text, grammar=json_schema(schema))), None)
+            return reply.answer_only()
         reply = Reply.parse("".join(self.stream(text)), self.tool_schemas)
         return self.run_tools() if self.auto_tools and reply.tool_calls else reply
 
@@ -143,17 +151,18 @@ class ChatSession:
             reply = Reply.parse("".join(self._reply(before)), self.tool_schemas)
         return reply
 
-    def stream(self, text: str) -> Iterator[str]:
+    def stream(self, text: str, grammar: Grammar | None = None) -> Iterator[str]:
         """Add a user message and yield the reply's text as it is generated.
 
         Stop iterating (``close()``) at any point: the partial reply becomes the
-        assistant message and the caches hold exactly its tokens.
+        assistant message and the caches hold exactly its tokens. ``grammar``: what
+        the answer must match (``mlxcore.grammar``).
         """
         if not text.strip():
             raise PromptError("The message is empty: type something first.")
         before = list(self.messages)
         self.messages.append(Message("user", text))
-        return self._reply(before)
+        return self._reply(before, grammar)
 
     def regenerate(self) -> str:
         return "".join(self.stream_regenerate())
@@ -240,16 +249,16 @@ class ChatSession:
             self.messages = before  # refused: the turn did not happen
             raise
 
-    def stream_events(self, text: str) -> Iterator[Event]:
+    def stream_events(self, text: str, grammar: Grammar | None = None) -> Iterator[Event]:
         """Like ``stream``, but yields the Engine's events (token ids, draft flags, final stats)."""
         if not text.strip():
             raise PromptError("The message is empty: type something first.")
         before = list(self.messages)
         self.messages.append(Message("user", text))
-        return self._events(before)
+        return self._events(before, grammar)
 
-    def _reply(self, before: list[Message]) -> Iterator[str]:
-        events = self._events(before)
+    def _reply(self, before: list[Message], grammar: Grammar | None = None) -> Iterator[str]:
+        events = self._events(before, grammar)
         try:
             for event in events:
                 if isinstance(event, TokenEvent) and event.text:
@@ -274,7 +283,7 @@ class ChatSession:
             except CacheStateError:
                 pass  # the window already filled: the keep it had stays (documented in mlxcore.kv.rotating)
 
-    def _events(self, before: list[Message]) -> Iterator[Event]:
+    def _events(self, before: list[Message], grammar: Grammar | None = None) -> Iterator[Event]:
         """The engine's events for the history as it stands; ``before`` is the history before this turn."""
         reply, written, lead, finish = "", [], "", None  # written: the reply's token ids
         events = None
@@ -282,7 +291,7 @@ class ChatSession:
         try:
             self._keep_system_in_window()
             prompt, lead = self._prompt()
-            events = self.engine.generate(prompt, self.caches, self.params, self.prefill_progress)
+            events = self.engine.generate(prompt, self.caches, self.params, self.prefill_progress, grammar)
             for event in events:
                 if isinstance(event, TokenEvent):
                     reply = reply + event.text

@@ -24,3 +24,9 @@ class Reply(str):
         reply = cls(text)
         reply.reasoning, reply.content, reply.tool_calls = parser.reasoning, parser.content, tuple(parser.calls)
         return reply
+
+    def answer_only(self) -> Reply:
+        """This reply as its answer alone (a structured reply's JSON), its reasoning kept beside it."""
+        reply = Reply(self.content)
+        reply.reasoning, reply.content, reply.tool_calls = self.reasoning, self.content, self.tool_calls
+        return reply

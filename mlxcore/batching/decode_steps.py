@@ -11,6 +11,12 @@ early (a sequence about to be preempted, to decode speculatively, or cancelled).
 When a read token ends its reply, the pass that fed it has already run: the
 cache holds the reply's last token (as ``Engine.generate``'s do), and the pick
 that pass made is dropped.
+
+A reply with a grammar (``constraints.py``) needs its previous pick to know its
+next mask: its step queues the pass, reads the previous picks while the pass
+runs, fills the masks on the CPU, then queues the pick on the masked logits
+(one (B, V) ``where`` before the step's one sampler graph; unconstrained rows
+keep every token). Log-probabilities are then the constrained distribution's.
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.constraints import Bitmask, GrammarError
 from mlxcore.batching.live import Live
 from mlxcore.kv.base import PENDING
-from mlxcore.sampling import TokenPicker
 from mlxcore.sampling_graphs import greedy_pick, same_graph, sampled_pick
 
 Read = tuple[Live, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
@@ -67,6 +73,9 @@ class DecodeSteps:
             last.fed.update(id(live) for live, row in zip(lives, rows) if row is not None)
         inputs = self._inputs(lives, rows, last)
         logits = self._logits(lives, ids, inputs)  # (B, V)
+        allowed = _allowed(lives, rows, last, logits)
+        if allowed is not None:
+            logits = mx.where(allowed, logits, -mx.inf)
         tokens, logprobs = _pick(lives, logits)
         tops = [_top(logits[row], live.handle.request.top_logprobs) for row, live in enumerate(lives)]
         mx.async_eval(tokens, logprobs, [t for t in tops if t is not None])
@@ -139,13 +148,34 @@ def _without(picks: _Picks, row: int) -> _Picks | None:
                   [picks.tops[r] for r in keep], picks.fed, values)
 
 
+def _allowed(lives: list[Live], rows: list[int | None], last: _Picks | None, logits: mx.array) -> mx.array | None:
+    """(B, V) bool: each constrained reply's grammar mask after its pending pick (other rows all True), filled
+    while the pass that makes ``logits`` runs; None when no reply is constrained. A matcher that fails is kept
+    on its reply (``Constraint.failed``), whose row then keeps every token: the runner ends it with the error."""
+    if all(live.constraint is None for live in lives):
+        return None
+    mx.async_eval(logits)  # the pass runs while the masks are filled
+    picks = last.read() if last is not None and any(row is not None for row in rows) else None
+    mask = Bitmask(len(lives), logits.shape[-1])
+    for i, (live, row) in enumerate(zip(lives, rows)):
+        constraint = live.constraint
+        if constraint is None or constraint.failed is not None:
+            continue
+        try:
+            constraint.catch_up(live.generated + ([picks[row][0]] if row is not None else []))
+            constraint.fill(mask.words[i])
+        except GrammarError as error:
+            constraint.failed = error
+            mask.words[i] = -1
+    return mx.array(mask.allowed())
+
+
 def _pick(lives: list[Live], logits: mx.array) -> tuple[mx.array, mx.array]:
     """(tokens (B,), log-probabilities (B,)): one pick for the whole batch where every reply is plain greedy,
     or samples with the same masks (each row with its own temperature, p and key); else each reply's own
     sampler on its row (a repetition penalty keeps its own recent tokens)."""
     params = [live.params for live in lives]
-    # (a reply with a picker of its own, as the bench's scripted replies have, picks on its row alone)
-    if all(p.repetition_penalty == 1.0 for p in params) and all(type(live.picker) is TokenPicker for live in lives):
+    if all(p.repetition_penalty == 1.0 for p in params):
         if all(p.greedy for p in params):
             return greedy_pick()(logits, logits)
         if not any(p.greedy for p in params) and same_graph(params):

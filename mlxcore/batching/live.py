@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import mlx.core as mx
 
+from mlxcore.batching.constraints import Mask
 from mlxcore.batching.handle import RequestHandle, RequestMetrics
 from mlxcore.caches import Caches
 from mlxcore.sampling import TokenPicker
@@ -27,8 +28,9 @@ class Live:
     """One reply being generated (one choice of a request)."""
 
     def __init__(self, handle: RequestHandle, params: GenerationParams, tokenizer, eos_ids: set[int],
-                 cap: int | None, submitted: float) -> None:
+                 cap: int | None, submitted: float, constraint: Mask | None = None) -> None:
         self.handle = handle
+        self.constraint = constraint  # what its next token may be (a grammar's matcher), applied before sampling
         self.params = params
         self.ids = list(handle.request.prompt_ids)  # prompt, then every token generated
         self.prompt_tokens = len(self.ids)
@@ -51,10 +53,16 @@ class Live:
     def request_id(self) -> str:
         return self.handle.request_id
 
+    @property
+    def generated(self) -> list[int]:
+        """The reply's tokens so far (what its constraint is fed)."""
+        return self.ids[self.prompt_tokens:]
+
     def fork(self, handle: RequestHandle, params: GenerationParams, tokenizer, eos_ids: set[int],
              cap: int | None) -> Live:
         """Another choice of the same prompt, on caches sharing this one's blocks."""
-        child = Live(handle, params, tokenizer, eos_ids, cap, self.submitted)
+        constraint = self.constraint.fresh() if self.constraint is not None else None
+        child = Live(handle, params, tokenizer, eos_ids, cap, self.submitted, constraint)
         child.caches = self.caches.fork()
         child.prefix_hits, child.computed_prompt = self.prefix_hits, self.computed_prompt
         child.admitted_once = True

@@ -22,12 +22,13 @@ from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore.caches import Caches
 from mlxcore.events import Event, FinalEvent
+from mlxcore.grammar import Grammar
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, settle
 
 
 def generate(engine, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams,
-             progress: Progress | None = None) -> Iterator[Event]:
+             progress: Progress | None = None, grammar: Grammar | None = None) -> Iterator[Event]:
     """``Engine.generate``'s events (see there)."""
     engine.last_stats = None  # set when the reply ends: a refused or stopped prefill leaves None
     prompt = list(prompt_ids)
@@ -36,7 +37,8 @@ def generate(engine, prompt_ids: Sequence[int], caches: Caches, params: Generati
     reused = engine.keep_prefix(caches, prompt)
     batch = LocalBatch(engine, max_running=1, step_tokens=engine.prefill_chunk(params))  # a prompt chunk a step
     batch.runner.max_unread = None  # this caller takes every event after each step
-    request = Request(tuple(prompt), params, use_draft=caches.draft is not None, keep_caches=True, caches=caches)
+    request = Request(tuple(prompt), params, use_draft=caches.draft is not None, keep_caches=True, caches=caches,
+                      grammar=grammar)
     handle = batch.submit(request)[0]
     to_read, read = len(prompt) - 1 - reused, 0  # the prompt's tokens to compute (its last one is decoded)
     if progress is not None and to_read > 0:

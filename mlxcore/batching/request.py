@@ -6,6 +6,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
+from mlxcore.grammar import Grammar
 from mlxcore.params import GenerationParams
 
 _ids = itertools.count(1)
@@ -37,6 +38,7 @@ class Request:
     deadline: float | None = None  # time.monotonic() by which the reply should be done; None = no deadline
     top_logprobs: int = 0  # also report this many likeliest tokens (and log-probabilities) at each position
     use_draft: bool = True  # decode speculatively when it runs alone and the engine has a draft
+    grammar: Grammar | None = None  # what the reply must match (after any thinking): JSON schema, tool call
     keep_caches: bool = False  # hand the reply's caches to the caller (``RequestHandle.caches``) at its end
     # Caches to start from (a chat's own): kept up to their common prefix with the prompt, so a turn
     # computes only what is new, to the token. They are the request's then (given back with keep_caches).

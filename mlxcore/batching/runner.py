@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from mlxcore import decision_clock
 from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.constraints import Constraint, Mask
 from mlxcore.batching.decode_steps import DecodeSteps
 from mlxcore.batching.errors import OverloadedError, PromptTooLongError
 from mlxcore.batching.handle import RequestHandle
@@ -71,6 +72,7 @@ class BatchRunner:
         self._cancelled: set[str] = set()
         self.stall_seconds = stall_seconds  # a reply whose reader read nothing for this long is cancelled
         self.max_unread: int | None = MAX_UNREAD  # None: never paused for its reader
+        self.constrain_draft = True  # under a grammar, the draft proposes under the same masks (docs/structured_output.md)
 
     # requests ---------------------------------------------------------------
 
@@ -84,10 +86,18 @@ class BatchRunner:
         cap = self.engine.reply_cap(request.params, len(request.prompt_ids))
         seq = Sequence(request, now, len(request.prompt_ids), cap, choices=len(handles))
         self.lives[id(seq)] = [Live(handle, _choice_params(request, i), self.engine.tokenizer, self.engine.eos_ids,
-                                    cap, now) for i, handle in enumerate(handles)]
+                                    cap, now, self._constraint(request)) for i, handle in enumerate(handles)]
         for handle in handles:
             self.sequences[handle.request_id] = seq
         self.scheduler.add(seq)
+
+    def _constraint(self, request: Request) -> Mask | None:
+        """A matcher for the request's grammar (``ValueError`` if llguidance cannot compile it); the tests' and
+        the bench's scripted replies put their own mask here."""
+        if request.grammar is None:
+            return None
+        return Constraint(request.grammar, self.engine.tokenizer, self.engine.model.args.vocab_size,
+                          self.engine.eos_ids, request.prompt_ids)
 
     def _unstick(self, plan: StepPlan) -> None:
         """Nothing runs and nothing was admitted, yet requests wait: memory held outside the scheduler (other
@@ -394,6 +404,9 @@ class BatchRunner:
             seq.cached = live.caches.target.offset
         emitted = 0
         for live, token, logprob, top in self.steps.advance():
+            if live.constraint is not None and live.constraint.failed is not None:  # never a token past it
+                self._end(self.sequences[live.request_id], error=live.constraint.failed)
+                continue
             self._emitted(live, token, logprob, False, top)
             emitted += 1
         if drafting:  # the controller compares a round's tokens per second with a plain step's
@@ -425,7 +438,8 @@ class BatchRunner:
     def _speculative(self, live: Live) -> SpeculativeDecoder:
         if live.speculative is None:
             live.speculative = SpeculativeDecoder(self.engine.target_forward, self.engine.draft_forward,
-                                                  live.params, self.engine.draft_control)
+                                                  live.params, self.engine.draft_control, live.constraint,
+                                                  self.constrain_draft)
         return live.speculative
 
     def _round(self, seq: Sequence, live: Live, k: int) -> int:
@@ -434,6 +448,8 @@ class BatchRunner:
         if live.request_id not in self.sequences:  # that pick ended it
             return 0
         decoder = live.speculative
+        if live.constraint is not None:
+            live.constraint.catch_up(live.generated)  # the round's masks follow what was emitted
         try:
             tokens = decoder.round(live.caches.target, live.caches.draft, live.ids, k)
         except PoolExhaustedError:  # no room for a round (other chats hold the rest): on without the draft

@@ -6,7 +6,8 @@ holds: the stored text then re-renders as other turns than were generated.
 ``scripted_replies`` keeps the model's own choice of every other token and
 shapes the reply as a Qwen3 reply is shaped: markup never appears, and with
 thinking on the reply opens with ``<think>`` and closes it after
-``think_tokens`` tokens.
+``think_tokens`` tokens. The shape is a per-reply mask (``PositionMask``),
+applied by the decode loop as a grammar's is.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from unittest import mock
 
-import mlx.core as mx
+import numpy as np
 
-from mlxcore.batching import live as live_module
-from mlxcore.sampling import TokenPicker
+from mlxcore.batching.constraints import PositionMask
+from mlxcore.batching.runner import BatchRunner
 
 
 def added_token_ids(tokenizer) -> dict[str, int]:
@@ -27,27 +28,32 @@ def added_token_ids(tokenizer) -> dict[str, int]:
     return {token.content: token_id for token_id, token in inner.added_tokens_decoder.items()}
 
 
+class ShapedReply(PositionMask):
+    """The model's own choice among every token but the added ones; the think tags where they go."""
+
+    def __init__(self, vocab: int, banned: list[int], forced: dict[int, int]) -> None:
+        super().__init__(vocab)
+        self.free = np.ones(vocab, dtype=bool)
+        self.free[[t for t in banned if t < vocab]] = False
+        self.forced = forced
+
+    def allowed(self, position: int) -> np.ndarray:
+        if position not in self.forced:
+            return self.free
+        only = np.zeros(self.vocab, dtype=bool)
+        only[self.forced[position]] = True
+        return only
+
+
 @contextmanager
 def scripted_replies(tokenizer, *, thinking: bool, think_tokens: int = 100) -> Iterator[None]:
-    """Within the block, plain decoding by the Engine picks as described in the module docstring."""
+    """Within the block, replies decoded by the Engine are shaped as described in the module docstring."""
     added = added_token_ids(tokenizer)
     forced = {0: added["<think>"], think_tokens: added["</think>"]} if thinking else {}
-    banned = mx.array(sorted(added.values()))
+    banned = sorted(added.values())
 
-    class ScriptedPicker(TokenPicker):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            self.step = 0
+    def constraint(runner, request):
+        return ShapedReply(runner.engine.model.args.vocab_size, banned, forced)
 
-        def __call__(self, logits: mx.array) -> tuple[mx.array, mx.array]:
-            masked = logits.at[:, banned].add(-mx.inf)
-            token, logprob = super().__call__(masked)
-            if self.step in forced:
-                token = mx.array([forced[self.step]], dtype=token.dtype)
-                if self.recent is not None:  # the repetition penalty's memory holds the token kept
-                    self.recent = mx.concatenate([self.recent[:-1], token.astype(mx.int32)])
-            self.step += 1
-            return token, logprob
-
-    with mock.patch.object(live_module, "TokenPicker", ScriptedPicker):
+    with mock.patch.object(BatchRunner, "_constraint", constraint):
         yield

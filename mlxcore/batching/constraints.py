@@ -1,0 +1,196 @@
+"""A reply's grammar matcher, and the next-token masks the decode loop applies before sampling.
+
+One ``Constraint`` per constrained reply (llguidance's ``LLMatcher``, compiled
+from the request's ``Grammar`` against the model's tokenizer). The loop keeps it
+in step with the reply: ``catch_up`` consumes the tokens generated since, then
+``fill`` writes the next token's mask, one bit a token, into a row of a batch's
+``Bitmask``; speculative rounds consume draft tokens and ``rollback``.
+
+Thinking stays free. The prompt decides where the grammar starts
+(``think_phase``): inside an open ``<think>`` block, after ``</think>``; after a
+closed block (thinking off), at once; at a bare generation prompt, where the
+model may open one, the first token may be ``<think>`` or the grammar's. While
+thinking, the mask is all ones (no matcher work at all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from mlxcore.grammar import Grammar
+
+THINK, CLOSE = "<think>", "</think>"
+MAY_THINK, THINKING, GRAMMAR = "may think", "thinking", "grammar"  # THINKING: free until </think>
+
+
+class GrammarError(RuntimeError):
+    """The grammar matcher failed part way through a reply (it ends the reply, with this message)."""
+
+
+@lru_cache(maxsize=4)
+def _llg_tokenizer(tokenizer, vocab: int, eos: tuple[int, ...]):
+    """llguidance's view of a Hugging Face tokenizer (about a second to build: once per model)."""
+    import llguidance.hf
+
+    inner = getattr(tokenizer, "_tokenizer", tokenizer)  # mlx-lm's TokenizerWrapper holds the HF one
+    return llguidance.hf.from_tokenizer(inner, n_vocab=vocab, eos_token=list(eos))
+
+
+class Constraint:
+    """One reply's matcher, fed the reply's tokens; its phase says whether the grammar applies yet."""
+
+    def __init__(self, grammar: Grammar, tokenizer, vocab: int, eos_ids: Sequence[int], prompt: Sequence[int]) -> None:
+        from llguidance import LLMatcher
+
+        self.grammar, self.vocab, self.eos = grammar, vocab, sorted(eos_ids)
+        self._args = (tokenizer, prompt)
+        text = grammar.for_tokenizer(_token_id(tokenizer, "<tool_call>") is not None)
+        self.matcher = LLMatcher(_llg_tokenizer(tokenizer, vocab, tuple(self.eos)), text, log_level=0)
+        if self.matcher.is_error():
+            raise ValueError(f"This {grammar.source} cannot be compiled: {self.matcher.get_error()}")
+        self.think, self.close = _token_id(tokenizer, THINK), _token_id(tokenizer, CLOSE)
+        self.phase = think_phase(tokenizer, prompt, self.think, self.close)
+        self.failed: GrammarError | None = None  # set by the decode loop; the runner ends the reply with it
+        self.history: list[tuple[str, bool]] = []  # per token consumed: the phase before, whether matched
+
+    def fresh(self) -> Constraint:
+        """The same grammar for another choice of the same prompt, from the start."""
+        return Constraint(self.grammar, self._args[0], self.vocab, self.eos, self._args[1])
+
+    @property
+    def count(self) -> int:
+        """Reply tokens consumed."""
+        return len(self.history)
+
+    def catch_up(self, reply: Sequence[int]) -> None:
+        """Consume ``reply[count:]`` (the reply's tokens are ``reply``); ``GrammarError`` if one is refused."""
+        for token in reply[self.count:]:
+            if not self.advance(token):
+                raise GrammarError(f"The reply left its {self.grammar.source}: {self.matcher.get_error() or token}")
+
+    def advance(self, token: int) -> bool:
+        """Consume one token; False if the grammar refuses it (a draft's guess; nothing changes then)."""
+        phase, matched = self.phase, False
+        if phase == MAY_THINK and token == self.think:
+            self.phase = THINKING
+        elif phase == THINKING:
+            self.phase = GRAMMAR if token == self.close else THINKING
+        elif token in self.eos:  # the end of the reply: allowed where the grammar is complete (not consumed)
+            if not self.matcher.is_accepting():
+                return False
+        elif self.matcher.try_consume_tokens([token]) == 1:
+            self.phase, matched = GRAMMAR, True
+        else:
+            return False
+        self.history.append((phase, matched))
+        return True
+
+    def rollback(self, n: int) -> None:
+        """Forget the last ``n`` tokens consumed."""
+        if not n:
+            return
+        undone = self.history[-n:]
+        del self.history[-n:]
+        matched = sum(m for _, m in undone)
+        if matched and not self.matcher.rollback(matched):
+            raise GrammarError(f"The grammar matcher could not roll back {matched} tokens: {self.matcher.get_error()}")
+        self.phase = undone[0][0]
+
+    def fill(self, bits: np.ndarray) -> None:
+        """Write the next token's mask into ``bits`` (a row of ``Bitmask.words``); all ones while free."""
+        if self.phase == THINKING:
+            bits[:] = -1
+            return
+        if self.matcher.is_error():
+            raise GrammarError(f"The {self.grammar.source} grammar failed: {self.matcher.get_error()}")
+        self.matcher.unsafe_compute_mask_ptr(bits.ctypes.data, bits.nbytes)
+        if self.phase == MAY_THINK:
+            _allow(bits, self.think)
+        if not bits.any():  # a stopped matcher allows nothing more: end of text (never an empty row)
+            _allow(bits, self.eos[0])
+
+
+def _allow(bits: np.ndarray, token: int) -> None:
+    bits.view(np.uint32)[token // 32] |= np.uint32(1 << token % 32)
+
+
+def think_phase(tokenizer, prompt: Sequence[int], think: int | None, close: int | None) -> str:
+    """Where the grammar starts, from the prompt's last turn (see the module docstring)."""
+    if think is None or close is None:
+        return GRAMMAR
+    start = _token_id(tokenizer, "<|im_start|>")
+    turn = max((i for i, t in enumerate(prompt) if t == start), default=-1) if start is not None else -1
+    tail = list(prompt[turn + 1:]) if turn >= 0 else list(prompt[-64:])  # the reply's own turn
+    opened = max((i for i, t in enumerate(tail) if t == think), default=-1)
+    closed = max((i for i, t in enumerate(tail) if t == close), default=-1)
+    if opened > closed:
+        return THINKING
+    header = tokenizer.encode("assistant\n", add_special_tokens=False)
+    return MAY_THINK if turn >= 0 and tail == list(header) else GRAMMAR
+
+
+def _token_id(tokenizer, text: str) -> int | None:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return ids[0] if len(ids) == 1 else None
+
+
+class Bitmask:
+    """One step's masks, a row per reply of the batch (one bit a token, llguidance's layout); unconstrained
+    rows stay all ones."""
+
+    def __init__(self, rows: int, vocab: int) -> None:
+        self.vocab = vocab
+        self.words = np.full((rows, (vocab + 31) // 32), -1, dtype=np.int32)
+
+    def allowed(self) -> np.ndarray:
+        """(rows, vocab) bool: which tokens each row may pick."""
+        bits = np.unpackbits(self.words.view(np.uint8), axis=1, bitorder="little")
+        return bits[:, : self.vocab].astype(bool)
+
+
+class PositionMask:
+    """A reply's mask that depends only on its position: the tokens ``allowed(i)`` lets position i take
+    (None: every token). For replies shaped without a grammar (the bench's and the tests' scripted replies);
+    the decode loop treats it as it treats a ``Constraint``."""
+
+    failed: GrammarError | None = None
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab, self.count = vocab, 0
+
+    def allowed(self, position: int) -> np.ndarray | None:
+        """(vocab,) bool, or None for no mask; subclasses say."""
+        raise NotImplementedError
+
+    def fresh(self) -> PositionMask:
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__, count=0)
+        return clone
+
+    def catch_up(self, reply: Sequence[int]) -> None:
+        self.count = len(reply)
+
+    def advance(self, token: int) -> bool:
+        allowed = self.allowed(self.count)
+        if allowed is not None and not allowed[token]:
+            return False
+        self.count += 1
+        return True
+
+    def rollback(self, n: int) -> None:
+        self.count -= n
+
+    def fill(self, bits: np.ndarray) -> None:
+        allowed = self.allowed(self.count)
+        if allowed is None:
+            bits[:] = -1
+            return
+        padded = np.zeros(bits.size * 32, dtype=bool)
+        padded[: allowed.size] = allowed
+        bits[:] = np.packbits(padded, bitorder="little").view(np.int32)
+
+
+Mask = Constraint | PositionMask  # what the decode loop applies to a reply's next token

@@ -1,0 +1,104 @@
+"""What a reply must match, as llguidance grammars: a JSON schema, any JSON object, or a Qwen3 tool call.
+
+No MLX here: ``serve`` builds a ``Grammar`` from the request (a bad schema is a
+400 there) and the engine compiles it against the model's tokenizer
+(``batching/constraints.py``). JSON is written compactly, with the separators
+Python's ``json.dumps`` uses (``", "``, ``": "``): no free whitespace, which a
+small or random model would otherwise repeat until its token cap.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from llguidance import LLMatcher
+
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+ANY_OBJECT: dict = {"type": "object"}
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A compiled-to-text llguidance grammar and what it came from (for messages)."""
+
+    text: str  # llguidance's grammar (JSON text), as ``LLMatcher`` takes it
+    source: str  # "JSON schema", "JSON object", "tool call": what an error message names
+    # The same with the call tags as text, for a tokenizer that has no token for them (the embedded model's)
+    text_untagged: str | None = None
+
+    def for_tokenizer(self, has_tags: bool) -> str:
+        """The grammar text for a tokenizer with (or without) ``<tool_call>`` as one token."""
+        return self.text if has_tags or self.text_untagged is None else self.text_untagged
+
+
+def json_schema(schema: dict | str | type) -> Grammar:
+    """A grammar for JSON text that validates against ``schema`` (a dict, JSON text, or a pydantic model class).
+
+    Raises ``ValueError`` naming what llguidance cannot compile (an unknown format, a look-around in a
+    pattern, an unsupported keyword such as ``not``).
+    """
+    schema = schema_dict(schema)
+    text = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_STYLE)
+    return _checked(Grammar(text, "JSON schema"))
+
+
+def json_object() -> Grammar:
+    """Any JSON object (OpenAI's ``response_format: json_object``)."""
+    return json_schema(ANY_OBJECT)
+
+
+def tool_call(tools: list[dict], name: str | None = None, parallel: bool = True) -> Grammar:
+    """Qwen3's tool call: ``<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>``, ARGS matching
+    that tool's parameters. ``name``: only that tool (one call); else any of ``tools``, one call or, with
+    ``parallel``, several in a row. ``tools``: OpenAI function tools (``{"type": "function", "function": ...}``)."""
+    functions = {f["name"]: f.get("parameters") or ANY_OBJECT for f in (_function(t) for t in tools)}
+    if name is not None:
+        if name not in functions:
+            raise ValueError(f"tool_choice names {name!r}, which is not one of the tools: {', '.join(functions)}.")
+        functions = {name: functions[name]}
+    rules = [f"call{i}: %json {json.dumps(_call_schema(n, params))}" for i, (n, params) in enumerate(functions.items())]
+    body = " | ".join(f"call{i}" for i in range(len(functions)))
+    start = "start: block (\"\\n\" block)*" if parallel and name is None else "start: block"
+
+    def compiled(block: str) -> str:
+        return LLMatcher.grammar_from_lark("\n".join([start, f"block: {block}", f"body: {body}", *rules]))
+    # Qwen3's tags are added tokens, which llguidance matches by name only; without them, they are text
+    tagged = compiled(r'<tool_call> "\n" body "\n" </tool_call>')
+    untagged = _checked(Grammar(compiled(r'"<tool_call>\n" body "\n</tool_call>"'), "tool call")).text
+    return _checked(Grammar(tagged, "tool call", untagged))
+
+
+def schema_dict(schema: dict | str | type) -> dict:
+    """``schema`` as a dict: JSON text parsed, a pydantic model's ``model_json_schema()``."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"The JSON schema is not JSON: {error}.") from None
+    elif isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+        schema = schema.model_json_schema()
+    if not isinstance(schema, dict):
+        raise ValueError(f"A JSON schema must be an object (a dict), not {type(schema).__name__}.")
+    return schema
+
+
+def _call_schema(name: str, parameters: dict) -> dict:
+    """The call's JSON: its name fixed, its arguments the tool's parameters (keys in Qwen3's order)."""
+    return {"type": "object", "properties": {"name": {"const": name}, "arguments": parameters},
+            "required": ["name", "arguments"], "additionalProperties": False, "x-guidance": JSON_STYLE}
+
+
+def _function(tool: Any) -> dict:
+    function = tool.get("function", tool) if isinstance(tool, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise ValueError("Each tool must be an OpenAI function tool with a name.")
+    return function
+
+
+def _checked(grammar: Grammar) -> Grammar:
+    error = LLMatcher.validate_grammar(grammar.text)
+    if error:
+        raise ValueError(f"This {grammar.source} cannot be used for constrained decoding: {error.strip()}")
+    return grammar
