@@ -110,13 +110,6 @@ def test_tool_choice_none_offers_no_tools_and_reads_no_calls(server):
     assert reply.choices[0].message.content == CALL and not reply.choices[0].message.tool_calls
 
 
-@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "add"}}])
-def test_a_tool_choice_that_needs_a_grammar_is_a_clear_400(server, choice):
-    with pytest.raises(openai.BadRequestError) as refused:
-        ask(server, [{"role": "user", "content": "sum"}], tool_choice=choice)
-    assert "constrained decoding" in str(refused.value) and "tool_choice 'auto'" in str(refused.value)
-
-
 def test_tool_messages_with_wrong_fields_are_400s(server):
     bad = [[{"role": "user", "content": "x", "tool_calls": [{"id": "1", "type": "function",
                                                             "function": {"name": "add", "arguments": "{}"}}]}],

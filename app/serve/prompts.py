@@ -15,6 +15,7 @@ from app.serve.state import ModelInfo
 from app.serve.tokenizing import Tokenizing
 from mlxcore.batching.request import Priority, Request
 from mlxcore.errors import PromptError
+from mlxcore.grammar import Grammar
 from mlxcore.params import GenerationParams
 from mlxcore.think_blocks import OPEN, thought_reply
 
@@ -32,7 +33,7 @@ def generation_params(body: Sampling, defaults: GenerationParams, max_tokens: in
 
 
 def scheduler_request(body: Sampling, prompt_ids: list[int], params: GenerationParams, top_logprobs: int,
-                      model: ModelInfo) -> Request:
+                      model: ModelInfo, grammar: Grammar | None = None) -> Request:
     """The worker's request for ``body``: its priority and how many alternatives to report per token.
 
     A prompt over the context is refused here, before a stream's 200 is sent (the scheduler would refuse it too).
@@ -44,7 +45,7 @@ def scheduler_request(body: Sampling, prompt_ids: list[int], params: GenerationP
     # learned (they change from request to request): a seeded sampled reply decodes plainly, to repeat.
     reproducible = params.seed is not None and params.temperature > 0
     return Request(prompt_ids=tuple(prompt_ids), params=params, priority=Priority.parse(body.priority),
-                   top_logprobs=top_logprobs, use_draft=not reproducible)
+                   top_logprobs=top_logprobs, use_draft=not reproducible, grammar=grammar)
 
 
 def _within_context(tokens: int, model: ModelInfo, param: str, *, at_least: bool = False) -> None:
@@ -97,7 +98,7 @@ async def chat_request(body: ChatCompletionRequest, tokens: Tokenizing, model: M
     """The scheduler's request for one reply to the conversation (``chat_prompt_ids``)."""
     ids = await chat_prompt_ids(body, tokens, model, thinking=thinking, system=system)
     params = generation_params(body, model.default_params, body.reply_cap)
-    return scheduler_request(body, ids, params, (body.top_logprobs or 0) if body.logprobs else 0, model)
+    return scheduler_request(body, ids, params, (body.top_logprobs or 0) if body.logprobs else 0, model, body.grammar)
 
 
 async def completion_request(body: CompletionRequest, tokens: Tokenizing, model: ModelInfo) -> Request:

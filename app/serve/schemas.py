@@ -3,9 +3,10 @@
 Every model forbids fields it does not know (``extra="forbid"``) and is strict
 about types (no "5" for 5), so a field we do not support, a wrong type or an
 out-of-range value is a 400 that names it, never silently ignored. Fields that
-OpenAI's API has but that we cannot honour (``response_format`` JSON modes,
-penalties other than 0, ``echo``, a ``tool_choice`` that needs a grammar) are
-refused by validators, with a sentence that says why.
+OpenAI's API has but that we cannot honour (penalties other than 0, ``echo``)
+are refused by validators, with a sentence that says why. ``response_format``
+JSON modes and a ``tool_choice`` that forces a call become a grammar
+(``mlxcore.grammar``, no MLX): a schema it cannot compile is a 400 here.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import json
 import re
 from typing import Annotated, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationInfo,
+                      field_validator, model_validator)
 
+from mlxcore import grammar
+from mlxcore.grammar import Grammar
 from mlxcore.think_blocks import thought_reply
 from mlxcore.tool_calls import CALL_CLOSE
 
@@ -55,17 +58,30 @@ class TemplateKwargs(Strict):
     enable_thinking: bool | None = None  # Qwen3: think in <think>...</think> first; None: the server's default
 
 
+class JSONSchemaFormat(Strict):
+    name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    description: Text | None = None
+    schema_: dict = Field(alias="schema")  # ("schema" is a BaseModel attribute)
+    strict: bool | None = None  # OpenAI's; either way the reply follows the schema (a keyword it cannot is a 400)
+
+
 class ResponseFormat(Strict):
     type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict | None = None
+    json_schema: JSONSchemaFormat | None = None
 
     @model_validator(mode="after")
-    def _only_text(self) -> ResponseFormat:
-        if self.type != "text":
-            raise ValueError(f"response_format {self.type!r} is not supported: mlxchat serve has no constrained "
-                             "decoding, so it cannot promise JSON. Ask for JSON in the prompt instead, or leave "
-                             "response_format out.")
+    def _schema_given(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("response_format 'json_schema' needs a json_schema (name, schema), and only it does.")
         return self
+
+    def grammar(self) -> Grammar | None:
+        """What the reply must match: None for text; ``ValueError`` for a schema that cannot be compiled."""
+        if self.type == "json_object":
+            return grammar.json_object()
+        if self.type == "json_schema":
+            return grammar.json_schema(self.json_schema.schema_)
+        return None
 
 
 class TextPart(Strict):
@@ -118,6 +134,7 @@ class NamedToolChoice(Strict):
     function: NamedFunction
 
 
+# Anthropic's and the Responses API's refusal, until they build their grammar (``mlxcore.grammar``) too
 NEEDS_GRAMMAR = ("needs constrained decoding (a grammar that makes the model call a tool), which mlxchat serve "
                  "does not have yet: use tool_choice 'auto', and say in the prompt which tool to call.")
 
@@ -248,6 +265,7 @@ class ChatCompletionRequest(Sampling):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None  # false: the reply ends after its first call (docs/tools.md)
+    _grammar: Grammar | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check_chat(self) -> ChatCompletionRequest:
@@ -255,11 +273,19 @@ class ChatCompletionRequest(Sampling):
             raise ValueError("top_logprobs needs logprobs set to true.")
         if self.tool_choice is not None and not self.tools and self.tool_choice != "none":
             raise ValueError("tool_choice needs tools.")
-        if self.tool_choice == "required":
-            raise ValueError(f"tool_choice 'required' {NEEDS_GRAMMAR}")
-        if isinstance(self.tool_choice, NamedToolChoice):
-            raise ValueError(f"tool_choice naming a function {NEEDS_GRAMMAR}")
+        self._grammar = self._compiled()  # a schema llguidance cannot compile is a 400 that names the construct
         return self
+
+    def _compiled(self) -> Grammar | None:
+        if self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice):
+            name = self.tool_choice.function.name if isinstance(self.tool_choice, NamedToolChoice) else None
+            return grammar.tool_call(self.offered_tools, name, parallel=self.parallel_tool_calls is not False)
+        return self.response_format.grammar() if self.response_format is not None else None
+
+    @property
+    def grammar(self) -> Grammar | None:
+        """What the reply must match after any thinking: a forced tool call, or the response format's JSON."""
+        return self._grammar
 
     @property
     def offered_tools(self) -> list[dict] | None:
