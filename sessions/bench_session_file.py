@@ -31,8 +31,7 @@ from mlxcore.launch import ModelChoice, open_engine
 from mlxcore.sequences import common_prefix_length
 from sessions.bench_restore import long_message, long_session, twin
 from sessions.file_read import read_contents
-from sessions.file_save import export_compact
-from sessions.session_file import load_session
+from sessions.session_file import export_compact, load_session
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = ("Thank you. One more question: what is 15 + 27?", "And what is 6 times 7?",

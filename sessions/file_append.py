@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessions.errors import SessionSaveError
-from sessions.file_format import cannot_write_text, fsync_folder, open_session_file, write_error_text
+from sessions.file_format import (cannot_write_text, fsync_folder, open_session_file, read_start, rewrite_whole_header,
+                                  write_error_text)
 from sessions.file_layout import (HEAD_BYTES, TRAILER_BYTES, Commit, Span, block_digest, encode_record,
-                                  encode_trailer, head, last_trailer, read_blocks, read_commit)
+                                  encode_trailer, head, is_appending, last_trailer, read_blocks, read_commit)
 from sessions.temp_files import sweep_dead_temps, temp_path
 
 Blocks = Mapping[str, Iterable[tuple[str, bytes | None]]]  # role -> (key, payload or None if the file has it)
@@ -157,6 +158,14 @@ def _remove_quietly(path: Path) -> None:
         path.unlink(missing_ok=True)
     except OSError:
         pass  # a read-only folder never had the temporary file
+
+
+def rewrite_header(path: Path, header: bytes) -> None:
+    """Give a session file of any layout a new header (a title, the history), its cache data kept as it is:
+    an appending file gets one more save naming the same blocks; a whole one is rewritten atomically."""
+    with open_session_file(path) as f:
+        appending = is_appending(read_start(path, f, os.fstat(f.fileno()).st_size))
+    (append_header if appending else rewrite_whole_header)(path, header)
 
 
 def append_header(path: Path, header: bytes) -> None:

@@ -1,5 +1,5 @@
 """The whole-file session container of formats 1 and 2: fixed preamble, JSON header, safetensors payload,
-checksum. Format 3 appends saves instead (file_layout.py); ``read_header`` and ``rewrite_header`` take either.
+checksum. Format 3 appends saves instead (file_layout.py); ``read_header`` takes either.
 
 Layout (integers little-endian)::
 
@@ -97,19 +97,16 @@ def cannot_write_text(path: Path, error: OSError) -> str:
     return f"Cannot write {path}: {reason}" + (f" ({advice})" if advice else "") + "."
 
 
-def rewrite_header(path: Path, header: bytes) -> None:
-    """Give a session file a new header, its cache data kept as it is.
-
-    A whole file (formats 1 and 2) is rewritten atomically, like ``write_file``, its payload
-    streamed and checked against the old file's checksum on the way: a damaged file is never
-    given a fresh, valid checksum. An appending file (format 3) gets one more save naming the
-    same blocks (file_append.py).
-    """
+def rewrite_whole_header(path: Path, header: bytes) -> None:
+    """Give a whole session file (formats 1 and 2) a new header, its cache data kept as it is: the file is
+    rewritten atomically, like ``write_file``, its payload streamed and checked against the old file's
+    checksum on the way (a damaged file is never given a fresh, valid checksum). Any layout:
+    ``file_append.rewrite_header``."""
     with open_session_file(path) as f:
         size = os.fstat(f.fileno()).st_size
         if _appending(path, f, size):
-            from sessions.file_append import append_header  # it imports this module
-            return append_header(path, header)
+            raise SessionFileError(f"{path} is a session file of format 3 (appended saves): its header is "
+                                   "rewritten by sessions.file_append.rewrite_header.")
         old = _read_checked_header(path, f, size)
         write_file(path, header, _checked_payload(path, f, old, size - _PREAMBLE - len(old) - _DIGEST))
 

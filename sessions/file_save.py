@@ -74,18 +74,3 @@ def convert_whole(saved: SavedSession, header: dict[str, Any], tensors: dict[str
             own = {name[len(role) + 1:]: array for name, array in tensors.items() if name.startswith(f"{role}.")}
             cuts[role] = state_blocks(None, own, cache.meta(saved.cache_kind), fingerprints[role], role)
     return write_session_file(path, encode_header(header | {"version": APPENDING_VERSION}), cuts, None)
-
-
-def export_compact(source: Path, path: Path) -> FileMark:
-    """Write the session file ``source`` (any layout, every checksum and header field checked first) to
-    ``path`` whole and compact, in the appending layout."""
-    from sessions.file_read import read_contents
-    from sessions.session_file import cache_tensors
-
-    read = read_contents(source)
-    saved = read_saved_session(read.header, str(source))
-    tensors = cache_tensors(saved, read, str(source))[0]  # the blocks' ids and sizes checked too
-    if read.blocks is None:
-        return convert_whole(saved, read.header, tensors, path)
-    named = {role: [(f"{role}.{n}", block) for n, block in enumerate(blocks)] for role, blocks in read.blocks.items()}
-    return write_whole(path, encode_header(read.header), named)

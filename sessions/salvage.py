@@ -13,7 +13,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sessions.file_format import encode_header, read_header, rewrite_header
+from sessions.file_append import rewrite_header
+from sessions.file_format import encode_header, read_header
 from sessions.store_db import SUFFIX, database_path
 from sessions.store_index import StoreIndex
 

@@ -32,12 +32,12 @@ from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheShapeError, CacheStateError
 from mlxcore.kv.geometry import KVGeometry
 from sessions.errors import SessionFileError
-from sessions.file_append import mark_of
+from sessions.file_append import FileMark, mark_of, write_whole
 from sessions.file_format import encode_header
 from sessions.file_header import (APPENDING_VERSION, ROLES_SAVED, SavedCache, SavedSession, build_header,
                                   read_saved_session)
 from sessions.file_read import FileContents, read_contents
-from sessions.file_save import write_session_file
+from sessions.file_save import convert_whole, write_session_file
 from sessions.kv_blocks import saved_keys, state_blocks, tensors_from_blocks
 from sessions.safetensors_payload import decode_tensors, dtype_name
 from sessions.store_index import StoredBlock
@@ -236,3 +236,15 @@ def _restore_cache(engine: Engine, role: str, saved: SavedSession, tensors: dict
 
 def _name(engine: Engine, attribute: str) -> str:
     return str(getattr(engine, attribute) or "")
+
+
+def export_compact(source: Path, path: Path) -> FileMark:
+    """Write the session file ``source`` (any layout, every checksum and header field checked first) to
+    ``path`` whole and compact, in the appending layout."""
+    read = read_contents(source)
+    saved = read_saved_session(read.header, str(source))
+    tensors = cache_tensors(saved, read, str(source))[0]  # the blocks' ids and sizes checked too
+    if read.blocks is None:
+        return convert_whole(saved, read.header, tensors, path)
+    named = {role: [(f"{role}.{n}", block) for n, block in enumerate(blocks)] for role, blocks in read.blocks.items()}
+    return write_whole(path, encode_header(read.header), named)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sessions.file_format import encode_header, read_header, rewrite_header
+from sessions.file_append import rewrite_header
+from sessions.file_format import encode_header, read_header
 from sessions.file_header import SavedSession, read_saved_session
 from sessions.store_db import SUFFIX
 
@@ -37,7 +38,7 @@ def retitle(path: Path, title: str) -> None:
 
 def copy_checked(source: Path, target: Path) -> None:
     """Copy a chat file to ``target`` atomically and compact, every checksum and header field checked first."""
-    from sessions.file_save import export_compact  # MLX: only when a chat file is exported
+    from sessions.session_file import export_compact  # MLX: only when a chat file is exported
     export_compact(source, Path(target))
 
 

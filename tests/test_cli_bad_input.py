@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sessions.file_format import encode_header, read_header, rewrite_header
+from sessions.file_append import rewrite_header
+from sessions.file_format import encode_header, read_header
 from sessions.file_header import read_saved_session
 from test_cli import ROOT, mlxchat
 

@@ -20,7 +20,8 @@ from mlxcore.params import GenerationParams
 from sessions import store as store_module
 from sessions.chat_session import ChatSession
 from sessions.errors import SessionFileError, SessionNotFoundError
-from sessions.file_format import encode_header, read_header, rewrite_header
+from sessions.file_append import rewrite_header
+from sessions.file_format import encode_header, read_header
 from sessions.messages import Message
 from sessions.store import SessionStore, default_root
 
