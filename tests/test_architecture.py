@@ -1,0 +1,143 @@
+"""The architecture's rules, read from the source: the layers, no new import circles, no MLX in the window.
+
+Imports are read with ``ast`` from every module of ``app``, ``sessions`` and ``mlxcore``, those inside
+functions included (they are dependencies too, only later); those under ``if TYPE_CHECKING:`` are not
+(nothing runs them). A circle is a strongly connected set of modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("app", "sessions", "mlxcore")
+LAYERS = {"mlxcore": 0, "sessions": 1, "app": 2}  # a module imports its own layer or lower ones only
+
+# Circles that are there today, to be taken apart (issue 34); a circle outside these fails the test.
+KNOWN_CIRCLES = [
+    # Engine.generate is one request to the batching runner, which runs on the Engine.
+    {"mlxcore.engine", "mlxcore.batching.one_reply", "mlxcore.batching.local", "mlxcore.batching.runner",
+     "mlxcore.batching.pool_account"},
+    # ChatSession.save and .load hand over to session_file, which builds the ChatSession it reads.
+    {"sessions.chat_session", "sessions.session_file"},
+    # The window's engine host: EngineServer's mixins and the window's actions over them.
+    {"app.tui", "app.tui.actions", "app.tui.app", "app.tui.engine_autosave", "app.tui.engine_client",
+     "app.tui.engine_open", "app.tui.engine_recovery", "app.tui.engine_replies", "app.tui.engine_server",
+     "app.tui.engine_store", "app.tui.engine_sync_reply", "app.tui.reply_run", "app.tui.turns"},
+]
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imported(module: str, tree: ast.AST) -> set[str]:
+    """The modules of the three packages ``module`` imports (a package's ``__init__`` counts when named)."""
+    names: set[str] = set()
+    package = module.split(".") if MODULES[module].name == "__init__.py" else module.split(".")[:-1]
+    stack = list(ast.iter_child_nodes(tree))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+        stack.extend(ast.iter_child_nodes(node))
+    return {name for name in names if name in MODULES and name != module}
+
+
+GRAPH = {module: _imported(module, ast.parse(path.read_text())) for module, path in MODULES.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected sets of two or more modules (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for target in edges:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    members = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        members.add(member)
+                        if member == node:
+                            break
+                    if len(members) > 1:
+                        circles.append(members)
+    return circles
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    upward = sorted(f"{module} -> {target}" for module, targets in GRAPH.items() for target in targets
+                    if LAYERS[target.split(".")[0]] > LAYERS[module.split(".")[0]])
+    assert not upward, upward
+
+
+def test_no_new_import_circles():
+    new = [sorted(circle) for circle in _circles(GRAPH) if not any(circle <= known for known in KNOWN_CIRCLES)]
+    assert not new, f"import circles beyond the known ones: {new}"
+
+
+def test_the_circle_finder_finds_circles():
+    """The check above cannot pass by finding nothing: a made-up circle is found, and only it."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _circles(graph) == [{"a", "b", "c"}]
+
+
+@pytest.mark.parametrize("entry", ["app.cli", "app.tui", "app.tui.app"])
+def test_the_windows_process_loads_no_mlx(entry):
+    """The window's process (the engine runs in another) imports no MLX: a fresh interpreter checks."""
+    code = (f"import sys, {entry}; loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')); "
+            "print(loaded); sys.exit(1 if loaded else 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
