@@ -84,21 +84,33 @@ def _commands_of(kind: str, lines: list[str], start: int) -> list[Command]:
         if not joined and (not line.strip() or line.lstrip().startswith("#")):
             continue
         first = first if joined else start + offset
-        joined += line[:-1] + " " if line.endswith("\\") else line
-        if not line.endswith("\\"):
-            commands.append(Command("bash", _without_comment(joined).strip(), first))
+        line = _without_comment(line, _open_quote(joined))
+        if line.endswith("\\"):
+            joined += line[:-1] + " "
+        elif _open_quote(joined + line):  # a quoted string goes on to the next line, as bash reads it
+            joined += line + "\n"
+        else:
+            commands.append(Command("bash", (joined + line).strip(), first))
             joined = ""
     return commands
 
 
-def _without_comment(line: str) -> str:
-    """The line less a trailing ``# comment`` outside quotes."""
+def _open_quote(text: str) -> str | None:
+    """The quote that ``text`` ends inside, if any (comments are cut before)."""
     quote = None
+    for char in text:
+        if char in "'\"" and quote in (None, char):
+            quote = None if quote else char
+    return quote
+
+
+def _without_comment(line: str, quote: str | None = None) -> str:
+    """The line less a trailing ``# comment`` outside quotes; ``quote``: the one the line starts inside."""
     for index, char in enumerate(line):
         if char in "'\"" and quote in (None, char):
             quote = None if quote else char
         elif char == "#" and quote is None and (index == 0 or line[index - 1].isspace()):
-            return line[:index]
+            return line[:index].rstrip()
     return line
 
 
@@ -195,7 +207,8 @@ def test_readme_command_runs(command: Command, workspace: Workspace):
         return
     result = workspace.run(filled_in(command, workspace))
     assert result.returncode == 0, f"README line {command.line} exited {result.returncode}:\n{result.stderr[-3000:]}"
-    assert result.stdout.strip(), f"README line {command.line} printed nothing"
+    if command.kind == "python" or "mlxchat" in command.text:  # not a line that writes a file for the next one
+        assert result.stdout.strip(), f"README line {command.line} printed nothing"
 
 
 def test_every_skip_rule_still_matches_a_command():
