@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             from app.bench_cmd import run_bench
             return run_bench(args)
-        from app.tui import run_tui
+        from app.tui.run import run_tui
         return run_tui(args)
     except MlxchatError as error:
         if not _report(error):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from app.cli import build_parser
-from app.tui import open_command
+from app.tui.run import open_command
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.errors import UsageError

@@ -1,0 +1,27 @@
+"""`mlxchat` with no command: the window's first command from the options, and the window until it quits."""
+
+from __future__ import annotations
+
+import argparse
+
+from app.tui.protocol import Open
+
+
+def open_command(args: argparse.Namespace) -> Open:
+    """The engine host's first command, from mlxchat's options (checked here: UsageError when they don't fit)."""
+    from app.options import generation_params, given_params, kv_config
+    from mlxcore.configs import check_num_draft
+    kv = kv_config(args)
+    generation_params(args)  # out-of-range values fail here, before the window opens
+    return Open(model=args.model, draft=args.draft, no_draft=args.no_draft, kv=kv.kind, max_kv=kv.max_kv,
+                max_kv_bytes=kv.max_kv_bytes, block_size=kv.block_size, kv_bits=kv.kv_bits,
+                num_draft=check_num_draft(args.num_draft), params=given_params(args),
+                system=args.system, think=args.think,
+                session_file=getattr(args, "session", None))
+
+
+def run_tui(args: argparse.Namespace) -> int:
+    """Run the chat until the user quits; returns the exit status."""
+    from app.tui.app import ChatApp
+    result = ChatApp(open_command(args)).run()
+    return result or 0
