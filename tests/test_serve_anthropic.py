@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import anthropic
+import jsonschema
 import pytest
 
 from serve_process import MODEL, ServeProcess, http
@@ -219,6 +220,44 @@ def test_tools_build_the_chat_endpoints_prompt(client, server):
         tools=[{"type": "function", "function": {"name": "add", "description": "Adds two integers.",
                                                  "parameters": schema}}])
     assert counted == chat.usage.prompt_tokens
+
+
+CLOCK = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
+         "additionalProperties": False}
+ADD = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                                        "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+       "required": ["a", "b"], "additionalProperties": False}
+FORCED_TOOLS = [{"name": "add", "description": "Adds.", "input_schema": ADD},
+                {"name": "clock", "description": "The time.", "input_schema": CLOCK}]
+
+
+@pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "clock"}])
+def test_tool_choice_any_and_tool_make_the_model_call(client, choice):
+    """A grammar makes the call (the embedded pair was not trained to call tools): its input follows the schema."""
+    ask = {"model": MODEL, "max_tokens": 200, "messages": [{"role": "user", "content": "What time is it?"}],
+           "tools": FORCED_TOOLS, "tool_choice": choice, "thinking": OFF}
+    reply = client.messages.create(**ask)
+    calls = [block for block in reply.content if block.type == "tool_use"]
+    assert calls and reply.stop_reason == "tool_use", reply.content
+    for call in calls:
+        assert call.name == "clock" or choice["type"] == "any"
+        jsonschema.validate(call.input, {"add": ADD, "clock": CLOCK}[call.name])
+    with client.messages.stream(**ask) as stream:
+        streamed = stream.get_final_message()
+    assert [b.type for b in streamed.content] == [b.type for b in reply.content]
+    assert all(jsonschema.validate(b.input, {"add": ADD, "clock": CLOCK}[b.name]) is None
+               for b in streamed.content if b.type == "tool_use")
+
+
+def test_structured_output_gives_json_that_follows_the_schema(client):
+    city = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                             "country": {"enum": ["FR", "DE", "IT"]}},
+            "required": ["name", "country"], "additionalProperties": False}
+    reply = client.messages.create(model=MODEL, max_tokens=200, thinking=OFF,
+                                   messages=[{"role": "user", "content": "Describe a city."}],
+                                   output_config={"format": {"type": "json_schema", "schema": city}})
+    assert reply.stop_reason == "end_turn" and [b.type for b in reply.content] == ["text"]
+    jsonschema.validate(json.loads(reply.content[0].text), city)
 
 
 @pytest.fixture(scope="module")

@@ -66,18 +66,38 @@ def test_tools_and_tool_turns_become_the_chat_endpoints():
         {"role": "user", "content": "Go on."}]
 
 
-def test_tool_choice_maps_and_a_choice_that_needs_a_grammar_is_refused():
-    def chat(choice):
-        return chat_body(MessagesPrompt.model_validate({"model": "m", "messages": QUESTION, "tools": [TOOL],
+def test_tool_choice_maps_onto_the_chat_endpoints():
+    def chat(choice, tools=(TOOL,)):
+        return chat_body(MessagesPrompt.model_validate({"model": "m", "messages": QUESTION, "tools": list(tools),
                                                         "tool_choice": choice}))
 
     assert chat({"type": "none"}).offered_tools is None
     one = chat({"type": "auto", "disable_parallel_tool_use": True})
-    assert one.offered_tools and one.stop_strings == ("</tool_call>",)
-    for refused in ({"type": "any"}, {"type": "tool", "name": "add"}):
+    assert one.offered_tools and one.stop_strings == ("</tool_call>",) and one.grammar is None
+    forced = chat({"type": "any"})
+    assert forced.tool_choice == "required" and forced.grammar is not None
+    named = chat({"type": "tool", "name": "add"})
+    assert named.tool_choice.function.name == "add" and named.grammar is not None
+    for wrong, words in (({"type": "tool", "name": "nope"}, "not one of the tools"),
+                         ({"type": "any"}, "needs tools")):
         with pytest.raises(APIError) as caught:
-            chat(refused)
-        assert caught.value.status == 400 and "constrained decoding" in caught.value.message
+            chat(wrong, tools=() if words == "needs tools" else (TOOL,))
+        assert caught.value.status == 400 and words in caught.value.message, caught.value.message
+    with pytest.raises(ValueError, match="needs the tool's name"):
+        chat({"type": "tool"})
+
+
+def test_structured_output_is_the_chat_endpoints_json_schema():
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    body = MessagesRequest.model_validate({"model": "m", "max_tokens": 9, "messages": QUESTION,
+                                           "output_config": {"effort": "low",
+                                                             "format": {"type": "json_schema", "schema": schema}}})
+    chat = chat_body(body)
+    assert chat.response_format.json_schema.schema_ == schema and chat.grammar is not None
+    with pytest.raises(APIError) as caught:
+        chat_body(body.model_copy(update={"output_config": body.output_config.model_copy(update={
+            "format": body.output_config.format.model_copy(update={"schema_": {"type": "object", "not": {}}})})}))
+    assert caught.value.status == 400 and "not" in caught.value.message
 
 
 @pytest.mark.parametrize("fields, words", [

@@ -7,6 +7,9 @@ same request. Tool calls are in ``test_serve_responses_tools.py`` (a scripted mo
 
 from __future__ import annotations
 
+import json
+
+import jsonschema
 import openai
 import pytest
 
@@ -132,6 +135,48 @@ def test_cached_tokens_grow_turn_after_turn(client):
         assert read >= BLOCK * (before // BLOCK), f"cached {cached} of prompts {prompts}"
 
 
+# --- JSON and forced calls: grammars (the embedded model was not trained to write either)
+
+CITY = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                         "country": {"enum": ["FR", "DE", "IT"]},
+                                         "population": {"type": "integer", "minimum": 0, "maximum": 10_000_000}},
+        "required": ["name", "country", "population"], "additionalProperties": False}
+TOOLS = [{"type": "function", "name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                                     "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+    "required": ["a", "b"], "additionalProperties": False}},
+    {"type": "function", "name": "clock", "parameters": {
+        "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
+        "additionalProperties": False}}]
+
+
+def test_a_json_schema_text_format_gives_json_that_validates(client):
+    fmt = {"format": {"type": "json_schema", "name": "city", "schema": CITY, "strict": True}}
+    response = client.responses.create(model=MODEL, input="Describe a city.", text=fmt, reasoning=OFF,
+                                       max_output_tokens=300)
+    assert response.status == "completed" and response.text.format.type == "json_schema"
+    jsonschema.validate(json.loads(response.output_text), CITY)
+    events = list(client.responses.create(model=MODEL, input="Describe a city.", text=fmt, reasoning=OFF,
+                                          max_output_tokens=300, temperature=0.8, stream=True, extra_body={"seed": 5}))
+    jsonschema.validate(json.loads("".join(e.delta for e in events if e.type == "response.output_text.delta")), CITY)
+    thought = client.responses.create(model=MODEL, input="Describe a city.", text=fmt, reasoning=ON,
+                                      max_output_tokens=600)
+    assert kinds(thought) == ["reasoning", "message"], thought.output  # the grammar holds after the thinking
+    jsonschema.validate(json.loads(thought.output_text), CITY)
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "clock"}])
+def test_a_forced_tool_choice_gives_a_function_call(client, choice):
+    response = client.responses.create(model=MODEL, input="What time is it?", tools=TOOLS, tool_choice=choice,
+                                       reasoning=OFF, max_output_tokens=200)
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert calls and response.status == "completed", response.output
+    for call in calls:
+        assert call.name == "clock" or choice == "required"
+        schema = next(tool["parameters"] for tool in TOOLS if tool["name"] == call.name)
+        jsonschema.validate(json.loads(call.arguments), schema)
+
+
 # --- errors, in OpenAI's shape
 
 
@@ -152,8 +197,8 @@ def test_unknown_fields_bad_input_and_grammar_fields_are_400s(client, server):
     assert "input.0" in caught.value.message and "input_image" in caught.value.message
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model=MODEL, input=QUESTION, text={"format": {
-            "type": "json_schema", "name": "sum", "schema": {"type": "object"}}})
-    assert "constrained decoding" in caught.value.message
+            "type": "json_schema", "name": "sum", "schema": {"type": "object", "not": {}}}})
+    assert "not" in caught.value.message  # a schema the grammar cannot compile, named
     call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "[]"}
     for body in ({"model": MODEL}, {"model": MODEL, "input": []}, {"model": MODEL, "input": QUESTION, "temperature": 3},
                  {"model": MODEL, "input": [call]}):

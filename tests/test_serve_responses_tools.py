@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 
-import openai
 import pytest
 from serve_process import MODEL, ServeProcess
 
@@ -107,13 +106,6 @@ def test_a_responses_call_that_does_not_parse_is_text(server):
     events = list(respond(server, "A broken call, please.", reasoning={"effort": "none"}, stream=True))
     assert not any(e.type.startswith("response.function_call") for e in events)
     assert events[-1].response.output_text == BROKEN
-
-
-@pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "add"}])
-def test_a_responses_tool_choice_that_needs_a_grammar_is_a_clear_400(server, choice):
-    with pytest.raises(openai.BadRequestError) as refused:
-        respond(server, SUM, tool_choice=choice)
-    assert "constrained decoding" in refused.value.message and refused.value.body["param"] == "tool_choice"
 
 
 def test_responses_tool_choice_none_offers_no_tools(server):

@@ -85,17 +85,18 @@ class ThinkingConfig(Strict):
     display: Literal["summarized"] | None = None  # "omitted" (a signature without the text) is not offered
 
 
+class OutputFormat(Strict):
+    """Structured output: the answer is JSON that follows ``schema`` (the chat endpoint's ``json_schema``)."""
+
+    type: Literal["json_schema"]
+    schema_: dict = Field(alias="schema")  # ("schema" is a BaseModel attribute)
+
+
 class OutputConfig(Strict):
-    """``effort`` is accepted and ignored (a hint to Claude models); ``format`` (structured output) is refused."""
+    """``effort`` is accepted and ignored (a hint to Claude models); ``format``: structured output."""
 
     effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
-    format: dict | None = None
-
-    @model_validator(mode="after")
-    def _no_format(self) -> OutputConfig:
-        if self.format is not None:
-            raise ValueError("format is not supported: mlxchat serve has no constrained decoding yet")
-        return self
+    format: OutputFormat | None = None
 
 
 class AnthropicTool(Strict):
@@ -125,8 +126,14 @@ class AnthropicTool(Strict):
 
 class ToolChoice(Strict):
     type: Literal["auto", "any", "tool", "none"]
-    name: str | None = None
+    name: str | None = None  # the tool to call, with "tool" (only)
     disable_parallel_tool_use: bool | None = None
+
+    @model_validator(mode="after")
+    def _named(self) -> ToolChoice:
+        if (self.type == "tool") != (self.name is not None):
+            raise ValueError("tool_choice 'tool' needs the tool's name, and only it takes one")
+        return self
 
 
 class Metadata(Strict):

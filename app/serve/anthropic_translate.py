@@ -15,7 +15,9 @@ for ``POST /v1/chat/completions``: nothing there knows a second protocol.
 - Tools become the chat endpoint's function tools; ``tool_use`` blocks an assistant
   message's ``tool_calls`` (the input as JSON text); the ``tool_result`` blocks of a
   user message one ``tool`` message each, before the message's text. ``tool_choice``
-  ``auto`` and ``none`` are the chat endpoint's; ``any`` and ``tool`` need a grammar.
+  ``auto`` and ``none`` are the chat endpoint's; ``any`` its ``required`` and ``tool``
+  its named choice, which make the model call by a grammar; ``output_config.format``
+  (structured output) is its ``response_format`` ``json_schema``, a grammar too.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ import logging
 
 from pydantic import ValidationError
 
-from app.serve.anthropic_schemas import (AnthropicTool, Message, MessagesPrompt, MessagesRequest, TextBlock,
-                                         ThinkingBlock, ThinkingConfig, ToolChoice, ToolResultBlock, ToolUseBlock)
+from app.serve.anthropic_schemas import (AnthropicTool, Message, MessagesPrompt, MessagesRequest, OutputFormat,
+                                         TextBlock, ThinkingBlock, ThinkingConfig, ToolChoice, ToolResultBlock,
+                                         ToolUseBlock)
 from app.serve.errors import APIError
-from app.serve.schemas import (NEEDS_GRAMMAR, ChatCompletionRequest, ChatMessage, FunctionCall, FunctionSpec,
-                               TemplateKwargs, Tool, ToolCallIn)
+from app.serve.schemas import (ChatCompletionRequest, ChatMessage, FunctionCall, FunctionSpec, JSONSchemaFormat,
+                               NamedFunction, NamedToolChoice, ResponseFormat, TemplateKwargs, Tool, ToolCallIn)
 
 log = logging.getLogger("mlxchat.serve")
 BILLING_HEADER = "x-anthropic-billing-header:"
@@ -45,25 +48,41 @@ def chat_body(body: MessagesPrompt) -> ChatCompletionRequest:
         fields |= {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
                    "top_k": body.top_k, "stop": body.stop_sequences, "stream": body.stream}
     try:
+        if isinstance(body, MessagesRequest) and body.output_config and body.output_config.format:
+            fields["response_format"] = response_format(body.output_config.format)
         return ChatCompletionRequest(**fields)
     except ValidationError as error:  # checked by our own schema already; a 400 all the same, never a 500
-        raise APIError(400, f"Invalid request: {error.errors()[0]['msg']}.") from None
+        message = error.errors()[0]["msg"].removeprefix("Value error, ")
+        raise APIError(400, f"Invalid request: {message}".rstrip(".") + ".") from None
 
 
 def tool_fields(tools: list[AnthropicTool] | None, choice: ToolChoice | None) -> dict:
-    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` of the chat request."""
-    if choice is not None and choice.type in ("any", "tool"):
-        raise APIError(400, f"tool_choice {choice.type!r} {NEEDS_GRAMMAR}", param="tool_choice",
-                       code="tool_choice_not_supported")
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` of the chat request: ``any`` is its ``required``,
+    ``tool`` its named choice (both a grammar that makes the model call)."""
     if not tools:
+        if choice is not None and choice.type in ("any", "tool"):
+            raise APIError(400, f"tool_choice {choice.type!r} needs tools.", param="tool_choice")
         return {}
     fields: dict = {"tools": [Tool(type="function", function=FunctionSpec(
         name=tool.name, description=tool.description, parameters=tool.input_schema)) for tool in tools]}
     if choice is not None:
-        fields["tool_choice"] = choice.type
+        fields["tool_choice"] = chat_choice(choice)
         if choice.disable_parallel_tool_use:
             fields["parallel_tool_calls"] = False
     return fields
+
+
+def chat_choice(choice: ToolChoice) -> str | NamedToolChoice:
+    """Anthropic's ``tool_choice`` as the chat endpoint's: ``any`` is ``required``, ``tool`` a named function."""
+    if choice.type == "tool":
+        return NamedToolChoice(type="function", function=NamedFunction(name=choice.name))
+    return "required" if choice.type == "any" else choice.type
+
+
+def response_format(given: OutputFormat) -> ResponseFormat:
+    """``output_config.format`` as the chat endpoint's ``response_format`` (a grammar)."""
+    spec = JSONSchemaFormat.model_validate({"name": "output", "schema": given.schema_})
+    return ResponseFormat(type="json_schema", json_schema=spec)
 
 
 def chat_messages(body: MessagesPrompt) -> list[ChatMessage]:

@@ -95,8 +95,13 @@ def response_object(body: ResponsesRequest, header: ReplyHeader, ids: ResponseId
             "parallel_tool_calls": body.parallel_tool_calls is not False, "previous_response_id": None,
             "reasoning": (body.reasoning.model_dump() if body.reasoning else {"effort": None, "summary": None}),
             "store": False, "temperature": body.temperature, "top_p": body.top_p,
-            "text": {"format": {"type": "text"}}, "tool_choice": _choice(body), "tools": body.tools or [],
+            "text": {"format": _format(body)}, "tool_choice": _choice(body), "tools": body.tools or [],
             "truncation": "disabled", "usage": usage, "user": body.user, "metadata": body.metadata or {}}
+
+
+def _format(body: ResponsesRequest) -> dict:
+    given = body.text.format if body.text is not None else None
+    return given.model_dump(by_alias=True, exclude_none=True) if given is not None else {"type": "text"}
 
 
 def _choice(body: ResponsesRequest) -> str | dict:

@@ -3,7 +3,7 @@
 As in ``schemas.py``, unknown fields and loose types are a 400 that names the
 field. ``input`` items are told apart by ``type`` (a message may leave it out, as
 OpenAI's "easy" messages do); an item type we cannot render (images, files,
-hosted tools' calls) is a 400 at its place (``input.3.type``). ``tools`` are kept
+hosted tools' calls) is a 400 at its place (``input.3``). ``tools`` are kept
 as given: the translation takes the function tools and drops the others with a
 warning (``docs/responses.md`` says why).
 """
@@ -130,8 +130,10 @@ Item = Annotated[MessageItem | FunctionCallItem | FunctionCallOutputItem | Reaso
 
 
 class TextFormat(Strict):
+    """The reply's format: text, or JSON (any object, or following ``schema``) by a grammar."""
+
     type: Literal["text", "json_schema", "json_object"]
-    name: str | None = None
+    name: str | None = None  # of a json_schema format (the API requires it; ours defaults to "output")
     schema_: dict | None = Field(None, alias="schema")
     description: str | None = None
     strict: bool | None = None
@@ -150,7 +152,9 @@ class Reasoning(Strict):
     generate_summary: Literal["auto", "concise", "detailed"] | None = None  # the older name of summary
 
 
-class NamedFunction(Strict):
+class FunctionChoice(Strict):
+    """``tool_choice`` naming a function: the reply is a call of it."""
+
     type: Literal["function"]
     name: str
 
@@ -166,7 +170,7 @@ class ResponsesRequest(Strict):
     input: Annotated[list[Item], BeforeValidator(_as_items)]
     instructions: Text | None = None
     tools: list[dict] | None = None
-    tool_choice: Literal["auto", "none", "required"] | NamedFunction | None = None
+    tool_choice: Literal["auto", "none", "required"] | FunctionChoice | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
     reasoning: Reasoning | None = None

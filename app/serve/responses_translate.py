@@ -13,6 +13,8 @@ as for ``POST /v1/chat/completions``.
 - ``function`` tools (flat: ``name``, ``description``, ``parameters``) become the
   chat endpoint's; other tool types are dropped with a warning (``dropped``).
 - ``reasoning.effort`` none or minimal turns Qwen3's thinking off, any other on.
+- ``tool_choice`` ``required`` or naming a function, and a JSON ``text.format``, are
+  the chat endpoint's ``tool_choice`` and ``response_format``: grammars.
 """
 
 from __future__ import annotations
@@ -23,16 +25,15 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from app.serve.errors import APIError
-from app.serve.responses_schemas import (FunctionCallItem, FunctionCallOutputItem, Item, ReasoningItem,
-                                         ResponsesRequest)
-from app.serve.schemas import (NEEDS_GRAMMAR, ChatCompletionRequest, ChatMessage, FunctionCall, FunctionSpec, Strict,
-                               TemplateKwargs, Tool, ToolCallIn)
+from app.serve.responses_schemas import (FunctionCallItem, FunctionCallOutputItem, FunctionChoice, Item,
+                                         ReasoningItem, ResponsesRequest, TextFormat)
+from app.serve.schemas import (ChatCompletionRequest, ChatMessage, FunctionCall, FunctionSpec, JSONSchemaFormat,
+                               NamedFunction, NamedToolChoice, ResponseFormat, Strict, TemplateKwargs, Tool,
+                               ToolCallIn)
 
 log = logging.getLogger("mlxchat.serve")
 STATELESS = ("mlxchat serve does not store responses (it is stateless): send the whole conversation in input, "
              "as Codex does with store false, instead of {field}.")
-NO_GRAMMAR_FORMAT = ("text.format {kind!r} needs constrained decoding (a grammar that makes the reply JSON), which "
-                     "mlxchat serve does not have yet: ask for JSON in the instructions, or leave text.format out.")
 THINKING_OFF = ("none", "minimal")
 
 
@@ -56,26 +57,36 @@ def translate(body: ResponsesRequest) -> Translated:
     """The chat request ``body`` stands for, and the tool types dropped from it."""
     refuse_state(body)
     tools, dropped = function_tools(body.tools or [])
-    fields = {"model": body.model, "messages": chat_messages(body), "max_tokens": body.max_output_tokens,
-              "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k, "seed": body.seed,
-              "stream": body.stream, "user": body.user, "priority": body.priority,
-              "chat_template_kwargs": template_kwargs(body)} | tool_fields(body, tools)
     try:
-        return Translated(ChatCompletionRequest(**fields), dropped)
+        fields = {"model": body.model, "messages": chat_messages(body), "max_tokens": body.max_output_tokens,
+                  "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k, "seed": body.seed,
+                  "stream": body.stream, "user": body.user, "priority": body.priority,
+                  "chat_template_kwargs": template_kwargs(body),
+                  "response_format": response_format(body.text.format if body.text else None)}
+        return Translated(ChatCompletionRequest(**fields | tool_fields(body, tools)), dropped)
     except ValidationError as error:
         first = error.errors()[0]
         raise APIError(400, f"Invalid request: {first['msg'].removeprefix('Value error, ')}.") from None
 
 
 def refuse_state(body: ResponsesRequest) -> None:
-    """400 for what needs stored responses or a grammar."""
+    """400 for what needs stored responses."""
     for name in ("previous_response_id", "conversation"):
         if getattr(body, name) is not None:
             raise APIError(400, STATELESS.format(field=name), param=name, code="stateless")
-    format_ = body.text.format if body.text is not None else None
-    if format_ is not None and format_.type != "text":
-        raise APIError(400, NO_GRAMMAR_FORMAT.format(kind=format_.type), param="text.format",
-                       code="format_not_supported")
+
+
+def response_format(format_: TextFormat | None) -> ResponseFormat | None:
+    """``text.format`` as the chat endpoint's ``response_format`` (None: text)."""
+    if format_ is None or format_.type == "text":
+        return None
+    if format_.type == "json_object":
+        return ResponseFormat(type="json_object")
+    if format_.schema_ is None:
+        raise APIError(400, "text.format 'json_schema' needs a schema.", param="text.format.schema")
+    spec = JSONSchemaFormat.model_validate({"name": format_.name or "output", "schema": format_.schema_,
+                                            "description": format_.description, "strict": format_.strict})
+    return ResponseFormat(type="json_schema", json_schema=spec)
 
 
 def function_tools(tools: list[dict]) -> tuple[list[Tool], list[str]]:
@@ -100,13 +111,15 @@ def function_tools(tools: list[dict]) -> tuple[list[Tool], list[str]]:
 
 
 def tool_fields(body: ResponsesRequest, tools: list[Tool]) -> dict:
+    """``tools``, ``tool_choice`` (a named function in the chat endpoint's shape) and ``parallel_tool_calls``."""
     choice = body.tool_choice
-    if choice == "required" or (choice is not None and not isinstance(choice, str)):
-        what = "'required'" if choice == "required" else "naming a function"
-        raise APIError(400, f"tool_choice {what} {NEEDS_GRAMMAR}", param="tool_choice",
-                       code="tool_choice_not_supported")
-    if not tools:  # every tool dropped (or none given): a choice about them means nothing
+    if not tools:  # every tool dropped (or none given): only a choice that forces a call means something
+        if choice == "required" or isinstance(choice, FunctionChoice):
+            raise APIError(400, "tool_choice forces a call, but there is no function tool to call.",
+                           param="tool_choice")
         return {}
+    if isinstance(choice, FunctionChoice):
+        choice = NamedToolChoice(type="function", function=NamedFunction(name=choice.name))
     return {"tools": tools, "tool_choice": choice, "parallel_tool_calls": body.parallel_tool_calls}
 
 

@@ -134,11 +134,6 @@ class NamedToolChoice(Strict):
     function: NamedFunction
 
 
-# Anthropic's and the Responses API's refusal, until they build their grammar (``mlxcore.grammar``) too
-NEEDS_GRAMMAR = ("needs constrained decoding (a grammar that makes the model call a tool), which mlxchat serve "
-                 "does not have yet: use tool_choice 'auto', and say in the prompt which tool to call.")
-
-
 class ChatMessage(Strict):
     """One message; ``developer`` is OpenAI's newer name for ``system``.
 
