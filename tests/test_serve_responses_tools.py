@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from serve_process import MODEL, ServeProcess
+from serve_process import MODEL, ServeProcess, http
 
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 7}}\n</tool_call>'
 TWO = ('<think>\nTwo sums, two calls.\n</think>\n\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n'
@@ -111,3 +111,45 @@ def test_a_responses_call_that_does_not_parse_is_text(server):
 def test_responses_tool_choice_none_offers_no_tools(server):
     response = respond(server, SUM, tool_choice="none", reasoning={"effort": "none"})
     assert response.output_text == CALL and [i.type for i in response.output] == ["message"]
+
+
+def codex_request(items: list[dict]) -> dict:
+    """A request shaped as Codex sends it to a custom provider (its ResponsesApiRequest): every field set."""
+    return {"model": MODEL, "instructions": "You are a coding agent.", "input": items,
+            "tools": [*RESPONSES_TOOLS, {"type": "web_search", "external_web_access": False},
+                      {"type": "custom", "name": "apply_patch", "description": "Patch files.",
+                       "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}],
+            "tool_choice": "auto", "parallel_tool_calls": False, "reasoning": {"effort": "medium", "summary": "auto"},
+            "store": False, "stream": True, "include": ["reasoning.encrypted_content"],
+            "prompt_cache_key": "0199a213-81c0-7800-8aa1-bbab2a035a53", "text": {"verbosity": "medium"},
+            "client_metadata": {"x-codex-turn": "1"}}
+
+
+def streamed_items(server, body: dict) -> tuple[list[dict], dict]:
+    """The items of ``response.output_item.done`` events, as Codex keeps them (no ids), and the final response."""
+    status, _, text = http("POST", f"{server.url}/v1/responses", body)
+    assert status == 200, text
+    events = [json.loads(e.split("data: ", 1)[1]) for e in text.replace("\r\n", "\n").split("\n\n") if "data: " in e]
+    items = [{k: v for k, v in e["item"].items() if k not in ("id", "status")} for e in events
+             if e["type"] == "response.output_item.done"]
+    return items, events[-1]
+
+
+def test_a_codex_shaped_turn_with_a_call_and_its_output(server):
+    user = {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Sandbox: none."}]}
+    question = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": PAIRS}]}
+    items, last = streamed_items(server, codex_request([user, question]))
+    assert last["type"] == "response.completed"
+    first_prompt = last["response"]["usage"]["input_tokens"]
+    assert [item["type"] for item in items] == ["reasoning", "function_call"]  # one call: parallel_tool_calls false
+    reasoning, call = items
+    assert reasoning["content"][0]["text"].strip() == "Two sums, two calls." and reasoning["summary"] == []
+    assert json.loads(call["arguments"]) == {"a": 1, "b": 2}
+    sent_back = [reasoning | {"encrypted_content": None}, call]  # Codex writes the empty field as null
+    output = {"type": "function_call_output", "call_id": call["call_id"], "output": "3"}
+    items, last = streamed_items(server, codex_request([user, question, *sent_back, output]))
+    # (the script answers every tool turn so)
+    assert [item["type"] for item in items] == ["message"] and items[0]["content"][0]["text"] == "The sum is 19."
+    usage = last["response"]["usage"]
+    assert usage["input_tokens_details"]["cached_tokens"] >= 16 * (first_prompt // 16), usage
+
