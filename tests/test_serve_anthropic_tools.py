@@ -132,3 +132,38 @@ def test_a_server_tool_is_a_clear_400(server):
             "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]}
     status, _, reply = http("POST", f"{server.url}/v1/messages", body)
     assert status == 400 and reply["type"] == "error" and "server tool" in reply["error"]["message"], reply
+
+
+def claude_code_request(messages: list[dict]) -> dict:
+    """A request shaped as Claude Code sends it: billing header, cache marks, its tool schemas, metadata."""
+    system = [{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.40.a1; cch=5e0f1;"},
+              {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}]
+    tools = [{"name": "Bash", "description": "Run a command.", "input_schema": {
+        "$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "additionalProperties": False,
+        "properties": {"command": {"type": "string"}}, "required": ["command"]}},
+        {**ANTHROPIC_TOOLS[0], "cache_control": {"type": "ephemeral"}}]
+    return {"model": MODEL, "max_tokens": 32000, "temperature": 1, "stream": True, "system": system, "tools": tools,
+            "messages": messages, "metadata": {"user_id": "user_abc_account__session_1"},
+            "thinking": {"type": "enabled", "budget_tokens": 31999}}
+
+
+def test_a_claude_code_shaped_turn_with_a_call_and_its_result(server):
+    question = {"role": "user", "content": [{"type": "text", "text": PAIRS, "cache_control": {"type": "ephemeral"}}]}
+    body = claude_code_request([question]) | {"tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}
+    status, _, text = http("POST", f"{server.url}/v1/messages", body)
+    assert status == 200, text
+    events = sse_events(text)
+    blocks = [e["content_block"] for e in events if e["type"] == "content_block_start"]
+    thinking = "".join(e["delta"].get("thinking", "") for e in events if e["type"] == "content_block_delta")
+    arguments = "".join(e["delta"].get("partial_json", "") for e in events if e["type"] == "content_block_delta")
+    assert [b["type"] for b in blocks] == ["thinking", "tool_use"] and json.loads(arguments) == {"a": 1, "b": 2}
+    first_prompt = events[-2]["usage"]["input_tokens"] + events[-2]["usage"]["cache_read_input_tokens"]
+    reply = {"role": "assistant", "content": [{"type": "thinking", "thinking": thinking, "signature": ""},
+                                              blocks[1] | {"input": json.loads(arguments)}]}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": blocks[1]["id"], "content": "3"}]}
+    status, _, text = http("POST", f"{server.url}/v1/messages", claude_code_request([question, reply, result]))
+    events = sse_events(text)
+    answer = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+    assert answer == "The sum is 19."  # (the script answers every tool turn so)
+    usage = events[-2]["usage"]
+    assert usage["cache_read_input_tokens"] >= 16 * (first_prompt // 16), usage
