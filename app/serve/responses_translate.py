@@ -65,8 +65,8 @@ def translate(body: ResponsesRequest) -> Translated:
                   "response_format": response_format(body.text.format if body.text else None)}
         return Translated(ChatCompletionRequest(**fields | tool_fields(body, tools)), dropped)
     except ValidationError as error:
-        first = error.errors()[0]
-        raise APIError(400, f"Invalid request: {first['msg'].removeprefix('Value error, ')}.") from None
+        message = error.errors()[0]["msg"].removeprefix("Value error, ")
+        raise APIError(400, f"Invalid request: {message}".rstrip(".") + ".") from None
 
 
 def refuse_state(body: ResponsesRequest) -> None:
