@@ -22,7 +22,9 @@ pytestmark = pytest.mark.slow
 def slow(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve-anthropic-faults")
     fault = tmp / "fail-now"
-    with ServeProcess(tmp, "--max-running", "1", "--max-waiting", "1", script="serve_slow_server.py",
+    # --no-draft: a token a step, so that a reply is still under way when a test acts (a speculative round
+    # emits several, and the embedded model's short replies could end first)
+    with ServeProcess(tmp, "--max-running", "1", "--max-waiting", "1", "--no-draft", script="serve_slow_server.py",
                       env={"MLXCHAT_TEST_STEP_SECONDS": "0.05", "MLXCHAT_TEST_FAULT_FILE": str(fault)}) as server:
         yield server, fault
 
