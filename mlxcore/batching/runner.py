@@ -96,8 +96,9 @@ class BatchRunner:
         the bench's scripted replies put their own mask here."""
         if request.grammar is None:
             return None
-        return Constraint(request.grammar, self.engine.tokenizer, self.engine.model.args.vocab_size,
-                          self.engine.eos_ids, request.prompt_ids)
+        eos = self.engine.eos_ids or set(self.engine.tokenizer.eos_token_ids)  # (benches clear eos_ids)
+        return Constraint(request.grammar, self.engine.tokenizer, self.engine.model.args.vocab_size, eos,
+                          request.prompt_ids)
 
     def _unstick(self, plan: StepPlan) -> None:
         """Nothing runs and nothing was admitted, yet requests wait: memory held outside the scheduler (other

@@ -6,7 +6,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mlxcore.bench import batching, kv_quant, speculative
+from mlxcore.bench import batching, grammar, kv_quant, speculative
 from mlxcore.bench.tensor_parallel import tp2_row
 from mlxcore.bench.blas import blas_speedup
 from mlxcore.bench.decode import decode_vs_mlx_lm
@@ -80,6 +80,12 @@ ROWS: dict[str, tuple[str, Row]] = {
                      lambda s: kv_quant.accuracy(s.model, 4)),
     "spec_lone_vs_plain": ("a lone stream through the scheduler with the draft / plain decode, temperature 0",
                            lambda s: batching.spec_lone_vs_plain(s.model, s.draft, s.runs)),
+    "grammar_decode_vs_free": ("decode tok/s under a JSON schema / free, 0.6B twin, alone and with a draft (goal >= 0.9)",
+                               lambda s: grammar.grammar_decode_vs_free(s.runs)),
+    "grammar_mask_us": ("microseconds to fill one next-token grammar mask, p50 (p99 beside), 0.6B twin",
+                        lambda s: grammar.grammar_mask_us()),
+    "grammar_spec_accept": ("draft tokens accepted per round under a JSON schema, draft constrained (and not)",
+                            lambda s: grammar.grammar_spec_accept()),
     "tp2_decode_vs_single": ("plain decode tok/s on 2 ring ranks of one 2-core box / 1 process: the cost of "
                              "splitting, not a speedup (and on the 0.6B twin)", lambda s: tp2_row(s.model, s.runs)),
 }
