@@ -72,7 +72,7 @@ class BatchRunner:
         self._cancelled: set[str] = set()
         self.stall_seconds = stall_seconds  # a reply whose reader read nothing for this long is cancelled
         self.max_unread: int | None = MAX_UNREAD  # None: never paused for its reader
-        self.constrain_draft = True  # under a grammar, the draft proposes under the same masks (docs/structured_output.md)
+        self.constrain_draft = True  # under a grammar the draft proposes under the same masks (structured_output.md)
 
     # requests ---------------------------------------------------------------
 
