@@ -34,7 +34,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--block-size", type=int, default=16, metavar="TOKENS", help="paged: tokens per block")
     group.add_argument("--kv-bits", type=int, default=None, metavar="8",
                        help="keep keys and values in 8 bits (paged or rotating): a third to a half of the float "
-                            "cache's memory and session file size, answers nearly unchanged (see README)")
+                            "cache's memory and session file size, answers nearly unchanged (see docs/decisions.md)")
 
 
 def add_generation_options(parser: argparse.ArgumentParser) -> None:
@@ -112,7 +112,7 @@ def kv_config(args: argparse.Namespace) -> KVConfig:
         bits = getattr(args, "kv_bits", None)
         if bits is not None and bits not in SUPPORTED_BITS:
             raise UsageError(f"--kv-bits {bits}: only 8 is offered (4 bits did not keep answers close enough "
-                             "to the float cache's; see README, Quantized KV cache).")
+                             "to the float cache's; see docs/decisions.md, Quantized KV).")
         return KVConfig(kind=args.kv, max_kv=max_kv, block_size=args.block_size, max_kv_bytes=limit.bytes,
                         kv_bits=bits)
     except ValueError as error:

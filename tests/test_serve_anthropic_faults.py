@@ -25,7 +25,8 @@ def slow(tmp_path_factory):
     # --no-draft: a token a step, so that a reply is still under way when a test acts (a speculative round
     # emits several, and the embedded model's short replies could end first)
     with ServeProcess(tmp, "--max-running", "1", "--max-waiting", "1", "--no-draft", script="serve_slow_server.py",
-                      env={"MLXCHAT_TEST_STEP_SECONDS": "0.05", "MLXCHAT_TEST_FAULT_FILE": str(fault)}) as server:
+                      env={"MLXCHAT_TEST_STEP_SECONDS": "0.05", "MLXCHAT_TEST_FAULT_FILE": str(fault),
+                           "MLXCHAT_TEST_IGNORE_EOS": "1"}) as server:  # replies run to their cap: under way
         yield server, fault
 
 

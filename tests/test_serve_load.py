@@ -2,8 +2,8 @@
 
 Every request must complete, the figures must be real numbers, batching must
 show (8 clients get more tokens per second than 2), and the server must log one
-line per request. The table is printed (pytest -s shows it); README's comes from
-``python -m app.serve.load`` against ``mlxchat serve`` (see its Server section).
+line per request. The table is printed (pytest -s shows it); docs/benchmarks.md's comes from
+``python -m app.serve.load`` against ``mlxchat serve`` (its Server section).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Responses API when things go wrong: a client that leaves, an engine that fails mid-stream. A real
 server whose steps are slowed (tests/serve_slow_server.py), as in test_serve_anthropic_faults.py, so that a
-reply is still under way when the test acts. The target decodes alone (``--no-draft``): a speculative round
-does not go through the slowed, failing step.
+reply is still under way when the test acts: the target decodes alone (``--no-draft``, a token a step; a
+speculative round emits several) and replies run to their cap (``MLXCHAT_TEST_IGNORE_EOS``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ def slow(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve-responses-faults")
     fault = tmp / "fail-now"
     with ServeProcess(tmp, "--max-running", "1", pair=("--model", MODEL, "--no-draft"), script="serve_slow_server.py",
-                      env={"MLXCHAT_TEST_STEP_SECONDS": "0.05", "MLXCHAT_TEST_FAULT_FILE": str(fault)}) as server:
+                      env={"MLXCHAT_TEST_STEP_SECONDS": "0.05", "MLXCHAT_TEST_FAULT_FILE": str(fault),
+                           "MLXCHAT_TEST_IGNORE_EOS": "1"}) as server:  # replies run to their cap: under way
         yield server, fault
 
 

@@ -90,8 +90,8 @@ def validation_error(error: RequestValidationError) -> APIError:
     if first.get("type") == "json_invalid":
         return APIError(400, f"The request body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}.")
     if first.get("type") == "extra_forbidden":
-        return APIError(400, f"Unsupported field {field!r}: mlxchat serve does not implement it (see the Server "
-                             "section of its README for the fields it takes).", param=field, code="unsupported_field")
+        return APIError(400, f"Unsupported field {field!r}: mlxchat serve does not implement it (docs/serve.md, "
+                             "Fields, lists those it takes).", param=field, code="unsupported_field")
     if first.get("type") == "missing":
         return APIError(400, f"Missing field {field!r}.", param=field)
     message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")

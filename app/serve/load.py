@@ -139,7 +139,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def table(results: list[LoadResult]) -> str:
-    """The results as a Markdown table (the README's)."""
+    """The results as a Markdown table (docs/benchmarks.md's)."""
     lines = ["| concurrency | requests | failed | req/s | output tok/s | TTFT p50 | TTFT p99 | inter-token p99 |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:

@@ -10,7 +10,7 @@ that went away is noticed within that (the collective fails), and the others sto
 An idle follower sleeps through most of that interval before it joins the next
 share: MLX's ring waits by spinning, so a follower that waited inside the
 collective would hold a core at 100% for as long as the server sits idle
-(measured: 100% of a core; with the nap, see README's Several machines). The cost
+(measured: 100% of a core; with the nap, see docs/decisions.md). The cost
 is the first request after a pause, which waits up to ``FOLLOWER_NAP_SECONDS``.
 
 ``call(fn)`` is refused: a function of rank 0's cannot run on the other ranks.
