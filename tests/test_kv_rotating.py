@@ -226,6 +226,8 @@ def test_a_window_that_cannot_rewind_to_the_next_prompt_is_rebuilt_across_turns(
 
     target, draft = load_model("mini-target"), load_model("mini-draft")
     engine = Engine(target.model, target.tokenizer, kv=KVConfig(kind="rotating", max_kv=48), draft_model=draft.model)
+    engine.draft_control.fixed = 4  # every step a round (the adaptive length follows the host's timings), so the
+    # draft ends each reply caught up with the target rather than at its next round
     chat = ChatSession(engine, params=GenerationParams(max_tokens=20))  # thinking on: the template then drops
     for text in ("Hi there, how are you today?", "Tell me about cats.", "And dogs?"):  # a think block; the third raised
         assert chat.send(text)
