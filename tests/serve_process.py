@@ -160,3 +160,16 @@ def assert_still_serves(server: ServeProcess, reference: str, held_blocks: int =
             now["mlxchat_pool_used_blocks"] == held_blocks
 
     poll_until(idle, every=0.05)
+
+
+def assert_freed_after_close(server, before: dict, limit: float = 1.0) -> None:
+    """A stream closed just now: within ``limit`` seconds its request counts as cancelled and the pool holds
+    the blocks it held before the request (``before``: ``server.metrics()`` then)."""
+    gone = time.monotonic()
+
+    def freed() -> bool:
+        now = server.metrics()
+        return now["mlxchat_requests_cancelled_total"] == before["mlxchat_requests_cancelled_total"] + 1 and \
+            now["mlxchat_pool_used_blocks"] == before["mlxchat_pool_used_blocks"]
+    poll_until(freed, limit=5)
+    assert time.monotonic() - gone < limit

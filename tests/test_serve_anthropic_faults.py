@@ -6,12 +6,11 @@ test_serve_engine_failure.py, so that a reply is still under way when the test a
 from __future__ import annotations
 
 import threading
-import time
 
 import anthropic
 import pytest
 
-from serve_process import MODEL, ServeProcess, poll_until
+from serve_process import MODEL, ServeProcess, assert_freed_after_close, poll_until
 
 QUESTION = [{"role": "user", "content": "What is 347 + 589?"}]
 
@@ -41,14 +40,7 @@ def test_closing_a_stream_cancels_it_and_frees_its_blocks(slow):
             break
     assert server.metrics()["mlxchat_pool_used_blocks"] > before["mlxchat_pool_used_blocks"], "it holds blocks"
     stream.close()
-    gone = time.monotonic()
-
-    def freed() -> bool:
-        now = server.metrics()
-        return now["mlxchat_requests_cancelled_total"] == before["mlxchat_requests_cancelled_total"] + 1 and \
-            now["mlxchat_pool_used_blocks"] == before["mlxchat_pool_used_blocks"]
-    poll_until(freed, limit=5)
-    assert time.monotonic() - gone < 1.0
+    assert_freed_after_close(server, before)
 
 
 def test_a_full_queue_is_529_overloaded_with_retry_after(slow):

@@ -6,11 +6,10 @@ speculative round emits several) and replies run to their cap (``MLXCHAT_TEST_IG
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
-from serve_process import MODEL, ServeProcess, poll_until
+from serve_process import MODEL, ServeProcess, assert_freed_after_close
 
 QUESTION = "What is 347 + 589?"
 
@@ -38,14 +37,7 @@ def test_closing_a_stream_cancels_it_and_frees_its_blocks(slow):
             break
     assert server.metrics()["mlxchat_pool_used_blocks"] > before["mlxchat_pool_used_blocks"], "it holds blocks"
     stream.close()
-    gone = time.monotonic()
-
-    def freed() -> bool:
-        now = server.metrics()
-        return now["mlxchat_requests_cancelled_total"] == before["mlxchat_requests_cancelled_total"] + 1 and \
-            now["mlxchat_pool_used_blocks"] == before["mlxchat_pool_used_blocks"]
-    poll_until(freed, limit=5)
-    assert time.monotonic() - gone < 1.0
+    assert_freed_after_close(server, before)
 
 
 def test_an_engine_failure_mid_stream_is_an_error_event(slow):
