@@ -6,7 +6,6 @@ speculative round emits several) and replies run to their cap (``MLXCHAT_TEST_IG
 
 from __future__ import annotations
 
-
 import pytest
 
 from serve_process import MODEL, ServeProcess, assert_freed_after_close
