@@ -173,3 +173,13 @@ def assert_freed_after_close(server, before: dict, limit: float = 1.0) -> None:
             now["mlxchat_pool_used_blocks"] == before["mlxchat_pool_used_blocks"]
     poll_until(freed, limit=5)
     assert time.monotonic() - gone < limit
+
+
+def inject_fault(server, fault: Path, content: str, running: int = 1) -> None:
+    """Make serve_slow_server.py's steps fail once ``running`` requests are in the batch (a request still
+    waiting is not one a failing step ran: it goes on). The file appears whole (renamed into place): a step
+    that read it half-written would take "once" for "always"."""
+    poll_until(lambda: server.metrics()["mlxchat_running_requests"] >= running)
+    partial = fault.with_name(fault.name + ".part")
+    partial.write_text(content)
+    os.replace(partial, fault)

@@ -10,7 +10,7 @@ import threading
 import anthropic
 import pytest
 
-from serve_process import MODEL, ServeProcess, assert_freed_after_close, poll_until
+from serve_process import MODEL, ServeProcess, assert_freed_after_close, inject_fault, poll_until
 
 QUESTION = [{"role": "user", "content": "What is 347 + 589?"}]
 
@@ -67,7 +67,7 @@ def test_an_engine_failure_mid_stream_is_an_error_event(slow):
     stream = server.anthropic().messages.create(model=MODEL, max_tokens=500, messages=QUESTION, stream=True)
     events = iter(stream)
     next(events)
-    fault.write_text("once")
+    inject_fault(server, fault, "once")
     with pytest.raises(anthropic.APIStatusError) as caught:
         for _ in events:
             pass

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from mlxcore.batching.worker import MAX_FAILED_STEPS
-from serve_process import MODEL, ServeProcess, assert_still_serves, http, normal_reply, poll_until
+from serve_process import MODEL, ServeProcess, assert_still_serves, http, inject_fault, normal_reply, poll_until
 
 QUESTION = [{"role": "user", "content": "What is 12 + 7?"}]
 
@@ -34,8 +34,7 @@ def fail_two_in_flight(server: ServeProcess, fault, content: str) -> None:
 
     waiting = threading.Thread(target=wait_whole)
     waiting.start()
-    poll_until(lambda: server.metrics()["mlxchat_running_requests"] == 2)
-    fault.write_text(content)
+    inject_fault(server, fault, content, running=2)
     with pytest.raises(openai.APIError) as streamed:
         for _ in stream:
             pass

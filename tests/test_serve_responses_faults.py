@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve_process import MODEL, ServeProcess, assert_freed_after_close
+from serve_process import MODEL, ServeProcess, assert_freed_after_close, inject_fault
 
 QUESTION = "What is 347 + 589?"
 
@@ -43,7 +43,7 @@ def test_an_engine_failure_mid_stream_is_an_error_event(slow):
     server, fault = slow
     events = iter(server.client().responses.create(model=MODEL, input=QUESTION, max_output_tokens=500, stream=True))
     assert next(events).type == "response.created"
-    fault.write_text("once")
+    inject_fault(server, fault, "once")
     rest = list(events)
     assert rest[-1].type == "error" and rest[-1].code == "engine_failed", rest[-1]
     assert "injected engine fault" in rest[-1].message
