@@ -44,30 +44,45 @@ def ask(session: Path, prompt: str, model: tuple[str, ...], ranks: int, kv: tupl
     return json_reply(done.stdout)
 
 
-def three_turns(tmp_path: Path, model: tuple[str, ...], kv: tuple[str, ...] = ("--kv", "paged")) -> None:
-    """Each turn on 2 ranks and in 1 process, each continuing its own session file: the same tokens."""
-    sharded, single = tmp_path / "two-ranks.json", tmp_path / "one.json"
-    for turn, prompt in enumerate(TURNS):
+@pytest.fixture(scope="module")
+def one_process_turns(tmp_path_factory):
+    """TURNS in one process without a draft, once per target and cache kind: the tokens every rank count and
+    draft setting must give (speculative greedy output is plain greedy output)."""
+    done: dict[tuple, tuple[list[tuple[list[int], dict]], int]] = {}
+
+    def turns(model: tuple[str, ...], kv: tuple[str, ...]) -> tuple[list[tuple[list[int], dict]], int]:
+        """Each turn's (tokens, stats), and the KV heads its session file holds."""
+        target = model[:model.index("--model") + 2]
+        if (target, kv) not in done:
+            session = tmp_path_factory.mktemp("one-process") / "one.json"
+            replies = [ask(session, prompt, (*target, "--no-draft"), ranks=1, kv=kv) for prompt in TURNS]
+            done[target, kv] = replies, read_header(session)["cache"]["target"]["kv_heads"]
+        return done[target, kv]
+    return turns
+
+
+def three_turns(tmp_path: Path, reference, model: tuple[str, ...], kv: tuple[str, ...] = ("--kv", "paged")) -> None:
+    """Each turn on 2 ranks, continuing its session file: the tokens one process gives."""
+    sharded, (replies, kv_heads) = tmp_path / "two-ranks.json", reference(model, kv)
+    for turn, (prompt, (expected, single_stats)) in enumerate(zip(TURNS, replies)):
         tokens, stats = ask(sharded, prompt, model, ranks=2, kv=kv)
-        expected, single_stats = ask(single, prompt, model, ranks=1, kv=kv)
         assert tokens == expected, f"turn {turn + 1}"
         assert stats["world_size"] == 2 and len(stats["rank_weight_bytes"]) == 2
         assert stats["prompt_tokens"] == single_stats["prompt_tokens"]
         if turn:  # the KV saved by the last 2-rank run was restored and used, as in one process
             assert stats["reused_tokens"] == single_stats["reused_tokens"] > 0
     # one file for every rank count: it holds all the target's KV heads, not rank 0's half
-    heads = [read_header(path)["cache"]["target"]["kv_heads"] for path in (sharded, single)]
-    assert heads[0] == heads[1] >= 2
+    assert read_header(sharded)["cache"]["target"]["kv_heads"] == kv_heads >= 2
 
 
 @pytest.mark.parametrize("pair", sorted(EMBEDDED))
-def test_two_ranks_answer_as_one_process(tmp_path, pair):
-    three_turns(tmp_path, EMBEDDED[pair])
+def test_two_ranks_answer_as_one_process(tmp_path, one_process_turns, pair):
+    three_turns(tmp_path, one_process_turns, EMBEDDED[pair])
 
 
-def test_two_ranks_answer_as_one_process_rotating(tmp_path):
+def test_two_ranks_answer_as_one_process_rotating(tmp_path, one_process_turns):
     """A window smaller than the conversation: by turn 3 the oldest tokens are gone on every rank alike."""
-    three_turns(tmp_path, EMBEDDED["draft"], kv=("--kv", "rotating", "--max-kv", "64"))
+    three_turns(tmp_path, one_process_turns, EMBEDDED["draft"], kv=("--kv", "rotating", "--max-kv", "64"))
 
 
 @pytest.fixture(scope="module")
@@ -77,21 +92,19 @@ def moe_folder(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("draft", [("--no-draft",), ("--draft", "mini-draft")])
-def test_two_ranks_answer_as_one_process_moe(tmp_path, moe_folder, draft):
+def test_two_ranks_answer_as_one_process_moe(tmp_path, one_process_turns, moe_folder, draft):
     """The MoE target splits its experts' widths over the ranks; the embedded draft shares its tokenizer."""
-    three_turns(tmp_path, ("--model", str(moe_folder), *draft))
+    three_turns(tmp_path, one_process_turns, ("--model", str(moe_folder), *draft))
 
 
 @pytest.mark.parametrize("saved_on, opened_on", [(2, 1), (1, 2)])
-def test_a_file_opens_on_another_rank_count(tmp_path, saved_on, opened_on):
+def test_a_file_opens_on_another_rank_count(tmp_path, one_process_turns, saved_on, opened_on):
     """Files hold every KV head: one saved on 2 ranks continues in one process, and the other way round."""
-    model = EMBEDDED["draft"]
-    moved, stayed = tmp_path / "moved.json", tmp_path / "stayed.json"
+    model, moved = EMBEDDED["draft"], tmp_path / "moved.json"
     for prompt in TURNS[:2]:
         ask(moved, prompt, model, ranks=saved_on)
-        ask(stayed, prompt, model, ranks=1)
     tokens, stats = ask(moved, TURNS[2], model, ranks=opened_on)
-    expected, _ = ask(stayed, TURNS[2], model, ranks=1)
+    expected, _ = one_process_turns(model, ("--kv", "paged"))[0][2]
     assert tokens == expected and stats["reused_tokens"] > 0 and stats["world_size"] == opened_on
 
 
