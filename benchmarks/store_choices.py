@@ -130,7 +130,7 @@ def payload_choice(engine, runs: int, tokens: int) -> dict:
             session.send(SHORT_TURNS[turn % len(SHORT_TURNS)])
             for name, store in stores.items():
                 use_blobs(name == "blobs")
-                results[name]["written"].append(written_bytes(lambda: (store.save(session), _checkpoint(store, name))))
+                results[name]["written"].append(written_bytes(lambda store=store, name=name: (store.save(session), _checkpoint(store, name))))
         for name, store in stores.items():
             use_blobs(name == "blobs")
             store.close()

@@ -21,7 +21,7 @@ _EXPORTS = {
     "render_chat": "mlxcore.chat_template", "load_model": "mlxcore.loading",
     "MlxchatError": "mlxcore.errors",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605  (the lazy names, listed once above)
 
 
 def __getattr__(name: str):

@@ -18,7 +18,7 @@ from mlxcore.distributed.kv_shards import KVShards
 from mlxcore.distributed.world import SINGLE, World
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.errors import PromptError
-from mlxcore.events import Event
+from mlxcore.events import Event, GenerationStats
 from mlxcore.fast_exp import warm_up as warm_up_fast_exp
 from mlxcore.grammar import Grammar
 from mlxcore.kv.base import ModelCache

@@ -112,7 +112,7 @@ def _weights_summary(path: Path) -> bytes:
     return b"\0".join(parts)
 
 
-def _add(digest: "hashlib._Hash", name: str, payload: bytes) -> None:
+def _add(digest: hashlib._Hash, name: str, payload: bytes) -> None:
     # Length-prefixed so that moving bytes between fields changes the hash.
     for part in (name.encode(), payload):
         digest.update(struct.pack("<Q", len(part)))

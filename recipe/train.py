@@ -39,7 +39,7 @@ def _steps(examples: list[Example], plan: TrainPlan, seed: int):
     rng = np.random.default_rng(seed)
     per_epoch = list(batches(examples, plan.tokens_per_batch, 0, rng))
     out = []
-    for epoch in range(math.ceil(plan.epochs)):
+    for _ in range(math.ceil(plan.epochs)):
         order = rng.permutation(len(per_epoch))
         out += [per_epoch[i] for i in order]
     return out[: int(len(per_epoch) * plan.epochs)]

@@ -9,7 +9,7 @@ import importlib
 _EXPORTS = {"ChatSession": "sessions.chat_session", "SessionStore": "sessions.store",
             "SessionFileError": "sessions.errors", "Message": "sessions.messages",
             "Reply": "sessions.reply", "function_tool": "sessions.tools"}
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605  (the lazy names, listed once above)
 
 
 def __getattr__(name: str):

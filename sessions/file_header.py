@@ -185,7 +185,7 @@ def _read_params(params: Fields, where: str) -> GenerationParams:
     if unknown:
         raise SessionFileError(f"{where}: unknown generation parameter {unknown[0]!r}.")
     values = {}
-    for name, value in params.data.items():
+    for name in params.data:
         check, what = _PARAM_TYPES.get(name, (is_number, "a number"))
         values[name] = tuple(params.get(name, check, what)) if name == "stop" else params.get(name, check, what)
     try:

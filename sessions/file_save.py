@@ -18,7 +18,7 @@ import mlx.core as mx
 from sessions.file_append import Blocks, FileMark, append_save, write_whole
 from sessions.file_layout import HEAD_BYTES, TRAILER_BYTES
 from sessions.file_format import encode_header
-from sessions.file_header import APPENDING_VERSION, ROLES_SAVED, SavedSession, read_saved_session
+from sessions.file_header import APPENDING_VERSION, ROLES_SAVED, SavedSession
 from sessions.kv_blocks import CacheBlocks, state_blocks
 
 # Dead share of a file at which a save compacts it instead of appending (docs/session_files.md has the sweep).

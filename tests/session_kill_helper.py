@@ -12,7 +12,7 @@ reply and the turn's figures as JSON (the new-process restore test).
 from __future__ import annotations
 
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,14 +35,14 @@ WINDOW = {"rotating": 256}  # tokens; more than the test conversations hold
 KILL_MODEL = dict(layers=4, hidden=64, heads=4, kv_heads=4, head_dim=64)  # 8 KiB of cache per token
 
 
-@lru_cache(maxsize=None)
+@cache
 def chat_tokenizer():
     """The embedded chat tokenizer (mlx-lm's wrapper)."""
     from mlx_lm.tokenizer_utils import load
     return load(TOKENIZER_FOLDER)
 
 
-@lru_cache(maxsize=None)
+@cache
 def tiny_model(seed: int, dtype: str = "float32"):
     model = tiny_qwen3(seed, vocab_size=VOCAB)
     if dtype != "float32":

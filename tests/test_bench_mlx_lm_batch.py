@@ -7,7 +7,7 @@ The reference is mlx-lm's own single-sequence loop, ``generate_step`` (what
 from __future__ import annotations
 
 import copy
-from functools import lru_cache
+from functools import cache
 
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
@@ -23,7 +23,7 @@ from mlxcore.bench.mlx_lm_batch import JOIN_AFTER, JOIN_WATCH_STEPS, measure_joi
 VOCAB = 2048  # the embedded tokenizer's
 
 
-@lru_cache(maxsize=None)
+@cache
 def model():
     return tiny_qwen3(0, vocab_size=VOCAB)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 
-import anthropic
 import pytest
 from serve_process import MODEL, ServeProcess, http
 

@@ -154,7 +154,7 @@ def stalled(server, head: str, body: bytes) -> tuple[bytes, float]:
         try:
             while chunk := sock.recv(65536):
                 answer += chunk
-        except socket.timeout:
+        except TimeoutError:
             pass  # still open after 30 s
         return answer, time.monotonic() - start
 

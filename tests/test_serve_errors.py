@@ -76,7 +76,7 @@ def test_json_response_formats_that_are_not_whole_are_refused_with_why(server, f
 def test_a_prompt_over_the_context_is_400(server):
     long = [{"role": "user", "content": "the quick brown fox " * 1500}]  # ~6,000 tokens; the context is 4,096
     for stream in (False, True):  # a stream is refused before its 200 too
-        error = refused(lambda: chat(server, messages=long, stream=stream), 400)
+        error = refused(lambda stream=stream: chat(server, messages=long, stream=stream), 400)
         assert error["code"] == "context_length_exceeded" and "4096" in error["message"]
     assert "19" in chat(server, extra_body={"chat_template_kwargs": {"enable_thinking": False}}) \
         .choices[0].message.content, "the server answers the next request"

@@ -21,7 +21,6 @@ from session_file_forms import appending
 from session_kill_helper import tiny_engine
 from session_log_io import points, run_forked
 
-import mlx.core as mx
 from mlxcore.params import GenerationParams
 from sessions.chat_session import ChatSession
 from sessions.errors import SessionFileError, SessionSaveError
@@ -33,7 +32,7 @@ from sessions.file_read import read_contents
 from sessions.file_save import COMPACT_AT, write_session_file
 from sessions.kv_blocks import state_blocks
 from sessions.session_file import load_session, saved_caches, session_header
-from turn_checks import same_state, same_chat
+from turn_checks import same_chat
 
 NOTES = " ".join(f"Note {i}: street {i * 7} sold {i * 3 + 11} apples." for i in range(30))
 STEPS = ("Hello there, how are you today?", f"{NOTES}\nWhich street sold the most?", "regenerate", "edit",
@@ -281,7 +280,8 @@ def test_sigkill_at_every_disk_call_of_a_save_leaves_exactly_the_state_before_or
         header, cuts = _cut(session)
         before = path.read_bytes() if path.exists() else None
         mark = session.saved_files.get(os.path.realpath(path))
-        save = lambda: write_session_file(path, header, cuts, _restored(path, before, mark))  # noqa: E731
+        def save(header=header, cuts=cuts, before=before, mark=mark):
+            return write_session_file(path, header, cuts, _restored(path, before, mark))
         _, events = run_forked(save)
         plan = [{"kill_at": p} for p in points(events)] + [{"after_s": rng.uniform(0, 0.004)} for _ in range(2)]
         for kill in plan:

@@ -8,7 +8,7 @@ tokens (the store keeps the two apart).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -35,7 +35,7 @@ TURNS = ("Hello there, how are you today?", "Tell me about the maps of Canada an
 NEXT = "And what about the rivers?"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _pair():
     opened = open_engine(ModelChoice(model="mini-target", draft="mini-draft"), KVConfig(kind="paged"))
     return opened.engine

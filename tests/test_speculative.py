@@ -8,7 +8,7 @@ from scipy.stats import chisquare
 
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.engine import Engine, KVConfig
-from mlxcore.events import FinalEvent, TokenEvent
+from mlxcore.events import TokenEvent
 from mlxcore.params import GenerationParams
 from mlxcore.sampling import distribution
 from mlxcore.params import SamplingParams

@@ -25,7 +25,6 @@ import store_gc_helper as gc_helper
 from session_kill_helper import tiny_engine
 
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
-import mlx.core as mx
 from sessions.block_files import BlockFiles
 from sessions.chat_session import ChatSession
 from sessions.store import SessionStore

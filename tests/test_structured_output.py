@@ -106,7 +106,7 @@ def test_twenty_schemas_validate_in_batches_of_eight_beside_a_free_reply(engine,
         while batch.busy:
             batch.step()
             for handle in handles + [free]:
-                finals.update({handle.request_id: e for e in drain(handle) if isinstance(e, FinalEvent)})
+                finals.update((handle.request_id, e) for e in drain(handle) if isinstance(e, FinalEvent))
         assert batch.runner.tally.largest_batch == len(group) + 1
         for name, handle in zip(group, handles):
             assert_valid(finals[handle.request_id], SCHEMAS[name], name)

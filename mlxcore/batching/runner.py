@@ -494,7 +494,7 @@ class BatchRunner:
 
     def _cancel_one(self, seq: Sequence, request_id: str) -> None:
         lives = self.lives.get(id(seq), [])
-        live = next((l for l in lives if l.request_id == request_id), None)
+        live = next((each for each in lives if each.request_id == request_id), None)
         if live is None:
             return
         self.steps.drop(live)

@@ -74,8 +74,8 @@ def grammar_decode_vs_free(runs: int, tokens: int = 128) -> dict:
     result = {}
     for draft in (False, True):
         engine, ids = _engine(draft)
-        constrained = lambda: _run(engine, ids, params, grammar, draft)[0]  # noqa: E731
-        free = lambda: _run(engine, ids, params, None, draft)[0]  # noqa: E731
+        constrained = lambda engine=engine, ids=ids, draft=draft: _run(engine, ids, params, grammar, draft)[0]  # noqa: E731
+        free = lambda engine=engine, ids=ids, draft=draft: _run(engine, ids, params, None, draft)[0]  # noqa: E731
         constrained(), free()  # warm up both paths
         pair = paired_median(constrained, free, runs)
         key = "with_draft" if draft else "alone"

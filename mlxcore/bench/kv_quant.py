@@ -59,7 +59,7 @@ def decode_vs_float_long(model_ref: str, runs: int, context: int = 3000, chunks:
     ratios = []
     for run in range(runs + 1):  # the first run warms both up
         caches = {name: engine.new_caches() for name, engine in engines.items()}
-        for name, cache in caches.items():
+        for cache in caches.values():
             prefill(model, cache.target, ids[:context], current().prefill_chunk)
         streams = {name: engines[name].generate(ids, cache, GenerationParams(max_tokens=chunks * (chunk + 1)))
                    for name, cache in caches.items()}
