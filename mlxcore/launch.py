@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from mlxcore.compile_support import report_compile_failure
 from mlxcore.configs import KVConfig, ModelChoice, check_num_draft
 from mlxcore.engine import Engine
+from mlxcore.kv.budget import KVBudget
 
 SLOW_WARM_UP_S = 1.5  # say what is happening when the kernel warm-up takes longer than this
 SLOW_WARM_UP_NOTE = ("compiling decode kernels for this machine (first start only, up to a minute; "
@@ -23,13 +24,15 @@ class OpenedEngine:
 
 
 def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConfig(), progress=None,
-                num_draft: int = 8, notice=None) -> OpenedEngine:
+                num_draft: int = 8, notice=None, kv_budget: KVBudget | None = None) -> OpenedEngine:
     """Load the chosen target (and draft) and wrap them in an Engine; ``num_draft`` caps the draft length.
 
     ``choice``: a ModelChoice, or just the target's name (a hub repo, a folder, an embedded
     name); the default is the default pair (the embedded pair offline).
     ``progress(done, total)`` follows a download; ``notice(text)`` is told when the
     kernel warm-up is slow (it is called from a timer thread and must not use MLX).
+    ``kv_budget``: an account this engine's pools share with other engines' (serve's loaded models),
+    so that together they never hold more than its limit; None: an account of its own.
     """
     check_num_draft(num_draft)
     if isinstance(choice, str):
@@ -59,6 +62,8 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
                     fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "",
                     model_name=target.name, draft_name=draft.name if draft else "",
                     generation_defaults=target.generation_defaults, world=world)
+    if kv_budget is not None:
+        engine._kv_budget = kv_budget  # before any pool is made: every pool takes from the shared account
     warm_up(engine, notice)
     return OpenedEngine(engine, target.name, draft.name if draft else None, note)
 

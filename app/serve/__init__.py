@@ -1,13 +1,16 @@
 """`mlxchat serve`: an OpenAI- and Anthropic-compatible HTTP server on the continuous-batching scheduler.
 
 The HTTP side (FastAPI on uvicorn's event loop) never touches MLX: it renders
-and tokenizes prompts, submits ``Request``s to the ``BatchWorker`` and relays the
+and tokenizes prompts, submits ``Request``s to the named model's ``BatchWorker`` and relays the
 events of their handles; everything that needs the Engine runs on the worker's
 thread (``worker.call``).
 
-- ``command.py``: the `serve` subcommand: options, engine, worker, uvicorn.
+- ``command.py``: the `serve` subcommand: options, the first model, uvicorn.
+- ``catalog.py``: the models that load by name (the started one, ``--models-dir``, the hub cache).
+- ``registry.py``: the loaded models, leases, LRU and idle expiry: where routes get a request's model.
+- ``hosting.py``: the engine thread: each loaded model's worker in turn, loads, evictions, idle unloads.
 - ``app.py``: the ASGI app: routes, error handlers, middleware.
-- ``state.py``: what the routes share (worker, model facts, settings, metrics).
+- ``state.py``: what the routes share (the registry, model facts, settings, metrics).
 - ``schemas.py``: request bodies (pydantic, unknown fields forbidden).
 - ``prompts.py``: a request body -> the scheduler's ``Request``.
 - ``tokenizing.py``: chat templates and tokenization on a helper thread.

@@ -99,5 +99,5 @@ class MessageFrames:
 
 
 def message_stream(state: ServerState, exchange: Exchange, scope_state: dict, *, thinking: bool) -> EventSourceResponse:
-    frames = MessageFrames(exchange, thinking, state.tokens.tokenizer.decode)
+    frames = MessageFrames(exchange, thinking, exchange.served.tokens.tokenizer.decode)
     return sse_response(state, relay(state, exchange, scope_state, frames))

@@ -16,9 +16,10 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from app.options import add_generation_options, add_model_options, generation_params, kv_config, model_choice
-from app.serve.settings import MAX_BODY_BYTES, READ_SECONDS, STALL_SECONDS, ServeSettings
+from app.serve.settings import MAX_BODY_BYTES, READ_SECONDS, STALL_SECONDS, ServeSettings, duration_seconds
 from mlxcore.errors import UsageError
 
 POLICIES = ("fcfs", "priority", "shortest", "deadline")
@@ -31,6 +32,17 @@ def positive_seconds(text: str) -> float:
     seconds = float(text)
     if not 0 < seconds < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
+    return seconds
+
+
+def idle_seconds(text: str) -> float:
+    """argparse type: seconds (300) or a duration ("5m", "1h"), above 0."""
+    try:
+        seconds = duration_seconds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a duration above 0, not {text}")
     return seconds
 
 
@@ -60,12 +72,25 @@ def add_serve_parser(commands, epilog: str | None = None) -> None:
                        help="a client that stops reading its reply is paused at once (its events are not "
                             "piled up), and cancelled after this long, its memory freed "
                             f"(default: {STALL_SECONDS:g})")
+    models = serve.add_argument_group("models by name", "Requests name a model; one not loaded loads (its requests "
+                                      "wait). /v1/models lists them (docs/serve.md).")
+    models.add_argument("--models-dir", metavar="DIR", type=Path,
+                        help="also serve the model folders under DIR, each by its folder's name")
+    models.add_argument("--allow-download", action="store_true",
+                        help="a request may name a hub repo that is not cached: it is downloaded (default: local "
+                             "files only)")
+    models.add_argument("--max-models", type=int, default=1, metavar="N",
+                        help="models loaded at once; loading one more unloads the least recently used idle one "
+                             "(default: 1). They share the KV memory budget (--max-kv)")
+    models.add_argument("--idle-unload", type=idle_seconds, default=None, metavar="SECONDS",
+                        help="unload a model (weights and KV memory) after this long without requests; the next "
+                             "request loads it again. A request's keep_alive overrides it (default: never)")
     add_model_options(serve)
     add_generation_options(serve)
 
 
 def _check(args: argparse.Namespace) -> None:
-    for name in ("port", "max_body", "max_running", "max_waiting", "step_tokens"):
+    for name in ("port", "max_body", "max_running", "max_waiting", "step_tokens", "max_models"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
     if args.port > 65535:
@@ -80,6 +105,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--api-key must not be empty: an empty key would let any 'Authorization: Bearer' in.")
     if args.kv != "paged":
         raise UsageError(f"mlxchat serve batches requests on the paged KV cache, not --kv {args.kv}: leave --kv out.")
+    if args.models_dir is not None and not args.models_dir.is_dir():
+        raise UsageError(f"--models-dir {args.models_dir} is not a folder.")
     generation_params(args)  # bad sampling options fail before the model loads
 
 
@@ -99,8 +126,9 @@ def _say(text: str) -> None:
 
 
 def real_worker(engine, args: argparse.Namespace):
-    from mlxcore.batching.worker import BatchWorker
-    return BatchWorker(engine, **_worker_options(args))
+    """One model's worker; the host takes its turns among the other loaded models'."""
+    from app.serve.hosting import HostedWorker
+    return HostedWorker(engine, **_worker_options(args))
 
 
 def ranked_worker(engine, args: argparse.Namespace):
@@ -115,22 +143,29 @@ def _worker_options(args: argparse.Namespace) -> dict:
 
 
 def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> int:
-    """Serve until SIGINT or SIGTERM; ``make_worker(engine, args)`` builds the scheduler (tests may pass another).
+    """Serve until SIGINT or SIGTERM; ``make_worker(engine, args)`` builds each model's scheduler (tests may
+    pass another).
 
-    The engine runs on this (the main) thread, where the models were loaded (see
-    ``mlxcore.batching.worker``); uvicorn serves from a thread of its own.
+    The engines run on this (the main) thread, where the models are loaded (see
+    ``mlxcore.batching.worker`` and ``app.serve.hosting``); uvicorn serves from a thread of its own.
     """
-    from app.serve.state import ModelInfo, ServerState
-    from mlxcore.launch import open_engine
+    from app.serve.catalog import Catalog, ModelEntry
+    from app.serve.registry import ModelRegistry
+    from app.serve.state import ServerState
 
     _check(args)
     if not is_loopback(args.host) and not args.api_key:
         _say(f"warning: listening on {args.host} without --api-key: anyone who can reach this port can use "
              "the model. Give --api-key KEY, or serve on 127.0.0.1.")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft, notice=_say)
+    settings = ServeSettings(api_key=args.api_key, max_body_bytes=args.max_body, system=args.system,
+                             thinking=True if args.think is None else args.think, stall_seconds=args.stall_timeout,
+                             read_timeout=args.read_timeout)
+    choice = model_choice(args)
+    opened = _open(args, choice, notice=_say)
     world = opened.engine.world
     if world.distributed:
+        _check_one_model(args)
         from mlxcore.distributed.ranked_worker import serve_followers
         if not world.leader:  # rank 0 serves HTTP; this rank takes the same engine steps
             serve_followers(opened.engine, **_worker_options(args))
@@ -138,18 +173,51 @@ def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> 
         make_worker = ranked_worker
     if opened.note:
         _say(opened.note)
-    worker = make_worker(opened.engine, args)
-    info = ModelInfo.of(opened.engine, opened.target_name, opened.draft_name)
-    info = dataclasses.replace(info, default_params=generation_params(args, info.default_params))
-    settings = ServeSettings(api_key=args.api_key, max_body_bytes=args.max_body, system=args.system,
-                             thinking=True if args.think is None else args.think, stall_seconds=args.stall_timeout,
-                             read_timeout=args.read_timeout)
-    _serve(ServerState(worker, info, settings), args)
+    started = ModelEntry(opened.target_name, choice, "started")
+    registry = ModelRegistry(Catalog(started, args.models_dir, args.allow_download), max_models=args.max_models,
+                             idle_seconds=args.idle_unload)
+    first = _served(started, opened, make_worker, args, settings)
+    if world.distributed:
+        from app.serve.hosting import SingleHost
+        host = SingleHost(registry, first)
+    else:
+        from app.serve.hosting import ModelHost
+
+        def open_model(entry: ModelEntry, budget):
+            return _served(entry, _open(args, entry.choice, kv_budget=budget), make_worker, args, settings)
+        host = ModelHost(registry, open_model)
+        host.add(first)
+    _serve(ServerState(registry, settings, opened.engine.rank_weight_bytes), host, args)
     return 0
 
 
-def _serve(state, args: argparse.Namespace) -> None:
-    """The HTTP thread serves; this thread runs the engine until the HTTP side stops it."""
+def _check_one_model(args: argparse.Namespace) -> None:
+    if args.models_dir or args.allow_download or args.max_models != 1 or args.idle_unload:
+        raise UsageError("Over several ranks, serve runs the one model it starts with: leave out --models-dir, "
+                         "--allow-download, --max-models and --idle-unload.")
+
+
+def _open(args: argparse.Namespace, choice, notice=None, kv_budget=None):
+    from mlxcore.launch import open_engine
+    return open_engine(choice, kv_config(args), num_draft=args.num_draft, notice=notice, kv_budget=kv_budget)
+
+
+def _served(entry, opened, make_worker: Callable, args: argparse.Namespace, settings: ServeSettings):
+    """What the routes hold of a loaded model (built on the engine thread)."""
+    from app.serve.registry import ServedModel
+    from app.serve.session_jobs import SessionJobs
+    from app.serve.state import ModelInfo
+    from app.serve.tokenizing import Tokenizing
+
+    engine = opened.engine
+    info = ModelInfo.of(engine, entry.id, opened.draft_name)
+    info = dataclasses.replace(info, default_params=generation_params(args, info.default_params))
+    return ServedModel(entry, make_worker(engine, args), info, Tokenizing(engine.tokenizer),
+                       SessionJobs(settings.sessions_root, settings.pinned_sessions))
+
+
+def _serve(state, host, args: argparse.Namespace) -> None:
+    """The HTTP thread serves; this thread runs the engines until the HTTP side stops them."""
     import uvicorn
     from app.serve.app import create_app
     from app.serve.request_head import head_timeout_protocol
@@ -158,18 +226,19 @@ def _serve(state, args: argparse.Namespace) -> None:
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)
             if self.started:  # listening now
-                draft = f" with the draft {state.model.draft}" if state.model.draft else ""
-                _say(f"serving {state.model.id}{draft} on http://{args.host}:{args.port}/v1 (ctrl+c stops)")
+                served = state.models.get(state.started)
+                draft = f" with the draft {served.info.draft}" if served and served.info.draft else ""
+                _say(f"serving {state.started}{draft} on http://{args.host}:{args.port}/v1 (ctrl+c stops)")
 
     config = uvicorn.Config(create_app(state), host=args.host, port=args.port, access_log=False,
                             log_level="warning", timeout_graceful_shutdown=5,
                             http=head_timeout_protocol(args.read_timeout))
     server = Server(config)
-    http = threading.Thread(target=_http, args=(server, state), name="http")
-    _stop_on_signals(server, state)
+    http = threading.Thread(target=_http, args=(server, state, host), name="http")
+    _stop_on_signals(server, state, host)
     http.start()
     try:
-        state.worker.run()
+        host.run()
     except Exception:  # the engine died: keep answering, so that /health says 503 and requests say why
         # (over several ranks a lost rank ends the process where it is noticed: mlxcore.distributed.fail_fast)
         logging.getLogger("mlxchat.serve").exception("the engine thread failed; /health now answers 503")
@@ -179,17 +248,17 @@ def _serve(state, args: argparse.Namespace) -> None:
                          "is another server there? Pick another --port.")
 
 
-def _http(server, state) -> None:
+def _http(server, state, host) -> None:
     try:
         server.run()  # on a failed start, uvicorn raises SystemExit here: this thread ends, the engine stops
     finally:
         try:
             state.close()  # held sessions go back to the pool (on the engine thread, still running)
         finally:
-            state.worker.close()  # whatever happened, the engine thread must return
+            host.close()  # whatever happened, the engine thread must return
 
 
-def _stop_on_signals(server, state) -> None:
+def _stop_on_signals(server, state, host) -> None:
     """SIGINT or SIGTERM: stop taking requests; replies in flight may end for ``SHUTDOWN_GRACE_SECONDS``,
     then every one is cancelled, so that each stream still ends with a finish reason and ``[DONE]``, and
     each waiting request with an error (``state.stopping``); then the engine stops. A second signal
@@ -200,7 +269,7 @@ def _stop_on_signals(server, state) -> None:
         server.should_exit = True
         if not state.stopping.is_set():
             state.stopping.set()
-            cut = threading.Timer(SHUTDOWN_GRACE_SECONDS, state.worker.cancel_all)
+            cut = threading.Timer(SHUTDOWN_GRACE_SECONDS, host.cancel_all)
             cut.daemon = True  # a server with nothing in flight exits at once, not after the grace period
             cut.start()
 

@@ -16,6 +16,7 @@ from starlette.requests import Request as HTTPRequest
 from app.serve.choices import ChoiceState, usage
 from app.serve.errors import APIError
 from app.serve.prompts import chat_request
+from app.serve.registry import ServedModel
 from app.serve.replies import ReplyHeader
 from app.serve.running import ReplyClock, reply_unless_gone, shutting_down, submit
 from app.serve.schemas import ChatCompletionRequest
@@ -31,6 +32,7 @@ class Exchange:
     """See the module docstring."""
 
     header: ReplyHeader
+    served: ServedModel  # the model that answers (its tokenizer spells the reply's logprobs)
     handles: list[RequestHandle]
     choices: list[ChoiceState]
     prompt_tokens: int
@@ -38,15 +40,17 @@ class Exchange:
     clock: ReplyClock = field(default_factory=ReplyClock)
 
     @classmethod
-    def open(cls, state: ServerState, request: Request, *, kind: str, n: int, split: bool,
+    def open(cls, state: ServerState, served: ServedModel, request: Request, *, kind: str, n: int, split: bool,
              user: str | None, tools: list[dict] | None = None) -> Exchange:
+        """Submit ``request`` to ``served`` (inside ``state.models.use``: the lease ends once it is submitted)."""
         if state.stopping.is_set():  # a kept-alive connection's request after SIGTERM
             raise shutting_down()
         clock = ReplyClock()  # started before submitting: the TTFT includes the queue
-        handles = submit(state.worker, request, n)
+        handles = submit(served.worker, request, n)
         stops = request.params.stop
         choices = [ChoiceState(i, split, stops, tools=tools) for i in range(n)]
-        return cls(ReplyHeader(kind, state.model.id), handles, choices, len(request.prompt_ids), user, clock)
+        return cls(ReplyHeader(kind, served.info.id), served, handles, choices, len(request.prompt_ids), user,
+                   clock)
 
     def usage(self) -> dict:
         return usage(self.choices, self.prompt_tokens)
@@ -80,8 +84,9 @@ class Exchange:
 
 async def open_chat(state: ServerState, body: ChatCompletionRequest) -> tuple[Exchange, bool]:
     """``body`` checked, built with the model's chat template and submitted; and whether the model thinks first."""
-    state.check_model(body.model)
     thinking = body.thinking(state.settings.thinking)
-    scheduled = await chat_request(body, state.tokens, state.model, thinking=thinking, system=state.settings.system)
-    return Exchange.open(state, scheduled, kind="chat", n=body.n, split=True, user=body.user,
-                         tools=body.offered_tools), thinking
+    async with state.models.use(body.model, body.keep_alive_seconds) as served:
+        scheduled = await chat_request(body, served.tokens, served.info, thinking=thinking,
+                                       system=state.settings.system)
+        return Exchange.open(state, served, scheduled, kind="chat", n=body.n, split=True, user=body.user,
+                             tools=body.offered_tools), thinking

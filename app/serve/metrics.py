@@ -1,7 +1,8 @@
 """``GET /metrics``: the scheduler's state and the server's latencies, as Prometheus text.
 
-The scheduler's figures are read from ``worker.stats()`` (a thread-safe
-snapshot) at each scrape, so they are never stale; the latency histograms are
+The scheduler's figures are read from every loaded model's ``worker.stats()``
+(thread-safe snapshots, summed by ``ModelRegistry.stats``) at each scrape, so
+they are never stale; the latency histograms are
 filled by the HTTP side as replies end, as the clients saw them. Each server has
 its own registry (no process-global state, so tests can run several).
 """
@@ -9,12 +10,16 @@ its own registry (no process-global state, so tests can run several).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from app.serve.running import ReplyClock
 from mlxcore.batching.stats import WorkerStats
+
+if TYPE_CHECKING:
+    from app.serve.registry import ModelRegistry
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -40,11 +45,11 @@ _FIELDS = {
 
 
 class _SchedulerCollector:
-    """Reads the worker's stats at each scrape."""
+    """Reads the loaded models' stats at each scrape."""
 
-    def __init__(self, stats: Callable[[], WorkerStats], alive: Callable[[], bool],
-                 rank_weight_bytes: tuple[int, ...]) -> None:
-        self._stats, self._alive, self._rank_weights = stats, alive, rank_weight_bytes
+    def __init__(self, models: ModelRegistry, rank_weight_bytes: tuple[int, ...]) -> None:
+        self._models, self._rank_weights = models, rank_weight_bytes
+        self._stats: Callable[[], WorkerStats] = models.stats
 
     def collect(self) -> Iterator[Metric]:
         stats = self._stats()
@@ -53,7 +58,14 @@ class _SchedulerCollector:
             yield family(metric, text, value=getattr(stats, name))
         yield GaugeMetricFamily("mlxchat_prefix_hit_rate", "prefix-hit tokens / prompt tokens since start",
                                 value=stats.prefix_hit_rate)
-        yield GaugeMetricFamily("mlxchat_engine_alive", "1 while the engine thread runs", value=int(self._alive()))
+        yield GaugeMetricFamily("mlxchat_engine_alive", "1 while the engine thread runs", value=int(self._models.alive()))
+        budget = self._models.budget
+        yield GaugeMetricFamily("mlxchat_kv_peak_bytes", "most KV memory the pools held at once (all models)",
+                                value=budget.peak if budget else 0)
+        loaded = GaugeMetricFamily("mlxchat_model_loaded", "1 for each model loaded now", labels=["model"])
+        for served in self._models.loaded():
+            loaded.add_metric([served.entry.id], 1)
+        yield loaded
         yield GaugeMetricFamily("mlxchat_world_size", "ranks the model runs on (mlx.launch)",
                                 value=max(len(self._rank_weights), 1))
         weights = GaugeMetricFamily("mlxchat_rank_weight_bytes", "bytes of the target's weights each rank holds",
@@ -66,10 +78,9 @@ class _SchedulerCollector:
 class ServerMetrics:
     """The registry ``/metrics`` shows, and what the HTTP side observes into it."""
 
-    def __init__(self, stats: Callable[[], WorkerStats], alive: Callable[[], bool],
-                 rank_weight_bytes: tuple[int, ...] = ()) -> None:
+    def __init__(self, models: ModelRegistry, rank_weight_bytes: tuple[int, ...] = ()) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(_SchedulerCollector(stats, alive, rank_weight_bytes))
+        self.registry.register(_SchedulerCollector(models, rank_weight_bytes))
         self.ttft = Histogram("mlxchat_time_to_first_token_seconds", "from request to first token, as sent",
                               buckets=LATENCY_BUCKETS, registry=self.registry)
         self.inter_token = Histogram("mlxchat_inter_token_seconds", "gap between two tokens of one choice",

@@ -30,7 +30,7 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
     if not await exchange.wait(state, request):
         return Response(status_code=CLIENT_GONE)
     return JSONResponse(message(exchange.header, exchange.choices[0], exchange.usage(), thinking=thinking,
-                                decode=state.tokens.tokenizer.decode))
+                                decode=exchange.served.tokens.tokenizer.decode))
 
 
 @router.post("/v1/messages/count_tokens")
@@ -38,7 +38,7 @@ async def count_tokens(body: MessagesPrompt, request: Request) -> JSONResponse:
     """The prompt's tokens as ``/v1/messages`` would build it."""
     state: ServerState = request.app.state.serve
     chat = chat_body(body)
-    state.check_model(chat.model)
-    ids = await chat_prompt_ids(chat, state.tokens, state.model, thinking=chat.thinking(state.settings.thinking),
-                                system=state.settings.system)
+    async with state.models.use(chat.model) as served:
+        ids = await chat_prompt_ids(chat, served.tokens, served.info, thinking=chat.thinking(state.settings.thinking),
+                                    system=state.settings.system)
     return JSONResponse({"input_tokens": len(ids)})

@@ -24,7 +24,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
                            include_usage=body.include_usage)
     if not await exchange.wait(state, request):
         return Response(status_code=CLIENT_GONE)
-    text_of = state.tokens.token_text if body.logprobs else None
+    text_of = exchange.served.tokens.token_text if body.logprobs else None
     return JSONResponse(chat_completion(exchange.header, exchange.choices, exchange.usage(),
                                         thinking=thinking, text_of=text_of))
 
@@ -32,9 +32,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request) -> Response:
     state: ServerState = request.app.state.serve
-    state.check_model(body.model)
-    scheduled = await completion_request(body, state.tokens, state.model)
-    exchange = Exchange.open(state, scheduled, kind="completion", n=body.n, split=False, user=body.user)
+    async with state.models.use(body.model, body.keep_alive_seconds) as served:
+        scheduled = await completion_request(body, served.tokens, served.info)
+        exchange = Exchange.open(state, served, scheduled, kind="completion", n=body.n, split=False, user=body.user)
     logprobs = body.logprobs is not None
     if body.stream:
         return completion_stream(state, exchange, request.scope.setdefault("state", {}), logprobs=logprobs,
@@ -42,4 +42,4 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     if not await exchange.wait(state, request):
         return Response(status_code=CLIENT_GONE)
     return JSONResponse(text_completion(exchange.header, exchange.choices, exchange.usage(),
-                                        text_of=state.tokens.token_text if logprobs else None))
+                                        text_of=served.tokens.token_text if logprobs else None))

@@ -5,7 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
 
+from app.serve.catalog import ModelEntry
+from app.serve.registry import ServedModel
 from app.serve.state import ServerState
 
 router = APIRouter()
@@ -16,20 +19,32 @@ async def models(request: Request) -> dict:
     """OpenAI's model list (``data``). Codex reads the same path as its own catalog (``models``, entries of ~20
     required fields and its system prompt, which change between its releases): an empty one decodes in every
     release, and Codex then uses its fallback metadata for the model named in its config (docs/responses.md)."""
-    info = request.app.state.serve.model
-    entry = {"id": info.id, "object": "model", "created": info.created, "owned_by": "mlxchat",
-             "context_length": info.context_length, "draft": info.draft}
-    return {"object": "list", "data": [entry], "models": []}
+    models = request.app.state.serve.models
+    entries = await run_in_threadpool(models.catalog.entries)  # directory listings: off the event loop
+    return {"object": "list", "data": [_listed(entry, models.get(entry.id)) for entry in entries], "models": []}
+
+
+def _listed(entry: ModelEntry, served: ServedModel | None) -> dict:
+    """OpenAI's fields, and whether it is loaded; a loaded model's context and draft."""
+    listed = {"id": entry.id, "object": "model", "created": served.info.created if served else 0,
+              "owned_by": "mlxchat", "source": entry.source, "loaded": served is not None}
+    if served is not None:
+        listed |= {"context_length": served.info.context_length, "draft": served.info.draft}
+    return listed
 
 
 @router.get("/health")
 async def health(request: Request) -> JSONResponse:
-    """200 while the engine thread runs; 503, with why, once it has died (the process stays up to say so)."""
-    worker = request.app.state.serve.worker
-    if worker.alive:
-        return JSONResponse({"status": "ok"})
-    return JSONResponse({"status": "error", "error": f"The engine thread has stopped: {worker.failure}"},
-                        status_code=503)
+    """200 while the engines run, with the models loaded now and those requests wait for; 503, with why, once
+    one has died (the process stays up to say so)."""
+    models = request.app.state.serve.models
+    loaded = models.loaded()
+    names = {"models_loaded": [served.entry.id for served in loaded], "models_loading": sorted(models.waiting)}
+    for served in loaded:
+        if not served.worker.alive:
+            return JSONResponse({"status": "error", "error": f"The engine thread has stopped: "
+                                 f"{served.worker.failure}"} | names, status_code=503)
+    return JSONResponse({"status": "ok"} | names)
 
 
 @router.get("/metrics")

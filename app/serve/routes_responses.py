@@ -29,7 +29,7 @@ async def responses(body: ResponsesRequest, request: Request) -> Response:
     translated = translate(body)
     exchange, thinking = await open_chat(state, translated.chat)
     headers = {DROPPED_HEADER: ", ".join(sorted(set(translated.dropped)))} if translated.dropped else {}
-    tokenizer = state.tokens.tokenizer
+    tokenizer = exchange.served.tokens.tokenizer
 
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False))

@@ -14,6 +14,7 @@ from app.serve.errors import APIError, from_engine_error
 from app.serve.prompts import prompt_ids, with_empty_blocks
 from app.serve.choices import ChoiceState
 from app.serve.running import ReplyClock, engine_down, reply_unless_gone, submit
+from app.serve.registry import ServedModel
 from app.serve.schemas import SessionSaveRequest
 from app.serve.session_jobs import is_session_name, save_request
 from app.serve.state import ServerState
@@ -35,11 +36,11 @@ def _checked(name: str) -> str:
     return name
 
 
-async def _run(state: ServerState, job, *args):
-    if not state.worker.alive:
-        raise engine_down(state.worker)
+async def _run(served: ServedModel, job, *args):
+    if not served.worker.alive:
+        raise engine_down(served.worker)
     try:
-        return await run_in_threadpool(state.worker.call, lambda engine: job(engine, *args), JOB_TIMEOUT_S)
+        return await run_in_threadpool(served.worker.call, lambda engine: job(engine, *args), JOB_TIMEOUT_S)
     except MlxchatError as error:
         raise _session_error(error) from None
 
@@ -73,15 +74,17 @@ async def save(name: str, body: SessionSaveRequest, request: Request) -> dict:
     thinking = body.thinking(state.settings.thinking)
     messages = [m.as_dict() for m in body.messages]
     messages = messages if thinking else with_empty_blocks(messages)
-    text = await state.tokens.chat_text(messages, thinking, add_generation_prompt=messages[-1]["role"] != "assistant")
-    ids = await prompt_ids(text, state.tokens, state.model, "messages")  # refused early if certainly too long
-    caches = await _read(state, ids, request)
-    return await _run(state, state.sessions.save, name, messages, thinking, body.title, caches, len(ids))
+    async with state.models.use(state.started) as served:  # sessions are the started model's
+        tokens = served.tokens
+        text = await tokens.chat_text(messages, thinking, add_generation_prompt=messages[-1]["role"] != "assistant")
+        ids = await prompt_ids(text, tokens, served.info, "messages")  # refused early if certainly too long
+        caches = await _read(served, ids, request)
+        return await _run(served, served.sessions.save, name, messages, thinking, body.title, caches, len(ids))
 
 
-async def _read(state: ServerState, ids: list[int], request: Request):
+async def _read(served: ServedModel, ids: list[int], request: Request):
     """The caches holding ``ids``, read by the scheduler (``save_request``); cancelled if the client leaves."""
-    handles = submit(state.worker, save_request(ids), 1)
+    handles = submit(served.worker, save_request(ids), 1)
     choices = [ChoiceState(0, False, ())]
     done = await reply_unless_gone(request, handles, choices, ReplyClock())
     if not done or handles[0].caches is None:
@@ -94,7 +97,9 @@ async def _read(state: ServerState, ids: list[int], request: Request):
 async def restore(name: str, request: Request) -> dict:
     """The stored conversation, its replies as a chat reply gives them (reasoning apart), to send on."""
     state: ServerState = request.app.state.serve
-    restored = await _run(state, state.sessions.restore, _checked(name))
+    name = _checked(name)
+    async with state.models.use(state.started) as served:
+        restored = await _run(served, served.sessions.restore, name)
     return restored | {"messages": [_as_client_sends(m) for m in restored["messages"]]}
 
 

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationInfo,
                       field_validator, model_validator)
 
+from app.serve.settings import duration_seconds
 from mlxcore import grammar
 from mlxcore.grammar import Grammar
 from mlxcore.think_blocks import thought_reply
@@ -214,6 +215,19 @@ class Sampling(Strict):
     stream_options: StreamOptions | None = None
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
+    keep_alive: float | int | str | None = None  # Ollama's: how long the model stays loaded once idle (-1: always)
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _keep_alive(cls, keep_alive: float | int | str | None) -> float | int | str | None:
+        if keep_alive is not None:
+            duration_seconds(keep_alive)
+        return keep_alive
+
+    @property
+    def keep_alive_seconds(self) -> float | None:
+        """``keep_alive`` in seconds (negative: never unload); None when the request gives none."""
+        return None if self.keep_alive is None else duration_seconds(self.keep_alive)
 
     @field_validator("stop")
     @classmethod

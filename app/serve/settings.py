@@ -3,12 +3,32 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 MAX_BODY_BYTES = 4 * 2**20
 READ_SECONDS = 30.0  # like nginx's client_header_timeout and client_body_timeout (60 s there)
 STALL_SECONDS = 60.0  # mlxcore.batching.runner's default (not imported here: the parser stays light)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def duration_seconds(value: float | int | str) -> float:
+    """Ollama's ``keep_alive``: seconds as a number, or a duration as Go writes it ("5m", "1h30m", "90s");
+    negative keeps the model loaded. ``ValueError`` with a sentence for anything else."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    sign, body = (-1.0, text[1:]) if text.startswith("-") else (1.0, text)
+    try:
+        return sign * float(body)
+    except ValueError:
+        pass
+    parts = _DURATION.findall(body)
+    if not body or "".join(number + unit for number, unit in parts) != body:
+        raise ValueError(f"{value!r} is not a duration: give seconds (300) or e.g. \"5m\", \"1h30m\", \"90s\".")
+    return sign * sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
-"""What the routes share: the worker, what the HTTP side knows of the model, settings, metrics.
+"""What the routes share: the model registry, settings, metrics; and what the HTTP side knows of a model.
 
-The HTTP side never holds the Engine: only plain facts taken from it at start
-(its name, tokenizer, default sampling, context length), and the worker, whose
-``call`` runs anything that needs the Engine on its thread.
+The HTTP side never holds an Engine: only plain facts taken from it when it loads
+(its name, tokenizer, default sampling, context length), and its worker, whose
+``call`` runs anything that needs the Engine on the engine thread.
 """
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from app.serve.errors import APIError
 from app.serve.metrics import ServerMetrics
-from app.serve.session_jobs import SessionJobs
 from app.serve.settings import ServeSettings
-from app.serve.tokenizing import Tokenizing
 from mlxcore.params import GenerationParams
+
+if TYPE_CHECKING:
+    from app.serve.registry import ModelRegistry
 
 
 @dataclass(frozen=True)
@@ -43,23 +44,21 @@ class ModelInfo:
 class ServerState:
     """The routes' view of the running server (``app.state.serve``)."""
 
-    def __init__(self, worker, model: ModelInfo, settings: ServeSettings = ServeSettings()) -> None:
-        self.worker = worker
-        self.model = model
+    def __init__(self, models: ModelRegistry, settings: ServeSettings = ServeSettings(),
+                 rank_weight_bytes: tuple[int, ...] = ()) -> None:
+        self.models = models
         self.settings = settings
-        self.tokens = Tokenizing(model.tokenizer)
-        self.metrics = ServerMetrics(worker.stats, lambda: worker.alive, model.rank_weight_bytes)
-        self.sessions = SessionJobs(settings.sessions_root, settings.pinned_sessions)  # used on the engine thread
+        self.metrics = ServerMetrics(models, rank_weight_bytes)
         self.stopping = threading.Event()  # set on SIGTERM: replies still running are cut after a grace period
 
-    def check_model(self, name: str) -> None:
-        """404 for a model this server does not serve (as OpenAI's API answers)."""
-        if name != self.model.id:
-            raise APIError(404, f"The model {name!r} does not exist here: this server serves {self.model.id!r} "
-                                "(see /v1/models).", param="model", code="model_not_found")
+    @property
+    def started(self) -> str:
+        """The model the server started with: saved sessions use it."""
+        return self.models.catalog.started.id
 
     def close(self) -> None:
-        """Before the worker closes: let go of held sessions (on the engine thread) and the tokenizer thread."""
-        if self.worker.alive and self.sessions.opened:
-            self.worker.call(lambda _: self.sessions.close(), timeout=30)
-        self.tokens.close()
+        """Before the workers close: let go of held sessions (each on its engine thread) and tokenizer threads."""
+        for served in self.models.loaded():
+            if served.worker.alive and served.sessions.opened:
+                served.worker.call(lambda _, jobs=served.sessions: jobs.close(), timeout=30)
+            served.tokens.close()

@@ -105,7 +105,7 @@ async def relay(state: ServerState, exchange: Exchange, scope_state: dict, frame
 
 def chat_stream(state: ServerState, exchange: Exchange, scope_state: dict, *, logprobs: bool,
                 include_usage: bool) -> EventSourceResponse:
-    text_of = state.tokens.token_text if logprobs else None
+    text_of = exchange.served.tokens.token_text if logprobs else None
 
     def chunk(choice: ChoiceState, delta: Delta) -> dict:
         return chat_chunk(exchange.header, choice.index, delta, text_of=text_of, usage_field=include_usage)
@@ -117,7 +117,7 @@ def chat_stream(state: ServerState, exchange: Exchange, scope_state: dict, *, lo
 
 def completion_stream(state: ServerState, exchange: Exchange, scope_state: dict, *, logprobs: bool,
                       include_usage: bool) -> EventSourceResponse:
-    text_of = state.tokens.token_text if logprobs else None
+    text_of = exchange.served.tokens.token_text if logprobs else None
 
     def chunk(choice: ChoiceState, delta: Delta) -> dict:
         offset = len(choice.content) - len(delta.content)  # where this delta starts in the choice's text

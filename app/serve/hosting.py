@@ -1,0 +1,270 @@
+"""The engine thread of `serve`: steps every loaded model's worker, loads models by name, unloads idle ones.
+
+All MLX work stays on this one thread, the main one (``mlxcore.batching.worker``
+says why): each loaded model has its own ``HostedWorker`` (queue, scheduler,
+pool), and ``ModelHost.run`` takes a turn of each in order (one scheduler step of
+each model that has work). Loading a model happens here too, between turns:
+meanwhile the other models' streams pause, and the requests for it wait.
+
+Every model's pools take from one KV account (``KVBudget``), so the models loaded
+together never hold more than the budget, and one model's cached prefixes give
+way when another needs the room. Unloading a model gives its pools' bytes back to
+the account, drops the Engine and empties MLX's buffer cache, on this thread.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+
+from app.serve.catalog import ModelEntry
+from app.serve.errors import APIError
+from app.serve.registry import ModelRegistry, ServedModel
+from mlxcore.batching.handle import RequestFailedError
+from mlxcore.batching.worker import IDLE_WAIT_SECONDS, PAUSED_WAIT_SECONDS, BatchWorker
+from mlxcore.errors import MlxchatError
+from mlxcore.kv.budget import format_bytes
+
+log = logging.getLogger("mlxchat.serve")
+IDLE, PAUSED, STEPPED = "idle", "paused", "stepped"  # what a worker's turn did
+
+
+class HostedWorker(BatchWorker):
+    """A ``BatchWorker`` whose turns ``ModelHost`` takes among other models' (``run`` still works alone)."""
+
+    _failed_steps = 0
+
+    def share_wake(self, event: threading.Event) -> None:
+        """Wake ``event`` (the host's) on a submission: one thread waits for every model's requests."""
+        self._wake = event
+
+    def turn(self) -> str:
+        """Take in what arrived, then one step if a request is in: IDLE, PAUSED (every reply waits for its
+        reader) or STEPPED. Raises what stops the engine, once every request has been told."""
+        try:
+            self._drain()
+            if not self.runner.busy:
+                self._snapshot()
+                return IDLE
+            self._failed_steps = self._step(self._failed_steps)
+            self._snapshot()
+            return PAUSED if self.runner.paused else STEPPED
+        except BaseException as error:  # as BatchWorker._loop: whatever killed the engine, requests hear it
+            self._failure = error
+            self.stop(error)
+            raise
+
+    def settle(self) -> bool:
+        """Take in what arrived; whether nothing is queued or running (on the engine thread)."""
+        self._drain()
+        return not self.runner.busy
+
+    def stop(self, error: BaseException | None = None) -> None:
+        """Refuse new requests; those in flight (none, when unloading an idle model) fail with ``error``."""
+        self.close()
+        error = error or RequestFailedError("The engine was stopped.")
+        self.runner.fail_all(error)
+        self._fail_inbox(error)
+        self._snapshot()
+
+
+class ModelHost:
+    """See the module docstring. ``open_model(entry, budget)`` loads a model (on this thread) into a
+    ``ServedModel`` whose pools take from ``budget`` (None: the first model's own, which is then shared)."""
+
+    def __init__(self, registry: ModelRegistry, open_model: Callable[[ModelEntry, object], ServedModel]) -> None:
+        self.registry = registry
+        self._open_model = open_model
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._orders: queue.SimpleQueue = queue.SimpleQueue()
+        self._waiting: list[tuple[ModelEntry, Future]] = []  # loads waiting for a model to become idle
+        self._unloaded: dict[str, float] = {}  # model id -> when it was unloaded, for the reload's log line
+        registry.load = self.load
+
+    # any thread ------------------------------------------------------------------
+
+    def load(self, entry: ModelEntry) -> Future:
+        """A future of ``entry``'s ServedModel, loaded (or found loaded) and leased once for the caller."""
+        future: Future = Future()
+        self._orders.put((entry, future))
+        self._wake.set()
+        return future
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def cancel_all(self) -> None:
+        for served in self.registry.loaded():
+            served.worker.cancel_all()
+
+    # the engine thread -------------------------------------------------------------
+
+    def add(self, served: ServedModel) -> None:
+        """A model loaded before the loop starts (the one the server starts with)."""
+        self._adopt(served)
+        self.registry.give(served)
+
+    def run(self) -> None:
+        """Turns until ``close()``; then every loaded model's requests fail as the server stops."""
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                wait = self._turns()
+                self._take_orders()
+                self._unload_expired()
+                if self._waiting:
+                    wait = min(wait, PAUSED_WAIT_SECONDS)
+                if wait:
+                    self._wake.wait(wait)
+        finally:
+            for served in self.registry.loaded():
+                if served.worker.alive:
+                    served.worker.stop()
+            for _, future in self._waiting:
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(RequestFailedError("The server is stopping."))
+
+    def _turns(self) -> float:
+        """A turn of each loaded model; how long the loop may then wait (0: some model has work)."""
+        wait = IDLE_WAIT_SECONDS
+        for served in self.registry.loaded():
+            if not served.worker.alive:
+                continue
+            try:
+                done = served.worker.turn()
+            except Exception:  # that model's engine died: /health says 503; the others go on
+                log.exception("the engine thread failed for %s; /health now answers 503", served.entry.id)
+                continue
+            if done != IDLE:
+                self.registry.touch(served)
+                wait = min(wait, 0.0 if done == STEPPED else PAUSED_WAIT_SECONDS)
+        return wait
+
+    def _take_orders(self) -> None:
+        while True:
+            try:
+                self._waiting.append(self._orders.get_nowait())
+            except queue.Empty:
+                break
+        self._waiting = [(entry, future) for entry, future in self._waiting if not self._serve(entry, future)]
+
+    def _serve(self, entry: ModelEntry, future: Future) -> bool:
+        """Answer one load order; False while it must wait for a loaded model to become idle."""
+        if future.cancelled():  # its request went away while it waited
+            return True
+        served = self.registry.take(entry.id)
+        if served is not None:  # loaded meanwhile (another request asked first)
+            self._answer(future, served)
+            return True
+        if len(self.registry.loaded()) >= self.registry.max_models and not self._evict_one(entry):
+            return False
+        try:
+            served = self._load(entry)
+        except (MlxchatError, OSError) as error:
+            log.warning("could not load %s: %s", entry.id, error)
+            if future.set_running_or_notify_cancel():
+                future.set_exception(APIError(500, f"The model {entry.id!r} could not be loaded: {error}",
+                                              param="model", code="model_load_failed"))
+            return True
+        self._adopt(served)
+        self._answer(future, served)
+        return True
+
+    def _answer(self, future: Future, served: ServedModel) -> None:
+        if future.set_running_or_notify_cancel():
+            future.set_result(served)
+        else:
+            self.registry.give(served)  # its request went away while it loaded
+
+    def _evict_one(self, entry: ModelEntry) -> bool:
+        """Unload the least recently used model that is idle; False when every one is busy."""
+        for served in self.registry.loaded():
+            if self.registry.remove_if_idle(served, self._settled(served)):
+                self._unload(served, f"to make room for {entry.id} (--max-models {self.registry.max_models})")
+                return True
+        return False
+
+    def _unload_expired(self) -> None:
+        for served in self.registry.expired(time.monotonic()):
+            if self.registry.remove_if_idle(served, self._settled(served)):
+                self._unload(served, f"after {served.keep_alive:g} s without requests")
+
+    @staticmethod
+    def _settled(served: ServedModel) -> Callable[[], bool]:
+        return lambda: served.worker.alive and served.worker.settle()
+
+    def _load(self, entry: ModelEntry) -> ServedModel:
+        gone = self._unloaded.pop(entry.id, None)
+        again = f" again (unloaded {time.monotonic() - gone:.0f} s ago)" if gone is not None else ""
+        log.info("loading %s%s", entry.id, again)
+        start = time.monotonic()
+        served = self._open_model(entry, self.registry.budget)
+        log.info("loaded %s in %.1f s", entry.id, time.monotonic() - start)
+        return served
+
+    def _adopt(self, served: ServedModel) -> None:
+        served.worker.share_wake(self._wake)
+        if self.registry.budget is None:  # the first model's account: every later model's pools share it
+            self.registry.budget = served.worker.engine.kv_budget
+        if served.keep_alive is None:
+            served.keep_alive = self.registry.idle_seconds
+        self.registry.add(served)
+
+    def _unload(self, served: ServedModel, why: str) -> None:
+        """Free an idle model (out of the registry already): held chats, KV pools, weights, MLX's cache."""
+        import mlx.core as mx
+
+        worker = served.worker
+        served.sessions.close()  # restored chats' blocks back to the pool
+        worker.stop()
+        freed = release_pools(worker.engine)
+        served.tokens.close()
+        served.worker = worker = None  # the Engine's last references: the weights go with it
+        gc.collect()
+        mx.clear_cache()
+        self._unloaded[served.entry.id] = time.monotonic()
+        log.info("unloaded %s %s (KV freed: %s)", served.entry.id, why, format_bytes(freed))
+
+
+def release_pools(engine) -> int:
+    """Give back to the shared account every byte ``engine``'s pools (and their batch mirrors) hold; bytes."""
+    budget = engine._kv_budget
+    if budget is None:
+        return 0
+    own = {id(pool) for pool in engine._pools.values()}
+    return sum(member.release_free_slabs(cached=True) for member in list(budget.pools)
+               if id(member) in own or id(getattr(member, "pool", None)) in own)
+
+
+class SingleHost:
+    """Over several ranks: the one model the server started with, on its worker's own loop (rank 0's
+    steps are every rank's: ``mlxcore.distributed.ranked_worker``); other names are refused."""
+
+    def __init__(self, registry: ModelRegistry, served: ServedModel) -> None:
+        self.served = served
+        registry.budget = served.worker.engine.kv_budget
+        registry.add(served)
+        registry.give(served)
+        registry.load = self.load
+
+    def load(self, entry: ModelEntry) -> Future:
+        future: Future = Future()
+        future.set_exception(APIError(404, f"Over several ranks this server runs only {self.served.entry.id!r}, "
+                                           f"not {entry.id!r}.", param="model", code="model_not_found"))
+        return future
+
+    def run(self) -> None:
+        self.served.worker.run()
+
+    def close(self) -> None:
+        self.served.worker.close()
+
+    def cancel_all(self) -> None:
+        self.served.worker.cancel_all()
