@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(parser)
     add_generation_options(parser)
     parser.add_argument("--session", metavar="FILE", help="open (or start) the chat saved in FILE")
+    parser.add_argument("--mcp-config", metavar="FILE", default=None,
+                        help="MCP servers whose tools the chat offers the model, each call asked first "
+                             '("mcpServers" JSON; default ~/.config/mlxchat/mcp.json if it exists)')
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     ask = commands.add_parser("ask", help="answer one prompt on stdout",

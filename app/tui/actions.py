@@ -24,12 +24,17 @@ class ChatActions:
     picking: int
     alternatives_count: int
     answering: tuple[str, ...] = ()  # the stored chats generating a reply, on screen or not
+    running_tools: bool
+    tool_rounds: int
     _thinking_shown = False
 
     def _busy(self) -> bool:
         """True (and says so) while the chat on screen is answering or waits for a pick, or while there is no
         engine to ask."""
         if not self._engine_running():
+            return True
+        if self.running_tools:
+            self.notify("The model's tool calls wait for your answer, or run.", severity="warning")
             return True
         if self.generating:
             self.notify("A reply is being written: wait, or press Esc to stop it.", severity="warning")
@@ -39,6 +44,8 @@ class ChatActions:
         return self.generating or bool(self.picking)
 
     def _generate(self, command: Any, replies: int = 1) -> None:
+        if not isinstance(command, p.ToolResults):
+            self.tool_rounds = 0  # the user spoke: the model may call tools again
         self.generating = True
         self.pending_reply = ""
         self.collector.hold()

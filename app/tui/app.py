@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from app.tui.engine_recovery import EngineRecovery
 from app.tui.gc_pauses import CollectorHold
 from app.tui.screens.dialogs import ConfirmDialog, ErrorDialog
 from app.tui.screens.download import DownloadScreen
+from app.tui.tool_turns import ToolTurns
 from app.tui.turns import TurnView
 from app.tui.widgets.chat_log import ChatLog
 from app.tui.widgets.prompt_input import PromptInput
@@ -42,14 +43,14 @@ class EngineEvent(Message):
 QUIT_NOTE_AFTER_S = 0.5  # a quit that waits longer for the final save says so
 
 
-class ChatApp(EngineRecovery, TurnView, ChatActions, App[int]):
+class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
     """mlxchat's terminal chat."""
 
     CSS_PATH = Path(__file__).with_name("theme.tcss")
     TITLE = "mlxchat"
 
     def __init__(self, open_command: p.Open, *, engine_mode: str = "process", show_figures: bool = True,
-                 show_sidebar: bool = True) -> None:
+                 show_sidebar: bool = True, mcp_servers: Sequence[Any] = (), mcp_config: str | None = None) -> None:
         super().__init__()
         self.open_command = open_command
         self.show_figures = show_figures  # False in snapshot tests: no timings, ages or memory on screen
@@ -66,6 +67,11 @@ class ChatApp(EngineRecovery, TurnView, ChatActions, App[int]):
         self._quitting = False
         self.model_defaults: dict[str, Any] = {}  # the model's recommended sampling (for the settings screen)
         self.collector = CollectorHold()
+        self.mcp_config = mcp_config  # the MCP config file read (app.mcp.config), for the tools screen
+        self.mcp_servers, self.always_allowed = [], set()
+        if mcp_servers:
+            from app.mcp.hub import McpHub
+            self.mcp = McpHub(mcp_servers)
 
     def get_default_screen(self) -> Screen:
         return ChatScreen(self.show_figures, self.show_sidebar)
@@ -75,6 +81,7 @@ class ChatApp(EngineRecovery, TurnView, ChatActions, App[int]):
         gc.freeze()  # what is loaded so far lives as long as the app (see gc_pauses)
         self.client.start()
         self.client.send(self.open_command)
+        self._start_mcp()
 
     async def action_quit(self) -> None:
         """Quit once the engine has stopped the reply and saved the chat; pressed again, quit at once."""
@@ -107,11 +114,15 @@ class ChatApp(EngineRecovery, TurnView, ChatActions, App[int]):
     async def on_unmount(self) -> None:
         """However the app ends (ctrl+q, a test's end, an error), the engine process ends with it, not later."""
         await asyncio.to_thread(self.client.close)
+        if self.mcp is not None:
+            await asyncio.to_thread(self.mcp.close)  # stdio servers end with the window
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for action in ACTIONS:
             yield SystemCommand(action.title, action.help, partial(self.run_action, action.action))
+        yield SystemCommand("MCP tools (f10)", "The MCP servers and their tools; switch a tool off or on.",
+                            self.action_mcp_tools)
         logs = screen.query(ChatLog)
         view = logs.first().alternatives if logs else None
         for number in range(1, len(view.columns) + 1 if view is not None else 1):
@@ -159,6 +170,7 @@ class ChatApp(EngineRecovery, TurnView, ChatActions, App[int]):
         self.status.model = event.target + (f" + {event.draft}" if event.draft else "")
         self.sub_title = self.status.model
         self.status.show_idle()
+        self._offer_tools()  # a new engine (a restart, another model) knows no tools yet
         if event.note:
             self.notify(event.note, title="Model")
 

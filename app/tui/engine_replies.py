@@ -33,7 +33,7 @@ class SideBySideError(PromptError):
 
 class ReplyCommands(SyncReply):
     """Mixed into EngineServer; uses its chat, background, batch, opened, _store, send, _publish, _autosave,
-    _has_file and _failure."""
+    _has_file, _failure, and ToolCommands' _offer_tools and _tell_tool_calls."""
 
     chat: OpenChat | None
     background: list[OpenChat]
@@ -77,6 +77,7 @@ class ReplyCommands(SyncReply):
 
     def _start(self, n: int, batched: Callable[..., Any], streamed: Callable[[Any], Any]) -> None:
         self._check_idle()
+        self._offer_tools(self.session)
         if self.batch is None and n == 1:
             self._reply(streamed(self.session))
             return
@@ -153,6 +154,7 @@ class ReplyCommands(SyncReply):
         self._autosave(chat=chat)
         if on_screen:
             self._publish()
+            self._tell_tool_calls(chat.session, run.ended[choice])
         else:
             self._settle_aside(chat)
         self._tell_generating()

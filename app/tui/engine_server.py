@@ -19,6 +19,7 @@ from app.tui.engine_autosave import Autosave
 from app.tui.engine_open import OpenCommands
 from app.tui.engine_replies import ReplyCommands
 from app.tui.engine_store import StoreCommands
+from app.tui.engine_tools import ToolCommands
 from app.tui.failure_text import failure_title, with_hint
 from app.tui.inbox import Inbox
 from app.tui.open_chat import OpenChat
@@ -26,7 +27,7 @@ from app.tui.reply_stream import FLUSH_SECONDS
 from mlxcore.errors import MlxchatError, PromptError
 
 
-class EngineServer(ReplyCommands, OpenCommands, Autosave, StoreCommands):
+class EngineServer(ReplyCommands, ToolCommands, OpenCommands, Autosave, StoreCommands):
     """Handles the UI's commands; replies stream as batched chunks, every chat's on one scheduler."""
 
     def __init__(self, channel: Channel) -> None:

@@ -17,7 +17,7 @@ from app.tui.reply_stream import done_event, relay_reply
 
 class SyncReply:
     """Mixed into EngineServer (through ReplyCommands); uses its session, inbox, opened, send, flush_seconds,
-    _publish, _autosave and _has_file."""
+    _publish, _autosave, _has_file and _tell_tool_calls."""
 
     session: Any
     inbox: Any
@@ -33,10 +33,12 @@ class SyncReply:
             last = relay_reply(chunks, self.send, self.inbox.stop_asked, self.flush_seconds)
             failed = False
         finally:
-            self.send(done_event(self.session.last_stats, self.opened.engine.context_length, last, failed,
-                                 cut_in_thinking=self.session.cut_in_thinking))
+            done = done_event(self.session.last_stats, self.opened.engine.context_length, last, failed,
+                              cut_in_thinking=self.session.cut_in_thinking)
+            self.send(done)
             self._autosave()
             self._publish()
+        self._tell_tool_calls(self.session, done.finish_reason)
 
     def _prefill_progress(self, done: int, total: int) -> None:
         """Between prefill chunks: stop when asked, and say how far the prompt is read.

@@ -108,12 +108,26 @@ class ListSessions:
 
 
 @dataclass(frozen=True)
+class Tools:
+    """The tools offered to the model from the next reply on (OpenAI function schemas; the window's MCP tools)."""
+
+    schemas: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class ToolResults:
+    """The results of the last reply's tool calls, in their order (run, refused or failed): the model goes on."""
+
+    results: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Shutdown:
     pass
 
 
 Command = (Open | Send | Regenerate | EditLast | Stop | Pick | Configure | Chat | OpenSession | ManageSession
-           | ListSessions | Shutdown)
+           | ListSessions | Tools | ToolResults | Shutdown)
 
 # events: engine -> UI -------------------------------------------------------------
 
@@ -242,6 +256,19 @@ class Exported:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: str  # JSON text of an object, as the model wrote it
+
+
+@dataclass(frozen=True)
+class ToolCalls:
+    """The reply just kept calls tools: the window asks the user about each, runs it, and sends ToolResults."""
+
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True)
 class EngineGone:
     """Made by the UI's client, not the engine: the engine process ended unexpectedly."""
 
@@ -250,4 +277,4 @@ class EngineGone:
 
 
 Event = (Progress | Ready | Conversation | Chunk | Prefill | Done | ChoiceEnded | Generating | Sessions | Notice | Failure
-         | Exported | EngineGone)
+         | Exported | ToolCalls | EngineGone)

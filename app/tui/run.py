@@ -23,5 +23,14 @@ def open_command(args: argparse.Namespace) -> Open:
 def run_tui(args: argparse.Namespace) -> int:
     """Run the chat until the user quits; returns the exit status."""
     from app.tui.app import ChatApp
-    result = ChatApp(open_command(args)).run()
+    config, servers = mcp_servers(getattr(args, "mcp_config", None))
+    result = ChatApp(open_command(args), mcp_servers=servers, mcp_config=config).run()
     return result or 0
+
+
+def mcp_servers(given: str | None) -> tuple[str | None, list]:
+    """The MCP config file to read (``--mcp-config``, else the default one if it exists) and its servers;
+    McpConfigError before the window opens when it cannot be read."""
+    from app.mcp.config import default_config, read_config
+    path = given or default_config()
+    return (str(path), read_config(path)) if path is not None else (None, [])

@@ -13,6 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from app.tui.protocol import ReplySoFar
+from app.tui.tool_text import answered_call
 from app.tui.widgets.alternatives import AlternativesView
 from app.tui.widgets.message_view import MessageView
 from mlxcore.sequences import common_prefix_length
@@ -56,16 +57,22 @@ class ChatLog(VerticalScroll):
         if keep == 0:
             self.first_mounted = max(len(messages) - WINDOW, 0)
         self.records = list(messages)
-        new = [MessageView(role, content) for role, content in messages[max(keep, self.first_mounted):]]
+        new = [self._view(index) for index in range(max(keep, self.first_mounted), len(messages))]
         if new:
             await self.mount_all(new, before=self.alternatives)
         await self._trim_when_following()
         self._update_earlier()
 
+    def _view(self, index: int) -> MessageView:
+        role, content = self.records[index]
+        return MessageView(role, content, call=answered_call(self.records, index) if role == "tool" else None)
+
     def _adopt_live(self, messages: list[tuple[str, str]]) -> None:
         """The finished streamed reply stands for the stored one: no re-render when the text matches."""
         index = len(self.records) - 1
-        if 0 <= index < len(messages) and messages[index][0] == "assistant":
+        # a reply with tool calls is shown afresh: its calls as lines, not as the text streamed
+        if (0 <= index < len(messages) and messages[index][0] == "assistant"
+                and "<tool_call>" not in messages[index][1]):
             shown = self.live
             if (shown.thinking.strip(), shown.answer.strip()) == tuple(
                     s.strip() for s in _split(messages[index][1])):
@@ -148,7 +155,7 @@ class ChatLog(VerticalScroll):
             return
         start = max(self.first_mounted - PAGE, 0)
         views = self.views
-        new = [MessageView(role, content) for role, content in self.records[start:self.first_mounted]]
+        new = [self._view(index) for index in range(start, self.first_mounted)]
         await self.mount_all(new, before=views[0] if views else None)
         self.first_mounted = start
         self._update_earlier()

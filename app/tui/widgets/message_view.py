@@ -1,4 +1,8 @@
-"""One chat message: a role label, a collapsible thinking block (replies), and the text as Markdown."""
+"""One chat message: a role label, a collapsible thinking block (replies), and the text as Markdown.
+
+A reply's tool calls show as one line each; a tool's result shows as a
+collapsible block with the call it answers (name, arguments, result).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import Collapsible, Label, Markdown
+from textual.widgets import Collapsible, Label, Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from app.tui.text_parts import code_blocks, split_reply, word_count
+from app.tui.tool_text import call_title, pretty_arguments, shown_calls
 from app.tui.widgets.steady_collapsible import SteadyCollapsible
 from app.tui.widgets.steady_markdown import SteadyMarkdown
 
@@ -35,10 +40,14 @@ class MessageView(Vertical, can_focus=True):
             super().__init__()
             self.text, self.what = text, what
 
-    def __init__(self, role: str, content: str = "", *, streaming: bool = False) -> None:
+    def __init__(self, role: str, content: str = "", *, streaming: bool = False,
+                 call: tuple[str, str] | None = None) -> None:
         super().__init__(classes=f"message -{role}")
         self.role = role
+        self.call = call  # a tool message: the (name, arguments) of the call it answers, when known
         self.thinking, self.answer = split_reply(content) if role == "assistant" else ("", content)
+        if role == "assistant" and "<tool_call>" in self.answer:
+            self.answer = shown_calls(self.answer)
         self.streaming = streaming
         self._thinking_stream: MarkdownStream | None = None  # only while the open block streams
         self._answer_stream: MarkdownStream | None = None
@@ -54,7 +63,18 @@ class MessageView(Vertical, can_focus=True):
         if self.role == "assistant":
             self._block.display = bool(self.thinking.strip()) or self.streaming
             yield self._block
+        if self.role == "tool":
+            yield self._tool_block()
+            return
         yield self._answer_markdown
+
+    def _tool_block(self) -> SteadyCollapsible:
+        """The result, folded under the call it answers (name, arguments, result)."""
+        name, arguments = self.call or ("tool", "{}")
+        body = Static(f"Arguments:\n{pretty_arguments(arguments)}\n\nResult:\n{self.answer}", markup=False,
+                      classes="tool-text")
+        return SteadyCollapsible(body, title=call_title(name, arguments, self.answer), collapsed=True,
+                                 classes="tool-call")
 
     @property
     def content(self) -> str:

@@ -1,0 +1,43 @@
+"""Asks before a tool runs: the call's name, where it runs and its arguments; allow once, always, or deny."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label, Static
+
+from app.tui.tool_text import pretty_arguments
+
+ONCE, ALWAYS, DENY = "once", "always", "deny"
+
+
+class ToolApproval(ModalScreen[str]):
+    """Dismisses with ONCE, ALWAYS (this tool, for the rest of this window's life) or DENY (also Escape)."""
+
+    BINDINGS = [Binding("a", "dismiss('once')", "Allow once"), Binding("y", "dismiss('always')", "Always"),
+                Binding("escape,d,n", "dismiss('deny')", "Deny")]
+
+    def __init__(self, name: str, server: str, arguments: str, description: str = "") -> None:
+        super().__init__(classes="dialog")
+        self.tool_name, self.server, self.arguments, self.description = name, server, arguments, description
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog-box -wide", id="tool-approval"):
+            yield Label(f"The model wants to run {self.tool_name} ({self.server})", classes="dialog-title",
+                        markup=False)
+            if self.description:
+                yield Static(self.description, classes="dialog-hint", markup=False)
+            with VerticalScroll(id="tool-arguments"):
+                yield Static(pretty_arguments(self.arguments), markup=False)
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Deny (d)", id=DENY, variant="error")
+                yield Button(f"Always allow {self.tool_name} (y)", id=ALWAYS)
+                yield Button("Allow once (a)", id=ONCE, variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one(f"#{ONCE}", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id)

@@ -1,0 +1,84 @@
+"""The window's MCP pieces without the window: the ``mcpServers`` file, and the hub against a real stdio server.
+
+The server is ``mcp_server.py`` (the SDK's ``MCPServer``), started by the hub as a user's config starts one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.mcp.config import DEFAULT_TIMEOUT_S, McpConfigError, read_config
+from app.mcp.hub import McpHub
+
+SERVER = str(Path(__file__).with_name("mcp_server.py"))
+
+
+def config(tmp_path: Path, servers: dict) -> Path:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": servers}))
+    return path
+
+
+def test_the_config_reads_stdio_and_http_servers_and_leaves_out_disabled_ones(tmp_path):
+    servers = read_config(config(tmp_path, {
+        "files": {"command": "npx", "args": ["-y", "server-filesystem", "/tmp"], "env": {"A": "1"}},
+        "search": {"type": "http", "url": "http://127.0.0.1:8000/mcp", "headers": {"Authorization": "Bearer x"},
+                   "timeout": 5},
+        "off": {"command": "x", "disabled": True}}))
+    files, search = servers
+    assert (files.name, files.transport, files.command, files.args, files.env) == (
+        "files", "stdio", "npx", ("-y", "server-filesystem", "/tmp"), {"A": "1"})
+    assert files.timeout == DEFAULT_TIMEOUT_S
+    assert (search.transport, search.url, search.headers, search.timeout) == (
+        "http", "http://127.0.0.1:8000/mcp", {"Authorization": "Bearer x"}, 5.0)
+
+
+@pytest.mark.parametrize("servers, says", [
+    ({"a": {"type": "sse", "url": "http://x"}}, "SSE is not supported"),
+    ({"a": {"args": ["x"]}}, 'either a "command"'),
+    ({"a": {"command": "x", "url": "http://x"}}, 'either a "command"'),
+    ({"a": {"command": "x", "timeout": 0}}, '"timeout" is seconds'),
+    ({"a": "npx"}, "expected an object"),
+])
+def test_a_server_described_wrongly_is_an_error_that_names_it(tmp_path, servers, says):
+    with pytest.raises(McpConfigError, match=says) as error:
+        read_config(config(tmp_path, servers))
+    assert "'a'" in str(error.value)
+
+
+def test_a_config_that_is_not_there_or_not_json_says_so(tmp_path):
+    with pytest.raises(McpConfigError, match="Cannot read"):
+        read_config(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(McpConfigError, match="not JSON"):
+        read_config(tmp_path / "bad.json")
+    (tmp_path / "empty.json").write_text("{}")
+    with pytest.raises(McpConfigError, match='no "mcpServers"'):
+        read_config(tmp_path / "empty.json")
+
+
+def test_the_hub_lists_runs_and_times_out_tools_and_reports_a_server_that_fails(tmp_path):
+    hub = McpHub(read_config(config(tmp_path, {
+        "calc": {"command": sys.executable, "args": [SERVER], "timeout": 2},
+        "broken": {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}})),
+        log_path=str(tmp_path / "mcp.log"))
+    try:
+        calc, broken = hub.start().result(60)
+        assert [tool.name for tool in calc.tools] == ["add", "divide", "hang"] and calc.error is None
+        assert broken.tools == () and broken.error
+        schema = calc.tools[0].schema()["function"]
+        assert schema["name"] == "add" and schema["parameters"]["required"] == ["a", "b"]
+        assert hub.call("add", {"a": 12, "b": 7}).result(30) == "19"
+        assert hub.call("divide", {"a": 1, "b": 0}).result(30).startswith("Error:")
+        started = time.monotonic()
+        assert hub.call("hang", {}).result(30) == "Error: hang did not answer within 2 s, and was given up."
+        assert time.monotonic() - started < 10
+        assert hub.call("add", {"a": 1, "b": 1}).result(30) == "2", "the server still answers after a timeout"
+        assert hub.call("nope", {}).result(30) == "Error: there is no tool 'nope' to run."
+    finally:
+        hub.close()
