@@ -2,7 +2,8 @@
 
 Written with the SDK's high-level server (FastMCP in mcp 1.x, renamed ``MCPServer`` in mcp 2).
 
-Usage: python tests/mcp_server.py   (an MCP client starts it; ``hang`` answers only after an hour). Each call
+Usage: python tests/mcp_server.py [--http PORT]   (stdio: an MCP client starts it; with ``--http`` it serves
+Streamable HTTP at http://127.0.0.1:PORT/mcp). ``hang`` answers only after an hour. Each call
 is written, as it starts, to the file named by MLXCHAT_TEST_MCP_LOG (when set): the tests see what ran.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 from mcp.server.mcpserver import MCPServer
@@ -46,4 +48,7 @@ def hang(seconds: float = 3600.0) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    if sys.argv[1:2] == ["--http"]:
+        server.run("streamable-http", port=int(sys.argv[2]))
+    else:
+        server.run()

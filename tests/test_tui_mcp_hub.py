@@ -6,11 +6,13 @@ The server is ``mcp_server.py`` (the SDK's ``MCPServer``), started by the hub as
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from serve_process import free_port, poll_until
 
 from app.mcp.config import DEFAULT_TIMEOUT_S, McpConfigError, read_config
 from app.mcp.hub import McpHub
@@ -82,3 +84,29 @@ def test_the_hub_lists_runs_and_times_out_tools_and_reports_a_server_that_fails(
         assert hub.call("nope", {}).result(30) == "Error: there is no tool 'nope' to run."
     finally:
         hub.close()
+
+
+def test_the_hub_reaches_a_streamable_http_server(tmp_path):
+    """With headers given, the hub makes the HTTP client that sends them."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, SERVER, "--http", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    hub = McpHub(read_config(config(tmp_path, {
+        "web": {"type": "http", "url": f"http://127.0.0.1:{port}/mcp", "headers": {"X-Test": "1"}, "timeout": 2}})))
+    try:
+        poll_until(lambda: _listening(port), limit=30)
+        [web] = hub.start().result(60)
+        assert web.error is None and web.transport == "http"
+        assert [tool.name for tool in web.tools] == ["add", "divide", "hang"]
+        assert hub.call("add", {"a": 12, "b": 7}).result(30) == "19"
+        assert hub.call("hang", {}).result(30) == "Error: hang did not answer within 2 s, and was given up."
+    finally:
+        hub.close()
+        server.kill()  # a graceful stop would wait for the hung call
+        server.wait(10)
+
+
+def _listening(port: int) -> bool:
+    import socket
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
