@@ -129,7 +129,8 @@ class ModelHost:
                     served.worker.stop()
             for _, future in self._waiting:
                 if future.set_running_or_notify_cancel():
-                    future.set_exception(RequestFailedError("The server is stopping."))
+                    future.set_exception(APIError(503, "The server is shutting down: the model was not loaded.",
+                                                  code="server_shutting_down", retry_after=5))
 
     def _turns(self) -> float:
         """A turn of each loaded model; how long the loop may then wait (0: some model has work)."""
@@ -248,8 +249,7 @@ class SingleHost:
     steps are every rank's: ``mlxcore.distributed.ranked_worker``); other names are refused."""
 
     def __init__(self, registry: ModelRegistry, served: ServedModel) -> None:
-        self.served = served
-        registry.budget = served.worker.engine.kv_budget
+        self.served = served  # registry.budget stays None: the KV figures come from the worker's stats
         registry.add(served)
         registry.give(served)
         registry.load = self.load

@@ -120,7 +120,8 @@ class ModelRegistry:
             every = [s.worker.stats() for s in self._models.values()]
         total = _sum([*every, self._retired], counted=True)
         now = _sum(every, counted=False)
-        kv = {"kv_bytes": self.budget.in_use, "kv_budget_bytes": self.budget.limit} if self.budget else {}
+        kv = {"kv_bytes": self.budget.in_use, "kv_budget_bytes": self.budget.limit} if self.budget else {
+            name: max((getattr(s, name) for s in every), default=0) for name in ("kv_bytes", "kv_budget_bytes")}
         return replace(total, **{name: getattr(now, name) for name in GAUGES}, **kv)
 
     def alive(self) -> bool:
