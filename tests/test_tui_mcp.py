@@ -22,7 +22,7 @@ from app.tui.screens.mcp_tools import McpToolsScreen
 from app.tui.screens.tool_approval import ToolApproval
 from app.tui.widgets.message_view import MessageView
 from mcp_engine import scripted_engine_process
-from test_tui_helpers import SIZE, open_command, wait_for, wait_ready
+from test_tui_helpers import SIZE, open_command, record_notes, wait_for, wait_ready
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 3  # the server's tool-call limit in the config
@@ -177,3 +177,24 @@ def test_a_tool_call_runs_on_a_kv_cache_that_is_not_paged(tmp_path):
     asked, messages = asyncio.run(scenario())
     assert asked == ("add", "calc", '{"a": 12, "b": 7}')
     assert [role for role, _ in messages] == ["user", "assistant", "tool", "assistant"] and messages[2][1] == "19"
+
+
+def test_the_chat_stays_on_screen_while_its_tool_runs(tmp_path):
+    """A tool's result goes to the chat on screen: a new chat waits until the call is answered."""
+    async def scenario():
+        app = mcp_app(tmp_path)
+        notes = record_notes(app)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            await wait_for(pilot, lambda: app.tools_ready, what="the MCP server's tools")
+            await ask(pilot, app, "What time is it?")
+            await approval(pilot, app)
+            await pilot.press("a")  # hang: runs until its timeout
+            await wait_for(pilot, lambda: app.running_tools and not isinstance(app.screen, ToolApproval))
+            session = app.state.session_id
+            await pilot.press("ctrl+n")
+            refused = app.state.session_id == session and any("tool calls wait" in note for note in notes)
+            await answered(pilot, app, "The clock did not answer in time.")
+            return refused, app.state.session_id == session
+    refused, same = asyncio.run(scenario())
+    assert refused and same

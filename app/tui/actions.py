@@ -98,7 +98,7 @@ class ChatActions:
     def _may_leave(self) -> bool:
         """Whether the user may go to another chat now: a chat answering goes on in the background (on the
         paged KV cache: with the others, a reply runs to its end first)."""
-        if self.open_command.kv != "paged":
+        if self.open_command.kv != "paged" or self.running_tools:  # a tool's result goes to the chat on screen
             return not self._busy()
         if self._engine_running() and (self.generating or self.picking):
             self.notify("This chat goes on in the background: the sidebar (ctrl+b) shows when it is done.")
