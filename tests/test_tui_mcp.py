@@ -40,6 +40,7 @@ RULES = [
     ("<|im_start|>tool\n11<", "It is 11."),
     ("<|im_start|>tool\n2<", "It is 2."),
     ("<|im_start|>tool\nError: there is no tool 'divide'", "Division is switched off."),
+    ("<|im_start|>tool\nError: ", "The tool failed."),
     ("What is 12 + 7?", call("add", a=12, b=7)),
     ("And 3 + 4?", call("add", a=3, b=4)),
     ("What time is it?", call("hang")),
@@ -161,9 +162,10 @@ def test_a_tool_switched_off_in_the_tools_screen_is_not_offered_and_a_call_to_it
     assert ran(tmp_path) == []
 
 
-def test_a_tool_call_runs_on_a_kv_cache_that_is_not_paged(tmp_path):
+def test_a_tool_call_runs_on_a_kv_cache_that_is_not_paged_and_a_failing_tool_is_a_result(tmp_path):
     """Without the batching scheduler (``--kv standard``) a reply runs to its end before the next command:
-    the calls and the reply after their results take that path too."""
+    the calls and the reply after their results take that path too. A tool that raises gives the model an
+    error result, and the chat goes on."""
     async def scenario():
         app = mcp_app(tmp_path, kv="standard")
         async with app.run_test(size=SIZE) as pilot:
@@ -173,10 +175,16 @@ def test_a_tool_call_runs_on_a_kv_cache_that_is_not_paged(tmp_path):
             asked = await approval(pilot, app)
             await pilot.press("a")
             await answered(pilot, app, "The sum is 19.")
+            await ask(pilot, app, "Divide 1 by 0.")
+            await approval(pilot, app)
+            await pilot.press("a")
+            await answered(pilot, app, "The tool failed.")
             return asked, app.state.messages
     asked, messages = asyncio.run(scenario())
     assert asked == ("add", "calc", '{"a": 12, "b": 7}')
-    assert [role for role, _ in messages] == ["user", "assistant", "tool", "assistant"] and messages[2][1] == "19"
+    assert [role for role, _ in messages] == ["user", "assistant", "tool", "assistant"] * 2 and messages[2][1] == "19"
+    assert messages[6][1].startswith("Error: ") and "divide" in messages[6][1]
+    assert ran(tmp_path) == [["add", {"a": 12, "b": 7}], ["divide", {"a": 1, "b": 0}]]
 
 
 def test_the_chat_stays_on_screen_while_its_tool_runs(tmp_path):
