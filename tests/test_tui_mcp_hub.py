@@ -110,3 +110,18 @@ def _listening(port: int) -> bool:
     import socket
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_mlxchat_reads_the_config_given_or_the_default_one(tmp_path, monkeypatch):
+    from app.cli import build_parser
+    from app.tui.run import mcp_servers
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert mcp_servers(None) == (None, []), "no config: no servers"
+    default = tmp_path / ".config" / "mlxchat" / "mcp.json"
+    default.parent.mkdir(parents=True)
+    default.write_text(json.dumps({"mcpServers": {"calc": {"command": "x"}}}))
+    path, [server] = mcp_servers(None)
+    assert path == str(default) and server.name == "calc"
+    given = config(tmp_path, {"other": {"url": "http://127.0.0.1:1/mcp"}})
+    args = build_parser().parse_args(["--mcp-config", str(given)])
+    assert [s.name for s in mcp_servers(args.mcp_config)[1]] == ["other"]
