@@ -151,3 +151,15 @@ def test_an_unknown_model_is_a_404_in_each_apis_shape(tmp_path):
         assert refused.value.body["type"] == "error" and refused.value.body["error"]["type"] == "not_found_error"
         assert "no-such-model" in refused.value.body["error"]["message"]
         assert "Traceback" not in server.log()
+
+
+def test_allow_download_fetches_a_repo_by_name_off_the_engine_thread(tmp_path):
+    """Offline here, so a repo the cache lacks is a 404 that says so; one it holds loads by its repo id."""
+    cache = tmp_path / "hub"
+    add_to_fake_hub(cache, "someone/tiny-draft", MODELS_DIR / "mini-draft")
+    with ServeProcess(tmp_path, "--allow-download", pair=TARGET, env={"HF_HUB_CACHE": str(cache)}) as server:
+        assert ask(server, "someone/tiny-draft")
+        with pytest.raises(openai.NotFoundError) as caught:
+            ask(server, "someone/not-cached")
+        assert caught.value.body["code"] == "model_not_found" and "not in the local hub cache" in caught.value.body["message"]
+        assert loaded(server) == ["someone/tiny-draft"]

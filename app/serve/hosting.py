@@ -199,7 +199,8 @@ class ModelHost:
 
     @staticmethod
     def _settled(served: ServedModel) -> Callable[[], bool]:
-        return lambda: served.worker.alive and served.worker.settle()
+        # a model whose engine died serves nothing and runs nothing: it may go (its next request loads it anew)
+        return lambda: not served.worker.alive or served.worker.settle()
 
     def _load(self, entry: ModelEntry) -> ServedModel:
         gone = self._unloaded.pop(entry.id, None)
@@ -222,10 +223,13 @@ class ModelHost:
         """Free an idle model (out of the registry already): held chats, KV pools, weights, MLX's cache."""
         import mlx.core as mx
 
-        worker = served.worker
-        served.sessions.close()  # restored chats' blocks back to the pool
-        worker.stop()
-        freed = release_pools(worker.engine)
+        worker, freed = served.worker, 0
+        try:
+            served.sessions.close()  # restored chats' blocks back to the pool
+            worker.stop()
+            freed = release_pools(worker.engine)
+        except Exception:  # a failed engine may fail here too: its memory still goes with the references
+            log.exception("unloading %s did not end cleanly", served.entry.id)
         served.tokens.close()
         served.worker = worker = None  # the Engine's last references: the weights go with it
         gc.collect()

@@ -78,12 +78,16 @@ class ModelRegistry:
 
     async def _loaded(self, entry: ModelEntry) -> ServedModel:
         """Wait for the engine thread to load ``entry`` (or find it loaded), leased for this request."""
-        future = self.load(entry)
         self.waiting[entry.id] = self.waiting.get(entry.id, 0) + 1
+        future = None
         try:
+            if entry.source == "hub":  # fetched here, off the engine thread: the loaded models' streams go on
+                await asyncio.to_thread(fetch, entry)
+            future = self.load(entry)
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:  # the client left: a model that loads anyway must not stay leased
-            future.add_done_callback(lambda f: f.cancelled() or f.exception() or self.give(f.result()))
+            if future is not None:
+                future.add_done_callback(lambda f: f.cancelled() or f.exception() or self.give(f.result()))
             raise
         finally:
             self.waiting[entry.id] -= 1
@@ -156,6 +160,16 @@ class ModelRegistry:
         with self._lock:
             return [s for s in self._models.values()
                     if s.keep_alive is not None and not s.leases and now - s.last_used >= s.keep_alive]
+
+
+def fetch(entry: ModelEntry) -> None:
+    """Download a hub repo into the cache (``--allow-download``); its loading then reads local files."""
+    from mlxcore.errors import ModelLoadError
+    from mlxcore.hub import download
+    try:
+        download(entry.choice.model)
+    except ModelLoadError as error:
+        raise APIError(404, str(error), param="model", code="model_not_found") from None
 
 
 def _sum(stats: list[WorkerStats], *, counted: bool) -> WorkerStats:
