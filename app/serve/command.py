@@ -127,7 +127,7 @@ def _say(text: str) -> None:
 
 def real_worker(engine, args: argparse.Namespace):
     """One model's worker; the host takes its turns among the other loaded models'."""
-    from app.serve.hosting import HostedWorker
+    from app.serve.hosted_worker import HostedWorker
     return HostedWorker(engine, **_worker_options(args))
 
 

@@ -2,9 +2,10 @@
 
 All MLX work stays on this one thread, the main one (``mlxcore.batching.worker``
 says why): each loaded model has its own ``HostedWorker`` (queue, scheduler,
-pool), and ``ModelHost.run`` takes a turn of each in order (one scheduler step of
-each model that has work). Loading a model happens here too, between turns:
-meanwhile the other models' streams pause, and the requests for it wait.
+pool), and ``ModelHost.run`` takes a turn of each in order (one scheduler step
+of each model that has work). Loading a model happens here too, between turns:
+meanwhile the other models' streams pause, and the requests for it wait (a
+download, with ``--allow-download``, happens before, on a helper thread).
 
 Every model's pools take from one KV account (``KVBudget``), so the models loaded
 together never hold more than the budget, and one model's cached prefixes give
@@ -24,53 +25,13 @@ from concurrent.futures import Future
 
 from app.serve.catalog import ModelEntry
 from app.serve.errors import APIError
+from app.serve.hosted_worker import IDLE, STEPPED
 from app.serve.registry import ModelRegistry, ServedModel
-from mlxcore.batching.handle import RequestFailedError
-from mlxcore.batching.worker import IDLE_WAIT_SECONDS, PAUSED_WAIT_SECONDS, BatchWorker
+from mlxcore.batching.worker import IDLE_WAIT_SECONDS, PAUSED_WAIT_SECONDS
 from mlxcore.errors import MlxchatError
 from mlxcore.kv.budget import format_bytes
 
 log = logging.getLogger("mlxchat.serve")
-IDLE, PAUSED, STEPPED = "idle", "paused", "stepped"  # what a worker's turn did
-
-
-class HostedWorker(BatchWorker):
-    """A ``BatchWorker`` whose turns ``ModelHost`` takes among other models' (``run`` still works alone)."""
-
-    _failed_steps = 0
-
-    def share_wake(self, event: threading.Event) -> None:
-        """Wake ``event`` (the host's) on a submission: one thread waits for every model's requests."""
-        self._wake = event
-
-    def turn(self) -> str:
-        """Take in what arrived, then one step if a request is in: IDLE, PAUSED (every reply waits for its
-        reader) or STEPPED. Raises what stops the engine, once every request has been told."""
-        try:
-            self._drain()
-            if not self.runner.busy:
-                self._snapshot()
-                return IDLE
-            self._failed_steps = self._step(self._failed_steps)
-            self._snapshot()
-            return PAUSED if self.runner.paused else STEPPED
-        except BaseException as error:  # as BatchWorker._loop: whatever killed the engine, requests hear it
-            self._failure = error
-            self.stop(error)
-            raise
-
-    def settle(self) -> bool:
-        """Take in what arrived; whether nothing is queued or running (on the engine thread)."""
-        self._drain()
-        return not self.runner.busy
-
-    def stop(self, error: BaseException | None = None) -> None:
-        """Refuse new requests; those in flight (none, when unloading an idle model) fail with ``error``."""
-        self.close()
-        error = error or RequestFailedError("The engine was stopped.")
-        self.runner.fail_all(error)
-        self._fail_inbox(error)
-        self._snapshot()
 
 
 class ModelHost:
