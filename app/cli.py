@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             from app.serve.command import run_serve
             return run_serve(args)
         if args.command == "bench":
-            from app.bench_cmd import run_bench
+            from bench.command import run_bench
             return run_bench(args)
         from app.tui.run import run_tui
         return run_tui(args)

@@ -11,7 +11,7 @@ chunk's own positions, needs the causal mask.
 
 Blocking the query rows instead (the first version) left one query row per
 block for 32 heads at 4k keys: every block read all keys and values again
-(``benchmarks/cpu_attention.py`` has the figures).
+(``bench/studies/cpu_attention.py`` has the figures).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import mlx.core as mx
 from mlxcore.decode_attention import Segment
 from mlxcore.fast_exp import fast_exp
 
-# Scores per block: 2**18 float32 (1 MiB). On one 128-query chunk (benchmarks/cpu_attention.py --keys),
+# Scores per block: 2**18 float32 (1 MiB). On one 128-query chunk (bench/studies/cpu_attention.py --keys),
 # blocks of 256 to 1,024 keys were within ~10% of each other for 32, 16 and 6 query heads, at 0.5-0.8
 # of MLX's attention time from 512 to 8,192 keys; 2,048 keys were up to 1.8x slower, 128 up to 1.4x.
 # This size gives 512 keys at 32 query heads over 8 kv heads, 1,024 at 16, 682 at the embedded 6 over 2.

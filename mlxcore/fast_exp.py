@@ -3,7 +3,7 @@
 There MLX computes ``exp`` and ``sigmoid`` one element at a time, ~15-20 ns
 each, while a multiply or an add over the same array costs ~0.3 ns an element.
 Attention's softmax and SwiGLU's SiLU make those two functions most of a
-prefill once OpenBLAS does the matrix products (``benchmarks/prefill_parts.py``).
+prefill once OpenBLAS does the matrix products (``bench/studies/prefill_parts.py``).
 Range reduction plus a Taylor polynomial gets the same values (relative error
 ~1e-7, float32 rounding) from a dozen cheap whole-array operations.
 """

@@ -11,7 +11,7 @@ history too, as the cache holds them: the fix proposed for Qwen3's template
 (QwenLM/Qwen3#1826), and what Qwen's later templates do (``preserve_thinking``).
 With thinking on, history renders as Qwen3 was trained: every earlier block is
 dropped, reasoning or not. Measured on the embedded pair's held-out multi-turn
-tasks (benchmarks/history_think_eval.py): keeping the blocks with thinking off
+tasks (bench/studies/history_think_eval.py): keeping the blocks with thinking off
 gave 159/181 exact answers against 156/181; keeping them with thinking on too
 gave 123/181 against 158/181, so it is not done there.
 """

@@ -11,7 +11,7 @@ refer to it. Layout::
 
 Why files rather than SQLite blobs: an autosave writes each new block once (a blob
 goes to the WAL and again to the database at the checkpoint), and GC is an unlink.
-The figures are in benchmarks/store_choices.py.
+The figures are in bench/studies/store_choices.py.
 
 Pure Python (no MLX). Who may delete a block, and when, is store_gc.py's business.
 """

@@ -227,7 +227,7 @@ class SessionStore:
 
     def checkpoint(self) -> None:
         """Write the index's WAL into its database file now (SQLite does it every ~1,000 pages by itself);
-        for measurements that count a save's bytes (sessions/bench_store.py)."""
+        for measurements that count a save's bytes (bench/session_store.py)."""
         self._index.checkpoint()
 
     def collect_garbage(self) -> int | None:

@@ -16,7 +16,7 @@ JSON. ``saved_header`` puts it together again, and the same checks as for a file
 The draft's cache is stored with the target's, not prefilled again on open: with the
 embedded pair, opening a 3,656-token chat and answering took 0.023 of a cold re-prefill
 with the draft's blocks read, 0.31 with the draft prefilled again, for 14% more bytes
-(benchmarks/store_choices.py).
+(bench/studies/store_choices.py).
 """
 
 from __future__ import annotations

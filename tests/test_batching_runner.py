@@ -15,7 +15,7 @@ from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.pacing import Pacing
 from mlxcore.batching.request import Request
 from mlxcore.sampling import TokenPicker
-from mlxcore.bench.batch_load import stream_prompt
+from bench.batch_load import stream_prompt
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import FinalEvent, TokenEvent
 from mlxcore.loading import load_model

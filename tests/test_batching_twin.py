@@ -11,7 +11,7 @@ import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
-from mlxcore.bench.batch_load import stream_prompt
+from bench.batch_load import stream_prompt
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import TokenEvent
 from mlxcore.loading import load_model

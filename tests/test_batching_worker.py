@@ -13,7 +13,7 @@ from mlxcore.batching.errors import OverloadedError, PromptTooLongError
 from mlxcore.batching.handle import RequestFailedError
 from mlxcore.batching.request import Request
 from mlxcore.batching.worker import MAX_FAILED_STEPS, BatchWorker
-from mlxcore.bench.batch_load import stream_prompt
+from bench.batch_load import stream_prompt
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import FinalEvent, TokenEvent
 from mlxcore.loading import load_model

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from session_kill_helper import tiny_engine
 
-from mlxcore.bench.scripted_replies import added_token_ids, scripted_replies
-from sessions.bench_turns import converse
+from bench.scripted_replies import added_token_ids, scripted_replies
+from bench.session_turns import converse
 
 
 def _reply_ids(session) -> list[list[int]]:

@@ -16,9 +16,9 @@ from mlx_lm.tokenizer_utils import load as load_tokenizer
 from tiny_models import tiny_qwen3
 
 from assets import MODELS_DIR
-from mlxcore.bench.batch_load import (JOIN_PROMPT_TOKENS, JOIN_RUNNING, STREAMS, batch_prompts, long_prompt,
+from bench.batch_load import (JOIN_PROMPT_TOKENS, JOIN_RUNNING, STREAMS, batch_prompts, long_prompt,
                                       stream_prompt)
-from mlxcore.bench.mlx_lm_batch import JOIN_AFTER, JOIN_WATCH_STEPS, measure_join, measure_single, measure_throughput
+from bench.mlx_lm_batch import JOIN_AFTER, JOIN_WATCH_STEPS, measure_join, measure_single, measure_throughput
 
 VOCAB = 2048  # the embedded tokenizer's
 

@@ -8,7 +8,7 @@ from textual.app import App
 
 from app.tui.app import ChatApp
 from app.tui.widgets.chat_log import ChatLog
-from app.tui_bench import earlier_messages
+from bench.tui import earlier_messages
 
 LINE = "A line of the story that goes on for a while, one more sentence each time.\n\n"
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from mlxcore.kv import measure
+from bench import kv_measure as measure
 from mlxcore.kv.errors import CacheShapeError, CacheStateError, TrimError
 from mlxcore.kv.model_cache import KINDS, ModelCache, make_block_pool, make_model_cache
 from mlxcore.kv.protocol import LayerCache

@@ -3,7 +3,7 @@
 Every request must complete, the figures must be real numbers, batching must
 show (8 clients get more tokens per second than 2), and the server must log one
 line per request. The table is printed (pytest -s shows it); docs/benchmarks.md's comes from
-``python -m app.serve.load`` against ``mlxchat serve`` (its Server section).
+``python -m bench.serve_load`` against ``mlxchat serve`` (its Server section).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from app.serve.load import LoadSpec, run_load, table
+from bench.serve_load import LoadSpec, run_load, table
 from serve_process import MODEL, ServeProcess, poll_until
 
 LEVELS = (1, 2, 4, 8)

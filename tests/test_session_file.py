@@ -24,8 +24,8 @@ import mlxcore.decode_speculative as speculative_module
 from mlxcore.engine import common_prefix_length
 from mlxcore.events import TokenEvent
 from mlxcore.params import GenerationParams
-from sessions.bench_restore import measure_restore
-from sessions.bench_turns import measure_turns
+from bench.session_restore import measure_restore
+from bench.session_turns import measure_turns
 from sessions.chat_session import ChatSession
 from sessions.errors import SessionFileError
 from sessions.file_format import MAGIC

@@ -87,7 +87,7 @@ def test_a_lock_held_by_an_ask_is_waited_for_and_one_held_by_a_window_is_not(tmp
 @pytest.mark.slow
 def test_the_write_ratio_bench_row():
     """The row as `mlxchat bench` runs it (real ask processes), on a shorter chat."""
-    from sessions.bench_session_file import session_file_write_ratio
+    from bench.session_file_write import session_file_write_ratio
     row = session_file_write_ratio("mini-target", "mini-draft", 1, min_tokens=400, dead_space=False)
     assert row["tokens"] >= 400 and row["new_tokens"][0] > 0
     assert row["written_bytes"][0] < row["file_bytes"] / 2, "a turn's save is not a rewrite of the file"

@@ -374,8 +374,8 @@ def _bytes_needed(tmp_path: Path, header: bytes, cuts, mark: FileMark, data: byt
 # --- the bench's measures on tiny models ------------------------------------------------------------------
 
 def test_a_file_with_dead_space_and_its_compact_copy_open_alike(tmp_path):
-    from sessions.bench_restore import measure_appended_restore
-    from sessions.bench_session_file import open_dead_vs_compact
+    from bench.session_restore import measure_appended_restore
+    from bench.session_file_write import open_dead_vs_compact
     row = open_dead_vs_compact(tiny_engine("paged"), tmp_path, 1, min_tokens=300)
     assert 0.2 < row["dead_share"] < COMPACT_AT and row["compact_bytes"] < row["dead_bytes"] and row["value"] > 0
     restore = measure_appended_restore(tiny_engine("paged", draft=False), 1, tmp_path / "a.mlxchat", min_tokens=1500)

@@ -272,7 +272,7 @@ def test_an_8bit_chat_exports_as_one_file_and_a_damaged_block_costs_only_its_cac
 
 
 def test_the_file_ratio_bench_row():
-    from sessions.bench_kv8 import kv8_session_file_ratio
+    from bench.session_kv8 import kv8_session_file_ratio
     row = kv8_session_file_ratio("mini-target", "mini-draft", min_tokens=200)
     assert row["tokens"] >= 200 and row["format_ratio"] == 40 / 128
     assert row["payload_ratio"] == pytest.approx(row["format_ratio"], abs=0.01) and row["value"] < 0.55

@@ -22,7 +22,7 @@ import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
 from app.sessions_cmd import add_sessions_parser, run_sessions
 from mlxcore.params import GenerationParams
-from sessions.bench_restore import measure_store_restore
+from bench.session_restore import measure_store_restore
 from sessions.block_files import BlockFiles
 from sessions.block_keys import BLOCK_TOKENS, chain_keys, layout_salt
 from sessions.chat_session import ChatSession

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.tui_bench import scratch_home
+from bench.tui import scratch_home
 from sessions.store import default_root
 
 
@@ -46,7 +46,7 @@ def timed(run):
 
 
 def test_each_side_runs_in_a_new_process_on_the_embedded_model(monkeypatch, tmp_path):
-    from app.tui_bench import Workload, side_in_new_process
+    from bench.tui import Workload, side_in_new_process
 
     monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path))
     workload = Workload(draft=None, reply_tokens=24, earlier=4)
@@ -61,7 +61,7 @@ def test_each_side_runs_in_a_new_process_on_the_embedded_model(monkeypatch, tmp_
 
 def test_control_run_generates_the_reply_in_the_engine_process_with_no_ui(monkeypatch, tmp_path):
     from app.tui.protocol import Open
-    from app.tui_bench import earlier_messages, engine_only_run
+    from bench.tui import earlier_messages, engine_only_run
 
     monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path))
     command = Open(model="mini-target", draft=None, no_draft=True, params={"temperature": 0.0, "max_tokens": 24},

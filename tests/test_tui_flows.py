@@ -12,7 +12,7 @@ from app.tui.screens.dialogs import ErrorDialog, TextDialog
 from app.tui.screens.download import DownloadScreen
 from app.tui.widgets.chat_log import WINDOW
 from app.tui.widgets.message_view import MessageView
-from app.tui_bench import earlier_messages
+from bench.tui import earlier_messages
 from test_tui_helpers import SIZE, EventGate, answer_of, make_app, record_notes, send, settle, wait_for, wait_ready
 
 pytestmark = pytest.mark.slow

@@ -21,12 +21,12 @@ from mlx.utils import tree_flatten, tree_map
 from mlx_lm import convert
 from mlx_lm.models import qwen3
 from mlx_lm.utils import quantize_model
-from mlxcore import twins
+from bench import twins
 from mlxcore.errors import TokenizerMismatchError
 from mlxcore.kv.geometry import model_geometry
 from mlxcore.loading import LoadedModel, check_draft_compatible, load_model
-from mlxcore.twin_build import random_model
-from mlxcore.twin_specs import TWINS, TwinSpec
+from bench.twin_build import random_model
+from bench.twin_specs import TWINS, TwinSpec
 
 KIB = 1024
 QWEN3_VOCAB = 151_936  # rows of Qwen3-8B's and Qwen3-0.6B's embeddings (their config.json)
@@ -237,7 +237,7 @@ def test_bad_requests_are_value_errors():
 
 
 def test_cli_prints_the_folder(twin_06b, twins_root):
-    run = subprocess.run([sys.executable, "-m", "mlxcore.twins", "qwen3-0.6b", "--bits", "4",
+    run = subprocess.run([sys.executable, "-m", "bench.twins", "qwen3-0.6b", "--bits", "4",
                           "--root", str(twins_root)], capture_output=True, text=True, timeout=120)
     assert (run.returncode, run.stdout) == (0, f"{twin_06b}\n"), run.stderr
     with pytest.raises(SystemExit) as exit_:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxcore.twins import twin_folder
+from bench.twins import twin_folder
 
 PADDED_VOCAB_EXTRA = 64  # rows a padded draft has beyond the target's 151,936
 

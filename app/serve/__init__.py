@@ -27,6 +27,5 @@ thread (``worker.call``).
 - ``middleware.py``: API key, body limit, one log line per request.
 - ``errors.py``: OpenAI-style errors and statuses.
 - ``metrics.py``: Prometheus ``/metrics``.
-- ``load.py``: the bounded load test (any OpenAI-compatible server; ``python -m app.serve.load``).
-- ``processes.py``, ``bench.py``: server processes for the bench (ours and ``mlx_lm.server``), the bench rows.
+- the bench of the server (its processes, load generator and rows) is in ``bench/serve*.py``.
 """

@@ -3,7 +3,7 @@
 The default is a child process ('spawn'): generation then never competes with
 rendering for the GIL, a crash in model code cannot take the UI down, and a
 download is cancelled by ending the process. The thread mode exists to measure
-that choice (see app/tui_bench.py).
+that choice (see bench/tui.py).
 """
 
 from __future__ import annotations

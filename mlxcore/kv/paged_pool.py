@@ -16,7 +16,7 @@ length over the slab size, so slabs are large: 256 blocks (4,096 tokens). The
 price is memory taken a slab at a time: the pool's unused memory is at most
 the rest of its last slab while it grows (one per model, however many chats): 1.37x
 a lone 3,000-token chat's bytes (``pool_peak_vs_held``,
-``mlxcore/bench/pool_memory.py``). 1,024-token slabs hold that chat in 1.02x,
+``bench/pool_memory.py``). 1,024-token slabs hold that chat in 1.02x,
 but decode it at 0.90x the standard cache's speed (three runs), falling further
 with every 1,024 tokens.
 """

@@ -1,0 +1,72 @@
+"""`mlxchat bench`: measure, print a table, optionally write JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bench.runner import ROWS, BenchSetup, Row, format_row, run_rows
+from mlxcore.errors import UsageError
+
+
+def all_rows() -> dict[str, tuple[str, Row]]:
+    """mlxcore's rows plus those of the layers above it (sessions, TUI, server)."""
+    from bench.session_kv8 import kv8_session_file_ratio
+    from bench.session_restore import restore_ttft_vs_cold
+    from bench.session_file_write import session_file_write_ratio
+    from bench.session_store import autosave_write_ratio, store_list_seconds
+    from bench.session_turns import turn10_prefill_fraction, turn10_prefill_fraction_long
+    from bench.tui import tui_decode_vs_headless
+    from bench import serve as serve_bench
+
+    return ROWS | {
+        "turn10_prefill_fraction": ("tokens prefilled at turn 10 / tokens of the whole templated conversation",
+                                    lambda s: turn10_prefill_fraction(s.model, s.draft)),
+        "turn10_prefill_fraction_long": ("the same with ~300-token replies: thinking off (value), and on ('on', "
+                                         "at most 'on_bound': the last answer and the new message)",
+                                         lambda s: turn10_prefill_fraction_long(s.model)),
+        "restore_ttft_vs_cold": ("first-token time after opening a stored 2,000+-token chat / cold re-prefill",
+                                 lambda s: restore_ttft_vs_cold(s.model, s.draft, s.runs)),
+        "autosave_write_ratio": ("bytes an autosave writes after a short turn in a 3,000-token chat / the "
+                                 "turn's new KV bytes (OS-counted)",
+                                 lambda s: autosave_write_ratio(s.model, s.draft, s.runs)),
+        "session_file_write_ratio": ("bytes one more short `ask --session` turn writes to a 3,000-token chat's file "
+                                     "/ the turn's new KV bytes (OS-counted)",
+                                     lambda s: session_file_write_ratio(s.model, s.draft, s.runs)),
+        "store_list_seconds": ("seconds to list a store of 50 chats of 3,000 tokens",
+                               lambda s: store_list_seconds(s.model, s.draft, s.runs)),
+        "kv8_session_file_ratio": ("bytes of a session file of a 2,000-token chat, 8-bit KV / float KV",
+                                   lambda s: kv8_session_file_ratio(s.model, s.draft)),
+        "tui_decode_vs_headless": ("decode tok/s while the TUI streams 2,000 tokens over 60 messages / headless",
+                                   # twice the pairs: on 2 cores one pair's ratio spreads by +-10%
+                                   lambda s: tui_decode_vs_headless(runs=2 * s.runs)),
+        "serve1_vs_ask": ("decode tok/s of one streaming client of `mlxchat serve` / `mlxchat ask`, same prompt",
+                          lambda s: serve_bench.serve1_vs_ask(s.model, s.runs)),
+        "serve8_throughput_vs_mlx_lm": ("output tok/s, 8 streaming clients, `mlxchat serve` / `mlx_lm.server`",
+                                        lambda s: serve_bench.serve8_throughput_vs_mlx_lm(s.model, s.runs)),
+        "serve8_ttft_p99_vs_mlx_lm": ("TTFT p99, 8 streaming clients, `mlxchat serve` / `mlx_lm.server`",
+                                      lambda s: serve_bench.serve8_ttft_p99_vs_mlx_lm(s.model, s.runs)),
+    }
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    if args.runs < 1:
+        raise UsageError("--runs must be at least 1")
+    rows = all_rows()
+    only = [name.strip() for value in args.only or [] for name in value.split(",") if name.strip()] or None
+    unknown = [name for name in only or [] if name not in rows]
+    if unknown:  # checked before the header, so a typo costs nothing
+        raise UsageError(f"unknown bench row(s) {', '.join(unknown)}; rows: {', '.join(rows)}")
+    setup = BenchSetup(model=args.model or BenchSetup.model, draft=args.draft or BenchSetup.draft, runs=args.runs)
+    print(f"{'row':<24} {'value':>8}   what", flush=True)
+    try:
+        report = run_rows(only, setup, lambda name, r: print(format_row(name, rows[name][0], r), flush=True),
+                          rows=rows)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"written to {args.json}", file=sys.stderr)
+    return 0

@@ -1,1 +1,0 @@
-"""`mlxchat bench`: the Measures of DESIGN.md, each a ratio from one run."""
