@@ -168,6 +168,34 @@ def test_choices_share_the_prompts_blocks_and_follow_their_seeds():
     assert len({tuple(batch.tokens(h)) for h in handles}) > 1
 
 
+@pytest.mark.parametrize("cancelled", [(0,), (2,), (0, 2)])
+def test_choices_cancelled_while_their_prompt_is_read_leave_the_others_as_alone(cancelled):
+    """Cancelling the choice that reads the prompt hands the prompt to the next one; cancelling another just
+    drops it. The choices left answer as each alone (with its seed), and every block goes back."""
+    made = engine()
+    batch = Collector(LocalBatch(made))
+    batch.batch.runner.pacing = FixedPacing(batch.batch.runner.pacing.layers)
+    running = batch.submit(Request(tuple(prompt(42, 20)), GenerationParams(max_tokens=400)))[0]
+    batch.step(3)
+    p, params = prompt(43, 300), GenerationParams(max_tokens=10, temperature=0.9, seed=5)
+    handles = batch.submit(Request(tuple(p), params), n=3)
+    while not feeding_midway(batch):
+        batch.step(1)
+    for index in cancelled:
+        handles[index].cancel()
+    while not all(batch.events[h.request_id][1] and isinstance(batch.events[h.request_id][1][-1], FinalEvent)
+                  for h in handles):
+        batch.step(1)
+    running.cancel()
+    batch.run()
+    for index, handle in enumerate(handles):
+        if index in cancelled:
+            assert batch.final(handle).finish_reason == "cancelled" and not batch.tokens(handle)
+        else:
+            assert batch.tokens(handle) == alone(p, GenerationParams(max_tokens=10, temperature=0.9, seed=5 + index))
+    assert made.pool("target").stats().used_blocks == 0
+
+
 def test_a_lone_request_decodes_speculatively_and_a_second_one_joins_batched():
     made = engine(draft=True)
     batch = Collector(LocalBatch(made))

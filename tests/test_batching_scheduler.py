@@ -6,7 +6,8 @@ import pytest
 
 from mlxcore.batching.policies import ByPriority, EarliestDeadline, FirstCome, ShortestFirst, make_policy
 from mlxcore.batching.request import Priority, Request
-from mlxcore.batching.scheduler import Scheduler, Sequence
+from mlxcore.batching.scheduler import Scheduler
+from mlxcore.batching.sequence import Sequence
 from mlxcore.params import GenerationParams
 
 BLOCK = 16
@@ -43,7 +44,7 @@ def make(policy=None, blocks: int = 1000, step_tokens: int = 64, max_running: in
 def seq(prompt: int, arrival: float, max_new: int | None = 100, priority=Priority.NORMAL, deadline=None) -> Sequence:
     request = Request(tuple(range(1, prompt + 1)), GenerationParams(max_tokens=max_new), priority=priority,
                       deadline=deadline)
-    return Sequence(request, arrival, prompt, max_new)
+    return Sequence(request, arrival, max_new)
 
 
 def carry_out(scheduler: Scheduler, plan) -> None:
@@ -54,8 +55,7 @@ def carry_out(scheduler: Scheduler, plan) -> None:
         s.cached += min(count, s.prefill_left)
     for s in plan.decode:
         s.cached += 1
-        s.length += 1
-        s.generated += 1
+        s.ids.append(0)  # a token generated
 
 
 def test_fcfs_admits_in_arrival_order_within_the_running_limit():

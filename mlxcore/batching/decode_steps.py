@@ -27,22 +27,22 @@ import mlx.core as mx
 
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.constraints import Bitmask, GrammarError
-from mlxcore.batching.live import Live
+from mlxcore.batching.sequence import Sequence
 from mlxcore.kv.base import PENDING
 from mlxcore.sampling_graphs import greedy_pick, same_graph, sampled_pick
 
-Read = tuple[Live, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
+Read = tuple[Sequence, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
 
 
 @dataclass
 class _Picks:
-    """One step's picks, in the order of ``lives``; lazy until read."""
+    """One step's picks, in the order of ``seqs``; lazy until read."""
 
-    lives: list[Live]
+    seqs: list[Sequence]
     tokens: mx.array  # (B,) int
     logprobs: mx.array  # (B,)
     tops: list[tuple[mx.array, mx.array] | None]
-    fed: set[int]  # id(live) of those whose pick the next step fed (their caches' tail is PENDING)
+    fed: set[int]  # id(seq) of those whose pick the next step fed (their caches' tail is PENDING)
     values: list | None = None
 
     def read(self) -> list:
@@ -63,39 +63,39 @@ class DecodeSteps:
     def pending(self) -> bool:
         return self.last is not None
 
-    def queue(self, lives: list[Live]) -> None:
-        """Queue one step for ``lives`` (each feeds its pending pick, or its last known id)."""
+    def queue(self, seqs: list[Sequence]) -> None:
+        """Queue one step for ``seqs`` (each feeds its pending pick, or its last known id)."""
         last = self.last
-        where = {id(live): row for row, live in enumerate(last.lives)} if last else {}
-        rows = [where.get(id(live)) for live in lives]
-        ids = [live.ids[-1] if row is None else PENDING for live, row in zip(lives, rows)]
+        where = {id(seq): row for row, seq in enumerate(last.seqs)} if last else {}
+        rows = [where.get(id(seq)) for seq in seqs]
+        ids = [seq.ids[-1] if row is None else PENDING for seq, row in zip(seqs, rows)]
         if last is not None:
-            last.fed.update(id(live) for live, row in zip(lives, rows) if row is not None)
-        inputs = self._inputs(lives, rows, last)
-        logits = self._logits(lives, ids, inputs)  # (B, V)
-        allowed = _allowed(lives, rows, last, logits)
+            last.fed.update(id(seq) for seq, row in zip(seqs, rows) if row is not None)
+        inputs = self._inputs(seqs, rows, last)
+        logits = self._logits(seqs, ids, inputs)  # (B, V)
+        allowed = _allowed(seqs, rows, last, logits)
         if allowed is not None:
             logits = mx.where(allowed, logits, -mx.inf)
-        tokens, logprobs = _pick(lives, logits)
-        tops = [_top(logits[row], live.handle.request.top_logprobs) for row, live in enumerate(lives)]
+        tokens, logprobs = _pick(seqs, logits)
+        tops = [_top(logits[row], seq.handle.request.top_logprobs) for row, seq in enumerate(seqs)]
         mx.async_eval(tokens, logprobs, [t for t in tops if t is not None])
-        self._next = _Picks(lives, tokens, logprobs, tops, set())
+        self._next = _Picks(seqs, tokens, logprobs, tops, set())
 
     @staticmethod
-    def _inputs(lives: list[Live], rows: list[int | None], last: _Picks | None) -> mx.array:
+    def _inputs(seqs: list[Sequence], rows: list[int | None], last: _Picks | None) -> mx.array:
         """(B,) the token each sequence feeds: its pick of the last step (lazy), or its last known id."""
-        if last is not None and last.lives == lives:  # the same batch as last step: its picks are the inputs
+        if last is not None and last.seqs == seqs:  # the same batch as last step: its picks are the inputs
             return last.tokens
-        sources = [mx.array([live.ids[-1]]) if row is None else last.tokens[row:row + 1]
-                   for live, row in zip(lives, rows)]
+        sources = [mx.array([seq.ids[-1]]) if row is None else last.tokens[row:row + 1]
+                   for seq, row in zip(seqs, rows)]
         return sources[0] if len(sources) == 1 else mx.concatenate(sources)
 
-    def _logits(self, lives: list[Live], ids: list[int], inputs: mx.array) -> mx.array:
-        if len(lives) == 1:
-            cache = lives[0].caches.target
+    def _logits(self, seqs: list[Sequence], ids: list[int], inputs: mx.array) -> mx.array:
+        if len(seqs) == 1:
+            cache = seqs[0].caches.target
             cache.begin(ids)
             return self.forward(inputs[None], cache=cache.layers)[:, -1, :]
-        return self.decoder([live.caches.target for live in lives], ids, inputs)
+        return self.decoder([seq.caches.target for seq in seqs], ids, inputs)
 
     def advance(self) -> list[Read]:
         """Read the previous step's picks (after ``queue``, or with nothing queued); make the queued step's
@@ -104,65 +104,65 @@ class DecodeSteps:
         self.last, self._next = self._next, None
         return reads
 
-    def settle(self, live: Live) -> Read | None:
-        """Read ``live``'s pending pick now, if it has one (it is then no longer pending)."""
+    def settle(self, seq: Sequence) -> Read | None:
+        """Read ``seq``'s pending pick now, if it has one (it is then no longer pending)."""
         last = self.last
-        if last is None or live not in last.lives:
+        if last is None or seq not in last.seqs:
             return None
-        row = last.lives.index(live)
+        row = last.seqs.index(seq)
         token, logprob = last.read()[row]
-        self._forget(live)
-        self._correct(live, token, fed=id(live) in last.fed)
-        return live, token, logprob, _pairs(last.tops[row])
+        self._forget(seq)
+        self._correct(seq, token, fed=id(seq) in last.fed)
+        return seq, token, logprob, _pairs(last.tops[row])
 
-    def drop(self, live: Live) -> None:
-        """Forget ``live``'s pending pick (its reply ended or was cancelled)."""
-        self._forget(live)
+    def drop(self, seq: Sequence) -> None:
+        """Forget ``seq``'s pending pick (its reply ended or was cancelled)."""
+        self._forget(seq)
 
-    def _forget(self, live: Live) -> None:
-        if self.last is not None and live in self.last.lives:
-            row = self.last.lives.index(live)
+    def _forget(self, seq: Sequence) -> None:
+        if self.last is not None and seq in self.last.seqs:
+            row = self.last.seqs.index(seq)
             self.last = _without(self.last, row)
 
     def _read(self, picks: _Picks) -> list[Read]:
         reads = []
-        for row, (live, (token, logprob)) in enumerate(zip(picks.lives, picks.read())):
-            self._correct(live, token, fed=id(live) in picks.fed)
-            reads.append((live, token, logprob, _pairs(picks.tops[row])))
+        for row, (seq, (token, logprob)) in enumerate(zip(picks.seqs, picks.read())):
+            self._correct(seq, token, fed=id(seq) in picks.fed)
+            reads.append((seq, token, logprob, _pairs(picks.tops[row])))
         return reads
 
     @staticmethod
-    def _correct(live: Live, token: int, fed: bool) -> None:
+    def _correct(seq: Sequence, token: int, fed: bool) -> None:
         if fed:  # its cache holds the token as PENDING since this step's pass fed it
-            live.caches.target.correct_tail([token])
+            seq.caches.target.correct_tail([token])
 
 
 def _without(picks: _Picks, row: int) -> _Picks | None:
     """``picks`` less one row (read or dropped); None when no row is left."""
-    if len(picks.lives) == 1:
+    if len(picks.seqs) == 1:
         return None
-    keep = [r for r in range(len(picks.lives)) if r != row]
+    keep = [r for r in range(len(picks.seqs)) if r != row]
     values = [picks.values[r] for r in keep] if picks.values is not None else None
     index = mx.array(keep)
-    return _Picks([picks.lives[r] for r in keep], picks.tokens[index], picks.logprobs[index],
+    return _Picks([picks.seqs[r] for r in keep], picks.tokens[index], picks.logprobs[index],
                   [picks.tops[r] for r in keep], picks.fed, values)
 
 
-def _allowed(lives: list[Live], rows: list[int | None], last: _Picks | None, logits: mx.array) -> mx.array | None:
+def _allowed(seqs: list[Sequence], rows: list[int | None], last: _Picks | None, logits: mx.array) -> mx.array | None:
     """(B, V) bool: each constrained reply's grammar mask after its pending pick (other rows all True), filled
     while the pass that makes ``logits`` runs; None when no reply is constrained. A matcher that fails is kept
     on its reply (``Constraint.failed``), whose row then keeps every token: the runner ends it with the error."""
-    if all(live.constraint is None for live in lives):
+    if all(seq.constraint is None for seq in seqs):
         return None
     mx.async_eval(logits)  # the pass runs while the masks are filled
     picks = last.read() if last is not None and any(row is not None for row in rows) else None
-    mask = Bitmask(len(lives), logits.shape[-1])
-    for i, (live, row) in enumerate(zip(lives, rows)):
-        constraint = live.constraint
+    mask = Bitmask(len(seqs), logits.shape[-1])
+    for i, (seq, row) in enumerate(zip(seqs, rows)):
+        constraint = seq.constraint
         if constraint is None or constraint.failed is not None:
             continue
         try:
-            constraint.catch_up(live.generated + ([picks[row][0]] if row is not None else []))
+            constraint.catch_up(seq.reply_ids + ([picks[row][0]] if row is not None else []))
             constraint.fill(mask.words[i])
         except GrammarError as error:
             constraint.failed = error
@@ -170,19 +170,19 @@ def _allowed(lives: list[Live], rows: list[int | None], last: _Picks | None, log
     return mx.array(mask.allowed())
 
 
-def _pick(lives: list[Live], logits: mx.array) -> tuple[mx.array, mx.array]:
+def _pick(seqs: list[Sequence], logits: mx.array) -> tuple[mx.array, mx.array]:
     """(tokens (B,), log-probabilities (B,)): one pick for the whole batch where every reply is plain greedy,
     or samples with the same masks (each row with its own temperature, p and key); else each reply's own
     sampler on its row (a repetition penalty keeps its own recent tokens)."""
-    params = [live.params for live in lives]
+    params = [seq.params for seq in seqs]
     if all(p.repetition_penalty == 1.0 for p in params):
         if all(p.greedy for p in params):
             return greedy_pick()(logits, logits)
         if not any(p.greedy for p in params) and same_graph(params):
             fn, scalars = sampled_pick(params)
-            keys = mx.stack([live.picker.keys.next() for live in lives])
+            keys = mx.stack([seq.picker.keys.next() for seq in seqs])
             return fn(logits.astype(mx.float32), logits, keys, *scalars)
-    picks = [live.picker(logits[row:row + 1]) for row, live in enumerate(lives)]
+    picks = [seq.picker(logits[row:row + 1]) for row, seq in enumerate(seqs)]
     return mx.concatenate([t.reshape(1) for t, _ in picks]), mx.concatenate([lp.reshape(1) for _, lp in picks])
 
 

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mlxcore.batching.scheduler import Sequence
-from mlxcore.engine import Engine
+from mlxcore.batching.sequence import Sequence
 from mlxcore.kv.paged_pool import BlockPool
 
 if TYPE_CHECKING:
-    from mlxcore.batching.runner import BatchRunner
+    from mlxcore.engine import Engine
 
 
 class PoolAccount:
     """Counts blocks of the target's pool (the draft's shares the byte budget, which ``obtainable`` reads)."""
 
-    def __init__(self, engine: Engine, runner: BatchRunner) -> None:
-        self.engine, self.runner = engine, runner
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
     @property
     def pool(self) -> BlockPool:
@@ -31,7 +30,7 @@ class PoolAccount:
         manager = self.pool.manager
         if cache is not None:
             return manager.blocks_needed(cache.seq_id, tokens)
-        ids = self.runner.lives[id(seq)][0].ids[:tokens]
+        ids = seq.ids[:tokens]
         hit_tokens, free_hits = manager.cached_prefix(ids)
         blocks = -(-tokens // manager.block_size)
         return blocks - hit_tokens // manager.block_size + free_hits
@@ -43,10 +42,9 @@ class PoolAccount:
         manager = self.pool.manager
         return sum(1 for block in manager.block_ids(cache.seq_id) if manager.ref_count(block) == 1)
 
-    def _cache(self, seq: Sequence):
-        lives = self.runner.lives.get(id(seq))
-        caches = lives[0].caches if lives else None
-        return caches.target if caches is not None else None
+    @staticmethod
+    def _cache(seq: Sequence):
+        return seq.caches.target if seq.caches is not None else None
 
 
 class NoPool:

@@ -29,8 +29,7 @@ from mlxcore.decode_attention import attend
 from mlxcore.kv.paged import PagedCache
 
 if TYPE_CHECKING:
-    from mlxcore.batching.live import Live
-    from mlxcore.batching.scheduler import Sequence
+    from mlxcore.batching.sequence import Sequence
 
 
 class PromptFeed:
@@ -77,13 +76,13 @@ class PromptFeed:
 
 
 class Feeds:
-    """The chunks in flight, oldest first, each with its sequence and the reply whose caches it fills."""
+    """The chunks in flight, oldest first, each with the sequence whose caches it fills."""
 
     def __init__(self) -> None:
-        self._by_sequence: dict[int, tuple[Sequence, Live, PromptFeed]] = {}
+        self._by_sequence: dict[int, tuple[Sequence, PromptFeed]] = {}
 
-    def add(self, seq: Sequence, leader: Live, feed: PromptFeed) -> None:
-        self._by_sequence[id(seq)] = (seq, leader, feed)
+    def add(self, seq: Sequence, feed: PromptFeed) -> None:
+        self._by_sequence[id(seq)] = (seq, feed)
         seq.feeding = True  # the scheduler plans no more of its prompt meanwhile
 
     def drop(self, seq: Sequence) -> None:
@@ -91,23 +90,23 @@ class Feeds:
         seq.feeding = False
 
     def clear(self) -> None:
-        for seq, _, _ in list(self._by_sequence.values()):
+        for seq, _ in list(self._by_sequence.values()):
             self.drop(seq)
 
     def chunks(self) -> list[PromptFeed]:
-        return [feed for _, _, feed in self._by_sequence.values()]
+        return [feed for _, feed in self._by_sequence.values()]
 
     def __bool__(self) -> bool:
         return bool(self._by_sequence)
 
-    def advance(self, work: int | None, alive: Callable[[Sequence, Live], bool]) -> tuple[int, list]:
+    def advance(self, work: int | None, alive: Callable[[Sequence], bool]) -> tuple[int, list]:
         """Run the chunks through more layers, oldest first, ``work`` token-layers in all (None: to the end;
         a chunk read at once, to its end); the first always goes on. Chunks whose caches were let go (or
-        whose reply is not ``alive``) are dropped. Returns the token-layers fed and the (sequence, reply,
-        chunk) that went through the last layer."""
+        whose sequence is not ``alive``) are dropped. Returns the token-layers fed and the (sequence, chunk)
+        that went through the last layer."""
         fed, read = 0, []
-        for seq, leader, feed in list(self._by_sequence.values()):
-            if feed.stale or not alive(seq, leader):
+        for seq, feed in list(self._by_sequence.values()):
+            if feed.stale or not alive(seq):
                 self.drop(seq)
                 continue
             layers = feed.layers_left if work is None or feed.at_once else \
@@ -118,5 +117,5 @@ class Feeds:
             fed += layers * len(feed.ids)
             if feed.advance(layers):
                 self.drop(seq)
-                read.append((seq, leader, feed))
+                read.append((seq, feed))
         return fed, read

@@ -30,12 +30,12 @@ from mlxcore.batching.constraints import Constraint, Mask
 from mlxcore.batching.decode_steps import DecodeSteps
 from mlxcore.batching.errors import OverloadedError, PromptTooLongError
 from mlxcore.batching.handle import RequestHandle
-from mlxcore.batching.live import Live
 from mlxcore.batching.pacing import Pacing
 from mlxcore.batching.policies import Policy
 from mlxcore.batching.prompt_feed import Feeds, PromptFeed
 from mlxcore.batching.request import Request
-from mlxcore.batching.scheduler import Scheduler, Sequence, StepPlan
+from mlxcore.batching.scheduler import Scheduler, StepPlan
+from mlxcore.batching.sequence import Sequence
 from mlxcore.batching.pool_account import NoPool, PoolAccount
 from mlxcore.batching.tally import Tally
 from mlxcore.caches import Caches
@@ -45,6 +45,7 @@ from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
+from mlxcore.reply_text import ReplyText
 
 log = logging.getLogger("mlxchat.engine")
 MAX_UNREAD = 64  # events a reply may have waiting for its reader before it is paused (memory stays bounded)
@@ -62,10 +63,9 @@ class BatchRunner:
         self.engine = engine
         self.decoder = BatchDecoder(engine.target_forward)
         self.steps = DecodeSteps(engine.target_forward, self.decoder)
-        self.account = PoolAccount(engine, self) if paged else NoPool()
+        self.account = PoolAccount(engine) if paged else NoPool()
         self.scheduler = Scheduler(policy, self.account, step_tokens=step_tokens, max_running=max_running)
-        self.lives: dict[int, list[Live]] = {}  # id(sequence) -> its replies (several until a prompt forks)
-        self.sequences: dict[str, Sequence] = {}  # request id -> its sequence
+        self.sequences: dict[str, Sequence] = {}  # a choice's request id -> the sequence the scheduler runs it in
         self.tally = Tally()
         self.pacing = Pacing(len(engine.target_forward._layers) if engine.target_forward.split else 1)
         self.feeds = Feeds()  # prompt chunks on their way through the layers
@@ -84,11 +84,12 @@ class BatchRunner:
             raise PromptTooLongError(str(error)) from None
         now = decision_clock.now()
         cap = self.engine.reply_cap(request.params, len(request.prompt_ids))
-        seq = Sequence(request, now, len(request.prompt_ids), cap, choices=len(handles))
-        self.lives[id(seq)] = [Live(handle, _choice_params(request, i), self.engine.tokenizer, self.engine.eos_ids,
-                                    cap, now, self._constraint(request)) for i, handle in enumerate(handles)]
+        choices = [Sequence(request, now, cap, handle, _choice_params(request, i),
+                            ReplyText(self.engine.tokenizer, self.engine.eos_ids, request.params.stop, cap),
+                            self._constraint(request)) for i, handle in enumerate(handles)]
+        seq, seq.followers = choices[0], choices[1:]
         for handle in handles:
-            self.sequences[handle.request_id] = seq
+            self.sequences[handle.request_id] = seq  # (a follower's own object: in ``seq.followers``)
         self.scheduler.add(seq)
 
     def _constraint(self, request: Request) -> Mask | None:
@@ -156,8 +157,7 @@ class BatchRunner:
             yield
         except Exception as error:
             log.exception("request %s failed; the engine goes on", seq.group)
-            if id(seq) in self.lives:
-                self._end(seq, error=error)
+            self._end(seq, error=error)
 
     def _pause_unread(self, now: float) -> None:
         """Back-pressure: a reply whose reader has ``max_unread`` events waiting is not decoded until it
@@ -165,13 +165,11 @@ class BatchRunner:
         if self.max_unread is None:
             return
         for seq in list(self.scheduler.running):
-            lives = self.lives.get(id(seq), [])
-            if not lives or max(live.handle.unread for live in lives) <= self.max_unread:
+            if max(each.handle.unread for each in seq.with_followers) <= self.max_unread:
                 seq.paused_since = None
             elif seq.paused_since is None:
                 seq.paused_since = now
-                for live in lives:
-                    self._settle(live)  # its pending pick is a real token: emitted before it waits
+                self._settle(seq)  # its pending pick is a real token: emitted before it waits
             elif now - seq.paused_since > self.stall_seconds:  # the whole request: its reader is gone
                 log.warning("request %s: its client read nothing for %.0f s; cancelled", seq.group,
                             now - seq.paused_since)
@@ -188,21 +186,19 @@ class BatchRunner:
         caches are settled to hold its ids (a prompt read in part keeps what every layer holds), handed
         back with ``keep_caches`` or released. The runner is not stepped again."""
         self.steps.last = None
-        for lives in self.lives.values():
-            for live in lives:
-                live.settle_caches(feed=live.handle.request.keep_caches)
-                if live.handle.request.keep_caches:
-                    live.handle.caches, live.caches = live.caches, None
-                live.release()
-        self.lives.clear()
+        for seq in {id(seq): seq for seq in self.sequences.values()}.values():
+            seq.settle_caches(feed=seq.request.keep_caches)
+            if seq.request.keep_caches:
+                seq.handle.caches, seq.caches = seq.caches, None
+            seq.release()
+        self.sequences.clear()
 
     # what tests, the bench and progress read of a request ----------------------
 
     def caches_of(self, request_id: str) -> Caches | None:
         """The caches ``request_id``'s reply runs on now (None once it ended, or while it waits without)."""
         seq = self.sequences.get(request_id)
-        lives = self.lives.get(id(seq)) if seq is not None else None
-        return lives[0].caches if lives else None
+        return seq.caches if seq is not None else None
 
     def tokens_read(self, request_id: str) -> int | None:
         """Tokens of the request's ids (prompt, then reply) its caches hold; None once it ended."""
@@ -229,8 +225,8 @@ class BatchRunner:
             else:  # it ran alone and its next token does not fit: it could never come back
                 self._end_unfit(seq)
         for seq in plan.late:
-            for live in self.lives[id(seq)]:
-                live.late = True
+            for each in seq.with_followers:
+                each.late = True
         paced = bool(plan.decode) and self.scheduler.prefill_cap is not None
         if not paced:
             self._feed(None)  # nothing to pace against: chunks in flight finish now
@@ -240,7 +236,7 @@ class BatchRunner:
                     self._start_feed(seq, count, start)
                 else:
                     self._prefill(seq, count, start)
-        decoded = self._decode([seq for seq in plan.decode if id(seq) in self.lives], self._lone(plan))
+        decoded = self._decode([seq for seq in plan.decode if self._alive(seq)], self._lone(plan))
         work = self._feed(self.pacing.work) if paced else 0
         if not self.scheduler.running:
             self.decoder.release()  # the batch's mirror of the pool (batch_mirror.py) goes back to the budget
@@ -259,17 +255,16 @@ class BatchRunner:
         (rather than a reply being preempted, or ended, for want of what its own draft holds)."""
         if self.engine.draft_model is None:
             return
-        running = [(seq, live) for seq in self.scheduler.running for live in self.lives.get(id(seq), [])]
-        drafted = [(seq, live) for seq, live in running if live.caches is not None and live.caches.draft is not None]
+        drafted = [seq for seq in self.scheduler.running if seq.caches is not None and seq.caches.draft is not None]
         if not drafted:
             return
         need = sum(self.account.needed(seq, 1) for seq in self.scheduler.running if seq.ready)
         if need <= self.account.obtainable():
             return
-        for seq, live in drafted:
+        for seq in drafted:
             log.info("request %s: the KV memory its draft holds is wanted; it decodes on without the draft",
                      seq.group)
-            live.leave_draft()
+            seq.leave_draft()
 
     def _lone(self, plan: StepPlan) -> bool:
         """Whether the step's one decoding sequence may decode speculatively: nobody else runs or waits."""
@@ -281,81 +276,77 @@ class BatchRunner:
     def _start_feed(self, seq: Sequence, count: int, now: float) -> None:
         """Announce the next chunk of ``seq``'s prompt (its caches attached first); it goes through the
         layers in the steps that follow (``_feed``)."""
-        leader = self.lives[id(seq)][0]
-        leader.started(now)
-        if leader.caches is None:
-            self._attach(seq, leader)
+        seq.started(now)
+        if seq.caches is None:
+            self._attach(seq)
         count = min(count, seq.prefill_left, self.pacing.max_tokens)
         if not count:
-            if seq.choices > 1:
+            if seq.followers:
                 self._fork(seq)
             return
-        count, at_once = self.pacing.chunk(count, seq.prefill_left, started=leader.computed_prompt > 0)
+        count, at_once = self.pacing.chunk(count, seq.prefill_left, started=seq.computed_prompt > 0)
         try:
-            feed = PromptFeed(self.engine.target_forward, leader.caches.target, leader.ids[seq.cached:seq.cached + count],
+            feed = PromptFeed(self.engine.target_forward, seq.caches.target, seq.ids[seq.cached:seq.cached + count],
                               at_once)
         except PoolExhaustedError as error:
             self._refused(seq, error)
             return
-        self.feeds.add(seq, leader, feed)
+        self.feeds.add(seq, feed)
 
     def _feed(self, work: int | None) -> int:
         """Run the chunks in flight through more layers (``Feeds.advance``); a prompt whose last chunk went
         through the last layer is read (and forks for its choices). Returns the token-layers fed."""
-        fed, read = self.feeds.advance(work, lambda seq, leader: self.lives.get(id(seq), [None])[0] is leader)
-        for seq, leader, feed in read:
+        fed, read = self.feeds.advance(work, self._alive)
+        for seq, feed in read:
             seq.cached += len(feed.ids)
-            leader.computed_prompt += len(feed.ids)
-            if seq.prefill_left == 0 and seq.choices > 1:
+            seq.computed_prompt += len(feed.ids)
+            if seq.prefill_left == 0 and seq.followers:
                 self._fork(seq)
         return fed
 
     def _prefill(self, seq: Sequence, count: int, now: float) -> None:
-        lives = self.lives[id(seq)]
-        leader = lives[0]
-        leader.started(now)
+        seq.started(now)
         try:
-            if leader.caches is None:
-                self._attach(seq, leader)
+            if seq.caches is None:
+                self._attach(seq)
             count = min(count, seq.prefill_left)
             if count:
-                ids = leader.ids[seq.cached:seq.cached + count]
-                prefill(self.engine.model, leader.caches.target, ids, self.engine.prefill_chunk(leader.params))
+                ids = seq.ids[seq.cached:seq.cached + count]
+                prefill(self.engine.model, seq.caches.target, ids, self.engine.prefill_chunk(seq.params))
                 seq.cached += count
-                leader.computed_prompt += count
+                seq.computed_prompt += count
         except PoolExhaustedError as error:
             self._refused(seq, error)
             return
-        if seq.prefill_left == 0 and seq.choices > 1:
+        if seq.prefill_left == 0 and seq.followers:
             self._fork(seq)
 
-    def _attach(self, seq: Sequence, live: Live) -> None:
+    def _attach(self, seq: Sequence) -> None:
         """Caches for a (re)admitted sequence: the ones the request came with, kept up to their common
         prefix with its ids (``Engine.keep_prefix``), else new ones holding every block of its ids found
         in the pool."""
-        given = live.handle.request.caches if not live.admitted_once else None
+        given = seq.request.caches if not seq.admitted_once else None
         if given is not None:
-            live.caches = given
-            hits = self.engine.keep_prefix(given, live.ids)
+            seq.caches = given
+            hits = self.engine.keep_prefix(given, seq.ids)
         else:
-            live.caches = self.engine.new_caches()
-            hits = live.caches.target.reuse_prefix(live.ids)
-            if live.caches.draft is not None:  # the draft's blocks of a chat it decoded before
-                live.caches.draft.reuse_prefix(live.ids)
-        if given is None and live.caches.draft is not None and not self._drafts(live):
-            live.caches.draft.release()  # (a chat's own draft cache stays with it, for its next turns)
-            live.caches.draft = None
+            seq.caches = self.engine.new_caches()
+            hits = seq.caches.target.reuse_prefix(seq.ids)
+            if seq.caches.draft is not None:  # the draft's blocks of a chat it decoded before
+                seq.caches.draft.reuse_prefix(seq.ids)
+        if given is None and seq.caches.draft is not None and not self._drafts(seq):
+            seq.caches.draft.release()  # (a chat's own draft cache stays with it, for its next turns)
+            seq.caches.draft = None
         seq.cached = hits
-        if not live.admitted_once:
-            live.admitted_once = True
-            live.prefix_hits = hits
-            self.tally.prompt(len(live.ids), hits)
+        if not seq.admitted_once:
+            seq.admitted_once = True
+            seq.prefix_hits = hits
+            self.tally.prompt(len(seq.ids), hits)
 
     def _refused(self, seq: Sequence, error: PoolExhaustedError) -> None:
         """The pool could not take a prompt chunk: wait for room, or fail when nothing else could make any."""
         self.feeds.drop(seq)
-        for live in self.lives[id(seq)]:
-            live.release()
+        seq.release()
         seq.cached = 0
         self.scheduler.remove(seq)
         if self.scheduler.running:
@@ -368,20 +359,14 @@ class BatchRunner:
 
     def _fork(self, seq: Sequence) -> None:
         """The prompt is read: one sequence per choice, each on caches sharing its blocks."""
-        leader, *others = self.lives.pop(id(seq))
-        children = [seq]
-        self.lives[id(seq)] = [leader]
-        seq.choices = 1
-        for live in others:
-            child = Sequence(seq.request, seq.arrival, seq.length, seq.max_new, cached=seq.cached)
-            fresh = leader.fork(live.handle, live.params, self.engine.tokenizer, self.engine.eos_ids, seq.max_new)
-            self.lives[id(child)] = [fresh]
-            self.sequences[live.handle.request_id] = child
-            children.append(child)
+        children, seq.followers = seq.with_followers, []
+        for child in children[1:]:
+            child.fork_from(seq)
+            self.sequences[child.request_id] = child
         slots = max(self.scheduler.max_running - len(self.scheduler.running) + 1, 1)
         self.scheduler.replace(seq, children[:slots])
         for child in children[slots:]:  # n counts against --max-running: the rest wait for slots, their
-            self.lives[id(child)][0].release()  # prompt's blocks cached (a prefix hit when admitted)
+            child.release()  # prompt's blocks cached (a prefix hit when admitted)
             child.cached = 0
             self.scheduler.add(child)
 
@@ -390,36 +375,35 @@ class BatchRunner:
     def _decode(self, seqs: list[Sequence], lone: bool) -> int:
         """One token for each of ``seqs`` (queued; read next step, ``decode_steps.py``), or one speculative
         round for a lone reply with a draft when drafting pays; tokens emitted."""
-        lives = [self.lives[id(seq)][0] for seq in seqs]
-        drafting = lone and self._drafts(lives[0])
+        drafting = lone and self._drafts(seqs[0])
         if drafting:
             with self._alone(seqs[0]):
-                k = self._speculative(lives[0]).choose()
+                k = self._speculative(seqs[0]).choose()
                 if k:
-                    return self._settle(lives[0]) + self._round(seqs[0], lives[0], k)
-            if id(seqs[0]) not in self.lives:  # it failed, and ended
+                    return self._settle(seqs[0]) + self._round(seqs[0], k)
+            if not self._alive(seqs[0]):  # it failed, and ended
                 return 0
-        if lives:
-            self.steps.queue(lives)
-        for seq, live in zip(seqs, lives):
-            seq.cached = live.caches.target.offset
+        if seqs:
+            self.steps.queue(seqs)
+        for seq in seqs:
+            seq.cached = seq.caches.target.offset
         emitted = 0
-        for live, token, logprob, top in self.steps.advance():
-            if live.constraint is not None and live.constraint.failed is not None:  # never a token past it
-                self._end(self.sequences[live.request_id], error=live.constraint.failed)
+        for seq, token, logprob, top in self.steps.advance():
+            if seq.constraint is not None and seq.constraint.failed is not None:  # never a token past it
+                self._end(seq, error=seq.constraint.failed)
                 continue
-            self._emitted(live, token, logprob, False, top)
+            self._emitted(seq, token, logprob, False, top)
             emitted += 1
         if drafting:  # the controller compares a round's tokens per second with a plain step's
-            live, now = lives[0], decision_clock.now()
-            if live.plain_clock is not None:
-                self.engine.draft_control.observe_plain(now - live.plain_clock)
-            live.plain_clock = now
+            seq, now = seqs[0], decision_clock.now()
+            if seq.plain_clock is not None:
+                self.engine.draft_control.observe_plain(now - seq.plain_clock)
+            seq.plain_clock = now
         return emitted
 
-    def _settle(self, live: Live) -> int:
-        """Emit ``live``'s pending pick now (before it leaves batched decoding); tokens emitted."""
-        read = self.steps.settle(live)
+    def _settle(self, seq: Sequence) -> int:
+        """Emit ``seq``'s pending pick now (before it leaves batched decoding); tokens emitted."""
+        read = self.steps.settle(seq)
         if read is None:
             return 0
         self._emitted(*read[:3], False, read[3])
@@ -428,59 +412,60 @@ class BatchRunner:
     def _preempted(self, seq: Sequence) -> None:
         """Let go of a preempted sequence's caches (its pending pick emitted first: it is a real token)."""
         self.feeds.drop(seq)
-        for live in list(self.lives.get(id(seq), [])):
-            self._settle(live)
-        for live in self.lives.get(id(seq), []):  # still there unless that token ended its reply
-            live.release()
-            live.preemptions += 1
-            seq.cached = 0
+        self._settle(seq)
+        if not self._alive(seq):  # that token ended its reply
+            return
+        for each in seq.with_followers:
+            each.release()
+            each.preemptions += 1
             self.tally.preemptions += 1
+        seq.cached = 0
 
-    def _speculative(self, live: Live) -> SpeculativeDecoder:
-        if live.speculative is None:
-            live.speculative = SpeculativeDecoder(self.engine.target_forward, self.engine.draft_forward,
-                                                  live.params, self.engine.draft_control, live.constraint,
-                                                  self.constrain_draft)
-        return live.speculative
+    def _speculative(self, seq: Sequence) -> SpeculativeDecoder:
+        if seq.speculative is None:
+            seq.speculative = SpeculativeDecoder(self.engine.target_forward, self.engine.draft_forward,
+                                                 seq.params, self.engine.draft_control, seq.constraint,
+                                                 self.constrain_draft)
+        return seq.speculative
 
-    def _round(self, seq: Sequence, live: Live, k: int) -> int:
-        """One speculative round for ``live`` (its pending pick emitted first); tokens emitted."""
-        live.plain_clock = None
-        if live.request_id not in self.sequences:  # that pick ended it
+    def _round(self, seq: Sequence, k: int) -> int:
+        """One speculative round for ``seq`` (its pending pick emitted first); tokens emitted."""
+        seq.plain_clock = None
+        if not self._alive(seq):  # that pick ended it
             return 0
-        decoder = live.speculative
-        if live.constraint is not None:
-            live.constraint.catch_up(live.generated)  # the round's masks follow what was emitted
+        decoder = seq.speculative
+        if seq.constraint is not None:
+            seq.constraint.catch_up(seq.reply_ids)  # the round's masks follow what was emitted
         try:
-            tokens = decoder.round(live.caches.target, live.caches.draft, live.ids, k)
+            tokens = decoder.round(seq.caches.target, seq.caches.draft, seq.ids, k)
         except PoolExhaustedError:  # no room for a round (other chats hold the rest): on without the draft
             log.info("request %s: no KV room for a draft round; it decodes on without the draft", seq.group)
-            live.leave_draft()
+            seq.leave_draft()
             return 0
-        seq.cached = live.caches.target.offset
+        seq.cached = seq.caches.target.offset
         for done, (token, logprob, from_draft) in enumerate(tokens, 1):
-            self._emitted(live, token, logprob, from_draft, ())
-            if live.request_id not in self.sequences:  # the reply ended there: the rest are not its tokens
+            self._emitted(seq, token, logprob, from_draft, ())
+            if not self._alive(seq):  # the reply ended there: the rest are not its tokens
                 decoder.counters.round_tokens -= len(tokens) - done
                 return done
         return len(tokens)
 
-    def _drafts(self, live: Live) -> bool:
+    def _drafts(self, seq: Sequence) -> bool:
         """Whether this reply may decode speculatively when alone."""
-        params = live.params
-        return (self.engine.draft_model is not None and live.handle.request.use_draft
-                and params.repetition_penalty == 1.0 and not live.handle.request.top_logprobs
-                and (live.caches is None or live.caches.draft is not None))
+        return (self.engine.draft_model is not None and seq.request.use_draft
+                and seq.params.repetition_penalty == 1.0 and not seq.request.top_logprobs
+                and (seq.caches is None or seq.caches.draft is not None))
 
-    def _emitted(self, live: Live, token: int, logprob: float, from_draft: bool,
+    def _alive(self, seq: Sequence) -> bool:
+        """Whether ``seq`` is still the sequence its request id runs in (not ended, not handed on)."""
+        return self.sequences.get(seq.request_id) is seq
+
+    def _emitted(self, seq: Sequence, token: int, logprob: float, from_draft: bool,
                  top: tuple[tuple[int, float], ...]) -> None:
-        seq = self.sequences[live.request_id]
-        seq.length += 1
-        seq.generated += 1
         self.tally.tokens += 1
-        finish = live.emit(token, logprob, from_draft, top)
+        finish = seq.emit(token, logprob, from_draft, top)
         if finish:
-            self.steps.drop(live)
+            self.steps.drop(seq)
             self._end(seq, reason=finish)
 
     # endings ----------------------------------------------------------------
@@ -493,46 +478,55 @@ class BatchRunner:
         self._cancelled.clear()
 
     def _cancel_one(self, seq: Sequence, request_id: str) -> None:
-        lives = self.lives.get(id(seq), [])
-        live = next((each for each in lives if each.request_id == request_id), None)
-        if live is None:
+        """Cancel one choice. Of a prompt not read yet, the others go on: a follower just leaves, and the
+        one reading the prompt hands it (and the other followers) to the next choice."""
+        self.steps.drop(seq)
+        if not seq.followers:
+            self._end(seq, reason="cancelled")
             return
-        self.steps.drop(live)
-        if len(lives) > 1:  # one choice of a prompt not read yet: the others go on
-            lives.remove(live)
-            seq.choices -= 1
-            del self.sequences[request_id]
-            self.tally.ended("cancelled", live.late)
-            live.finish("cancelled")
-            return
-        self._end(seq, reason="cancelled")
+        if request_id == seq.request_id:
+            heir, heir.followers, seq.followers = seq.followers[0], seq.followers[1:], []
+            heir.admitted, heir.first_scheduled = seq.admitted, seq.first_scheduled
+            self.feeds.drop(seq)
+            self.scheduler.swap(seq, heir)
+            for each in heir.with_followers:
+                self.sequences[each.request_id] = heir
+            gone = seq  # its caches go back: the heir attaches its own (the prompt's blocks are a prefix hit)
+        else:
+            gone = next(each for each in seq.followers if each.request_id == request_id)
+            seq.followers.remove(gone)
+        del self.sequences[request_id]
+        self.tally.ended("cancelled", gone.late)
+        gone.finish("cancelled")
 
     def _end(self, seq: Sequence, reason: str = "", error: BaseException | None = None) -> None:
+        """End ``seq`` (and the followers of a prompt not read yet) with ``reason``, or fail it with ``error``."""
         self.feeds.drop(seq)
         self.scheduler.remove(seq)
-        for live in self.lives.pop(id(seq), []):
-            self.sequences.pop(live.request_id, None)
-            self.steps.drop(live)
+        if not self._alive(seq):  # ended already
+            return
+        for each in seq.with_followers:
+            self.sequences.pop(each.request_id, None)
+            self.steps.drop(each)
             if error is not None:
-                self._fail(live, error)
+                self._fail(each, error)
                 continue
             try:
-                live.finish(reason, self.engine._kv_stats())
+                each.finish(reason, self.engine._kv_stats())
             except Exception as failed:  # settling its caches failed (a full pool): the reply fails with it
                 log.exception("request %s failed as it ended", seq.group)
-                self._fail(live, failed)
+                self._fail(each, failed)
                 continue
-            self.tally.ended(reason, live.late)
+            self.tally.ended(reason, each.late)
 
-
-    def _fail(self, live: Live, error: BaseException) -> None:
-        if live.handle.request.keep_caches and live.caches is not None:  # the caller's, as they stand
-            live.handle.caches, live.caches = live.caches, None
+    def _fail(self, seq: Sequence, error: BaseException) -> None:
+        if seq.request.keep_caches and seq.caches is not None:  # the caller's, as they stand
+            seq.handle.caches, seq.caches = seq.caches, None
         try:
-            live.release()
+            seq.release()
         except Exception:  # caches that cannot settle (a failed pass): they go back as they are
-            log.exception("request %s: its caches could not settle", live.request_id)
-        live.handle.fail(error)
+            log.exception("request %s: its caches could not settle", seq.request_id)
+        seq.handle.fail(error)
         self.tally.failed += 1
 
 

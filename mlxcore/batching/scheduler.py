@@ -27,54 +27,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mlxcore.batching.policies import NO_LIMIT_TOKENS, Policy
-from mlxcore.batching.request import Priority, Request
+from mlxcore.batching.sequence import Sequence
 from mlxcore.device_profile import current
-
-
-@dataclass(eq=False)
-class Sequence:
-    """The scheduler's view of one request (one choice of it once its prompt is read)."""
-
-    request: Request
-    arrival: float  # time.monotonic() of submission
-    length: int  # tokens it consists of: prompt, then every token generated so far
-    max_new: int | None  # the most tokens it may generate; None = until the context is full
-    choices: int = 1  # replies still to fork from this prompt once it is read (``submit_choices``)
-    cached: int = 0  # tokens its cache holds
-    generated: int = 0
-    admitted: bool = False
-    preemptions: int = 0
-    late: bool = False
-    first_scheduled: float | None = None
-    feeding: bool = False  # a chunk of its prompt is on its way through the layers (``prompt_feed.py``)
-    paused_since: float | None = None  # its client stopped reading its events then: it is not decoded
-
-    @property
-    def group(self) -> str:
-        """The request it answers: the choices of one request share it (and its request id)."""
-        return self.request.request_id
-
-    @property
-    def priority(self) -> Priority:
-        return self.request.priority
-
-    @property
-    def deadline(self) -> float | None:
-        return self.request.deadline
-
-    @property
-    def prefill_left(self) -> int:
-        """Tokens to feed before it decodes (the last token is fed by its first decode step)."""
-        return max(self.length - 1 - self.cached, 0)
-
-    @property
-    def ready(self) -> bool:
-        return self.admitted and self.prefill_left == 0 and self.choices == 1 and self.paused_since is None
-
-    @property
-    def tokens_left(self) -> int:
-        output = NO_LIMIT_TOKENS if self.max_new is None else self.max_new - self.generated
-        return self.prefill_left + max(output, 0)
 
 
 class BlockAccount(Protocol):
@@ -132,6 +86,12 @@ class Scheduler:
         self.running[index:index + 1] = children
         for child in children:
             child.admitted = True
+
+    def swap(self, seq: Sequence, other: Sequence) -> None:
+        """``other`` takes ``seq``'s place, waiting or running (a cancelled choice hands on its prompt)."""
+        for queue in (self.waiting, self.running):
+            if seq in queue:
+                queue[queue.index(seq)] = other
 
     @property
     def busy(self) -> bool:
