@@ -9,7 +9,6 @@ thread (``worker.call``).
 - ``catalog.py``: the models that load by name (the started one, ``--models-dir``, the hub cache).
 - ``registry.py``: the loaded models, leases, LRU and idle expiry: where routes get a request's model.
 - ``hosting.py``: the engine thread: each loaded model's worker in turn, loads, evictions, idle unloads.
-- ``hosted_worker.py``: a model's ``BatchWorker``, one turn at a time.
 - ``app.py``: the ASGI app: routes, error handlers, middleware.
 - ``state.py``: what the routes share (the registry, model facts, settings, metrics).
 - ``schemas.py``: request bodies (pydantic, unknown fields forbidden).

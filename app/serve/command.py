@@ -127,8 +127,8 @@ def _say(text: str) -> None:
 
 def real_worker(engine, args: argparse.Namespace):
     """One model's worker; the host takes its turns among the other loaded models'."""
-    from app.serve.hosted_worker import HostedWorker
-    return HostedWorker(engine, **_worker_options(args))
+    from mlxcore.batching.worker import BatchWorker
+    return BatchWorker(engine, **_worker_options(args))
 
 
 def ranked_worker(engine, args: argparse.Namespace):

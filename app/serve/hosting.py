@@ -1,7 +1,7 @@
 """The engine thread of `serve`: steps every loaded model's worker, loads models by name, unloads idle ones.
 
 All MLX work stays on this one thread, the main one (``mlxcore.batching.worker``
-says why): each loaded model has its own ``HostedWorker`` (queue, scheduler,
+says why): each loaded model has its own ``BatchWorker`` (queue, scheduler,
 pool), and ``ModelHost.run`` takes a turn of each in order (one scheduler step
 of each model that has work). Loading a model happens here too, between turns:
 meanwhile the other models' streams pause, and the requests for it wait (a
@@ -25,9 +25,8 @@ from concurrent.futures import Future
 
 from app.serve.catalog import ModelEntry
 from app.serve.errors import APIError
-from app.serve.hosted_worker import IDLE, STEPPED
 from app.serve.registry import ModelRegistry, ServedModel
-from mlxcore.batching.worker import IDLE_WAIT_SECONDS, PAUSED_WAIT_SECONDS
+from mlxcore.batching.worker import IDLE, IDLE_WAIT_SECONDS, PAUSED_WAIT_SECONDS, STEPPED
 from mlxcore.errors import MlxchatError
 from mlxcore.kv.budget import format_bytes
 

@@ -39,6 +39,7 @@ T = TypeVar("T")
 IDLE_WAIT_SECONDS = 0.5  # an idle worker wakes this often even when nothing arrives
 PAUSED_WAIT_SECONDS = 0.02  # every running reply waits for its reader: look again this soon
 MAX_FAILED_STEPS = 3  # steps failing in a row, with no step between that worked: the engine is broken
+IDLE, PAUSED, STEPPED = "idle", "paused", "stepped"  # what a turn did
 log = logging.getLogger("mlxchat.engine")
 
 
@@ -59,6 +60,7 @@ class BatchWorker:
         self._stats = WorkerStats()
         self._pending = 0  # submissions posted and not yet taken in by the engine thread
         self._lock = threading.Lock()
+        self._failed_steps = 0  # steps failing in a row so far
 
     # lifecycle ----------------------------------------------------------------
 
@@ -75,6 +77,11 @@ class BatchWorker:
         """Ask ``run()`` to return (from any thread); requests still in flight fail with ``RequestFailedError``."""
         self._stop.set()
         self._wake.set()
+
+    def share_wake(self, event: threading.Event) -> None:
+        """Wake ``event`` on a submission: one thread waiting for several workers' requests (serve's models)
+        takes their ``turn``s instead of each worker's ``run``."""
+        self._wake = event
 
     def wait_running(self, timeout: float | None = None) -> bool:
         """Block until ``run()`` has started (from another thread)."""
@@ -136,32 +143,50 @@ class BatchWorker:
     def _loop(self) -> None:
         try:
             self._turns()
-        except BaseException as error:  # whatever killed the engine, the requests must hear it
-            self._failure = error
-            self.runner.fail_all(error)
-            self._fail_inbox(error)
-            self._snapshot()  # /metrics shows them failed, none running
+        except BaseException as error:  # whatever killed the engine (Ctrl+C while it waits too): requests hear it
+            if self._failure is None:
+                self._failure = error
+                self.stop(error)
             raise
-        error = RequestFailedError("The engine was stopped.")
-        self.runner.fail_all(error)
-        self._fail_inbox(error)
-        self._snapshot()
+        self.stop()
 
     def _turns(self) -> None:
-        """Take requests and step them until stopped."""
-        failed = 0
+        """Take turns until stopped, waiting while there is nothing to step."""
         while not self._stop.is_set():
-            self._drain()
-            if self.runner.busy:
-                failed = self._step(failed)
-                self._snapshot()
-                if self.runner.paused:
-                    self._wake.wait(PAUSED_WAIT_SECONDS)
-                    self._wake.clear()
-            else:
-                self._snapshot()
-                self._wake.wait(IDLE_WAIT_SECONDS)
+            done = self.turn()
+            if done != STEPPED:
+                self._wake.wait(PAUSED_WAIT_SECONDS if done == PAUSED else IDLE_WAIT_SECONDS)
                 self._wake.clear()
+
+    def turn(self) -> str:
+        """On the engine thread: take in what arrived, then one step if a request is in. Returns IDLE,
+        PAUSED (every reply waits for its reader) or STEPPED; raises what killed the engine, once every
+        request in flight has been told."""
+        try:
+            self._drain()
+            if not self.runner.busy:
+                self._snapshot()
+                return IDLE
+            self._failed_steps = self._step(self._failed_steps)
+            self._snapshot()
+            return PAUSED if self.runner.paused else STEPPED
+        except BaseException as error:  # whatever killed the engine, the requests must hear it
+            self._failure = error
+            self.stop(error)
+            raise
+
+    def settle(self) -> bool:
+        """On the engine thread: take in what arrived; whether nothing is queued or running."""
+        self._drain()
+        return not self.runner.busy
+
+    def stop(self, error: BaseException | None = None) -> None:
+        """On the engine thread: refuse new requests; those in flight fail with ``error`` (or "stopped")."""
+        self._stop.set()
+        error = error or RequestFailedError("The engine was stopped.")
+        self.runner.fail_all(error)
+        self._fail_inbox(error)
+        self._snapshot()  # /metrics shows them failed, none running
 
     def _step(self, failed: int) -> int:
         """One step; a failing one ends the requests it ran. Returns the failing steps in a row so far."""
