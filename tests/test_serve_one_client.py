@@ -174,9 +174,14 @@ def test_saving_a_long_chat_over_http_does_not_freeze_a_stream(server):
     assert status == 200 and saved["cached_tokens"] > 3000, saved
     # the save was read by the scheduler, as a prompt (not in one engine call beside it) ...
     assert server.metrics()["mlxchat_prompt_tokens_total"] - prompts_before >= saved["cached_tokens"]
-    # ... so the stream went on while it was read
-    assert not still_running or streamed >= 8, f"{streamed} tokens streamed during a {end - start:.2f} s save"
-    assert streamed >= 8 or end - start < 0.2, f"{streamed} tokens streamed during a {end - start:.2f} s save"
+    # ... so the stream went on while it was read: tokens kept coming, no gap near the save's length (a save
+    # read in one engine call beside the stream would leave one gap as long as the save)
+    during = [t for t in arrivals if start <= t <= end]
+    edges = [max((t for t in arrivals if t < start), default=start), *during, end]
+    worst = max(b - a for a, b in zip(edges, edges[1:]))
+    if still_running and end - start >= 0.2:
+        assert len(during) >= 3 and worst < 0.5 * (end - start), \
+            f"{streamed} tokens streamed during a {end - start:.2f} s save, the longest gap {worst:.2f} s"
     assert_still_serves(server, reference)
 
 
