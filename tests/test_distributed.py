@@ -61,10 +61,12 @@ def one_process_turns(tmp_path_factory):
     return turns
 
 
-def three_turns(tmp_path: Path, reference, model: tuple[str, ...], kv: tuple[str, ...] = ("--kv", "paged")) -> None:
-    """Each turn on 2 ranks, continuing its session file: the tokens one process gives."""
+def turns_as_one_process(tmp_path: Path, reference, model: tuple[str, ...], kv: tuple[str, ...] = ("--kv", "paged"),
+                         turns: int = 2) -> None:
+    """``turns`` turns on 2 ranks, each a new launch continuing the session file (the second restores the KV
+    the first saved): the tokens one process gives."""
     sharded, (replies, kv_heads) = tmp_path / "two-ranks.json", reference(model, kv)
-    for turn, (prompt, (expected, single_stats)) in enumerate(zip(TURNS, replies)):
+    for turn, (prompt, (expected, single_stats)) in enumerate(zip(TURNS[:turns], replies)):
         tokens, stats = ask(sharded, prompt, model, ranks=2, kv=kv)
         assert tokens == expected, f"turn {turn + 1}"
         assert stats["world_size"] == 2 and len(stats["rank_weight_bytes"]) == 2
@@ -77,12 +79,13 @@ def three_turns(tmp_path: Path, reference, model: tuple[str, ...], kv: tuple[str
 
 @pytest.mark.parametrize("pair", sorted(EMBEDDED))
 def test_two_ranks_answer_as_one_process(tmp_path, one_process_turns, pair):
-    three_turns(tmp_path, one_process_turns, EMBEDDED[pair])
+    turns_as_one_process(tmp_path, one_process_turns, EMBEDDED[pair])
 
 
 def test_two_ranks_answer_as_one_process_rotating(tmp_path, one_process_turns):
     """A window smaller than the conversation: by turn 3 the oldest tokens are gone on every rank alike."""
-    three_turns(tmp_path, one_process_turns, EMBEDDED["draft"], kv=("--kv", "rotating", "--max-kv", "64"))
+    turns_as_one_process(tmp_path, one_process_turns, EMBEDDED["draft"], kv=("--kv", "rotating", "--max-kv", "64"),
+                         turns=3)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +97,7 @@ def moe_folder(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("draft", [("--no-draft",), ("--draft", "mini-draft")])
 def test_two_ranks_answer_as_one_process_moe(tmp_path, one_process_turns, moe_folder, draft):
     """The MoE target splits its experts' widths over the ranks; the embedded draft shares its tokenizer."""
-    three_turns(tmp_path, one_process_turns, ("--model", str(moe_folder), *draft))
+    turns_as_one_process(tmp_path, one_process_turns, ("--model", str(moe_folder), *draft))
 
 
 @pytest.mark.parametrize("saved_on, opened_on", [(2, 1), (1, 2)])
