@@ -183,3 +183,12 @@ def inject_fault(server, fault: Path, content: str, running: int = 1) -> None:
     partial = fault.with_name(fault.name + ".part")
     partial.write_text(content)
     os.replace(partial, fault)
+
+
+def scripted_server(tmp: Path, rules) -> ServeProcess:
+    """A server whose replies follow ``rules`` (tests/serve_scripted.py: prompts matched to the replies the
+    batch runner's masks force), on the embedded target without a draft; use it as a context manager."""
+    script = tmp / "script.json"
+    script.write_text(json.dumps(rules))
+    return ServeProcess(tmp, pair=("--model", MODEL, "--no-draft"), script="serve_scripted.py",
+                        env={"MLXCHAT_TEST_SCRIPT": str(script)})

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from serve_process import MODEL, ServeProcess, http
+from serve_process import MODEL, http, scripted_server
 
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 7}}\n</tool_call>'
 TWO = ('<think>\nTwo sums, two calls.\n</think>\n\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n'
@@ -32,11 +32,7 @@ OFF, ON = {"type": "disabled"}, {"type": "enabled", "budget_tokens": 1024}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("anthropic-tools")
-    script = tmp / "script.json"
-    script.write_text(json.dumps(RULES))
-    with ServeProcess(tmp, pair=("--model", MODEL, "--no-draft"), script="serve_scripted.py",
-                      env={"MLXCHAT_TEST_SCRIPT": str(script)}) as running:
+    with scripted_server(tmp_path_factory.mktemp("anthropic-tools"), RULES) as running:
         yield running
 
 

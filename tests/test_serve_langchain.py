@@ -8,13 +8,12 @@ call's id), sends it with the openai SDK and reads the reply as its users do.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from serve_process import MODEL, ServeProcess
+from serve_process import MODEL, scripted_server
 
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 7}}\n</tool_call>'
 RULES = [["<|im_start|>tool", "The sum is 19."], ["sum", CALL]]
@@ -28,11 +27,7 @@ def add(a: int, b: int) -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("langchain")
-    script = tmp / "script.json"
-    script.write_text(json.dumps(RULES))
-    with ServeProcess(tmp, pair=("--model", MODEL, "--no-draft"), script="serve_scripted.py",
-                      env={"MLXCHAT_TEST_SCRIPT": str(script)}) as running:
+    with scripted_server(tmp_path_factory.mktemp("langchain"), RULES) as running:
         yield running
 
 
