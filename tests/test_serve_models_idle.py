@@ -61,3 +61,19 @@ def test_keep_alive_0_unloads_after_the_reply_and_a_bad_one_is_a_400(tmp_path):
             greedy(server, MODEL, keep_alive="five minutes")
         assert "not a duration" in caught.value.body["message"]
     assert f"unloaded {MODEL} after 0 s without requests" in server.log()
+
+
+def test_keep_alive_on_the_messages_and_responses_apis(tmp_path):
+    """Anthropic's and OpenAI's Responses requests take the chat endpoint's keep_alive too (an extension)."""
+    with ServeProcess(tmp_path, pair=("--model", MODEL, "--no-draft")) as server:
+        server.anthropic().messages.create(model=MODEL, max_tokens=4, messages=QUESTION, extra_body={"keep_alive": 0})
+        poll_until(lambda: loaded(server) == [], every=0.05)
+        server.client().responses.create(model=MODEL, input="What is 12 + 7?", max_output_tokens=4,
+                                         extra_body={"keep_alive": "5m"})
+        assert loaded(server) == [MODEL]
+        server.client().responses.create(model=MODEL, input="What is 12 + 7?", max_output_tokens=4,
+                                         extra_body={"keep_alive": 0})
+        poll_until(lambda: loaded(server) == [], every=0.05)
+        status, _, body = http("POST", f"{server.url}/v1/messages", {"model": MODEL, "max_tokens": 4,
+                                                                    "messages": QUESTION, "keep_alive": "soon"})
+        assert status == 400 and "not a duration" in body["error"]["message"], body

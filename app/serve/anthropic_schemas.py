@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, model_validator
 
-from app.serve.schemas import MAX_STOP_CHARS, MAX_STOP_STRINGS, Strict, Text, unicode_text
+from app.serve.schemas import MAX_STOP_CHARS, MAX_STOP_STRINGS, KeepAlive, Strict, Text, unicode_text
 
 
 def _as_blocks(content: object) -> object:
@@ -166,3 +166,4 @@ class MessagesRequest(MessagesPrompt):
     metadata: Metadata | None = None
     cache_control: CacheControl | None = None
     output_config: OutputConfig | None = None
+    keep_alive: KeepAlive = None  # extension, as on the chat endpoint (Ollama's): how long the model stays loaded

@@ -46,7 +46,8 @@ def chat_body(body: MessagesPrompt) -> ChatCompletionRequest:
               "chat_template_kwargs": template_kwargs(body.thinking)} | tool_fields(body.tools, body.tool_choice)
     if isinstance(body, MessagesRequest):
         fields |= {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
-                   "top_k": body.top_k, "stop": body.stop_sequences, "stream": body.stream}
+                   "top_k": body.top_k, "stop": body.stop_sequences, "stream": body.stream,
+                   "keep_alive": body.keep_alive}
     try:
         if isinstance(body, MessagesRequest) and body.output_config and body.output_config.format:
             fields["response_format"] = response_format(body.output_config.format)

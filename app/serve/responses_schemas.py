@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from app.serve.schemas import Strict, Text
+from app.serve.schemas import KeepAlive, Strict, Text
 
 
 def _typed(item: object) -> object:
@@ -188,6 +188,7 @@ class ResponsesRequest(Strict):
     safety_identifier: Text | None = None
     prompt_cache_key: str | None = None  # the prefix cache finds shared prefixes by itself
     service_tier: str | None = None
+    keep_alive: KeepAlive = None  # extension, as on the chat endpoint (Ollama's): how long the model stays loaded
     client_metadata: dict[str, str] | None = None  # Codex's; nothing the model reads
     truncation: Literal["disabled"] | None = None  # "auto" (dropping turns to fit) is not offered
     priority: Literal["low", "normal", "high"] = "normal"  # extension, as on the chat endpoint

@@ -60,7 +60,7 @@ def translate(body: ResponsesRequest) -> Translated:
     try:
         fields = {"model": body.model, "messages": chat_messages(body), "max_tokens": body.max_output_tokens,
                   "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k, "seed": body.seed,
-                  "stream": body.stream, "user": body.user, "priority": body.priority,
+                  "stream": body.stream, "user": body.user, "priority": body.priority, "keep_alive": body.keep_alive,
                   "chat_template_kwargs": template_kwargs(body),
                   "response_format": response_format(body.text.format if body.text else None)}
         return Translated(ChatCompletionRequest(**fields | tool_fields(body, tools)), dropped)

@@ -197,6 +197,15 @@ class ChatMessage(Strict):
         return message | ({"tool_call_id": self.tool_call_id} if self.tool_call_id is not None else {})
 
 
+def _duration(value: float | int | str | None) -> float | int | str | None:
+    if value is not None:
+        duration_seconds(value)  # a ValueError naming the field: a 400
+    return value
+
+
+KeepAlive = Annotated[float | int | str | None, AfterValidator(_duration)]  # seconds, or "5m"; negative: never
+
+
 class Sampling(Strict):
     """Fields the chat and the completions endpoints share."""
 
@@ -215,14 +224,7 @@ class Sampling(Strict):
     stream_options: StreamOptions | None = None
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
-    keep_alive: float | int | str | None = None  # Ollama's: how long the model stays loaded once idle (-1: always)
-
-    @field_validator("keep_alive")
-    @classmethod
-    def _keep_alive(cls, keep_alive: float | int | str | None) -> float | int | str | None:
-        if keep_alive is not None:
-            duration_seconds(keep_alive)
-        return keep_alive
+    keep_alive: KeepAlive = None  # Ollama's: how long the model stays loaded once idle (-1: always)
 
     @property
     def keep_alive_seconds(self) -> float | None:
