@@ -133,6 +133,15 @@ class Engine:
         """
         return self.draft_control.max_k
 
+    def release_kv(self) -> int:
+        """Give back to the KV account every byte this engine's pools (and their batch mirrors) hold, cached
+        prefixes too, when the engine is being dropped (the account may be shared with other engines); bytes."""
+        if self._kv_budget is None:
+            return 0
+        own = {id(pool) for pool in self._pools.values()}
+        return sum(member.release_free_slabs(cached=True) for member in list(self._kv_budget.pools)
+                   if id(member) in own or id(getattr(member, "pool", None)) in own)
+
     @property
     def kv_budget(self) -> KVBudget:
         """The KV memory the paged pools of target and draft share: ``--max-kv`` as a size, else the machine's."""

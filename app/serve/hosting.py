@@ -187,7 +187,7 @@ class ModelHost:
         try:
             served.sessions.close()  # restored chats' blocks back to the pool
             worker.stop()
-            freed = release_pools(worker.engine)
+            freed = worker.engine.release_kv()
         except Exception:  # a failed engine may fail here too: its memory still goes with the references
             log.exception("unloading %s did not end cleanly", served.entry.id)
         served.tokens.close()
@@ -196,16 +196,6 @@ class ModelHost:
         mx.clear_cache()
         self._unloaded[served.entry.id] = time.monotonic()
         log.info("unloaded %s %s (KV freed: %s)", served.entry.id, why, format_bytes(freed))
-
-
-def release_pools(engine) -> int:
-    """Give back to the shared account every byte ``engine``'s pools (and their batch mirrors) hold; bytes."""
-    budget = engine._kv_budget
-    if budget is None:
-        return 0
-    own = {id(pool) for pool in engine._pools.values()}
-    return sum(member.release_free_slabs(cached=True) for member in list(budget.pools)
-               if id(member) in own or id(getattr(member, "pool", None)) in own)
 
 
 class SingleHost:
