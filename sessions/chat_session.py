@@ -146,10 +146,27 @@ class ChatSession:
         for _ in range(self.max_tool_steps if max_steps is None else max_steps):
             if not reply.tool_calls:
                 break
-            before = list(self.messages)
-            self.messages += [Message("tool", self.toolbox.run(call)) for call in reply.tool_calls]
-            reply = Reply.parse("".join(self._reply(before)), self.tool_schemas)
+            reply = Reply.parse("".join(self.stream_tool_results([self.toolbox.run(call) for call in reply.tool_calls])),
+                                self.tool_schemas)
         return reply
+
+    def add_tool_results(self, results: Sequence[str]) -> list[Message]:
+        """One ``tool`` message per result after the last reply, which made as many calls; the history before."""
+        reply = self.last_reply()
+        calls = len(reply.tool_calls) if reply is not None else 0
+        if calls == 0 or calls != len(results):
+            raise PromptError(f"The last reply made {calls} tool call(s); {len(results)} result(s) came back.")
+        before = list(self.messages)
+        self.messages += [Message("tool", result) for result in results]
+        return before
+
+    def stream_tool_results(self, results: Sequence[str]) -> Iterator[str]:
+        """Add the results of the last reply's calls (``add_tool_results``) and stream the model's next reply."""
+        return self._reply(self.add_tool_results(results))
+
+    def start_tool_results(self, results: Sequence[str], batch: LocalBatch) -> BatchedTurn:
+        """``stream_tool_results`` on the batching scheduler."""
+        return self._batched(self.add_tool_results(results), batch, 1)
 
     def stream(self, text: str, grammar: Grammar | None = None) -> Iterator[str]:
         """Add a user message and yield the reply's text as it is generated.

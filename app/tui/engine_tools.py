@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from app.tui import protocol as p
-from mlxcore.errors import MlxchatError
 
 ENDED_ON_ITS_OWN = ("eos", "stop", "length")  # a reply stopped by the user, or failed, runs no tools
 
@@ -32,8 +31,8 @@ class ToolCommands:
 
     def _on_toolresults(self, command: p.ToolResults) -> None:
         results = command.results
-        self._start(1, lambda s, batch, n: s._batched(add_results(s, results), batch, 1),
-                    lambda s: s._reply(add_results(s, results)))
+        self._start(1, lambda s, batch, n: s.start_tool_results(results, batch),
+                    lambda s: s.stream_tool_results(results))
 
     def _tell_tool_calls(self, session: Any, finish_reason: str) -> None:
         """After the chat on screen kept a reply: its calls, for the window to ask about and run."""
@@ -43,14 +42,3 @@ class ToolCommands:
         if reply is not None and reply.tool_calls:
             self.send(p.ToolCalls(tuple(p.ToolCall(call.name, call.arguments) for call in reply.tool_calls)))
 
-
-def add_results(session: Any, results: tuple[str, ...]) -> list[Any]:
-    """Add one ``tool`` message per result after the reply that made the calls; the history before them."""
-    from sessions.messages import Message
-    reply = session.last_reply()
-    calls = len(reply.tool_calls) if reply is not None else 0
-    if calls == 0 or calls != len(results):
-        raise MlxchatError(f"The last reply made {calls} tool call(s); {len(results)} result(s) came back.")
-    before = list(session.messages)
-    session.messages = before + [Message("tool", result) for result in results]
-    return before
