@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.serve.catalog import Catalog, ModelEntry
+from app.catalog import Catalog, ModelEntry
 from app.serve.registry import ModelRegistry, ServedModel
 from app.serve.settings import duration_seconds
 from mlxcore.batching.stats import WorkerStats

@@ -149,7 +149,7 @@ def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> 
     The engines run on this (the main) thread, where the models are loaded (see
     ``mlxcore.batching.worker`` and ``app.serve.hosting``); uvicorn serves from a thread of its own.
     """
-    from app.serve.catalog import Catalog, ModelEntry
+    from app.catalog import Catalog, ModelEntry
     from app.serve.registry import ModelRegistry
     from app.serve.state import ServerState
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from app.serve.catalog import ModelEntry
+from app.catalog import ModelEntry
 from app.serve.errors import APIError
 from app.serve.registry import ModelRegistry, ServedModel
 from mlxcore.batching.worker import IDLE, IDLE_WAIT_SECONDS, PAUSED_WAIT_SECONDS, STEPPED

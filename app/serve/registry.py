@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields, replace
 
-from app.serve.catalog import Catalog, ModelEntry
+from app.catalog import Catalog, ModelEntry
 from app.serve.errors import APIError
 from app.serve.session_jobs import SessionJobs
 from app.serve.state import ModelInfo

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
-from app.serve.catalog import ModelEntry
+from app.catalog import ModelEntry
 from app.serve.registry import ServedModel
 from app.serve.state import ServerState
 

@@ -1,7 +1,8 @@
-"""The models `serve` can load by name: the one it started with, folders under ``--models-dir``, and the
-snapshots in the Hugging Face cache (``huggingface_hub.scan_cache_dir``). The embedded models are demos
-and tests' models: one is served when the server starts with it, and the others are not offered (a
-client's model menu would list them beside the user's own); a ``--models-dir`` may hold them.
+"""The models that load by name, for `serve`'s requests, `--model` and the window's model switch: the one
+started with, folders under ``--models-dir``, and the snapshots in the Hugging Face cache
+(``huggingface_hub.scan_cache_dir``). The embedded models are demos and tests' models: one is served when
+the server starts with it, and the others are not offered (a client's model menu would list them beside the
+user's own); a ``--models-dir`` may hold them.
 
 Read from the disk on every call (cheap: directory listings), so a model copied in while the server
 runs is found. Clients name models; they never give paths: only what is listed here loads, and a
