@@ -77,3 +77,24 @@ def test_keep_alive_on_the_messages_and_responses_apis(tmp_path):
         status, _, body = http("POST", f"{server.url}/v1/messages", {"model": MODEL, "max_tokens": 4,
                                                                     "messages": QUESTION, "keep_alive": "soon"})
         assert status == 400 and "not a duration" in body["error"]["message"], body
+
+
+def test_a_saved_chat_comes_back_from_the_store_after_an_unload(tmp_path):
+    """The chats saved (or restored) before an idle unload are restored from the store as the model loads
+    again: the next request on one reads only its new tokens, as it would have before the unload."""
+    no_think = {"chat_template_kwargs": {"enable_thinking": False}}
+    messages = [{"role": "system", "content": "You are a careful calculator. Show the steps, then the result."},
+                {"role": "user", "content": "What is 347 + 589?"}]
+    with ServeProcess(tmp_path, "--idle-unload", "1") as server:
+        reply = server.client().chat.completions.create(model=MODEL, messages=messages, temperature=0,
+                                                        max_tokens=40, extra_body=no_think)
+        messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+        status, _, saved = http("POST", f"{server.url}/v1/sessions/sums/save", {"messages": messages, **no_think})
+        assert status == 200, saved
+        poll_until(lambda: loaded(server) == [], every=0.1)
+        follow_up = messages + [{"role": "user", "content": "And 12 + 7?"}]
+        again = server.client().chat.completions.create(model=MODEL, messages=follow_up, temperature=0,
+                                                        max_tokens=8, extra_body=no_think)
+        cached = again.usage.prompt_tokens_details.cached_tokens
+        assert cached >= 16 * (saved["cached_tokens"] // 16), f"{cached} of {again.usage.prompt_tokens} cached"
+    assert f"restored 1 saved chats of {MODEL} from the store ({saved['cached_tokens']} tokens of KV)" in server.log()

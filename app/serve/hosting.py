@@ -44,7 +44,7 @@ class ModelHost:
         self._stop = threading.Event()
         self._orders: queue.SimpleQueue = queue.SimpleQueue()
         self._waiting: list[tuple[ModelEntry, Future]] = []  # loads waiting for a model to become idle
-        self._unloaded: dict[str, float] = {}  # model id -> when it was unloaded, for the reload's log line
+        self._unloaded: dict[str, tuple[float, list[str]]] = {}  # model id -> when it was unloaded, its chats
         registry.load = self.load
 
     # any thread ------------------------------------------------------------------
@@ -163,12 +163,17 @@ class ModelHost:
         return lambda: not served.worker.alive or served.worker.settle()
 
     def _load(self, entry: ModelEntry) -> ServedModel:
-        gone = self._unloaded.pop(entry.id, None)
+        gone, chats = self._unloaded.pop(entry.id, (None, []))
         again = f" again (unloaded {time.monotonic() - gone:.0f} s ago)" if gone is not None else ""
         log.info("loading %s%s", entry.id, again)
         start = time.monotonic()
         served = self._open_model(entry, self.registry.budget)
         log.info("loaded %s in %.1f s", entry.id, time.monotonic() - start)
+        if chats:  # the chats saved or restored before the unload: from the store, not recomputed
+            start = time.monotonic()
+            tokens = served.sessions.restore_again(served.worker.engine, chats)
+            log.info("restored %d saved chats of %s from the store (%d tokens of KV) in %.1f s",
+                     len(chats), entry.id, tokens, time.monotonic() - start)
         return served
 
     def _adopt(self, served: ServedModel) -> None:
@@ -183,7 +188,7 @@ class ModelHost:
         """Free an idle model (out of the registry already): held chats, KV pools, weights, MLX's cache."""
         import mlx.core as mx
 
-        worker, freed = served.worker, 0
+        worker, freed, chats = served.worker, 0, served.sessions.recent
         try:
             served.sessions.close()  # restored chats' blocks back to the pool
             worker.stop()
@@ -194,7 +199,7 @@ class ModelHost:
         served.worker = worker = None  # the Engine's last references: the weights go with it
         gc.collect()
         mx.clear_cache()
-        self._unloaded[served.entry.id] = time.monotonic()
+        self._unloaded[served.entry.id] = (time.monotonic(), chats)
         log.info("unloaded %s %s (KV freed: %s)", served.entry.id, why, format_bytes(freed))
 
 

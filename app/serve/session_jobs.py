@@ -7,11 +7,14 @@ become a ``ChatSession``'s, written to the store under ``name``, like the chat
 window's autosave; the window and `mlxchat sessions` see it. Restore: the stored chat is
 opened, its KV blocks go into the pool and stay held (the last few restored
 chats), so the client's next request on that conversation computes only what
-is new, like llama.cpp's slot restore.
+is new, like llama.cpp's slot restore. When the model is unloaded (idle, or evicted), the
+chats saved or restored last are restored again from the store as it loads back
+(``recent`` and ``restore_again``), so their next request is not recomputed either.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import OrderedDict
 from pathlib import Path
@@ -19,12 +22,14 @@ from pathlib import Path
 from mlxcore.caches import Caches
 from mlxcore.batching.request import Request
 from mlxcore.engine import Engine
+from mlxcore.errors import MlxchatError
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.params import GenerationParams
 from sessions.chat_session import ChatSession
 from sessions.messages import Message
 from sessions.store import SessionStore
 
+log = logging.getLogger("mlxchat.serve")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # the store's ids: no paths, no dots
 
 
@@ -61,6 +66,7 @@ class SessionJobs:
         self.root, self.pinned = root, pinned
         self._store: SessionStore | None = None  # opened on the engine thread, used only there
         self._held: OrderedDict[str, Caches] = OrderedDict()
+        self._recent: OrderedDict[str, None] = OrderedDict()  # saved or restored last, at most ``pinned``
 
     @property
     def opened(self) -> bool:
@@ -89,6 +95,7 @@ class SessionJobs:
                 store.release(name)  # let the chat window open it
         finally:
             session.caches.release()
+        self._touch(name)
         return {"name": name, "messages": len(messages), "cached_tokens": tokens}
 
     def restore(self, engine: Engine, name: str) -> dict:
@@ -98,6 +105,7 @@ class SessionJobs:
         finally:
             store.release(name)
         self._hold(name, session.caches)
+        self._touch(name)
         return {"name": name, "messages": [m.as_dict() for m in session.history],
                 "enable_thinking": session.enable_thinking, "cached_tokens": session.caches.target.offset,
                 "note": session.restore_note or None}
@@ -109,6 +117,28 @@ class SessionJobs:
         self._held[name] = caches
         while len(self._held) > self.pinned:
             self._held.popitem(last=False)[1].release()
+
+    def _touch(self, name: str) -> None:
+        self._recent.pop(name, None)
+        self._recent[name] = None
+        while len(self._recent) > self.pinned:
+            self._recent.popitem(last=False)
+
+    @property
+    def recent(self) -> list[str]:
+        """The chats saved or restored last (oldest first): what an unloaded model restores as it loads again."""
+        return list(self._recent)
+
+    def restore_again(self, engine: Engine, names: list[str]) -> int:
+        """Restore ``names`` (an unloaded model's ``recent``) into this model's pool, held as ``restore`` holds
+        them; the tokens restored. A chat gone from the store, or that no longer opens, is skipped and logged."""
+        tokens = 0
+        for name in names:
+            try:
+                tokens += self.restore(engine, name)["cached_tokens"]
+            except MlxchatError as error:
+                log.warning("the saved chat %s was not restored: %s", name, error)
+        return tokens
 
     def close(self) -> None:
         for caches in self._held.values():
