@@ -1,12 +1,14 @@
-"""The `mlxchat` command: the chat TUI, `ask`, `bench`, `serve`."""
+"""The `mlxchat` command: the chat TUI, `ask`, `bench`, `serve`, `models`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
-from app.options import add_generation_options, add_model_options, check_text_options, session_path
+from app.options import (add_generation_options, add_model_options, add_models_dir_option, check_text_options,
+                         model_catalog, models_dir, session_path)
 from mlxcore.distributed.errors import is_lost_peer, lost_peer
 from mlxcore.distributed.fail_fast import watch_ring_failures
 from mlxcore.distributed.world import current_world, launched, leave_interrupts_to_leader
@@ -16,7 +18,8 @@ from sessions.terminal_text import printable
 
 # mlx.launch stops every rank once one fails: a rank that leaves the telling to rank 0 waits this long first
 FOLLOWER_EXIT_DELAY_S = 1.0
-LOADING_COMMANDS = ("ask", "serve", "bench")  # those that load a model and print to a terminal as they run
+LOADING_COMMANDS = ("ask", "serve", "bench")
+MODEL_COMMANDS = (None, "ask", "serve", "models")  # those with --models-dir (None: the chat window)  # those that load a model and print to a terminal as they run
 RANKED_COMMANDS = ("ask", "serve")  # what runs on several ranks under mlx.launch (see README, Several machines)
 RANKS_EPILOG = ("A model too big for one Mac runs split over several with MLX's launcher, e.g. "
                 "mlx.launch --hostfile hosts.json --backend ring -- mlxchat {command} ... (rank 0, the first host, "
@@ -26,6 +29,17 @@ DESCRIPTION = """Fast, private chat with a Qwen3 model on your own machine.
 
 With no command, mlxchat opens the chat window (the TUI). Offline, it uses the
 small embedded demonstration models that ship with it."""
+
+MODELS_DESCRIPTION = """List the models that --model names load (in the chat window, F5 lists the same):
+
+  models-dir  each model folder under --models-dir (config.json and model*.safetensors),
+              by the folder's name
+  hf-cache    each complete snapshot in the Hugging Face cache, by its repo id (org/name)
+  embedded    the small demonstration models that ship with mlxchat
+
+A name in both a --models-dir and the cache loads the --models-dir folder. --model also takes
+what is not listed: a hub repo id (downloaded when online), or the path of a model folder.
+`mlxchat serve` serves the same names (/v1/models), and the model it started with."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     from app.serve.command import add_serve_parser
     add_serve_parser(commands, epilog=RANKS_EPILOG.format(command="serve"))
 
+    models = commands.add_parser("models", help="list the models --model names load",
+                                 description=MODELS_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_models_dir_option(models)
+    models.add_argument("--json", action="store_true",
+                        help='print {"models_dir", "hub_cache", "models": [{"id", "source", "path"}]} as JSON')
+
     bench = commands.add_parser("bench", help="measure mlxchat against mlx-lm on this machine",
                                 description="Run the benchmarks of DESIGN.md's Measures and print a table.")
     bench.add_argument("--json", metavar="FILE", help="also write the results to FILE as JSON")
@@ -76,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_text_options(args)
+        if args.command in MODEL_COMMANDS:
+            models_dir(args)  # a folder, or a one-line error before anything loads
         if args.command is None and args.session:  # the chat window's file (ask checks its own on rank 0)
             session_path(args.session)
         if args.command in LOADING_COMMANDS and (note := low_limit_note()) and _leads():
@@ -95,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             from app.serve.command import run_serve
             return run_serve(args)
+        if args.command == "models":
+            return run_models(args)
         if args.command == "bench":
             from bench.command import run_bench
             return run_bench(args)
@@ -114,6 +138,21 @@ def main(argv: list[str] | None = None) -> int:
         if _leads():  # over several ranks every rank stops; rank 0 says so
             print("\nmlxchat: interrupted", file=sys.stderr)
         return 130
+
+
+def run_models(args: argparse.Namespace) -> int:
+    """`mlxchat models`: what --model names load, one a line (or JSON)."""
+    from app.catalog import hub_cache_dir
+    rows = [{"id": e.id, "source": e.source, "path": str(e.folder) if e.folder else None}
+            for e in model_catalog(models_dir(args)).listing()]
+    if args.json:
+        print(json.dumps({"models_dir": str(args.models_dir) if args.models_dir else None,
+                          "hub_cache": str(hub_cache_dir()), "models": rows}, indent=2))
+        return 0
+    width = max((len(row["id"]) for row in rows), default=0)
+    for row in rows:
+        print(f"{printable(row['id'], limit=None):<{width}}  {row['source']:<10}  {printable(row['path'] or '', limit=None)}")
+    return 0
 
 
 def _name(command: str | None) -> str:

@@ -1,4 +1,4 @@
-"""Command-line options shared by `mlxchat`, `mlxchat ask` and `mlxchat bench`."""
+"""Command-line options shared by `mlxchat`, `mlxchat ask`, `mlxchat serve` and `mlxchat models`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from app.catalog import Catalog
 from mlxcore.configs import KVConfig, ModelChoice
 from mlxcore.errors import UsageError
 from mlxcore.kv.budget import KVLimit, parse_max_kv
@@ -15,11 +16,22 @@ from mlxcore.kv.kv_format import SUPPORTED_BITS
 from mlxcore.params import GenerationParams
 
 
+MODELS_DIR_ENV = "MLXCHAT_MODELS_DIR"  # --models-dir's default
+
+
+def add_models_dir_option(group: argparse._ActionsContainer) -> None:
+    group.add_argument("--models-dir", metavar="DIR", type=Path, default=os.environ.get(MODELS_DIR_ENV) or None,
+                       help="a folder of model folders (config.json and model*.safetensors each): --model names "
+                            f"them by their folder's name (default: ${MODELS_DIR_ENV}, if set)")
+
+
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
     group.add_argument("--model", metavar="REF",
-                       help="hub repo id (org/name), local MLX folder, or embedded name (mini-target); "
+                       help="a model `mlxchat models` lists (a --models-dir folder's name, a cached hub repo), "
+                            "hub repo id (org/name), local MLX folder, or embedded name (mini-target); "
                             "default: a 4-bit Qwen3 from the hub, or the embedded demo model offline")
+    add_models_dir_option(group)
     group.add_argument("--draft", metavar="REF", help="draft model for speculative decoding (same tokenizer)")
     group.add_argument("--no-draft", action="store_true", help="decode without a draft model")
     group.add_argument("--num-draft", type=int, default=8, metavar="K",
@@ -92,8 +104,28 @@ def session_path(text: str) -> Path:
     return path
 
 
+def models_dir(args: argparse.Namespace) -> Path | None:
+    """``--models-dir`` (or its default from the environment); UsageError when it is not a folder."""
+    folder = getattr(args, "models_dir", None)
+    if folder is not None and not folder.is_dir():
+        raise UsageError(f"--models-dir {folder} is not a folder.")
+    return folder
+
+
+def model_catalog(folder: Path | None) -> Catalog:
+    """The models ``--model`` names: the folders under ``folder`` (``--models-dir``), then the hub cache's
+    repos. A cached repo resolves to its repo id, as one not listed does: it loads from the cache, and offline
+    too, as before (serve's requests, which may not download unless allowed, use a catalog of their own)."""
+    return Catalog(None, folder, allow_download=True)
+
+
 def model_choice(args: argparse.Namespace) -> ModelChoice:
-    return ModelChoice(model=args.model, draft=args.draft, no_draft=args.no_draft)
+    """The one place ``--model`` is resolved: a name the catalog lists loads that entry; anything else (a hub
+    repo id, a folder, an embedded name) goes on as given. ``--draft`` and ``--no-draft`` stay as given."""
+    model = args.model
+    if model is not None and (entry := model_catalog(models_dir(args)).find(model)) is not None:
+        model = entry.choice.model
+    return ModelChoice(model=model, draft=args.draft, no_draft=args.no_draft)
 
 
 def kv_config(args: argparse.Namespace) -> KVConfig:

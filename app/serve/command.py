@@ -16,9 +16,9 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
-from app.options import add_generation_options, add_model_options, generation_params, kv_config, model_choice
+from app.options import (MODELS_DIR_ENV, add_generation_options, add_model_options, generation_params, kv_config,
+                         model_choice, models_dir)
 from app.serve.settings import MAX_BODY_BYTES, READ_SECONDS, STALL_SECONDS, ServeSettings, duration_seconds
 from mlxcore.errors import UsageError
 
@@ -73,9 +73,8 @@ def add_serve_parser(commands, epilog: str | None = None) -> None:
                             "piled up), and cancelled after this long, its memory freed "
                             f"(default: {STALL_SECONDS:g})")
     models = serve.add_argument_group("models by name", "Requests name a model; one not loaded loads (its requests "
-                                      "wait). /v1/models lists them (docs/serve.md).")
-    models.add_argument("--models-dir", metavar="DIR", type=Path,
-                        help="also serve the model folders under DIR, each by its folder's name")
+                                      "wait). /v1/models lists them, as `mlxchat models` does: the folders under "
+                                      "--models-dir and the hub cache (docs/serve.md).")
     models.add_argument("--allow-download", action="store_true",
                         help="a request may name a hub repo that is not cached: it is downloaded (default: local "
                              "files only)")
@@ -105,8 +104,7 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--api-key must not be empty: an empty key would let any 'Authorization: Bearer' in.")
     if args.kv != "paged":
         raise UsageError(f"mlxchat serve batches requests on the paged KV cache, not --kv {args.kv}: leave --kv out.")
-    if args.models_dir is not None and not args.models_dir.is_dir():
-        raise UsageError(f"--models-dir {args.models_dir} is not a folder.")
+    models_dir(args)  # a folder, or UsageError
     generation_params(args)  # bad sampling options fail before the model loads
 
 
@@ -193,8 +191,8 @@ def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> 
 
 def _check_one_model(args: argparse.Namespace) -> None:
     if args.models_dir or args.allow_download or args.max_models != 1 or args.idle_unload:
-        raise UsageError("Over several ranks, serve runs the one model it starts with: leave out --models-dir, "
-                         "--allow-download, --max-models and --idle-unload.")
+        raise UsageError("Over several ranks, serve runs the one model it starts with: leave out --models-dir "
+                         f"(and unset {MODELS_DIR_ENV}), --allow-download, --max-models and --idle-unload.")
 
 
 def _open(args: argparse.Namespace, choice, notice=None, kv_budget=None):

@@ -50,7 +50,8 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
     TITLE = "mlxchat"
 
     def __init__(self, open_command: p.Open, *, engine_mode: str = "process", show_figures: bool = True,
-                 show_sidebar: bool = True, mcp_servers: Sequence[Any] = (), mcp_config: str | None = None) -> None:
+                 show_sidebar: bool = True, mcp_servers: Sequence[Any] = (), mcp_config: str | None = None,
+                 models_dir: Path | None = None) -> None:
         super().__init__()
         self.open_command = open_command
         self.show_figures = show_figures  # False in snapshot tests: no timings, ages or memory on screen
@@ -68,6 +69,7 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
         self.model_defaults: dict[str, Any] = {}  # the model's recommended sampling (for the settings screen)
         self.collector = CollectorHold()
         self.mcp_config = mcp_config  # the MCP config file read (app.mcp.config), for the tools screen
+        self.models_dir = models_dir  # --models-dir, whose folders the model switch (F5) lists
         self.mcp_servers, self.always_allowed = [], set()
         if mcp_servers:
             from app.mcp.hub import McpHub

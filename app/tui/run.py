@@ -9,11 +9,12 @@ from app.tui.protocol import Open
 
 def open_command(args: argparse.Namespace) -> Open:
     """The engine host's first command, from mlxchat's options (checked here: UsageError when they don't fit)."""
-    from app.options import generation_params, given_params, kv_config
+    from app.options import generation_params, given_params, kv_config, model_choice
     from mlxcore.configs import check_num_draft
     kv = kv_config(args)
     generation_params(args)  # out-of-range values fail here, before the window opens
-    return Open(model=args.model, draft=args.draft, no_draft=args.no_draft, kv=kv.kind, max_kv=kv.max_kv,
+    choice = model_choice(args)  # a --models-dir name or a cached repo, as `ask` resolves it
+    return Open(model=choice.model, draft=choice.draft, no_draft=choice.no_draft, kv=kv.kind, max_kv=kv.max_kv,
                 max_kv_bytes=kv.max_kv_bytes, block_size=kv.block_size, kv_bits=kv.kv_bits,
                 num_draft=check_num_draft(args.num_draft), params=given_params(args),
                 system=args.system, think=args.think,
@@ -22,9 +23,10 @@ def open_command(args: argparse.Namespace) -> Open:
 
 def run_tui(args: argparse.Namespace) -> int:
     """Run the chat until the user quits; returns the exit status."""
+    from app.options import models_dir
     from app.tui.app import ChatApp
     config, servers = mcp_servers(getattr(args, "mcp_config", None))
-    result = ChatApp(open_command(args), mcp_servers=servers, mcp_config=config).run()
+    result = ChatApp(open_command(args), mcp_servers=servers, mcp_config=config, models_dir=models_dir(args)).run()
     return result or 0
 
 
