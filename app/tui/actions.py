@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from app.options import model_catalog
 from app.tui import protocol as p
 from app.tui.screens.dialogs import ConfirmDialog, TextDialog
 from app.tui.screens.help import HelpScreen
+from app.tui.screens.model_picker import ModelPicker
 from app.tui.screens.settings import ChosenSettings, SettingsScreen
 from app.tui.text_parts import code_blocks, split_reply
 from app.tui.widgets.message_view import MessageView
@@ -19,6 +22,7 @@ class ChatActions:
 
     client: Any
     open_command: p.Open
+    models_dir: Path | None  # --models-dir, for the model switch
     state: p.Conversation | None
     generating: bool
     picking: int
@@ -167,7 +171,7 @@ class ChatActions:
             self.notify("Settings applied to the next replies.")
 
     def action_switch_model(self) -> None:
-        if self._busy():
+        if isinstance(self.screen, ModelPicker) or self._busy():  # F5 again: the picker is already open
             return
         if self.answering:
             self.notify("Other chats are still answering: wait for them before switching the model.",
@@ -180,9 +184,8 @@ class ChatActions:
                 self.status.loading(f"Loading {ref.strip()}…")
                 self.open_command = p.Open(**{**self.open_command.__dict__, "model": ref.strip(), "draft": None})
                 self.client.send(self.open_command)
-        self.push_screen(TextDialog("Switch model", self.open_command.model or "",
-                                    "A hub repo (org/name), a local MLX folder, or mini-target. "
-                                    "The chat continues on the new model."), chosen)
+        catalog = model_catalog(self.models_dir)  # what --model names: ask's and `mlxchat models`' list
+        self.push_screen(ModelPicker(catalog.listing, self.open_command.model), chosen)
 
     # view -------------------------------------------------------------------------------------
 
