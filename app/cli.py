@@ -18,8 +18,8 @@ from sessions.terminal_text import printable
 
 # mlx.launch stops every rank once one fails: a rank that leaves the telling to rank 0 waits this long first
 FOLLOWER_EXIT_DELAY_S = 1.0
-LOADING_COMMANDS = ("ask", "serve", "bench")
-MODEL_COMMANDS = (None, "ask", "serve", "models")  # those with --models-dir (None: the chat window)  # those that load a model and print to a terminal as they run
+LOADING_COMMANDS = ("ask", "serve", "bench")  # those that load a model and print to a terminal as they run
+MODEL_COMMANDS = (None, "ask", "serve", "models")  # those with --models-dir (None: the chat window)
 RANKED_COMMANDS = ("ask", "serve")  # what runs on several ranks under mlx.launch (see README, Several machines)
 RANKS_EPILOG = ("A model too big for one Mac runs split over several with MLX's launcher, e.g. "
                 "mlx.launch --hostfile hosts.json --backend ring -- mlxchat {command} ... (rank 0, the first host, "
@@ -150,8 +150,9 @@ def run_models(args: argparse.Namespace) -> int:
                           "hub_cache": str(hub_cache_dir()), "models": rows}, indent=2))
         return 0
     width = max((len(row["id"]) for row in rows), default=0)
-    for row in rows:
-        print(f"{printable(row['id'], limit=None):<{width}}  {row['source']:<10}  {printable(row['path'] or '', limit=None)}")
+    for row in rows:  # names and paths come from the disk: printable, as any file name shown
+        name, path = printable(row["id"], limit=None), printable(row["path"] or "", limit=None)
+        print(f"{name:<{width}}  {row['source']:<10}  {path}")
     return 0
 
 
