@@ -9,22 +9,19 @@ Read from the disk on every call (cheap: directory listings), so a model copied 
 runs is found. Clients name models; they never give paths: only what is listed here loads, and a
 repo id that is not cached only with ``--allow-download``.
 
-MLX-free: the window's process lists models with it (tests/test_models_by_name.py checks), so it does not
-import ``mlxcore.hub`` or ``mlxcore.loading`` (both import mlx_lm), and repeats the few lines it needs of them.
+MLX-free: the window's process lists models with it (tests/test_models_by_name.py checks), so it takes hub
+names and the cache folder from ``mlxcore.hub_names``, not ``mlxcore.hub`` or ``mlxcore.loading`` (mlx_lm).
 """
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from assets import MODELS_DIR
 from mlxcore.configs import ModelChoice
-
-WEIGHTS_GLOB = "model*.safetensors"  # mlxcore.fingerprint's
-REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")  # mlxcore.hub's
+from mlxcore.fingerprint import WEIGHTS_GLOB
+from mlxcore.hub_names import hub_cache_dir, is_repo_id
 
 
 @dataclass(frozen=True)
@@ -39,21 +36,6 @@ class ModelEntry:
 
 def is_model_folder(folder: Path) -> bool:
     return (folder / "config.json").is_file() and any(folder.glob(WEIGHTS_GLOB))
-
-
-def is_repo_id(ref: str) -> bool:
-    """Whether ``ref`` has the shape of a hub repo id, "org/name" (as ``mlxcore.hub.is_repo_id``)."""
-    return bool(REPO_ID.match(ref)) and ".." not in ref
-
-
-def hub_cache_dir() -> Path:
-    """The hub cache folder as the environment says now (as ``mlxcore.hub.hub_cache_dir``)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    from huggingface_hub import constants
-    return Path(constants.HF_HUB_CACHE)
 
 
 def embedded_entries() -> list[ModelEntry]:

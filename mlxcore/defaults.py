@@ -12,7 +12,8 @@ import socket
 import threading
 from urllib.parse import urlparse
 
-from mlxcore.hub import cached_snapshot, env_flag, offline_by_env
+from mlxcore.hub import cached_snapshot
+from mlxcore.hub_names import env_flag, offline_by_env
 
 ONLINE_TARGET = "mlx-community/Qwen3-8B-4bit"
 ONLINE_DRAFT = "mlx-community/Qwen3-0.6B-4bit"

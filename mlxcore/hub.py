@@ -9,14 +9,12 @@ in the CLI or in a test, still takes effect.
 from __future__ import annotations
 
 import errno
-import os
-import re
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from huggingface_hub import constants, snapshot_download, try_to_load_from_cache
+from huggingface_hub import snapshot_download, try_to_load_from_cache
 from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
                                      RepositoryNotFoundError)
 from huggingface_hub.utils import tqdm as hf_tqdm
@@ -24,38 +22,13 @@ from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS
 
 from mlxcore.errors import ModelLoadError
 from mlxcore.fingerprint import WEIGHTS_GLOB, one_line
+from mlxcore.hub_names import hub_cache_dir, offline_by_env
 
 Progress = Callable[[int, int], None]
 """Called with (bytes done, bytes total so far) while a download runs, from worker threads."""
 
-REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
-_TRUE = {"1", "true", "yes", "on"}
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}  # no space left, or over the disk quota
 _NOT_WRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS}
-
-
-def is_repo_id(ref: str) -> bool:
-    """Whether ``ref`` has the shape of a hub repo id, "org/name"."""
-    return bool(REPO_ID.match(ref)) and ".." not in ref
-
-
-def env_flag(name: str) -> bool:
-    """Whether the environment variable ``name`` is set to a true value ("1", "true", ...)."""
-    return os.environ.get(name, "").strip().lower() in _TRUE
-
-
-def offline_by_env() -> bool:
-    """Whether the environment forbids network access: HF_HUB_OFFLINE or MLXCHAT_OFFLINE."""
-    return env_flag("HF_HUB_OFFLINE") or env_flag("TRANSFORMERS_OFFLINE") or env_flag("MLXCHAT_OFFLINE")
-
-
-def hub_cache_dir() -> Path:
-    """The hub cache folder as the environment says now (HF_HUB_CACHE, then HF_HOME/hub)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    return Path(constants.HF_HUB_CACHE)
 
 
 def cached_snapshot(repo_id: str) -> Path | None:

@@ -27,7 +27,8 @@ from mlxcore.distributed.world import SINGLE, World
 from mlxcore.errors import ModelLoadError, TokenizerMismatchError
 from mlxcore.fingerprint import WEIGHTS_GLOB, model_fingerprint, one_line, read_config
 from mlxcore.generation_config import read_generation_defaults
-from mlxcore.hub import Progress, download, is_repo_id
+from mlxcore.hub import Progress, download
+from mlxcore.hub_names import is_repo_id
 from mlxcore.out_of_memory import is_out_of_memory, not_enough_memory
 
 _TOO_LONG_WARNING = "sequence-length-is-longer-than-the-specified-maximum"  # transformers' key for it
