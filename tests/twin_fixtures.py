@@ -7,6 +7,7 @@ Every module that imports them shares one root, so a twin is built once per run.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,14 @@ PADDED_VOCAB_EXTRA = 64  # rows a padded draft has beyond the target's 151,936
 
 @pytest.fixture(scope="session")
 def twins_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This run's twin cache; build other variants into it with ``twin_folder(..., root=twins_root)``."""
-    return tmp_path_factory.getbasetemp() / "twins"
+    """This run's twin cache; build other variants into it with ``twin_folder(..., root=twins_root)``.
+
+    Under pytest-xdist each worker has its own base folder; the twins go one level up, shared by the
+    run's workers (``twin_folder`` builds under a lock, so two workers build a twin once).
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return shared / "twins"
 
 
 @pytest.fixture(scope="session")
