@@ -31,7 +31,8 @@ from mlxcore.launch import ModelChoice, open_engine
 from mlxcore.sequences import common_prefix_length
 from bench.session_restore import long_message, long_session, twin
 from sessions.file_read import read_contents
-from sessions.session_file import export_compact, load_session
+from sessions.chat_session import ChatSession
+from sessions.session_file import export_compact
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = ("Thank you. One more question: what is 15 + 27?", "And what is 6 times 7?",
@@ -96,7 +97,7 @@ def open_dead_vs_compact(engine: Engine, folder: Path, runs: int, *, min_tokens:
 def _open_seconds(path: Path, engine: Engine) -> float:
     fresh = twin(engine)  # an empty pool: nothing shared with an earlier open
     start = time.perf_counter()
-    session = load_session(path, fresh)
+    session = ChatSession.load(path, fresh)
     seconds = time.perf_counter() - start
     session.caches.release()
     return seconds

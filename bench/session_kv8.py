@@ -21,7 +21,7 @@ from mlxcore.kv.kv_format import kv_format
 from mlxcore.launch import ModelChoice, open_engine
 from bench.session_restore import long_session
 from sessions.file_read import read_contents
-from sessions.session_file import load_session
+from sessions.chat_session import ChatSession
 
 
 def kv8_session_file_ratio(target_ref: str, draft_ref: str | None, *, min_tokens: int = 2000) -> dict:
@@ -32,7 +32,7 @@ def kv8_session_file_ratio(target_ref: str, draft_ref: str | None, *, min_tokens
     with tempfile.TemporaryDirectory() as folder:
         paths = {"float": Path(folder) / "float.mlxchat", "q8": Path(folder) / "q8.mlxchat"}
         session.save(paths["float"])
-        converted = load_session(paths["float"], engines[8])
+        converted = ChatSession.load(paths["float"], engines[8])
         assert converted.caches.target.tokens == session.caches.target.tokens
         converted.save(paths["q8"])
         files = {name: path.stat().st_size for name, path in paths.items()}

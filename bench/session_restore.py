@@ -30,7 +30,6 @@ from mlxcore.launch import ModelChoice, open_engine
 from mlxcore.params import GenerationParams
 from sessions.chat_session import ChatSession
 from sessions.messages import Message
-from sessions.session_file import load_session
 from sessions.store import SessionStore
 
 NEXT = "Thank you. One more question: what is 15 + 27?"
@@ -111,7 +110,7 @@ def twin(engine: Engine) -> Engine:
 
 def _restored_seconds(path: Path, engine: Engine) -> float:
     start = time.perf_counter()
-    session = load_session(path, engine)
+    session = ChatSession.load(path, engine)
     session.params = replace(session.params, max_tokens=1)
     session.send(NEXT)
     return time.perf_counter() - start

@@ -25,6 +25,7 @@ from sessions.tools import Toolbox, ToolSpec
 
 if TYPE_CHECKING:
     from sessions.file_append import FileMark
+    from sessions.session_file import Opened
 
 
 class ChatSession:
@@ -354,5 +355,19 @@ class ChatSession:
     @classmethod
     def load(cls, path: str | Path, engine: Engine) -> ChatSession:
         """Open a session file on ``engine``; a file made with another model rebuilds its cache."""
-        from sessions.session_file import load_session
-        return load_session(Path(path), engine)
+        from sessions.session_file import read_session
+        return cls.opened(read_session(Path(path), engine), engine)
+
+    @classmethod
+    def opened(cls, opened: Opened, engine: Engine) -> ChatSession:
+        """The session a file or the store held (read and checked: ``sessions.session_file.Opened``), its caches
+        restored; ``restore_note`` says what the next turn rebuilds."""
+        from sessions.session_file import restore_caches
+
+        saved = opened.saved
+        use_draft = saved.use_draft or saved.draft_fingerprint is None  # saved without a draft: not a choice
+        session = cls(engine, saved.system, saved.params, enable_thinking=saved.enable_thinking, use_draft=use_draft)
+        session.messages.extend(saved.history)
+        session.title, session.created_at = saved.title, saved.created
+        restore_caches(opened, session)
+        return session

@@ -1,11 +1,13 @@
-"""Save a ChatSession to one file and open it again: ``save_session`` and ``load_session``.
+"""Save a ChatSession to one file and read it again: ``save_session``, and ``read_session`` and
+``restore_caches`` (which ``ChatSession.load`` calls: the session is built there, so that this module does not
+import it back).
 
 The file holds a JSON header (file_header.py) and the target's and draft's caches,
 quantized ones as the pool stores them (saved_kv.py): as KV blocks in the appending
 layout that saves write (format 3: file_layout.py, file_save.py), or as one
 safetensors payload in the whole files of formats 1 and 2 (file_format.py), which
 still open; the first save after opening one writes the appending layout. Loading
-checks the whole file first, then builds the session; a file made with another
+checks the whole file first, then the session is built; a file made with another
 model, with another kind of KV cache, or with a rotating window that has less
 rewind room than this engine's drafts need, restores its conversation and leaves
 the cache to be rebuilt by the next turn's prefill, saying so in ``session.restore_note``. A paged cache saved
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,12 +88,21 @@ def session_header(session: ChatSession, caches: dict[str, tuple[KVGeometry, dic
         messages=session.messages, kind=session.caches.target.kind, caches=caches)
 
 
-def load_session(path: Path, engine: Engine) -> ChatSession:
-    """Open the session file ``path`` on ``engine``; ``SessionFileError`` if it is not a valid one.
+@dataclass
+class Opened:
+    """A session file's or a stored chat's contents, checked: what ``ChatSession.opened`` builds a session of."""
 
-    Everything is read and checked before the session is built. ``restore_note``
-    on the result is a line for the user when part of the cache is rebuilt, else None.
-    """
+    saved: SavedSession
+    tensors: dict[str, mx.array]  # the caches to restore, by tensor name ("target.…", "draft.…")
+    restore: list[str]  # the roles whose caches are restored ("target", "draft"); the others are rebuilt
+    notes: list[str] = field(default_factory=list)  # for the user: what is rebuilt or converted, and why
+    where: str = ""  # the file or chat, for errors
+    mark: FileMark | None = None  # a file in the appending layout: its next save appends
+
+
+def read_session(path: Path, engine: Engine) -> Opened:
+    """The session file ``path`` read and checked for ``engine``; ``SessionFileError`` if it is not a valid one.
+    Everything is read and checked before a session is built (``ChatSession.load``)."""
     where = str(path)
     contents = share(engine.world, lambda: read_contents(Path(path)))  # rank 0's file, over several ranks
     saved = read_saved_session(contents.header, where)
@@ -100,11 +112,10 @@ def load_session(path: Path, engine: Engine) -> ChatSession:
     if contents.torn:
         notes.insert(0, f"{Path(path).name} ends in a save that did not finish ({contents.torn:,} bytes): it opens "
                         "at its last complete save.")
-    session = open_saved(saved, engine, tensors, restore, notes, where)
+    opened = checked(saved, engine, tensors, restore, notes, where)
     if contents.commit is not None:  # the next save of this file appends to it
-        mark = mark_of(Path(path), contents.commit, keys, contents.stat)
-        session.saved_files[mark.path] = mark
-    return session
+        opened.mark = mark_of(Path(path), contents.commit, keys, contents.stat)
+    return opened
 
 
 def cache_tensors(saved: SavedSession, contents: FileContents, where: str) -> tuple[dict[str, mx.array],
@@ -128,14 +139,14 @@ def cache_tensors(saved: SavedSession, contents: FileContents, where: str) -> tu
     return tensors, keys
 
 
-def open_saved(saved: SavedSession, engine: Engine, tensors: dict[str, mx.array], restore: list[str],
-               notes: list[str], where: str) -> ChatSession:
-    """The session ``saved`` describes, its ``restore`` caches rebuilt from ``tensors`` (checked already)."""
+def checked(saved: SavedSession, engine: Engine, tensors: dict[str, mx.array], restore: list[str],
+            notes: list[str], where: str) -> Opened:
+    """``saved`` with the tensors of its ``restore`` caches (checked already), once they fit ``engine``."""
     for role in restore:
         if not getattr(saved, role).fits(engine.whole_geometry(role)):
             raise SessionFileError(f"{where}: its {role} cache does not fit the model it was saved with "
                                    "(same fingerprint, other shape): the file is inconsistent.")
-    return _build_session(saved, engine, tensors, restore, notes, where)
+    return Opened(saved, tensors, restore, notes, where)
 
 
 def check_tensors(saved: SavedSession, tensors: dict[str, mx.array], where: str) -> None:
@@ -187,30 +198,23 @@ def _rewind_room_fits(cache: SavedCache, engine: Engine) -> bool:
     return cache.state.get("max_rewind", engine.rewind_room) >= engine.rewind_room
 
 
-def _build_session(saved: SavedSession, engine: Engine, tensors: dict[str, mx.array], restore: list[str],
-                   notes: list[str], where: str) -> ChatSession:
-    from sessions.chat_session import ChatSession
-
-    # A file saved without a draft model did not choose plain decoding: use the engine's draft.
-    use_draft = saved.use_draft or saved.draft_fingerprint is None
-    session = ChatSession(engine, saved.system, saved.params, enable_thinking=saved.enable_thinking,
-                          use_draft=use_draft)
-    session.messages.extend(saved.history)
-    restore, format_notes = _format_plan(saved, session.caches, restore)
-    note = " ".join(notes + format_notes) or None
-    session.title, session.created_at, session.restore_note = saved.title, saved.created, note
+def restore_caches(opened: Opened, session: ChatSession) -> None:
+    """Put ``opened``'s caches into ``session`` (new, built from ``opened.saved``), and its note for the user."""
+    restore, format_notes = _format_plan(opened.saved, session.caches, opened.restore)
+    session.restore_note = " ".join(opened.notes + format_notes) or None
     restored: list[ModelCache] = []
     try:
         for role in restore:  # the plan names the draft only when this session decodes with it
-            cache = _restore_cache(engine, role, saved, tensors)
+            cache = _restore_cache(session.engine, role, opened.saved, opened.tensors)
             restored.append(cache)
             getattr(session.caches, role).release()
             setattr(session.caches, role, cache)
     except (CacheStateError, CacheShapeError) as error:
         for cache in restored:
             cache.release()
-        raise SessionFileError(f"{where}: its cache cannot be restored: {error}") from None
-    return session
+        raise SessionFileError(f"{opened.where}: its cache cannot be restored: {error}") from None
+    if opened.mark is not None:
+        session.saved_files[opened.mark.path] = opened.mark
 
 
 def _format_plan(saved: SavedSession, fresh: Caches, restore: list[str]) -> tuple[list[str], list[str]]:

@@ -35,7 +35,7 @@ from sessions.errors import SessionFileError, SessionNotFoundError
 from sessions.export import transcript_markdown
 from sessions.file_header import SavedSession
 from sessions.messages import Message
-from sessions.session_file import load_session
+from sessions.session_file import read_session
 from sessions.store_chat import ChatCut, SaveReport, commit_chat, cut_chat, export_file, load_chat, read_saved
 from sessions.store_db import SUFFIX
 from sessions.store_files import (ID, chat_files, copy_checked, mtime, remove_quietly, retitle,
@@ -181,12 +181,14 @@ class SessionStore:
         return report
 
     def load(self, session_id: str, engine: Engine) -> ChatSession:
-        """Open a stored session on ``engine`` (see ``load_session``) and hold it; ``save`` updates it."""
+        """Open a stored session on ``engine`` (see ``ChatSession.load``) and hold it; ``save`` updates it."""
         self._existing(session_id)
         held = session_id in self._held
         self.claim(session_id)
         try:  # looked for again under the lock: it may have been deleted just before
-            session = load_chat(self._index, session_id, engine) or load_session(self._existing(session_id), engine)
+            opened = load_chat(self._index, session_id, engine) or read_session(self._existing(session_id), engine)
+            from sessions.chat_session import ChatSession
+            session = ChatSession.opened(opened, engine)
         except BaseException:
             if not held:
                 self.release(session_id)

@@ -35,7 +35,7 @@ from sessions.file_format import encode_header
 from sessions.file_header import ROLES_SAVED, SavedSession, read_saved_session
 from sessions.kv_blocks import CacheBlocks, cache_blocks, tensors_from_blocks
 from sessions.file_save import convert_whole
-from sessions.session_file import open_saved, restore_plan, saved_caches, session_header
+from sessions.session_file import Opened, checked, restore_plan, saved_caches, session_header
 from sessions.store_gc import BlockLock
 from sessions.store_index import ChatRecord, StoreIndex
 
@@ -97,8 +97,9 @@ def read_saved(index: StoreIndex, chat: str) -> SavedSession | None:
     return None if record is None else read_saved_session(saved_header(record), _where(index.root, chat))
 
 
-def load_chat(index: StoreIndex, chat: str, engine: Engine) -> ChatSession | None:
-    """Open ``chat`` on ``engine`` (None when there is no such chat); see ``session_file.load_session``.
+def load_chat(index: StoreIndex, chat: str, engine: Engine) -> Opened | None:
+    """``chat`` read and checked for ``engine`` (None when there is no such chat); ``ChatSession.opened`` builds
+    the session, as it does of a file (``session_file.read_session``).
 
     A missing or damaged block costs the cache, not the chat: the conversation opens
     and the cache is rebuilt by the next turn, as ``restore_note`` says.
@@ -118,7 +119,7 @@ def load_chat(index: StoreIndex, chat: str, engine: Engine) -> ChatSession | Non
             restore, tensors = [], {}
             notes = [f"Its saved cache could not be read ({error}): the conversation is restored and its "
                      "cache will be rebuilt on the next turn."]
-    return open_saved(saved, engine, tensors, restore, notes, where)
+    return checked(saved, engine, tensors, restore, notes, where)
 
 
 def export_file(index: StoreIndex, chat: str, path: Path) -> bool:

@@ -25,8 +25,6 @@ ALLOWED_UP = {("app.cli", "bench.command")}
 KNOWN_CIRCLES = [
     # Engine.generate is one request to the batching runner, which runs on the Engine.
     {"mlxcore.engine", "mlxcore.batching.one_reply", "mlxcore.batching.local", "mlxcore.batching.runner"},
-    # ChatSession.save and .load hand over to session_file, which builds the ChatSession it reads.
-    {"sessions.chat_session", "sessions.session_file"},
 ]
 
 

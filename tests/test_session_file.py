@@ -33,7 +33,7 @@ from sessions.file_header import VERSION, read_saved_session
 from sessions.file_save import convert_whole
 from sessions.messages import Message
 from sessions.safetensors_payload import encode_tensors
-from sessions.session_file import load_session
+
 from turn_checks import same_state
 
 HELPER = Path(__file__).with_name("session_kill_helper.py")
@@ -195,7 +195,7 @@ def assert_rejected(path: Path, engine, match: str) -> None:
     """Loading raises SessionFileError matching ``match``, and leaves the file exactly as it was."""
     before = (path.read_bytes(), path.stat().st_mtime_ns) if path.is_file() else None
     with pytest.raises(SessionFileError, match=match):
-        load_session(path, engine)
+        ChatSession.load(path, engine)
     assert before is None or before == (path.read_bytes(), path.stat().st_mtime_ns)
 
 
@@ -293,7 +293,7 @@ FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=list(Heal
 
 def load_or_reject(path: Path, engine) -> None:
     try:
-        load_session(path, engine)
+        ChatSession.load(path, engine)
     except SessionFileError:
         pass
 
@@ -319,7 +319,7 @@ def test_fuzz_damaged_bytes_only_give_session_file_error(valid, tmp_path_factory
     if bytes(raw) == original:
         return
     with pytest.raises(SessionFileError):
-        load_session(path, engine)
+        ChatSession.load(path, engine)
 
 
 SCALARS = (st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.text(max_size=8)
@@ -385,9 +385,9 @@ def test_sigkill_during_save_leaves_the_previous_file_loadable(tmp_path):
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert saver.stdout.readline().startswith("saved"), saver.stderr.read()
-            load_session(path, engine)  # readable while being rewritten
+            ChatSession.load(path, engine)  # readable while being rewritten
             time.sleep(rng.uniform(0.0, 0.3))
         finally:
             os.kill(saver.pid, signal.SIGKILL)
             saver.wait()
-        assert load_session(path, engine).caches.target.offset == 2048
+        assert ChatSession.load(path, engine).caches.target.offset == 2048

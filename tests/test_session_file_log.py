@@ -31,7 +31,7 @@ from sessions.file_layout import HEAD_BYTES, TRAILER_BYTES, encode_record, encod
 from sessions.file_read import read_contents
 from sessions.file_save import COMPACT_AT, write_session_file
 from sessions.kv_blocks import state_blocks
-from sessions.session_file import load_session, saved_caches, session_header
+from sessions.session_file import saved_caches, session_header
 from turn_checks import same_chat
 
 NOTES = " ".join(f"Note {i}: street {i * 7} sold {i * 3 + 11} apples." for i in range(30))
@@ -80,7 +80,7 @@ def test_each_save_appends_only_the_blocks_the_file_lacks_and_loads_as_saved(tmp
         elif before is not None:
             assert mark.live == len(data), f"{step}: compacted, as appending would leave half the file dead"
             compactions.append(step)
-        assert same_chat(load_session(path, tiny_engine("paged")), session), step
+        assert same_chat(ChatSession.load(path, tiny_engine("paged")), session), step
     assert "clear" in compactions, "the clear left most of the file dead"
 
 
@@ -126,7 +126,7 @@ def test_a_save_to_another_path_writes_it_whole_and_the_first_file_still_appends
     session.save(tmp_path / "a.mlxchat")
     assert (tmp_path / "a.mlxchat").read_bytes().startswith(old), "a.mlxchat is appended to"
     for name in ("a", "b"):
-        assert same_chat(load_session(tmp_path / f"{name}.mlxchat", tiny_engine("paged")), session)
+        assert same_chat(ChatSession.load(tmp_path / f"{name}.mlxchat", tiny_engine("paged")), session)
 
 
 def test_a_file_another_session_replaced_is_written_whole_not_appended_to(tmp_path):
@@ -137,7 +137,7 @@ def test_a_file_another_session_replaced_is_written_whole_not_appended_to(tmp_pa
     second.save(path)  # a new file under the same name
     play(first, STEPS[1])
     first.save(path)
-    assert same_chat(load_session(path, tiny_engine("paged")), first)
+    assert same_chat(ChatSession.load(path, tiny_engine("paged")), first)
     assert read_contents(path).commit.live_bytes == path.stat().st_size, "written whole"
 
 
@@ -147,12 +147,12 @@ def test_a_save_another_process_appended_is_not_taken_for_a_torn_one(tmp_path):
     path, session = tmp_path / "chat.mlxchat", new_session()
     play(session, STEPS[0])
     session.save(path)
-    other = load_session(path, tiny_engine("paged"))
+    other = ChatSession.load(path, tiny_engine("paged"))
     play(other, "Something else entirely.")
     other.save(path)  # appended after what ``session`` knows
     play(session, STEPS[1])
     session.save(path)
-    assert same_chat(load_session(path, tiny_engine("paged")), session)
+    assert same_chat(ChatSession.load(path, tiny_engine("paged")), session)
     assert read_contents(path).commit.live_bytes == path.stat().st_size, "written whole, not appended"
 
 
@@ -170,7 +170,7 @@ def test_exporting_an_earlier_mlxchats_chat_file_writes_the_compact_layout(tmp_p
     store.close()
     assert appending(tmp_path / "out.mlxchat")
     assert read_contents(tmp_path / "out.mlxchat").commit.live_bytes == (tmp_path / "out.mlxchat").stat().st_size
-    assert same_chat(load_session(tmp_path / "out.mlxchat", tiny_engine("paged")), session)
+    assert same_chat(ChatSession.load(tmp_path / "out.mlxchat", tiny_engine("paged")), session)
 
 
 # --- torn saves and the layout's own damage -------------------------------------------------------------
@@ -182,7 +182,7 @@ def two_saves(tmp_path_factory) -> tuple[bytes, int, ChatSession, ChatSession]:
     session = new_session()
     play(session, STEPS[0])
     session.save(path)
-    first_end, first = path.stat().st_size, load_session(path, tiny_engine("paged"))
+    first_end, first = path.stat().st_size, ChatSession.load(path, tiny_engine("paged"))
     play(session, STEPS[1])
     session.save(path)
     return path.read_bytes(), first_end, first, session
@@ -195,20 +195,20 @@ def test_a_torn_save_opens_at_the_save_before_and_says_so(two_saves, tmp_path, k
     cut = first_end + (int(second * keep) if isinstance(keep, float) else keep % second)
     path = tmp_path / "torn.mlxchat"
     path.write_bytes(data[:cut])
-    opened = load_session(path, tiny_engine("paged"))
+    opened = ChatSession.load(path, tiny_engine("paged"))
     assert same_chat(opened, first)
     assert f"did not finish ({cut - first_end:,} bytes)" in opened.restore_note
     assert "last complete save" in opened.restore_note
     play(opened, STEPS[1])  # the next save drops the torn bytes and appends
     opened.save(path)
     assert path.read_bytes()[:first_end] == data[:first_end]
-    assert same_chat(load_session(path, tiny_engine("paged")), opened)
+    assert same_chat(ChatSession.load(path, tiny_engine("paged")), opened)
 
 
 def assert_refused(path: Path, match: str) -> None:
     before = path.read_bytes()
     with pytest.raises(SessionFileError, match=match):
-        load_session(path, tiny_engine("paged"))
+        ChatSession.load(path, tiny_engine("paged"))
     assert path.read_bytes() == before, "a refused file is left as it was"
 
 
@@ -290,7 +290,7 @@ def test_sigkill_at_every_disk_call_of_a_save_leaves_exactly_the_state_before_or
             outcomes[_which(path, reference, session)] += 1
         _restored(path, before, mark)
         session.saved_files[os.path.realpath(path)] = save()
-        reference = load_session(path, tiny_engine("paged"))
+        reference = ChatSession.load(path, tiny_engine("paged"))
         assert same_chat(reference, session)
     assert sum(outcomes.values()) >= 50 and min(outcomes.values()) > 0, outcomes
 
@@ -323,7 +323,7 @@ def _restored(path: Path, data: bytes | None, mark: FileMark | None) -> FileMark
 def _which(path: Path, before: ChatSession | None, after: ChatSession) -> str:
     if before is None and not path.exists():
         return "before"  # the first save was killed before its rename
-    opened = load_session(path, tiny_engine("paged"))
+    opened = ChatSession.load(path, tiny_engine("paged"))
     if same_chat(opened, after):
         return "after"
     assert before is not None and same_chat(opened, before), "neither the state before nor the one after"
@@ -358,7 +358,7 @@ def test_a_full_disk_during_an_append_leaves_the_file_byte_for_byte(two_saves, t
     run_forked(save)
     assert path.read_bytes() == data, "the file is byte for byte what it was"
     assert "File too large" in failure.read_text() and "still holds its previous save" in failure.read_text()
-    assert same_chat(load_session(path, tiny_engine("paged")), session)
+    assert same_chat(ChatSession.load(path, tiny_engine("paged")), session)
 
 
 def _bytes_needed(tmp_path: Path, header: bytes, cuts, mark: FileMark, data: bytes) -> int:

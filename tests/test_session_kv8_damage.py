@@ -20,7 +20,7 @@ import mlx.core as mx
 from sessions.errors import SessionFileError
 from sessions.file_format import encode_header, read_file, write_file
 from sessions.safetensors_payload import decode_tensors, encode_tensors
-from sessions.session_file import load_session
+from sessions.chat_session import ChatSession
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def valid(tmp_path_factory) -> tuple[bytes, object]:
 def assert_rejected(path: Path, made, match: str) -> None:
     before = path.read_bytes()
     with pytest.raises(SessionFileError, match=match):
-        load_session(path, made)
+        ChatSession.load(path, made)
     assert path.read_bytes() == before, "a refused file is left as it was"
 
 
@@ -60,7 +60,7 @@ def resealed(tmp_path: Path, data: bytes, change_header=None, change_tensors=Non
 def test_the_valid_file_is_quantized_and_opens(valid, tmp_path):
     path = tmp_path / "ok.mlxchat"
     path.write_bytes(valid[0])
-    assert load_session(path, valid[1]).caches.target.geometry.format.name == "q8g32"
+    assert ChatSession.load(path, valid[1]).caches.target.geometry.format.name == "q8g32"
 
 
 @pytest.mark.parametrize("keep", [56, 300, 0.5, 0.9, -200, -33, -1])
@@ -135,6 +135,6 @@ def test_fuzz_tensor_payload_only_gives_session_file_error(valid, tmp_path_facto
     path = tmp_path_factory.mktemp("p") / "p.mlxchat"
     write_file(path, encode_header(header), [bytes(raw)])
     try:
-        load_session(path, valid[1])
+        ChatSession.load(path, valid[1])
     except SessionFileError:
         pass
