@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.policies import make_policy
 from mlxcore.batching.request import Request
 from mlxcore.batching.runner import BatchRunner
-from mlxcore.engine import Engine
 from mlxcore.events import Event
+
+if TYPE_CHECKING:  # the runner runs on an Engine it is given; Engine.generate runs the runner
+    from mlxcore.engine import Engine
 
 
 class LocalBatch:

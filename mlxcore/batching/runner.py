@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -40,12 +41,14 @@ from mlxcore.batching.pool_account import NoPool, PoolAccount
 from mlxcore.batching.tally import Tally
 from mlxcore.caches import Caches
 from mlxcore.decode_speculative import SpeculativeDecoder
-from mlxcore.engine import Engine
 from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
 from mlxcore.reply_text import ReplyText
+
+if TYPE_CHECKING:  # the runner runs on an Engine it is given; Engine.generate runs the runner
+    from mlxcore.engine import Engine
 
 log = logging.getLogger("mlxchat.engine")
 MAX_UNREAD = 64  # events a reply may have waiting for its reader before it is paused (memory stays bounded)
