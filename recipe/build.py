@@ -6,11 +6,9 @@ import json
 import time
 from pathlib import Path
 
-import jinja2
-
 from recipe import corpus
 from recipe.config import DRAFT, MODELS, SEED, TARGET, VOCAB_SIZE, WORK, Budget
-from recipe.template import CHAT_TEMPLATE
+from recipe.template import render
 from recipe.tokenizer import save_tokenizer, train_tokenizer
 
 
@@ -32,8 +30,7 @@ def make_corpus(budget: Budget) -> tuple[list[dict], list[dict]]:
 
 
 def make_tokenizer(train: list[dict]) -> Path:
-    template = jinja2.Environment().from_string(CHAT_TEMPLATE)
-    texts = [template.render(messages=c["messages"]) for c in train]
+    texts = [render(c["messages"], c.get("tools")) for c in train]
     folder = WORK / "tokenizer"
     save_tokenizer(train_tokenizer(texts, VOCAB_SIZE), folder)
     return folder
@@ -69,12 +66,12 @@ def build(budget: Budget, device: str = "cpu", export_models: bool = True) -> No
         log(f"done in {(time.time() - start) / 60:.1f} minutes")
 
 
-def export_all() -> None:
-    """recipe/work/hf/ checkpoints -> assets/models/ (mlx-lm's converter; needs no torch)."""
+def export_all(folder: Path = MODELS) -> None:
+    """recipe/work/hf/ checkpoints -> ``folder`` (assets/models/ by default; mlx-lm's converter, no torch)."""
     from recipe.export import export
 
     hf, tok_dir = WORK / "hf", WORK / "tokenizer"
-    log("exporting")
-    export(hf / "mini-target", MODELS / "mini-target", tok_dir)
-    export(hf / "mini-draft", MODELS / "mini-draft", tok_dir)
-    export(hf / "mini-target", MODELS / "mini-target-4bit", tok_dir, quantize=True)
+    log(f"exporting to {folder}")
+    export(hf / "mini-target", folder / "mini-target", tok_dir)
+    export(hf / "mini-draft", folder / "mini-draft", tok_dir)
+    export(hf / "mini-target", folder / "mini-target-4bit", tok_dir, quantize=True)

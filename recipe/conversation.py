@@ -29,13 +29,20 @@ MAKERS = {  # group -> (weight, task makers)
     "sort": (0.10, [tasks_math.sorting]),
     "facts": (0.12, [tasks_text.capital, tasks_text.legs, tasks_text.planet]),
 }
-GROUPS = list(MAKERS) + ["chat", "persona", "recall"]
-GROUP_WEIGHTS = [w for w, _ in MAKERS.values()] + [0.03, 0.05, 0.13]
+TOOL_GROUPS = ["tool call", "tool answer", "tool direct"]  # the reply is a call; reads a result; needs no tool
+GROUPS = list(MAKERS) + ["chat", "persona", "recall"] + TOOL_GROUPS
+# Tools are offered in 13% of the conversations (the other groups keep their proportions among the rest).
+GROUP_WEIGHTS = [0.87 * w for w, _ in MAKERS.values()] + [0.87 * w for w in (0.03, 0.05, 0.13)] + [0.05, 0.05, 0.03]
 HELDOUT_PERCENT = 10
 
 
 def is_heldout(key: tuple) -> bool:
-    """A stable split: the same instance always lands on the same side."""
+    """A stable split: the same instance always lands on the same side.
+
+    Tool tasks split on their phrasing instead: the reserved phrasings are held out (tasks_tools.RESERVED).
+    """
+    if key[0] == "tool":
+        return key[2]
     digest = hashlib.sha256(repr(key).encode()).digest()
     return int.from_bytes(digest[:4], "little") % 100 < HELDOUT_PERCENT
 
@@ -52,9 +59,10 @@ def roughen(rng: random.Random, text: str) -> str:
 
 
 class Persona:
-    """The system prompt of one conversation and how it shapes every reply."""
+    """The system prompt of one conversation and how it shapes every reply (``styles=False``: a name at most,
+    no greeting or sign-off to add, as in the conversations that offer tools)."""
 
-    def __init__(self, rng: random.Random):
+    def __init__(self, rng: random.Random, styles: bool = True):
         roll = rng.random()
         self.name, self.prefix, self.suffix, self.system = DEFAULT_NAME, "", "", None
         if roll < 0.55:
@@ -65,7 +73,7 @@ class Persona:
         self.name = make_name(rng)
         intro = pick(rng, [f"You are {self.name}, a helpful assistant.", f"Your name is {self.name}.",
                            f"You are {self.name}."])
-        style = rng.random()
+        style = rng.random() if styles else 1.0
         if style < 0.25:
             self.prefix = pick(rng, GREETINGS)
             intro += f' Always start your reply with "{self.prefix}"'

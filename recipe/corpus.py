@@ -7,8 +7,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipe.conversation import (GROUP_WEIGHTS, GROUPS, RECALL, Persona, is_heldout, random_task,
+from recipe import tasks_tools, tools
+from recipe.conversation import (GROUP_WEIGHTS, GROUPS, RECALL, TOOL_GROUPS, Persona, is_heldout, random_task,
                                  recall_value, roughen)
+from recipe.tasks_tools import ToolTask
 
 
 @dataclass(frozen=True)
@@ -18,12 +20,14 @@ class Conversation:
     group: str             # task type of the final question
     key: tuple             # instance key of the final question (decides the split)
     thinking: bool         # whether the final reply was made with thinking on
-    messages: list[dict]   # system/user/assistant messages; assistant content holds <think>...</think>
-    expected: str          # the final reply's visible text
+    messages: list[dict]   # system/user/assistant/tool messages; assistant content holds <think>...</think>
+    expected: str          # the final reply's visible text (a call's is its <tool_call> text)
+    tools: list[dict] | None = None   # the tools offered (OpenAI function tools), if any
+    tool_task: ToolTask | None = None  # the task behind a "tool call" or "tool answer" conversation
 
     def to_json(self) -> str:
         return json.dumps({"group": self.group, "key": repr(self.key), "thinking": self.thinking,
-                           "messages": self.messages, "expected": self.expected})
+                           "messages": self.messages, "expected": self.expected, "tools": self.tools})
 
 
 def assistant(thought: str, visible: str) -> dict:
@@ -51,10 +55,35 @@ def _recall(rng: random.Random, persona: Persona, thinking: bool) -> tuple[tuple
     return key, first + middle + [{"role": "user", "content": roughen(rng, question)}], thought, visible
 
 
+def _tool_conversation(rng: random.Random, group: str, thinking: bool) -> Conversation:
+    """Tools offered: a task that needs one (ending with the call, or with the answer to its result), or not."""
+    persona = Persona(rng, styles=False)
+    system = [{"role": "system", "content": persona.system}] if persona.system else []
+    earlier = _context_turns(rng, persona, thinking, rng.choices([0, 1], weights=[80, 20])[0])
+    if group == "tool direct":
+        task = random_task(rng, rng.choices(GROUPS[:5], k=1)[0], persona)
+        user = roughen(rng, task.user)
+        key = task.key if task.open_key else (task.key, user, persona.system)
+        thought, visible = persona.reply(task, thinking)
+        messages = system + earlier + [{"role": "user", "content": user}, assistant(thought, visible)]
+        return Conversation(group, key, thinking, messages, visible, tasks_tools.offered(rng, None))
+    task = tasks_tools.random_tool_task(rng)
+    offered = tasks_tools.offered(rng, task.name)
+    call = tools.call_message(task.plan if thinking else "", task.name, task.arguments)
+    messages = system + earlier + [{"role": "user", "content": roughen(rng, task.user)}, call]
+    if group == "tool call":
+        return Conversation(group, task.key, thinking, messages, tools.call_text(task.name, task.arguments),
+                            offered, task)
+    messages += [{"role": "tool", "content": task.result}, assistant(task.reading if thinking else "", task.answer)]
+    return Conversation(group, task.key, thinking, messages, task.answer, offered, task)
+
+
 def make_conversation(rng: random.Random, thinking: bool) -> Conversation:
     """One random conversation whose last turn is a checkable task."""
-    persona = Persona(rng)
     group = rng.choices(GROUPS, weights=GROUP_WEIGHTS, k=1)[0]
+    if group in TOOL_GROUPS:
+        return _tool_conversation(rng, group, thinking)
+    persona = Persona(rng)
     if group == "recall":
         key, messages, thought, visible = _recall(rng, persona, thinking)
     else:

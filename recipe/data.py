@@ -17,9 +17,11 @@ class Example:
     reply: list[int]    # the assistant reply the model learns, ending with <|im_end|>
 
 
-def render_prompt(tok: PreTrainedTokenizerFast, messages: list[dict], thinking: bool) -> str:
-    """The templated conversation that asks for the next assistant reply."""
-    return tok.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=thinking, tokenize=False)
+def render_prompt(tok: PreTrainedTokenizerFast, messages: list[dict], thinking: bool,
+                  tools: list[dict] | None = None) -> str:
+    """The templated conversation (with the tools offered, if any) that asks for the next assistant reply."""
+    return tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, enable_thinking=thinking,
+                                   tokenize=False)
 
 
 def to_example(tok: PreTrainedTokenizerFast, conv: dict) -> Example:
@@ -28,9 +30,9 @@ def to_example(tok: PreTrainedTokenizerFast, conv: dict) -> Example:
     Prompt and reply are encoded separately, because at inference the prompt is encoded
     alone and the reply is generated token by token after it.
     """
-    messages, thinking = conv["messages"], conv["thinking"]
-    prompt = render_prompt(tok, messages[:-1], thinking)
-    full = tok.apply_chat_template(messages, tokenize=False)
+    messages, thinking, tools = conv["messages"], conv["thinking"], conv.get("tools")
+    prompt = render_prompt(tok, messages[:-1], thinking, tools)
+    full = tok.apply_chat_template(messages, tools=tools, tokenize=False)
     assert full.startswith(prompt) and full.endswith("<|im_end|>\n"), (prompt, full)
     reply = full[len(prompt):-1]
     return Example(tok.encode(prompt, add_special_tokens=False), tok.encode(reply, add_special_tokens=False))

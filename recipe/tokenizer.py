@@ -11,6 +11,8 @@ from recipe.template import CHAT_TEMPLATE
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # control tokens, hidden when decoding
 THINK = ["<think>", "</think>"]                           # atomic, but kept in decoded text like Qwen3's
+TOOL = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]  # the same, as in Qwen3
+ADDED = THINK + TOOL
 EOS, PAD = "<|im_end|>", "<|endoftext|>"
 # Letters group into words (with one leading space); every digit stands alone so numbers
 # are read and written digit by digit; runs of newlines stay one piece wherever they occur.
@@ -25,10 +27,10 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(THINK), special_tokens=SPECIAL,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(ADDED), special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED])
     assert tok.get_vocab_size() == vocab_size, tok.get_vocab_size()
     return tok
 
@@ -37,7 +39,7 @@ def tokenizer_config(tok: Tokenizer) -> dict:
     """The tokenizer_config.json that makes transformers (and so mlx-lm) use our template and eos."""
     added = {str(tok.token_to_id(t)): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
                                         "single_word": False, "special": t in SPECIAL}
-             for t in SPECIAL + THINK}
+             for t in SPECIAL + ADDED}
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "added_tokens_decoder": added,
