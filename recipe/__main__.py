@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from recipe.config import MODELS
 
 
 def main() -> None:
@@ -12,9 +15,11 @@ def main() -> None:
     build.add_argument("--quick", action="store_true", help="a few-minute smoke build (low accuracy)")
     build.add_argument("--device", default="cpu", help="torch device for training (default: cpu)")
     build.add_argument("--no-export", action="store_true", help="stop after training (checkpoints in recipe/work/hf)")
-    sub.add_parser("export", help="convert recipe/work/hf checkpoints into assets/models/")
-    evaluate = sub.add_parser("evaluate", help="accuracy, draft acceptance, sizes and speeds")
+    export = sub.add_parser("export", help="convert recipe/work/hf checkpoints into assets/models/")
+    export.add_argument("--to", type=Path, default=MODELS, help="destination folder (default: assets/models/)")
+    evaluate = sub.add_parser("evaluate", help="accuracy, tool use, draft acceptance, sizes and speeds")
     evaluate.add_argument("--tasks", type=int, default=400, help="held-out tasks to check (each thinking on and off)")
+    evaluate.add_argument("--models", type=Path, default=MODELS, help="folder of the three models (default: assets/models/)")
     args = parser.parse_args()
     if args.command == "build":
         from recipe.build import build as run_build
@@ -24,11 +29,11 @@ def main() -> None:
     elif args.command == "export":
         from recipe.build import export_all
 
-        export_all()
+        export_all(args.to.resolve())
     else:
         from recipe.evaluate import main as run_evaluate
 
-        run_evaluate(args.tasks)
+        run_evaluate(args.tasks, args.models.resolve())
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`python -m recipe evaluate`: accuracy, draft acceptance, sizes and decode speed of the shipped models."""
+"""`python -m recipe evaluate`: accuracy, tool use, draft acceptance, sizes and decode speed of the models."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ from recipe import corpus
 from recipe.acceptance import acceptance
 from recipe.config import MODELS, SEED, WORK
 from recipe.decode import decode_seconds_per_token, greedy
+from recipe.tool_eval import tool_report
 
 EVAL_SEED = SEED + 7  # a different stream from the build's held-out file, same held-out side of the split
 NAMES = ("mini-target", "mini-target-4bit", "mini-draft")
 
 
-def load(name: str):
+def load(folder: Path):
     from mlx_lm import load as mlx_load
 
-    return mlx_load(str(MODELS / name))
+    return mlx_load(str(folder))
 
 
 def visible_reply(text: str) -> str:
@@ -26,18 +27,18 @@ def visible_reply(text: str) -> str:
     return text.split("</think>")[-1].removesuffix("<|im_end|>").strip("\n")
 
 
-def run_tasks(model, tokenizer, pairs) -> list[dict]:
-    """Greedy replies to every held-out task, thinking on and off."""
+def run_tasks(model, tokenizer, convs) -> list[dict]:
+    """Greedy replies to every held-out conversation (with its tools, if offered)."""
     rows = []
-    for pair in pairs:
-        for conv in pair:
-            prompt = tokenizer.apply_chat_template(conv.messages[:-1], add_generation_prompt=True,
-                                                   enable_thinking=conv.thinking)
-            out = greedy(model, prompt, tokenizer.eos_token_id)
-            text = tokenizer.decode(out, skip_special_tokens=False)
-            rows.append({"group": conv.group, "thinking": conv.thinking, "prompt": prompt, "reply": out,
-                         "text": text, "expected": conv.expected, "question": conv.messages[-2]["content"],
-                         "ok": visible_reply(text) == conv.expected and text.endswith("<|im_end|>")})
+    for conv in convs:
+        prompt = tokenizer.apply_chat_template(conv.messages[:-1], tools=conv.tools, add_generation_prompt=True,
+                                               enable_thinking=conv.thinking)
+        out = greedy(model, prompt, tokenizer.eos_token_id)
+        text = tokenizer.decode(out, skip_special_tokens=False)
+        question = [m["content"] for m in conv.messages if m["role"] == "user"][-1]
+        rows.append({"group": conv.group, "thinking": conv.thinking, "prompt": prompt, "reply": out,
+                     "text": text, "expected": conv.expected, "question": question,
+                     "ok": visible_reply(text) == conv.expected and text.endswith("<|im_end|>")})
     return rows
 
 
@@ -51,8 +52,8 @@ def accuracy(rows: list[dict]) -> dict:
     return {k: (sum(v) / len(v), len(v)) for k, v in table.items()}
 
 
-def folder_mb(name: str) -> float:
-    return sum(p.stat().st_size for p in (MODELS / name).iterdir()) / 1e6
+def folder_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.iterdir()) / 1e6
 
 
 def check_unseen(pairs) -> None:
@@ -66,21 +67,27 @@ def check_unseen(pairs) -> None:
         raise RuntimeError(f"{len(leaked)} held-out conversations occur in {path}")
 
 
-def main(tasks: int) -> None:
+def main(tasks: int, folder: Path = MODELS) -> None:
+    """Evaluate the three models in ``folder``; the report goes to recipe/work/evaluation.json too."""
     per_group = -(-tasks // len(corpus.GROUPS))
     pairs = corpus.heldout_pairs(EVAL_SEED, per_group)
     check_unseen(pairs)
-    models = {name: load(name) for name in NAMES}
+    convs = [conv for pair in pairs for conv in pair]
+    models = {name: load(folder / name) for name in NAMES}
     target, tokenizer = models["mini-target"]
-    rows = run_tasks(target, tokenizer, pairs)
+    rows = run_tasks(target, tokenizer, convs)
+    tool = tool_report(target, tokenizer, rows, convs)
     report = {
+        "models": str(folder),
         "tasks": len(pairs),
         "accuracy": accuracy(rows),
+        "tools": tool["rates"],
         "acceptance": acceptance(models["mini-draft"][0], rows),
         "seconds_per_token": decode_seconds_per_token({n: m for n, (m, _) in models.items()}, rows[0]["prompt"]),
-        "mb": {n: folder_mb(n) for n in NAMES},
+        "mb": {n: folder_mb(folder / n) for n in NAMES},
         "failures": [{k: r[k] for k in ("group", "thinking", "question", "text", "expected")}
                      for r in rows if not r["ok"]],
+        "tool failures": tool["failures"],
     }
     print_report(report)
     WORK.mkdir(parents=True, exist_ok=True)
@@ -91,6 +98,10 @@ def print_report(report: dict) -> None:
     print(f"Held-out tasks: {report['tasks']} (each with thinking on and off), exact match of the visible reply")
     for key, (value, n) in report["accuracy"].items():
         print(f"  {key:<14} {value:6.1%}  ({n} replies)")
+    print("Tool use on held-out phrasings: the call (name and arguments, read by mlxchat's parser), then the"
+          " answer to the tool's result:")
+    for key, (value, n) in report["tools"].items():
+        print(f"  {key:<36} {value:6.1%}  ({n})")
     print("Greedy draft acceptance against the target, on the target's held-out replies:")
     for key, value in report["acceptance"].items():
         print(f"  {key:<28} {value:6.1%}")
@@ -100,4 +111,4 @@ def print_report(report: dict) -> None:
     for name in NAMES:
         print(f"  {name:<17} {mb[name]:5.1f} MB  {per_token[name] * 1e3:6.2f} ms/token  {1 / per_token[name]:6.0f} tok/s")
     ratio = per_token["mini-draft"] / per_token["mini-target"]
-    print(f"  draft/target cost per token: {ratio:.2f}; assets/models total {sum(mb.values()):.1f} MB")
+    print(f"  draft/target cost per token: {ratio:.2f}; {report['models']} total {sum(mb.values()):.1f} MB")

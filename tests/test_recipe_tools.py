@@ -111,3 +111,25 @@ def test_tool_tasks_split_on_reserved_phrasings():
     seen = {corpus.make_conversation(random.Random(s), True).group for s in range(400)}
     assert set(TOOL_GROUPS) <= seen
 
+
+def test_the_round_trip_runs_the_models_call_and_checks_the_answer_to_its_result(qwen3, monkeypatch):
+    from recipe import tool_eval
+
+    conv = next(c for c in tool_conversations(thinking=True) if c.group == "tool call")
+    task = conv.tool_task
+    prompts = []
+
+    def answer(model, prompt, eos):  # a model that reads the result right
+        prompts.append(qwen3.decode(prompt))
+        return qwen3.encode(f"<think>\n{task.reading}\n</think>\n\n{task.answer}<|im_end|>", add_special_tokens=False)
+
+    monkeypatch.setattr(tool_eval, "greedy", answer)
+    row = {"question": task.user, "text": f"<think>\n{task.plan}\n</think>\n\n{conv.expected}<|im_end|>"}
+    trip = tool_eval.round_trip(None, qwen3, row, conv)
+    assert trip["call ok"] and trip["answer ok"]
+    assert prompts[0].endswith(f"<tool_response>\n{task.result}\n</tool_response><|im_end|>\n"
+                               "<|im_start|>assistant\n")
+    assert prompts[0] == render(conv.messages + [{"role": "tool", "content": task.result}], conv.tools,
+                                add_generation_prompt=True, enable_thinking=True)
+    wrong = {**row, "text": row["text"].replace('"arguments": {', '"arguments": {"x": 1, ', 1)}
+    assert not tool_eval.round_trip(None, qwen3, wrong, conv)["call ok"] and len(prompts) == 1
