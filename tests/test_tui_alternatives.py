@@ -57,7 +57,7 @@ def test_three_replies_stream_side_by_side_and_the_one_kept_is_the_chats_reply()
         chunks = record_chunks(app)
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
-            await pilot.press("f4")  # how many replies: the settings
+            await pilot.press("f10")  # how many replies: the settings
             await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen)
                            and bool(app.screen.query("#set-alternatives")), what="the settings")
             app.screen.query_one("#set-alternatives").value = "3"
@@ -181,7 +181,7 @@ def test_settings_refuse_a_number_of_replies_that_does_not_fit():
         app = make_app()
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
-            await pilot.press("f4")
+            await pilot.press("f10")
             await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen)
                            and bool(app.screen.query("#set-alternatives")), what="the settings")
             app.screen.query_one("#set-alternatives").value = "9"

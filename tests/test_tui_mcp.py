@@ -148,7 +148,7 @@ def test_a_tool_switched_off_in_the_tools_screen_is_not_offered_and_a_call_to_it
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
             await wait_for(pilot, lambda: app.tools_ready, what="the MCP server's tools")
-            await pilot.press("f10")
+            await pilot.press("f4")
             await wait_for(pilot, lambda: isinstance(app.screen, McpToolsScreen), what="the tools screen")
             listed = [option.value for option in app.screen.query_one("#mcp-tool-list").options]
             await pilot.press("down", "space", "escape")  # the second tool, divide, off

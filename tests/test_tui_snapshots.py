@@ -85,7 +85,7 @@ def test_settings_screen(snap_compare):
 
     async def run_before(pilot):
         await wait_ready(pilot, app)
-        await pilot.press("f4")
+        await pilot.press("f10")
         await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen), what="the settings")
         steady_cursors(app)
         await pilot.pause()

@@ -123,8 +123,6 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
         yield from super().get_system_commands(screen)
         for action in ACTIONS:
             yield SystemCommand(action.title, action.help, partial(self.run_action, action.action))
-        yield SystemCommand("MCP tools (f10)", "The MCP servers and their tools; switch a tool off or on.",
-                            self.action_mcp_tools)
         logs = screen.query(ChatLog)
         view = logs.first().alternatives if logs else None
         for number in range(1, len(view.columns) + 1 if view is not None else 1):

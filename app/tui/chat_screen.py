@@ -21,8 +21,6 @@ class ChatScreen(Screen):
     BINDINGS = bindings() + [
         Binding("pageup", "scroll_chat(-1)", "Page up", show=False, priority=True),
         Binding("pagedown", "scroll_chat(1)", "Page down", show=False, priority=True),
-        # not in commands.ACTIONS (the help screen): f4 is the settings; the palette lists it
-        Binding("f10", "app.mcp_tools", "MCP tools", show=False, priority=True),
     ]
 
     def __init__(self, show_figures: bool = True, show_sidebar: bool = True) -> None:

@@ -37,8 +37,10 @@ ACTIONS: tuple[ChatAction, ...] = (
     ChatAction("ctrl+t", "toggle_thinking", "Toggle thinking", "Let the model think before answering, or not."),
     ChatAction("ctrl+underscore,f6", "toggle_thinking_blocks", "Show/hide thinking",
                "Expand or collapse the replies' thinking blocks."),
-    ChatAction("f4", "settings", "Settings", "System prompt, temperature, top-p, max tokens, draft.", True),
-    ChatAction("f5", "switch_model", "Switch model", "Load another model; the chat continues on it."),
+    ChatAction("f10", "settings", "Settings", "System prompt, temperature, top-p, max tokens, draft.", True),
+    ChatAction("f4", "mcp_tools", "MCP tools", "The MCP servers and their tools; switch a tool off or on."),
+    ChatAction("f5", "switch_model", "Switch model", "Pick a model to load (those `mlxchat models` lists, or another); "
+               "the chat continues on it."),
     ChatAction("f9", "restart_engine", "Restart the engine",
                "Start the model process again after it stopped; the chat goes on from its file."),
     ChatAction("ctrl+b", "toggle_sidebar", "Sessions", "Show or hide the list of saved chats.", True),

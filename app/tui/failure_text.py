@@ -18,7 +18,7 @@ _HINTS = {
     "OverloadedError": "Start a new chat (ctrl+n) or let the chats answering in the background end, or restart "
                        "mlxchat with a larger --max-kv (e.g. --max-kv 8GB).",
     "PromptError": "Start a new chat (ctrl+n) or shorten the message.",
-    "SystemPromptTooLongError": "Shorten the system prompt in the settings (f4), or restart mlxchat with a "
+    "SystemPromptTooLongError": "Shorten the system prompt in the settings (f10), or restart mlxchat with a "
                                 "larger --max-kv.",
     "SideBySideError": "Send it with Enter for one reply, or restart mlxchat with --kv paged (the default).",
 }

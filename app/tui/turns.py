@@ -22,7 +22,7 @@ class TurnView:
     generating: bool
     pending_reply: str | None
     turn = 0  # the engine's number of the turn on screen; 0 when there is none
-    alternatives_count = 2  # replies f7 asks for (settings, f4)
+    alternatives_count = 2  # replies f7 asks for (settings, f10)
 
     @property
     def picking(self) -> int:
@@ -104,7 +104,7 @@ class TurnView:
             self.notify("Type a message first: f7 answers it with several replies side by side.", severity="warning")
             return
         if self.state.params.get("temperature") == 0:
-            self.notify("At temperature 0 the replies are all the same: raise it in the settings (f4).",
+            self.notify("At temperature 0 the replies are all the same: raise it in the settings (f10).",
                         severity="warning")
         text = self.prompt.take()
         if text is None:

@@ -17,7 +17,7 @@ class McpToolsScreen(ModalScreen[frozenset[str]]):
     """Lists every server and its tools; space (or a click) switches a tool off or on. Dismisses with the
     names of the tools switched off."""
 
-    BINDINGS = [Binding("escape,f10", "close", "Close")]
+    BINDINGS = [Binding("escape,f4", "close", "Close")]
 
     def __init__(self, servers: list, switched_off: frozenset[str], config: str | None) -> None:
         super().__init__(classes="dialog")

@@ -76,7 +76,7 @@ class StatusLine(Static):
 
     def show_idle(self, reason: str = "") -> None:
         label = {"stopped": "stopped", "length": "max tokens reached", "error": "failed",
-                 "cut while thinking": "cut off while thinking: no answer (raise max tokens, f4)"}.get(reason, "")
+                 "cut while thinking": "cut off while thinking: no answer (raise max tokens, f10)"}.get(reason, "")
         figures = stats_text(self.stats) if self.stats and self.show_figures else ""
         lead = "" if figures else self.model  # the header names the model; the figures need the room
         self.update(" · ".join(x for x in (lead, label, figures) if x) or "Ready")
