@@ -20,7 +20,7 @@ from mlxcore.batching.request import Request
 from bench.decode import PROMPT
 from bench.timing import paired_median, stream_rate
 from mlxcore.chat_template import render_chat
-from mlxcore.draft_length import DraftLengthController
+from bench.draft_lengths import FixedDraftLength
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import FinalEvent, TokenEvent
 from mlxcore.grammar import Grammar, json_schema
@@ -44,7 +44,7 @@ def _engine(draft: bool) -> tuple[Engine, list[int]]:
     engine = Engine(loaded.model, loaded.tokenizer, kv=KVConfig(kind="paged"), draft_model=drafter)
     engine.warm_up()
     engine.eos_ids = set()  # both sides run to exactly `tokens` tokens
-    engine.draft_control = DraftLengthController(max_k=DRAFT_K, fixed=DRAFT_K)
+    engine.draft_control = FixedDraftLength(DRAFT_K)
     ids = render_chat(loaded.tokenizer, [{"role": "user", "content": PROMPT}], enable_thinking=False)
     return engine, ids
 

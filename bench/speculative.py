@@ -10,7 +10,7 @@ from mlx_lm.sample_utils import make_sampler
 
 from bench.prompts import chat_prompts
 from bench.timing import paired_median
-from mlxcore.draft_length import DraftLengthController
+from bench.draft_lengths import FixedDraftLength
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import TokenEvent
 from mlxcore.loading import load_model
@@ -97,7 +97,7 @@ def accept_vs_mlx_lm_t06(target_ref: str, draft_ref: str, runs: int, k: int = 4)
     """
     target, draft, prompts = _pair(target_ref, draft_ref)
     spec = Engine(target.model, target.tokenizer, kv=KVConfig(kind="paged"), draft_model=draft.model)
-    spec.draft_control = DraftLengthController(max_k=k, fixed=k)
+    spec.draft_control = FixedDraftLength(k)
     ours, theirs = _acceptance(spec, target, draft, prompts, k, 0.6, runs)
     ours_t1, theirs_t1 = _acceptance(spec, target, draft, prompts, k, 1.0, runs)
     return {"value": ours / theirs, "ours_per_round": ours, "mlx_lm_per_round": theirs, "k": k,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 
 @dataclass
@@ -21,14 +22,13 @@ class DraftLengthController:
     weight: float = 0.15  # how fast the acceptance averages follow new rounds
     probe_every: int = 24  # while decoding plainly, try one speculative round after this many tokens...
     max_probe_every: int = 384  # ...doubling the wait after each probe that does not pay, up to this
-    fixed: int | None = None  # always draft exactly this many (benchmarks that compare at equal k)
     accept: list[float] = field(default_factory=list)  # a_j: P(draft j accepted | drafts before it accepted)
     window: int = 15  # timings are medians of this many recent samples: robust to a stray slow step
     refresh_every: int = 64  # while drafting, take one plain step after this many rounds to re-measure P
     plain_samples: deque = field(default_factory=deque)  # recent seconds of a plain target step
     draft_samples: deque = field(default_factory=deque)  # recent seconds of one draft pass (D)
     fixed_samples: deque = field(default_factory=deque)  # recent seconds of a round beyond its drafts (F)
-    time_draft_every: int = 32  # rounds between two timings of the draft passes
+    time_draft_every: ClassVar[int] = 32  # rounds between two timings of the draft passes
     plain_run: int = 0  # plain steps since the last speculative round
     round_run: int = 0  # speculative rounds since the last plain step
     untimed_rounds: int = 0  # rounds since the draft passes were last timed
@@ -65,8 +65,6 @@ class DraftLengthController:
 
     def choose(self) -> int:
         """The draft length for the next round; 0 means one plain decoding step."""
-        if self.fixed is not None:
-            return self.fixed
         if self.plain_step is None:
             return 0  # measure a plain step first: it is the baseline every k must beat
         if self.per_draft is None:

@@ -22,7 +22,7 @@ import mlxcore  # noqa: E402,F401  (optimized BLAS before mlx)
 import mlx.core as mx  # noqa: E402
 
 from assets import MODELS_DIR  # noqa: E402
-from mlxcore.draft_length import DraftLengthController  # noqa: E402
+from bench.draft_lengths import FixedDraftLength  # noqa: E402
 from mlxcore.engine import Engine, KVConfig  # noqa: E402
 from mlxcore.kv.base import ModelCache  # noqa: E402
 from sessions.chat_session import ChatSession  # noqa: E402
@@ -56,7 +56,7 @@ def tiny_engine(kind: str = "paged", *, draft: bool = True, seed: int = 0, draft
     engine = Engine(tiny_model(seed, dtype), chat_tokenizer(), kv=KVConfig(kind=kind, max_kv=max_kv),
                   draft_model=tiny_model(draft_seed, dtype) if draft else None,
                   fingerprint=f"tiny-{seed}-{dtype}", draft_fingerprint=f"tiny-{draft_seed}-{dtype}" if draft else "")
-    engine.draft_control = DraftLengthController(max_k=4, fixed=4)  # the same rounds in every run and process
+    engine.draft_control = FixedDraftLength(4)  # the same rounds in every run and process
     return engine
 
 
@@ -82,7 +82,7 @@ def embedded_engine(kind: str = "paged") -> Engine:
     from mlxcore.launch import ModelChoice, open_engine
     kv = KVConfig(kind=kind, max_kv=WINDOW.get(kind))
     engine = open_engine(ModelChoice(model="mini-target", draft="mini-draft"), kv).engine
-    engine.draft_control = DraftLengthController(max_k=4, fixed=4)  # the same rounds in every run and process
+    engine.draft_control = FixedDraftLength(4)  # the same rounds in every run and process
     return engine
 
 

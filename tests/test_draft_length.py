@@ -1,6 +1,7 @@
 """The adaptive draft length: drafts when it pays, falls back to plain decoding when it does not, probes again."""
 
 from mlxcore.draft_length import DraftLengthController
+from bench.draft_lengths import FixedDraftLength
 
 
 def run(controller, rounds, plain_seconds, per_draft_seconds, accepts, round_overhead=0.0):
@@ -58,7 +59,7 @@ def test_moderate_acceptance_picks_a_middle_length():
 
 
 def test_fixed_length_is_kept():
-    assert set(run(DraftLengthController(max_k=8, fixed=3), 20, 0.004, 0.001, lambda k: 0)) == {3}
+    assert set(run(FixedDraftLength(3, max_k=8), 20, 0.004, 0.001, lambda k: 0)) == {3}
 
 
 def test_failed_probes_back_off():
@@ -87,8 +88,12 @@ def test_round_overhead_is_not_charged_to_the_drafts():
     assert abs(controller.per_draft - 0.0005) < 1e-9 and abs(controller.round_fixed - 0.008) < 1e-9
 
 
+class FixedTimings(DraftLengthController):
+    time_draft_every = 10  # rounds between two timings of the draft passes (the engine's: 32)
+
+
 def test_draft_passes_are_timed_now_and_then():
-    controller = DraftLengthController(max_k=4, time_draft_every=10)
+    controller = FixedTimings(max_k=4)
     timed = 0
     for _ in range(100):
         k = controller.choose()

@@ -114,12 +114,12 @@ def test_reuse_refuses_a_cache_that_did_not_rewind():
 def test_verify_pass_stopped_between_layers_on_a_wrapped_window_settles():
     """Rounds of 20 drafts on a 24-token window: a stop inside the target's verify pass leaves layer 0 all 21
     tokens ahead. Settling rewinds just those (before: it rewound 20 more, past what the window holds)."""
-    from mlxcore.draft_length import DraftLengthController
+    from bench.draft_lengths import FixedDraftLength
 
     model, stopper = interruptible(seed=4)
     kv = KVConfig(kind="rotating", max_kv=24)
     engine = Engine(model, None, kv=kv, draft_model=tiny_qwen3(seed=5, vocab_size=512, layers=1), num_draft=20)
-    engine.draft_control = DraftLengthController(max_k=20, fixed=20)
+    engine.draft_control = FixedDraftLength(20)
     prompt, caches, emitted = prompt_of(4, 40), engine.new_caches(), []
     stopper.fail_at = stopper.calls + 3 + 3  # three prefill chunks, then the third verify pass
     with pytest.raises(KeyboardInterrupt):

@@ -28,6 +28,7 @@ from mlxcore.kv.model_cache import ModelCache, make_block_pool, make_model_cache
 from mlxcore.loading import load_model
 from mlxcore.params import GenerationParams
 from tiny_models import tiny_qwen3
+from bench.draft_lengths import FixedDraftLength
 
 TARGET = tiny_qwen3(seed=5)
 DRAFT = tiny_qwen3(seed=6, layers=1)
@@ -147,7 +148,7 @@ def test_the_engine_shares_one_budget_between_target_and_draft(draft_length):
     holds the slab the target's next block needs near the limit: the draft gives it back, the reply goes on."""
     engine = Engine(TARGET, kv=KVConfig(kind="paged", max_kv_bytes=300_000), draft_model=DRAFT)
     engine.eos_ids = set()
-    engine.draft_control.fixed = draft_length
+    engine.draft_control = FixedDraftLength(draft_length, max_k=engine.draft_control.max_k)
     caches = engine.new_caches()
     assert caches.target.pool.budget is caches.draft.pool.budget is engine.kv_budget
     prompt = list(range(1, 40))

@@ -16,6 +16,7 @@ from mlxcore.kv.model_cache import ModelCache, make_model_cache
 from mlxcore.kv.rotating import RotatingLayerCache
 from mlxcore.kv.window import Window
 from tiny_models import tiny_qwen3
+from bench.draft_lengths import FixedDraftLength
 
 MODEL = tiny_qwen3(seed=2)
 VOCAB = MODEL.args.vocab_size
@@ -226,7 +227,7 @@ def test_a_window_that_cannot_rewind_to_the_next_prompt_is_rebuilt_across_turns(
 
     target, draft = load_model("mini-target"), load_model("mini-draft")
     engine = Engine(target.model, target.tokenizer, kv=KVConfig(kind="rotating", max_kv=48), draft_model=draft.model)
-    engine.draft_control.fixed = 4  # every step a round (the adaptive length follows the host's timings), so the
+    engine.draft_control = FixedDraftLength(4, max_k=engine.draft_control.max_k)  # every step a round (the adaptive length follows the host's timings), so the
     # draft ends each reply caught up with the target rather than at its next round
     chat = ChatSession(engine, params=GenerationParams(max_tokens=20))  # thinking on: the template then drops
     for text in ("Hi there, how are you today?", "Tell me about cats.", "And dogs?"):  # a think block; the third raised

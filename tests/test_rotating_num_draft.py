@@ -16,7 +16,7 @@ import pytest
 
 from app.cli import build_parser
 from app.tui.run import open_command
-from mlxcore.draft_length import DraftLengthController
+from bench.draft_lengths import FixedDraftLength
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.errors import UsageError
 from mlxcore.events import TokenEvent
@@ -40,7 +40,7 @@ def test_rounds_of_20_drafts_after_the_wrap_equal_plain_greedy():
     kv = KVConfig(kind="rotating", max_kv=24)
     prompt = np.random.default_rng(1).integers(0, 512, 40).tolist()  # longer than the window: wrapped at once
     spec = Engine(target, None, kv=kv, draft_model=draft, num_draft=20)
-    spec.draft_control = DraftLengthController(max_k=20, fixed=20)  # every round drafts 20...
+    spec.draft_control = FixedDraftLength(20)  # every round drafts 20...
     assert greedy(spec, prompt, 30) == greedy(Engine(target, None, kv=kv), prompt, 30)
     assert spec.last_stats.draft_accepted < spec.last_stats.draft_proposed / 2  # ...and rewinds most of them
 
@@ -98,7 +98,7 @@ def test_file_saved_with_less_rewind_room_is_rebuilt(pair, tmp_path):
     assert same.restore_note is None and same.caches.target.offset == saved.caches.target.offset
 
     engine = rotating_engine(pair, 20)
-    engine.draft_control = DraftLengthController(max_k=20, fixed=20)
+    engine.draft_control = FixedDraftLength(20)
     opened = ChatSession.load(tmp_path / "chat.mlxchat", engine)
     assert "--num-draft 20" in opened.restore_note and "rebuilt" in opened.restore_note
     cold = ChatSession(rotating_engine(pair, 20), enable_thinking=False)

@@ -18,7 +18,7 @@ from turn_checks import same_state, send_matching_a_cold_run
 
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
-from mlxcore.draft_length import DraftLengthController
+from bench.draft_lengths import FixedDraftLength
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import TokenEvent
 from mlxcore.launch import ModelChoice, open_engine
@@ -48,7 +48,7 @@ def engine(kind: str = "paged", bits: int | None = 8, window: int | None = None)
     made = Engine(pair.model, pair.tokenizer, kv=kv,
                   draft_model=pair.draft_model, context_length=pair.context_length,
                   fingerprint=pair.fingerprint, draft_fingerprint=pair.draft_fingerprint)
-    made.draft_control = DraftLengthController(max_k=4, fixed=4)
+    made.draft_control = FixedDraftLength(4)
     return made
 
 

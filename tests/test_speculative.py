@@ -7,6 +7,7 @@ import pytest
 from scipy.stats import chisquare
 
 from mlxcore.draft_length import DraftLengthController
+from bench.draft_lengths import FixedDraftLength
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import TokenEvent
 from mlxcore.params import GenerationParams
@@ -32,9 +33,10 @@ class ScriptedK(DraftLengthController):
     """Cycles through draft lengths with plain runs (k = 0) between rounds: every transition is exercised."""
 
     SCRIPT = (0, 0, 3, 0, 1, 1, 0, 0, 0, 5, 2, 0)
+    time_draft_every = 2  # rounds between two timings of the draft passes
 
     def __init__(self):
-        super().__init__(max_k=max(self.SCRIPT), time_draft_every=2)
+        super().__init__(max_k=max(self.SCRIPT))
         self.step = 0
 
     def choose(self):
@@ -44,7 +46,7 @@ class ScriptedK(DraftLengthController):
 
 def controller(k):
     """Always k (so tests exercise every round shape), or the script above."""
-    return ScriptedK() if k == "scripted" else DraftLengthController(max_k=k, fixed=k, time_draft_every=2)
+    return ScriptedK() if k == "scripted" else FixedDraftLength(k, time_draft_every=2)
 
 
 def run(engine, prompt, n, caches=None, **params):

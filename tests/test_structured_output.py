@@ -22,7 +22,7 @@ from mlxcore import grammar
 from mlxcore.batching.constraints import Constraint, GrammarError
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
-from mlxcore.draft_length import DraftLengthController
+from bench.draft_lengths import FixedDraftLength
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import FinalEvent, TokenEvent
 from mlxcore.params import GenerationParams
@@ -51,7 +51,7 @@ def engine(tokenizer):
     made = Engine(tiny_qwen3(0, vocab_size=QWEN3_VOCAB), tokenizer, kv=KVConfig(kind="paged"),
                   draft_model=tiny_qwen3(1, vocab_size=QWEN3_VOCAB), fingerprint="tiny-qwen3-vocab",
                   draft_fingerprint="tiny-qwen3-vocab-draft")
-    made.draft_control = DraftLengthController(max_k=4, fixed=4)  # a round every step
+    made.draft_control = FixedDraftLength(4)  # a round every step
     return made
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from mlxcore.chat_template import render_chat
 from mlxcore.configs import ModelChoice
-from mlxcore.draft_length import DraftLengthController
+from bench.draft_lengths import FixedDraftLength
 from mlxcore.launch import open_engine
 from mlxcore.params import GenerationParams
 from mlxcore.sequences import common_prefix_length
@@ -92,7 +92,7 @@ def test_ask_session_over_three_processes_prefills_only_what_is_new(tmp_path, tw
 @pytest.fixture(scope="module")
 def pair(twin_8b_f32, twin_06b_f32):  # noqa: F811
     engine = open_engine(ModelChoice(model=str(twin_8b_f32), draft=str(twin_06b_f32))).engine
-    engine.draft_control = DraftLengthController(max_k=4, fixed=4)  # the same rounds in every run
+    engine.draft_control = FixedDraftLength(4)  # the same rounds in every run
     return engine
 
 
@@ -132,7 +132,7 @@ def test_regenerate_fork_save_and_load(pair, tmp_path):
 
 def test_a_draft_with_a_padded_vocabulary(twin_8b_f32, twin_06b_f32_padded):  # noqa: F811
     engine = open_engine(ModelChoice(model=str(twin_8b_f32), draft=str(twin_06b_f32_padded))).engine
-    engine.draft_control = DraftLengthController(max_k=4, fixed=4)
+    engine.draft_control = FixedDraftLength(4)
     session = ChatSession(engine, params=GREEDY, enable_thinking=False)
     send_matching_a_cold_run(session, "Hello?")
     assert session.last_stats.draft_proposed > 0
