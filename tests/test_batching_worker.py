@@ -34,7 +34,6 @@ def serve(worker: BatchWorker, client) -> dict:
 
     def run_client() -> None:
         try:
-            worker.wait_running(timeout=30)
             client(worker, result)
         except BaseException as error:  # reported to the test below
             result["error"] = error

@@ -55,7 +55,6 @@ class BatchWorker:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._running = threading.Event()
         self._failure: BaseException | None = None
         self._stats = WorkerStats()
         self._pending = 0  # submissions posted and not yet taken in by the engine thread
@@ -67,11 +66,7 @@ class BatchWorker:
     def run(self) -> None:
         """Run steps on this thread until ``close()``; returns then, or raises what killed the engine
         (after every request in flight has been told)."""
-        self._running.set()
-        try:
-            self._loop()
-        finally:
-            self._running.clear()
+        self._loop()
 
     def close(self) -> None:
         """Ask ``run()`` to return (from any thread); requests still in flight fail with ``RequestFailedError``."""
@@ -82,10 +77,6 @@ class BatchWorker:
         """Wake ``event`` on a submission: one thread waiting for several workers' requests (serve's models)
         takes their ``turn``s instead of each worker's ``run``."""
         self._wake = event
-
-    def wait_running(self, timeout: float | None = None) -> bool:
-        """Block until ``run()`` has started (from another thread)."""
-        return self._running.wait(timeout)
 
     @property
     def alive(self) -> bool:

@@ -181,11 +181,6 @@ class BlockPool:
         return self.manager.stats()
 
     @property
-    def bytes_in_use(self) -> int:
-        """Bytes of the blocks some sequence holds (shared blocks counted once)."""
-        return self.manager.used_blocks * self.block_bytes
-
-    @property
     def bytes_allocated(self) -> int:
         """Bytes of MLX storage the pool holds now: its slabs (taken as blocks are used, given back when free)."""
         return sum(self.slab_bytes(index) for index in range(self.slabs))
