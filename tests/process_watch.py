@@ -13,18 +13,26 @@ HANG_S = 120  # a bound for a process that hangs; every wait in these tests ends
 
 
 def is_gone(pid: int) -> bool:
-    """True when ``pid`` has exited (a zombie nobody reaped counts as gone)."""
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.parent.parent.is_dir() and Path("/proc/self").exists():
+    """True when ``pid`` has exited (a zombie nobody reaped counts as gone). Every thread counts: a process's
+    first thread turns zombie before the others have ended, and its files (and their locks) go with the last."""
+    if Path("/proc/self").exists():
         try:
-            return stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
         except (FileNotFoundError, ProcessLookupError):
             return True
+        return all(_task_gone(task) for task in tasks)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
     return False
+
+
+def _task_gone(task: Path) -> bool:
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True  # the thread ended as we listed it
 
 
 def seconds_until_gone(pid: int, limit: float) -> float | None:
