@@ -1,10 +1,10 @@
 """Chat templates and tokenization, off the event loop when the text is long.
 
-Rendering and encoding a long conversation takes milliseconds (about 2 ms per
-10 KB here, 0.7 s for a 4 MB body); on the loop that would stall every stream
-the server is sending, so long texts go to one helper thread (one, so that our
-side never uses the tokenizer from two threads at once). Short ones (most chat
-turns: 0.06 ms) are done on the loop: handing them over costs more than that.
+Rendering and encoding a long conversation takes milliseconds (a large body,
+most of a second); on the loop that would stall every stream the server is
+sending, so long texts go to one helper thread (one, so that our side never uses
+the tokenizer from two threads at once). Short ones (most chat turns) are done on
+the loop: handing them over costs more than that.
 No MLX here: the tokenizer is the model's Hugging Face tokenizer.
 
 Tokenizing a text far over the context is costly for nothing (4 MB: seconds,

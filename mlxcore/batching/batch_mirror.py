@@ -39,7 +39,7 @@ from mlxcore.kv.paged import PagedCache
 MIRROR_LIMIT_BYTES = 64 * 2**20  # all layers together
 CAPACITY_STEP = 256  # row lengths are multiples of this (and double as rows grow)
 # A row attended on its own costs about as much as this many more keys for every row of the padded block
-# (CPU, embedded target: ~8 MLX operations a layer against ~0.06 us a key and row).
+# (a few more MLX operations a layer against the cost of a key and row; measured in docs/decisions.md).
 ALONE_COST_KEYS = 512
 
 

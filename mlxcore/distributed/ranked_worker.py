@@ -30,7 +30,7 @@ from mlxcore.distributed.fail_fast import exit_on_lost_peer
 from mlxcore.distributed.watchdog import Watchdog
 
 HEARTBEAT_SECONDS = 0.1
-FOLLOWER_NAP_SECONDS = 0.09  # rank 0 shares HEARTBEAT_SECONDS after the last share: the follower spins ~10 ms
+FOLLOWER_NAP_SECONDS = 0.09  # rank 0 shares HEARTBEAT_SECONDS after the last share: the follower spins the rest
 
 
 @dataclass

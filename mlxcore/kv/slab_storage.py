@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 MAX_RUNS = 4  # a table of up to this many runs of adjacent blocks is gathered by slicing; more, by row gather
 # Several runs in one slab are read as one view over the slots between them (the gaps masked out) while the
-# gaps hold at most this many slots a run: on this CPU a run costs attention ~5 more MLX operations a layer,
-# as much as ~800 more keys of the embedded target and ~100 of the 8B (a fork's gap is one or two blocks).
+# gaps hold at most this many slots a run: on the CPU a run costs attention a few more MLX operations a layer,
+# as much as hundreds more keys (docs/decisions.md; a fork's gap is one or two blocks).
 SPAN_SLACK_SLOTS = 64
 
 

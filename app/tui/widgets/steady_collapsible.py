@@ -2,7 +2,7 @@
 
 A live thinking block retitles itself about once a second ("Thinking… 120
 words"). Textual's title widget asks for a layout pass on every change, and a
-layout pass arranges every widget on the screen (~11 ms on the bench reply).
+layout pass arranges every widget on the screen (docs/benchmarks.md, the window).
 The title is one line and as wide as its text, so only a change of width
 needs one.
 """
