@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assets import MODELS_DIR
-from mlxcore.configs import ModelChoice
+from mlxcore import ModelChoice
 from mlxcore.fingerprint import WEIGHTS_GLOB
 from mlxcore.hub_names import hub_cache_dir, is_repo_id
 

@@ -12,7 +12,7 @@ from app.options import (add_generation_options, add_model_options, add_models_d
 from mlxcore.distributed.errors import is_lost_peer, lost_peer
 from mlxcore.distributed.fail_fast import watch_ring_failures
 from mlxcore.distributed.world import current_world, launched, leave_interrupts_to_leader
-from mlxcore.errors import MlxchatError, UsageError
+from mlxcore import MlxchatError, UsageError
 from mlxcore.open_files import low_limit_note
 from sessions.terminal_text import printable
 

@@ -19,7 +19,16 @@ _EXPORTS = {
     "GenerationParams": "mlxcore.params", "Engine": "mlxcore.engine",
     "TokenEvent": "mlxcore.events", "FinalEvent": "mlxcore.events", "GenerationStats": "mlxcore.events",
     "render_chat": "mlxcore.chat_template", "load_model": "mlxcore.loading",
-    "MlxchatError": "mlxcore.errors",
+    "MlxchatError": "mlxcore.errors", "UsageError": "mlxcore.errors", "PromptError": "mlxcore.errors",
+    "ModelLoadError": "mlxcore.errors", "SystemPromptTooLongError": "mlxcore.errors",
+    "Event": "mlxcore.events", "render_chat_text": "mlxcore.chat_template", "check_num_draft": "mlxcore.configs",
+    "ToolCall": "mlxcore.tool_calls", "ToolCallError": "mlxcore.tool_calls", "parse_call": "mlxcore.tool_calls",
+    "CALL_CLOSE": "mlxcore.tool_calls",
+    "ReplyParser": "mlxcore.reply_parser", "ParsedDelta": "mlxcore.reply_parser", "CallDelta": "mlxcore.reply_parser",
+    "Grammar": "mlxcore.grammar", "json_schema": "mlxcore.grammar",
+    "json_object": "mlxcore.grammar", "tool_call_grammar": "mlxcore.grammar",
+    "thought_reply": "mlxcore.think_blocks", "close_open_block": "mlxcore.think_blocks",
+    "OPEN": "mlxcore.think_blocks", "EMPTY": "mlxcore.think_blocks",
 }
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605  (the lazy names, listed once above)
 

@@ -49,7 +49,7 @@ def json_object() -> Grammar:
     return json_schema(ANY_OBJECT)
 
 
-def tool_call(tools: list[dict], name: str | None = None, parallel: bool = True) -> Grammar:
+def tool_call_grammar(tools: list[dict], name: str | None = None, parallel: bool = True) -> Grammar:
     """Qwen3's tool call: ``<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>``, ARGS matching
     that tool's parameters. ``name``: only that tool (one call); else any of ``tools``, one call or, with
     ``parallel``, several in a row. ``tools``: OpenAI function tools (``{"type": "function", "function": ...}``)."""

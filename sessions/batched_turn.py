@@ -16,8 +16,8 @@ from __future__ import annotations
 from mlxcore.batching.handle import RequestFailedError
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
-from mlxcore.events import Event, FinalEvent, TokenEvent
-from mlxcore.think_blocks import close_open_block
+from mlxcore import Event, FinalEvent, TokenEvent
+from mlxcore import close_open_block
 from sessions.messages import Message
 
 

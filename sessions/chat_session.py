@@ -6,16 +6,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlxcore.chat_template import render_chat, render_chat_text
-from mlxcore.engine import Engine
-from mlxcore.errors import PromptError, SystemPromptTooLongError
+from mlxcore import render_chat, render_chat_text
+from mlxcore import Engine
+from mlxcore import PromptError, SystemPromptTooLongError
 from mlxcore.kv.errors import CacheStateError, PoolExhaustedError
-from mlxcore.events import Event, FinalEvent, GenerationStats, TokenEvent
+from mlxcore import Event, FinalEvent, GenerationStats, TokenEvent
 from mlxcore.held_tokens import prompt_ids as held_prompt_ids
-from mlxcore.grammar import Grammar, json_schema
-from mlxcore.params import GenerationParams
+from mlxcore import Grammar, json_schema
+from mlxcore import GenerationParams
 from mlxcore.prefill import Progress, StopPrefill
-from mlxcore.think_blocks import EMPTY, close_open_block
+from mlxcore import EMPTY, close_open_block
 from mlxcore.batching.local import LocalBatch
 from sessions.batched_turn import Alternatives, BatchedTurn
 from sessions.messages import Message

@@ -1,6 +1,6 @@
 """Errors of session files and the session store."""
 
-from mlxcore.errors import MlxchatError
+from mlxcore import MlxchatError
 
 
 class SessionFileError(MlxchatError):

@@ -20,7 +20,7 @@ from typing import Any
 from mlxcore.kv.geometry import KVGeometry
 from mlxcore.kv.kv_format import KVFormat
 from mlxcore.kv.window import Window
-from mlxcore.params import GenerationParams
+from mlxcore import GenerationParams
 from sessions.errors import SessionFileError
 from sessions.json_fields import (Fields, is_bool, is_count, is_count_list, is_number, is_optional_text,
                                   is_positive, is_text, is_time, show)

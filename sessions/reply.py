@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mlxcore.reply_parser import ReplyParser
-from mlxcore.tool_calls import ToolCall
+from mlxcore import ReplyParser
+from mlxcore import ToolCall
 
 
 class Reply(str):

@@ -30,7 +30,7 @@ import mlx.core as mx
 
 from mlxcore.caches import Caches
 from mlxcore.distributed.broadcast import share
-from mlxcore.engine import Engine
+from mlxcore import Engine
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.errors import CacheShapeError, CacheStateError
 from mlxcore.kv.geometry import KVGeometry

@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlxcore.engine import Engine
+from mlxcore import Engine
 from sessions.errors import SessionFileError, SessionNotFoundError
 from sessions.export import transcript_markdown
 from sessions.file_header import SavedSession

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
-from mlxcore.engine import Engine
+from mlxcore import Engine
 from sessions.block_files import BlockFileError, BlockFiles
 from sessions.block_keys import tokens_from
 from sessions.errors import SessionFileError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxcore.reply_parser import ReplyParser
+from mlxcore import ReplyParser
 
 
 @dataclass

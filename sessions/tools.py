@@ -19,7 +19,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Union
 
-from mlxcore.tool_calls import ToolCall
+from mlxcore import ToolCall
 
 ToolSpec = Callable[..., Any] | dict
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}

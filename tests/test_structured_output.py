@@ -131,7 +131,7 @@ def test_a_constrained_batch_row_leaves_its_neighbours_greedy_tokens_as_they_wer
 @pytest.mark.parametrize("draft", [False, True], ids=["plain", "draft"])
 def test_a_named_tool_choice_always_calls_that_tool(engine, tokenizer, params, draft):
     for name in ("add", "clock"):
-        final, _ = reply(engine, tokenizer, grammar.tool_call(TOOLS, name), params, draft)
+        final, _ = reply(engine, tokenizer, grammar.tool_call_grammar(TOOLS, name), params, draft)
         parser = ReplyParser(TOOLS)
         parser.feed(final.text)
         parser.finish()
@@ -177,7 +177,7 @@ def test_a_schema_llguidance_cannot_compile_is_a_value_error_naming_the_construc
     with pytest.raises(ValueError, match="look-around"):
         grammar.json_schema({"type": "string", "pattern": "(?<=a)b"})
     with pytest.raises(ValueError, match="not one of the tools"):
-        grammar.tool_call(TOOLS, "subtract")
+        grammar.tool_call_grammar(TOOLS, "subtract")
 
 
 def test_a_matcher_that_fails_ends_the_reply_with_its_error(engine, tokenizer, monkeypatch):

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlxcore.errors import MlxchatError
+from mlxcore import MlxchatError
 
 DEFAULT_CONFIG = Path("~/.config/mlxchat/mcp.json")
 DEFAULT_TIMEOUT_S = 60.0

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from app.serve.choices import ChoiceState
 from app.serve.replies import ReplyHeader
-from mlxcore.tool_calls import ToolCall
+from mlxcore import ToolCall
 
 Decode = Callable[[list[int]], str]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.serve.choices import ChoiceState, Delta
-from mlxcore.tool_calls import ToolCall
+from mlxcore import ToolCall
 
 
 @dataclass

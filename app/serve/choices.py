@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from mlxcore.events import Event, FinalEvent, TokenEvent
-from mlxcore.reply_parser import CallDelta, ParsedDelta, ReplyParser
-from mlxcore.tool_calls import ToolCall
+from mlxcore import Event, FinalEvent, TokenEvent
+from mlxcore import CallDelta, ParsedDelta, ReplyParser
+from mlxcore import ToolCall
 
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "cancelled"}
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from app.options import (MODELS_DIR_ENV, add_generation_options, add_model_options, generation_params, kv_config,
                          model_choice, models_dir)
 from app.serve.settings import MAX_BODY_BYTES, READ_SECONDS, STALL_SECONDS, ServeSettings, duration_seconds
-from mlxcore.errors import UsageError
+from mlxcore import UsageError
 
 POLICIES = ("fcfs", "priority", "shortest", "deadline")
 SHUTDOWN_GRACE_SECONDS = 3.0  # on SIGTERM, replies in flight may end on their own this long, then are cut
@@ -196,7 +196,7 @@ def _check_one_model(args: argparse.Namespace) -> None:
 
 
 def _open(args: argparse.Namespace, choice, notice=None, kv_budget=None):
-    from mlxcore.launch import open_engine
+    from mlxcore import open_engine
     return open_engine(choice, kv_config(args), num_draft=args.num_draft, notice=notice, kv_budget=kv_budget)
 
 

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 
 from mlxcore.batching.errors import OverloadedError, PromptTooLongError
 from mlxcore.batching.handle import RequestFailedError
-from mlxcore.errors import MlxchatError, PromptError
+from mlxcore import MlxchatError, PromptError
 
 log = logging.getLogger("mlxchat.serve")
 

@@ -27,7 +27,7 @@ from app.catalog import ModelEntry
 from app.serve.errors import APIError
 from app.serve.registry import ModelRegistry, ServedModel
 from mlxcore.batching.worker import IDLE, IDLE_WAIT_SECONDS, PAUSED_WAIT_SECONDS, STEPPED
-from mlxcore.errors import MlxchatError
+from mlxcore import MlxchatError
 from mlxcore.kv.budget import format_bytes
 
 log = logging.getLogger("mlxchat.serve")

@@ -14,10 +14,10 @@ from app.serve.schemas import ChatCompletionRequest, CompletionRequest, Sampling
 from app.serve.state import ModelInfo
 from app.serve.tokenizing import Tokenizing
 from mlxcore.batching.request import Priority, Request
-from mlxcore.errors import PromptError
-from mlxcore.grammar import Grammar
-from mlxcore.params import GenerationParams
-from mlxcore.think_blocks import OPEN, thought_reply
+from mlxcore import PromptError
+from mlxcore import Grammar
+from mlxcore import GenerationParams
+from mlxcore import OPEN, thought_reply
 
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed")
 

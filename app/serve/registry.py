@@ -164,7 +164,7 @@ class ModelRegistry:
 
 def fetch(entry: ModelEntry) -> None:
     """Download a hub repo into the cache (``--allow-download``); its loading then reads local files."""
-    from mlxcore.errors import ModelLoadError
+    from mlxcore import ModelLoadError
     from mlxcore.hub import download
     try:
         download(entry.choice.model)

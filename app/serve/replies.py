@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.serve.choices import ChoiceState, Delta, TokenLogprob, chat_logprobs, completion_logprobs
-from mlxcore.reply_parser import CallDelta
+from mlxcore import CallDelta
 
 TextOf = Callable[[int], str]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from app.serve.choices import ChoiceState
 from app.serve.replies import ReplyHeader
 from app.serve.responses_schemas import ResponsesRequest
-from mlxcore.tool_calls import ToolCall
+from mlxcore import ToolCall
 
 CountTokens = Callable[[str], int]
 

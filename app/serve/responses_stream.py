@@ -35,7 +35,7 @@ from app.serve.responses_schemas import ResponsesRequest
 from app.serve.running import shutting_down
 from app.serve.state import ServerState
 from app.serve.streaming import event, relay, sse_response
-from mlxcore.tool_calls import ToolCall
+from mlxcore import ToolCall
 
 
 @dataclass

@@ -19,7 +19,7 @@ from app.serve.schemas import SessionSaveRequest
 from app.serve.session_jobs import is_session_name, save_request
 from app.serve.state import ServerState
 from mlxcore.batching.handle import RequestFailedError
-from mlxcore.errors import MlxchatError
+from mlxcore import MlxchatError
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.distributed.errors import DistributedError
 from sessions.errors import SessionFileError, SessionInUseError, SessionNotFoundError, SessionSaveError

@@ -18,7 +18,7 @@ from app.serve.errors import APIError, from_engine_error
 from mlxcore.batching.errors import OverloadedError, PromptTooLongError
 from mlxcore.batching.handle import RequestFailedError, RequestHandle
 from mlxcore.batching.request import Request
-from mlxcore.events import Event, TokenEvent
+from mlxcore import Event, TokenEvent
 
 _DONE = object()
 MERGED_EVENTS = 64  # events of a request's choices taken from their handles and not yet sent

@@ -19,10 +19,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr,
                       field_validator, model_validator)
 
 from app.serve.settings import duration_seconds
-from mlxcore import grammar
-from mlxcore.grammar import Grammar
-from mlxcore.think_blocks import thought_reply
-from mlxcore.tool_calls import CALL_CLOSE
+from mlxcore import CALL_CLOSE, Grammar, json_object, json_schema, thought_reply, tool_call_grammar
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 1_000  # each stop string: a reply is checked against every one of them after each token
@@ -79,9 +76,9 @@ class ResponseFormat(Strict):
     def grammar(self) -> Grammar | None:
         """What the reply must match: None for text; ``ValueError`` for a schema that cannot be compiled."""
         if self.type == "json_object":
-            return grammar.json_object()
+            return json_object()
         if self.type == "json_schema":
-            return grammar.json_schema(self.json_schema.schema_)
+            return json_schema(self.json_schema.schema_)
         return None
 
 
@@ -290,7 +287,7 @@ class ChatCompletionRequest(Sampling):
     def _compiled(self) -> Grammar | None:
         if self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice):
             name = self.tool_choice.function.name if isinstance(self.tool_choice, NamedToolChoice) else None
-            return grammar.tool_call(self.offered_tools, name, parallel=self.parallel_tool_calls is not False)
+            return tool_call_grammar(self.offered_tools, name, parallel=self.parallel_tool_calls is not False)
         return self.response_format.grammar() if self.response_format is not None else None
 
     @property

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from mlxcore.caches import Caches
 from mlxcore.batching.request import Request
-from mlxcore.engine import Engine
-from mlxcore.errors import MlxchatError
+from mlxcore import Engine
+from mlxcore import MlxchatError
 from mlxcore.kv.errors import CacheStateError
-from mlxcore.params import GenerationParams
+from mlxcore import GenerationParams
 from sessions.chat_session import ChatSession
 from sessions.messages import Message
 from sessions.store import SessionStore

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from app.serve.metrics import ServerMetrics
 from app.serve.settings import ServeSettings
-from mlxcore.params import GenerationParams
+from mlxcore import GenerationParams
 
 if TYPE_CHECKING:
     from app.serve.registry import ModelRegistry

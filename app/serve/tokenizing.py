@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache, partial
 
-from mlxcore.chat_template import render_chat_text
+from mlxcore import render_chat_text
 
 INLINE_CHARS = 16_384  # texts up to this long are tokenized on the loop
 # Normalizers that only compose: NFC puts at most 4 code points into one character (U+1F82 is a, 3 marks).

@@ -14,7 +14,7 @@ from typing import Any
 from app.tui import protocol as p
 from app.tui.failure_text import failure_title, with_hint
 from app.tui.open_chat import OpenChat
-from mlxcore.errors import MlxchatError
+from mlxcore import MlxchatError
 
 
 class Autosave:

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.tui import protocol as p
 from app.tui.open_chat import OpenChat
-from mlxcore.errors import MlxchatError
+from mlxcore import MlxchatError
 
 PROGRESS_EVERY_S = 0.1  # download progress
 
@@ -34,8 +34,8 @@ class OpenCommands:
     _store: Any
 
     def _on_open(self, command: p.Open) -> None:
-        from mlxcore.engine import KVConfig
-        from mlxcore.launch import ModelChoice, open_engine
+        from mlxcore import KVConfig
+        from mlxcore import ModelChoice, open_engine
 
         if any(chat.run is not None for chat in self._chats()):
             raise MlxchatError("Chats are still answering (or waiting for a pick): let them end before switching "

@@ -9,7 +9,7 @@ from typing import Any
 
 from app.tui import protocol as p
 from app.tui.screens.dialogs import ChoiceDialog
-from mlxcore.errors import MlxchatError
+from mlxcore import MlxchatError
 
 
 class EngineRecovery:

@@ -22,7 +22,7 @@ from app.tui import protocol as p
 from app.tui.engine_sync_reply import SyncReply
 from app.tui.open_chat import OpenChat
 from app.tui.reply_run import ReplyRun
-from mlxcore.errors import MlxchatError, PromptError
+from mlxcore import MlxchatError, PromptError
 
 _turns = itertools.count(1)
 

@@ -24,7 +24,7 @@ from app.tui.failure_text import failure_title, with_hint
 from app.tui.inbox import Inbox
 from app.tui.open_chat import OpenChat
 from app.tui.reply_stream import FLUSH_SECONDS
-from mlxcore.errors import MlxchatError, PromptError
+from mlxcore import MlxchatError, PromptError
 
 
 class EngineServer(ReplyCommands, ToolCommands, OpenCommands, Autosave, StoreCommands):

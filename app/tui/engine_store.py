@@ -7,7 +7,7 @@ from typing import Any
 
 from app.tui import protocol as p
 from app.tui.open_chat import OpenChat
-from mlxcore.errors import MlxchatError
+from mlxcore import MlxchatError
 
 
 class StoreCommands:

@@ -15,7 +15,7 @@ from typing import Any
 
 from app.tui import protocol as p
 from app.tui.reply_stream import ReplyRelay, done_event
-from mlxcore.events import FinalEvent, TokenEvent
+from mlxcore import FinalEvent, TokenEvent
 
 PREFILL_EVERY_S = 0.25  # prompt-reading progress
 

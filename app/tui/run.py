@@ -10,7 +10,7 @@ from app.tui.protocol import Open
 def open_command(args: argparse.Namespace) -> Open:
     """The engine host's first command, from mlxchat's options (checked here: UsageError when they don't fit)."""
     from app.options import generation_params, given_params, kv_config, model_choice
-    from mlxcore.configs import check_num_draft
+    from mlxcore import check_num_draft
     kv = kv_config(args)
     generation_params(args)  # out-of-range values fail here, before the window opens
     choice = model_choice(args)  # a --models-dir name or a cached repo, as `ask` resolves it

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 
-from mlxcore.tool_calls import ToolCallError, parse_call
+from mlxcore import ToolCallError, parse_call
 
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 ARGUMENTS_SHOWN = 60  # characters of the arguments in a block's title
