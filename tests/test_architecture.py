@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,22 +45,30 @@ def _imported(module: str, tree: ast.AST) -> set[str]:
     """The modules of the three packages ``module`` imports (a package's ``__init__`` counts when named)."""
     names: set[str] = set()
     package = module.split(".") if MODULES[module].name == "__init__.py" else module.split(".")[:-1]
+    for node in _imports(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        else:
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in names if name in MODULES and name != module}
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement of ``tree``, those inside functions included, but not those under
+    ``if TYPE_CHECKING:`` (nothing runs them)."""
     stack = list(ast.iter_child_nodes(tree))
     while stack:
         node = stack.pop()
         if isinstance(node, ast.If) and _type_checking(node):
             stack.extend(node.orelse)
             continue
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
         stack.extend(ast.iter_child_nodes(node))
-    return {name for name in names if name in MODULES and name != module}
 
 
 GRAPH = {module: _imported(module, ast.parse(path.read_text())) for module, path in MODULES.items()}
@@ -155,22 +164,16 @@ def _reaching_in(module: str, tree: ast.AST, public: dict[str, set[str]]) -> set
     """What ``module`` takes from a lower layer other than its public names (``mlxcore.kv.geometry``,
     ``mlxcore.NotExported``); imports under ``if TYPE_CHECKING:`` excluded, those in functions included."""
     found: set[str] = set()
-    stack = list(ast.iter_child_nodes(tree))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _type_checking(node):
-            stack.extend(node.orelse)
-            continue
+    for node in _imports(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] in public and "." in a.name)
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+        elif not node.level and node.module:
             top = node.module.split(".")[0]
             if top in public and top != module.split(".")[0]:
                 if node.module != top:
                     found.add(node.module)
                 else:
                     found.update(f"{top}.{a.name}" for a in node.names if a.name not in public[top])
-        stack.extend(ast.iter_child_nodes(node))
     return found
 
 
