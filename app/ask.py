@@ -13,11 +13,8 @@ from app.options import generation_params, kv_config, model_choice, session_path
 from app.ranked_reply import RankedReply
 from mlxcore.distributed.broadcast import share
 from mlxcore.distributed.world import current_world
-from mlxcore import PromptError, UsageError
-from mlxcore import Grammar, json_schema
-from mlxcore import FinalEvent, TokenEvent
+from mlxcore import FinalEvent, Grammar, json_schema, open_engine, PromptError, TokenEvent, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
-from mlxcore import open_engine
 from sessions.chat_session import ChatSession
 from sessions.errors import SessionSaveError
 from sessions.store_lock import SessionLock

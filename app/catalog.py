@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from assets import MODELS_DIR
+from assets import MODELS_DIR, embedded_names
 from mlxcore import ModelChoice
 from mlxcore.fingerprint import WEIGHTS_GLOB
 from mlxcore.hub_names import hub_cache_dir, is_repo_id
@@ -39,10 +39,8 @@ def is_model_folder(folder: Path) -> bool:
 
 
 def embedded_entries() -> list[ModelEntry]:
-    """The models that ship in assets/models (``mlxcore.loading.embedded_names``), each by its name."""
-    folders = sorted(MODELS_DIR.iterdir()) if MODELS_DIR.is_dir() else []
-    return [ModelEntry(folder.name, ModelChoice(model=folder.name), "embedded", folder)
-            for folder in folders if (folder / "config.json").is_file()]
+    """The models that ship in assets/models, each by its name."""
+    return [ModelEntry(name, ModelChoice(model=name), "embedded", MODELS_DIR / name) for name in embedded_names()]
 
 
 class Catalog:

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_models(args: argparse.Namespace) -> int:
     """`mlxchat models`: what --model names load, one a line (or JSON)."""
-    from app.catalog import hub_cache_dir
+    from mlxcore.hub_names import hub_cache_dir
     rows = [{"id": e.id, "source": e.source, "path": str(e.folder) if e.folder else None}
             for e in model_catalog(models_dir(args)).listing()]
     if args.json:

@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from app.catalog import Catalog
-from mlxcore import KVConfig, ModelChoice
-from mlxcore import UsageError
+from mlxcore import GenerationParams, KVConfig, ModelChoice, UsageError
 from mlxcore.kv.budget import KVLimit, parse_max_kv
 from mlxcore.kv.kv_format import SUPPORTED_BITS
-from mlxcore import GenerationParams
 
 
 MODELS_DIR_ENV = "MLXCHAT_MODELS_DIR"  # --models-dir's default

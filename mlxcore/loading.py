@@ -21,7 +21,7 @@ from mlx_lm.utils import MODEL_REMAPPING
 from mlx_lm.utils import load_model as mlx_lm_load_model
 from mlx_lm.utils import load_tokenizer as mlx_lm_load_tokenizer
 
-from assets import MODELS_DIR
+from assets import MODELS_DIR, embedded_names
 from mlxcore.distributed.shard_check import check_shardable
 from mlxcore.distributed.world import SINGLE, World
 from mlxcore.errors import ModelLoadError, TokenizerMismatchError
@@ -86,13 +86,6 @@ def load_found(files: ModelFiles, *, world: World = SINGLE) -> LoadedModel:
     tokenizer = _load_tokenizer(files.folder, config)
     return LoadedModel(model, tokenizer, files.fingerprint, files.folder, config, files.name,
                        read_generation_defaults(files.folder))
-
-
-def embedded_names() -> list[str]:
-    """Names of the models that ship in assets/models."""
-    if not MODELS_DIR.is_dir():
-        return []
-    return sorted(p.name for p in MODELS_DIR.iterdir() if (p / "config.json").is_file())
 
 
 def resolve(ref: str, *, progress: Progress | None = None) -> tuple[Path, str]:

@@ -16,8 +16,7 @@ from __future__ import annotations
 from mlxcore.batching.handle import RequestFailedError
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
-from mlxcore import Event, FinalEvent, TokenEvent
-from mlxcore import close_open_block
+from mlxcore import close_open_block, Event, FinalEvent, TokenEvent
 from sessions.messages import Message
 
 

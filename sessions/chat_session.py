@@ -6,16 +6,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlxcore import render_chat, render_chat_text
-from mlxcore import Engine
-from mlxcore import PromptError, SystemPromptTooLongError
+from mlxcore import (EMPTY, close_open_block, Engine, Event, FinalEvent, GenerationParams, GenerationStats, Grammar,
+                     json_schema, PromptError, render_chat, render_chat_text, SystemPromptTooLongError, TokenEvent)
 from mlxcore.kv.errors import CacheStateError, PoolExhaustedError
-from mlxcore import Event, FinalEvent, GenerationStats, TokenEvent
 from mlxcore.held_tokens import prompt_ids as held_prompt_ids
-from mlxcore import Grammar, json_schema
-from mlxcore import GenerationParams
 from mlxcore.prefill import Progress, StopPrefill
-from mlxcore import EMPTY, close_open_block
 from mlxcore.batching.local import LocalBatch
 from sessions.batched_turn import Alternatives, BatchedTurn
 from sessions.messages import Message

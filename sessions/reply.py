@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mlxcore import ReplyParser
-from mlxcore import ToolCall
+from mlxcore import ReplyParser, ToolCall
 
 
 class Reply(str):

@@ -20,7 +20,8 @@ from mlxcore import defaults, hub
 from mlxcore.errors import ModelLoadError, TokenizerMismatchError
 from mlxcore.fingerprint import model_fingerprint
 from mlxcore.hub import _callback_tqdm
-from mlxcore.loading import check_draft_compatible, embedded_names, load_model
+from assets import embedded_names
+from mlxcore.loading import check_draft_compatible, load_model
 
 TOKENIZER_SOURCE = MODELS_DIR / "mini-target"
 

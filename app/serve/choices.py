@@ -12,9 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from mlxcore import Event, FinalEvent, TokenEvent
-from mlxcore import CallDelta, ParsedDelta, ReplyParser
-from mlxcore import ToolCall
+from mlxcore import CallDelta, Event, FinalEvent, ParsedDelta, ReplyParser, TokenEvent, ToolCall
 
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "cancelled"}
 

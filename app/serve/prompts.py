@@ -14,10 +14,7 @@ from app.serve.schemas import ChatCompletionRequest, CompletionRequest, Sampling
 from app.serve.state import ModelInfo
 from app.serve.tokenizing import Tokenizing
 from mlxcore.batching.request import Priority, Request
-from mlxcore import PromptError
-from mlxcore import Grammar
-from mlxcore import GenerationParams
-from mlxcore import OPEN, thought_reply
+from mlxcore import OPEN, GenerationParams, Grammar, PromptError, thought_reply
 
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed")
 

@@ -21,10 +21,8 @@ from pathlib import Path
 
 from mlxcore.caches import Caches
 from mlxcore.batching.request import Request
-from mlxcore import Engine
-from mlxcore import MlxchatError
+from mlxcore import Engine, GenerationParams, MlxchatError
 from mlxcore.kv.errors import CacheStateError
-from mlxcore import GenerationParams
 from sessions.chat_session import ChatSession
 from sessions.messages import Message
 from sessions.store import SessionStore
