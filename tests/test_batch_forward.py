@@ -12,6 +12,7 @@ from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.prefill import prefill
+from device_profiles import forward_for, profile  # noqa: F401
 from tiny_models import tiny_qwen3
 
 MODEL = tiny_qwen3(seed=21, layers=3, heads=6, kv_heads=2)
@@ -64,10 +65,14 @@ def test_each_sequence_of_a_batch_decodes_as_it_would_alone(monkeypatch, path):
 
 @pytest.mark.parametrize("path", ["mirror", "per sequence"])
 @pytest.mark.parametrize("layers", [1, 2, 3])
-def test_a_prompt_fed_beside_decoding_sequences_attends_over_its_interleaved_blocks(monkeypatch, path, layers):
-    """A prompt fed 5 tokens a chunk, ``layers`` layers a step (``PromptFeed``), while three sequences
-    decode: in one slab their blocks interleave, and its chunks (and, per sequence, every row) read their
-    runs as one view with the gaps masked (``Gather.span``). Everyone's tokens equal each sequence's alone."""
+@pytest.mark.parametrize("readers", [1, 2])
+def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved_blocks(monkeypatch, path, layers,
+                                                                                      readers, profile):  # noqa: F811
+    """Prompts read 5 tokens a chunk, ``layers`` layers a step, as rows of three decoding sequences' passes
+    (``PromptFeed``): in one slab everyone's blocks interleave, and the chunks (and, per sequence, every row)
+    read their runs as one view with the gaps masked (``Gather.span``). Everyone's tokens equal each
+    sequence's alone; a chunk in flight is not found by prefix hits, a read one is. Under both device
+    profiles (the GPU's attends with MLX's fused kernel and the chunk's causal mask)."""
     monkeypatch.setattr(batch_mirror, "MIRROR_LIMIT_BYTES", 1 << 30 if path == "mirror" else 0)
     monkeypatch.setattr(batch_forward, "GATHER_LIMIT_BYTES", 0)
     pool = make_block_pool(MODEL, block_size=4)  # one slab holds everything
@@ -75,26 +80,35 @@ def test_a_prompt_fed_beside_decoding_sequences_attends_over_its_interleaved_blo
     for p in prompts()[:3]:
         caches.append(make_model_cache(MODEL, "paged", pool=pool, block_size=4))
         prefill(MODEL, caches[-1], p[:-1], 64)
-    reader, long = make_model_cache(MODEL, "paged", pool=pool, block_size=4), prompts()[5]
-    decoder, last = BatchDecoder(FORWARD), [p[-1] for p in prompts()[:3]]
-    outs, fed, spanned, feed = [[] for _ in caches], 0, 0, None
-    while fed < len(long) - 1:
-        last = mx.argmax(decoder(caches, last, mx.array(last)), axis=-1).tolist()
+    longs = prompts()[5:3:-1][:readers]
+    reading = [make_model_cache(MODEL, "paged", pool=pool, block_size=4) for _ in longs]
+    forward = forward_for(MODEL)
+    decoder, last = BatchDecoder(forward), [p[-1] for p in prompts()[:3]]
+    outs, spanned, feeds = [[] for _ in caches], 0, [None] * readers
+    while any(reader.offset < len(long) - 1 for reader, long in zip(reading, longs)):
+        for r, (reader, long) in enumerate(zip(reading, longs)):
+            fed = reader.offset
+            if feeds[r] is None and fed < len(long) - 1:
+                feeds[r] = PromptFeed(forward, reader, long[fed:min(fed + 5, len(long) - 1)])
+                spanned += reader._span_mask(fed + len(feeds[r].ids), len(feeds[r].ids)) is not None
+                assert pool.manager.cached_prefix(long)[0] <= fed, "a chunk in flight is not found by prefix hits"
+        riding = [feed for feed in feeds if feed is not None]
+        for feed in riding:
+            feed.stop = min(feed.layer + layers, feed.layers)
+        last = mx.argmax(decoder(caches, last, mx.array(last), riding), axis=-1).tolist()
         for out, token in zip(outs, last):
             out.append(token)
-        if feed is None:
-            feed = PromptFeed(FORWARD, reader, long[fed:min(fed + 5, len(long) - 1)])
-            spanned += reader._span_mask(reader.offset + len(feed.ids), len(feed.ids)) is not None
-            assert reader.pool.manager.cached_prefix(long)[0] <= fed, "a chunk in flight is not found by prefix hits"
-        if feed.advance(layers):
-            fed, feed = fed + len(feed.ids), None
-            assert reader.offset == fed
-    assert reader.tokens == long[:-1] and len(reader._gather_index().runs) > 3 and spanned > 5
-    assert reader.pool.manager.cached_prefix(long)[0] == (len(long) - 1) // 4 * 4, "read, its blocks are hashed"
-    token, mine = long[-1], []
-    for _ in range(STEPS):  # the reader goes on alone from its prompt
-        reader.begin([token])
-        token = int(mx.argmax(FORWARD(mx.array([[token]]), cache=reader.layers)[0, -1]).item())
-        mine.append(token)
-    assert mine == alone(long)
+        for r, feed in enumerate(feeds):
+            if feed is not None and feed.ran():
+                feeds[r] = None
+    for reader, long in zip(reading, longs):
+        assert reader.tokens == long[:-1] and len(reader._gather_index().runs) > 3
+        assert pool.manager.cached_prefix(long)[0] == (len(long) - 1) // 4 * 4, "read, its blocks are hashed"
+        token, mine = long[-1], []
+        for _ in range(STEPS):  # the reader goes on alone from its prompt
+            reader.begin([token])
+            token = int(mx.argmax(FORWARD(mx.array([[token]]), cache=reader.layers)[0, -1]).item())
+            mine.append(token)
+        assert mine == alone(long)
+    assert spanned > 5
     assert [out[:STEPS] for out in outs] == [alone(p)[:min(len(outs[0]), STEPS)] for p in prompts()[:3]]

@@ -4,7 +4,10 @@ Every layer runs once for the whole batch: the norms, projections, RoPE (at
 each sequence's own position) and MLP on a (B, 1, hidden) input, in the
 compiled halves of ``CompiledForward``. Around attention each sequence is its
 own: its new key and value go to the slot its block table names (one put per
-slab for the whole batch), and it attends over its own tokens. Three ways:
+slab for the whole batch), and it attends over its own tokens. Prompt chunks
+joining the batch (``prompt_feed.py``) are more rows in the layers they go
+through this step, each attending causally over its own sequence. The decoding
+rows read their keys and values one of three ways:
 
 - mirrored (float pools, two or more sequences, within the mirror's limit):
   the batch's keys and values kept between steps in one array per layer
@@ -17,21 +20,20 @@ slab for the whole batch), and it attends over its own tokens. Three ways:
 - per sequence: each sequence attends over views of its runs of blocks
   (``decode_attention.attend``), no copy, a few operations per sequence.
 
-Measured on the embedded target (6 layers), 8 sequences of ~60 tokens, CPU:
-gathered, a step took 1.6x one sequence's step (4.9x the tokens per second);
-per sequence, 3.6x (2.2x). At ~200 tokens a sequence the gather was 20% of a
-step, which the mirror saves."""
+What each way costs, measured: docs/decisions.md ("Batching: the mirror")."""
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 import mlx.core as mx
 import numpy as np
 
 from mlxcore.batching.batch_mirror import BatchMirror, MirrorStep
+from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
-from mlxcore.decode_attention import Attended, attend, attend_batch_parts
+from mlxcore.decode_attention import Attended, attend, attend_batch_parts, normalized
 from mlxcore.errors import ModelLoadError
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.slab_storage import LayerStorage
@@ -51,41 +53,69 @@ class BatchDecoder:
         self.forward = forward
         self.mirror: BatchMirror | None = None
 
-    def __call__(self, caches: list[PagedCache], ids: list[int], inputs: mx.array) -> mx.array:
-        """Logits (B, V) of the next token of each sequence after ``inputs`` (B,) int32.
+    def __call__(self, caches: list[PagedCache], ids: list[int], inputs: mx.array | None,
+                 feeds: list[PromptFeed] = ()) -> mx.array | None:
+        """Logits (B, V) of the next token of each sequence after ``inputs`` (B,) int32 (None for no B).
 
         ``ids`` are the same tokens as known ids (or ``PENDING`` where the value is not known yet:
         correct it with ``cache.correct_tail`` afterwards), recorded as each cache's tokens.
-        A prompt read beside the batch goes through the layers on its own (``prompt_feed.py``).
+        ``feeds``: prompt chunks joining the batch (``prompt_feed.py``), each taken through the layers
+        this step's plan gave it: in those layers its tokens are rows beside the decoding ones, at their
+        own positions, attending causally over their own sequence; its hidden state waits for the next
+        pass where it stops short of the last layer. Every layer's weights serve all its rows at once.
         """
-        pool = caches[0].pool
-        if any(cache.pool is not pool for cache in caches):
+        everyone = [*caches, *(feed.cache for feed in feeds)]
+        pool = everyone[0].pool
+        if any(cache.pool is not pool for cache in everyone):
             raise ValueError("A batch's sequences must share one block pool.")
-        positions = [cache.offset for cache in caches]  # each one's next position
+        rows = len(caches)
+        offsets = mx.array([cache.offset for cache in caches], dtype=mx.int32)  # each one's next position
+        reads = self._reads(pool, caches, ids) if rows else None
+        h = self.forward.model.embed_tokens(inputs[:, None]) if rows else None  # (B, 1, hidden): a row a sequence
+        writes: dict[tuple, tuple[SlotWrites, mx.array | None, list[int]]] = {}
+        for index, layer in enumerate(self.forward._layers):
+            joining = [feed for feed in feeds if feed.runs(index)]
+            if not joining and not rows:
+                continue
+            key = tuple(id(feed) for feed in joining)
+            if key not in writes:  # the layers a set of chunks rides in share its slots, positions and rows
+                starts = list(itertools.accumulate([rows] + [len(feed.ids) for feed in joining]))
+                where = mx.concatenate([offsets] + [feed.offsets for feed in joining]) if joining else offsets
+                writes[key] = SlotWrites(caches, [feed.cache for feed in joining]), where, starts
+            slots, where, starts = writes[key]
+            x = mx.concatenate(([h] if rows else []) + [feed.h for feed in joining]) if joining else h
+            q, both = layer.before_batch(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
+            storage = pool.storage[index]
+            written = slots.apply(storage, both)
+            if joining:
+                outs = [feed.attend(q[start:start + len(feed.ids)], index) for feed, start in zip(joining, starts)]
+                if rows:
+                    reads.write(index, both[:, :, :rows])
+                    outs.insert(0, normalized(reads.attend(storage, index, q[:rows]), q[:rows].shape))
+                x = layer.after(x, (outs[0] if len(outs) == 1 else mx.concatenate(outs), None))
+                for feed, start in zip(joining, starts):
+                    feed.h = x[start:start + len(feed.ids)]
+                h = x[:rows] if rows else None
+            else:
+                reads.write(index, both)
+                h = x = layer.after(x, reads.attend(storage, index, q))
+            # Start this layer while the next one's graph is built (MLX's CPU queue is short); the pool's
+            # write too, which a pass reading the mirror does not depend on: left lazy, writes would pile up.
+            mx.async_eval(x, written)
+        for cache in caches:
+            cache.finish_batched_pass()
+        return self.forward._head(h)[:, -1, :] if rows else None
+
+    def _reads(self, pool, caches: list[PagedCache], ids: list[int]) -> _Reads | _MirrorReads:
+        """Announce each sequence's one token; how the batch reads its keys and values this pass."""
         mirror = self._mirror(pool, caches)
         step = mirror.plan(caches) if mirror is not None else None
         for cache, token in zip(caches, ids):
             cache.begin([token])
         if step is not None and mirror.live(step):  # a begin may have made the budget take the mirror back
             mirror.commit(caches, step)
-            reads = _MirrorReads(mirror, step)
-        else:
-            reads = _Reads(caches, pool.geometry.token_bytes // pool.geometry.num_layers)
-        offsets = mx.array(positions, dtype=mx.int32)
-        writes = SlotWrites(caches)
-        h = self.forward.model.embed_tokens(inputs[:, None])  # (B, 1, hidden): a row a sequence
-        for index, layer in enumerate(self.forward._layers):
-            q, both = layer.before_batch(h, offsets)  # (B, heads, 1, dim) scaled; (2, kv_heads, B, dim)
-            storage = pool.storage[index]
-            written = writes.apply(storage, both)
-            reads.write(index, both)
-            h = layer.after(h, reads.attend(storage, index, q))
-            # Start this layer while the next one's graph is built (MLX's CPU queue is short); the pool's
-            # write too, which a pass reading the mirror does not depend on: left lazy, writes would pile up.
-            mx.async_eval(h, written)
-        for cache in caches:
-            cache.finish_batched_pass()
-        return self.forward._head(h)[:, -1, :]
+            return _MirrorReads(mirror, step)
+        return _Reads(caches, pool.geometry.token_bytes // pool.geometry.num_layers)
 
     def _mirror(self, pool, caches: list[PagedCache]) -> BatchMirror | None:
         """The pool's mirror of the batch, for two or more sequences of a float pool (``batch_mirror.py``)."""
@@ -104,11 +134,11 @@ class BatchDecoder:
 
 class SlotWrites:
     """Where each row's key and value go: per slab, the slots and the rows that write them (a prompt
-    chunk's cache: one row per token it announced)."""
+    chunk's cache: one row per token it announced, after the decode rows)."""
 
-    def __init__(self, caches: list[PagedCache], chunk: PagedCache | None = None) -> None:
+    def __init__(self, caches: list[PagedCache], chunks: list[PagedCache] = ()) -> None:
         groups: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
-        places = [cache.write_slot() for cache in caches] + (chunk.write_slots() if chunk else [])
+        places = [cache.write_slot() for cache in caches] + [at for chunk in chunks for at in chunk.write_slots()]
         for row, (slab, at) in enumerate(places):
             groups[slab][0].append(at)
             groups[slab][1].append(row)

@@ -29,6 +29,7 @@ from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.constraints import Bitmask, GrammarError
 from mlxcore.batching.sequence import Sequence
 from mlxcore.kv.base import PENDING
+from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.sampling_graphs import greedy_pick, same_graph, sampled_pick
 
 Read = tuple[Sequence, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
@@ -63,8 +64,9 @@ class DecodeSteps:
     def pending(self) -> bool:
         return self.last is not None
 
-    def queue(self, seqs: list[Sequence]) -> None:
-        """Queue one step for ``seqs`` (each feeds its pending pick, or its last known id)."""
+    def queue(self, seqs: list[Sequence], feeds: list[PromptFeed] = ()) -> None:
+        """Queue one step for ``seqs`` (each feeds its pending pick, or its last known id), with the prompt
+        chunks ``feeds`` riding in the same pass (``BatchDecoder``)."""
         last = self.last
         where = {id(seq): row for row, seq in enumerate(last.seqs)} if last else {}
         rows = [where.get(id(seq)) for seq in seqs]
@@ -72,7 +74,7 @@ class DecodeSteps:
         if last is not None:
             last.fed.update(id(seq) for seq, row in zip(seqs, rows) if row is not None)
         inputs = self._inputs(seqs, rows, last)
-        logits = self._logits(seqs, ids, inputs)  # (B, V)
+        logits = self._logits(seqs, ids, inputs, feeds)  # (B, V)
         allowed = _allowed(seqs, rows, last, logits)
         if allowed is not None:
             logits = mx.where(allowed, logits, -mx.inf)
@@ -90,12 +92,13 @@ class DecodeSteps:
                    for seq, row in zip(seqs, rows)]
         return sources[0] if len(sources) == 1 else mx.concatenate(sources)
 
-    def _logits(self, seqs: list[Sequence], ids: list[int], inputs: mx.array) -> mx.array:
-        if len(seqs) == 1:
+    def _logits(self, seqs: list[Sequence], ids: list[int], inputs: mx.array,
+                feeds: list[PromptFeed]) -> mx.array:
+        if len(seqs) == 1 and not feeds:
             cache = seqs[0].caches.target
             cache.begin(ids)
             return self.forward(inputs[None], cache=cache.layers)[:, -1, :]
-        return self.decoder([seq.caches.target for seq in seqs], ids, inputs)
+        return self.decoder([seq.caches.target for seq in seqs], ids, inputs, feeds)
 
     def advance(self) -> list[Read]:
         """Read the previous step's picks (after ``queue``, or with nothing queued); make the queued step's

@@ -1,7 +1,7 @@
 """How much prompt reading a step may do while other sequences decode: about a third of a decode step's worth.
 
-Prompts that join running streams are read in chunks that go through the layers a few at a time
-between decode passes (``prompt_feed.py``), so a step is slower by what those chunks add. The
+Prompts that join running streams are read in chunks whose tokens ride in the decode passes through
+a few layers a step (``prompt_feed.py``), so a step is slower by what those chunks add. The
 amount is counted in token-layers (a chunk's tokens times the layers it goes through in the step).
 A layer's cost for a chunk is a fixed part (attention over the prompt read so far) plus a part per
 token, so large chunks through few layers a step read a prompt fastest for a given stall.

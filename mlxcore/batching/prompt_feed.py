@@ -1,19 +1,22 @@
-"""A prompt chunk fed through the model's layers a few at a time, between the batch's decode passes.
+"""A prompt chunk that joins running streams: its tokens ride in the batch's decode passes as more rows.
 
-A long prompt that joins running streams is read in chunks. What a chunk adds to a step is, for
-every layer it goes through, a fixed part (its attention over the prompt read so far, a dozen MLX
-operations) and a part per token. Fed through all layers in one step, a chunk pays every layer's
-fixed part in that step; fed through one layer a step, a chunk several times larger adds about as
-much to each step, so the prompt advances faster for the same stall of the running streams.
-``pacing.py`` chooses the chunk's tokens and the layers a step goes through.
+A long prompt that joins running streams is read in chunks. Each chunk's tokens
+go through the layers of the decode step's own forward pass as rows beside the
+decoding ones (``batch_forward.py``): at their own positions, attending causally
+over their own sequence, so a layer's weights are read once for every row. What
+a chunk adds to a layer is a fixed part (its attention over the prompt read so
+far) and a part per token, so on a device where that fixed part is dear (this
+CPU) a large chunk may go through a few layers a step, its hidden state kept
+until the next pass takes it on; on a GPU it goes through every layer at once.
+The step's budget (token-layers) is ``pacing.py``'s.
 
 Until the last layer holds the chunk, its cache's layers keep their old length and the blocks it
 fills are not hashed, so no other sequence can find them by a prefix hit and read layers not
 written yet. A cache released or settled meanwhile (the request was cancelled or preempted) makes
 the feed ``stale``: it is dropped, and the cache's block table was already cut back.
 
-``Feeds`` holds the chunks in flight (several prompts may be read at once) and runs them, oldest
-first, through as many layers as the step's pace allows.
+``Feeds`` holds the chunks in flight (several prompts may be read at once) and gives each, oldest
+first, the layers the step's budget allows.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from mlxcore.batching.batch_forward import SlotWrites
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import attend
 from mlxcore.kv.paged import PagedCache
@@ -33,20 +35,21 @@ if TYPE_CHECKING:
 
 
 class PromptFeed:
-    """``ids`` of ``cache``'s prompt on their way through the layers; ``advance`` runs the next few."""
+    """``ids`` of ``cache``'s prompt on their way through the layers: the rows a decode pass carries on."""
 
     def __init__(self, forward: CompiledForward, cache: PagedCache, ids: list[int], at_once: bool = False) -> None:
         """Announce the chunk to the cache (``PoolExhaustedError`` if the pool cannot take it, nothing changed);
         ``at_once``: it goes through every layer in its first step (a short prompt, ``pacing.py``)."""
         cache.begin_unhashed(ids)
-        self.forward, self.cache, self.ids, self.at_once = forward, cache, ids, at_once
+        self.cache, self.ids, self.at_once = cache, ids, at_once
         self.plan = cache.announced
+        self.layers = len(forward._layers)
         self.layer = 0  # the next layer to run
+        self.stop = 0  # the layer this step's pass stops before
         self.h = forward.model.embed_tokens(mx.array(ids)[:, None])  # (L, 1, hidden): a row a token
         self.offsets = mx.arange(cache.offset, cache.offset + len(ids), dtype=mx.int32)
         keys = cache.offset + len(ids)  # query i sees keys up to its own position
         self.causal = mx.arange(keys)[None] <= mx.arange(len(ids))[:, None] + cache.offset
-        self.writes = SlotWrites([], cache)
 
     @property
     def stale(self) -> bool:
@@ -55,23 +58,25 @@ class PromptFeed:
 
     @property
     def layers_left(self) -> int:
-        return len(self.forward._layers) - self.layer
+        return self.layers - self.layer
 
-    def advance(self, layers: int) -> bool:
-        """Run the next ``layers`` layers (queued, not waited for); True once the chunk went through the last."""
-        end = min(self.layer + layers, len(self.forward._layers))
-        for index in range(self.layer, end):
-            layer, storage = self.forward._layers[index], self.cache.pool.storage[index]
-            q, both = layer.before_batch(self.h, self.offsets)  # (L, heads, 1, dim) scaled; (2, kv_heads, L, dim)
-            written = self.writes.apply(storage, both)
-            segments, seen = self.cache.layer_read(index)
-            out = attend(q.transpose(2, 1, 0, 3), segments, 1.0, self.causal if seen is None else seen)
-            self.h = layer.after(self.h, (out.transpose(2, 1, 0, 3), None))
-            mx.async_eval(self.h, written)
-        self.layer = end
+    def runs(self, index: int) -> bool:
+        """Whether this step's pass takes the chunk through layer ``index``."""
+        return self.layer <= index < self.stop
+
+    def attend(self, q: mx.array, index: int) -> mx.array:
+        """The chunk's queries (L, heads, 1, dim; scaled) over its tokens in layer ``index``; shaped as ``q``."""
+        segments, seen = self.cache.layer_read(index)
+        out = attend(q.transpose(2, 1, 0, 3), segments, 1.0, self.causal if seen is None else seen)
+        return out.transpose(2, 1, 0, 3)
+
+    def ran(self) -> bool:
+        """After the pass: the chunk is through ``stop``; True once through the last layer (its cache then
+        holds it, and its blocks are hashed)."""
+        self.layer = self.stop
         if self.layers_left:
             return False
-        self.cache.finish_batched_pass()  # every layer holds the chunk: its length and hashes are real now
+        self.cache.finish_batched_pass()
         return True
 
 
@@ -99,12 +104,11 @@ class Feeds:
     def __bool__(self) -> bool:
         return bool(self._by_sequence)
 
-    def advance(self, work: int | None, alive: Callable[[Sequence], bool]) -> tuple[int, list]:
-        """Run the chunks through more layers, oldest first, ``work`` token-layers in all (None: to the end;
-        a chunk read at once, to its end); the first always goes on. Chunks whose caches were let go (or
-        whose sequence is not ``alive``) are dropped. Returns the token-layers fed and the (sequence, chunk)
-        that went through the last layer."""
-        fed, read = 0, []
+    def plan(self, work: int | None, alive: Callable[[Sequence], bool]) -> list[PromptFeed]:
+        """The chunks this step's pass takes on, oldest first, each with the layers it goes through (``stop``):
+        ``work`` token-layers in all (None: every chunk to its end; a chunk read at once, to its end); the
+        first always goes on. Chunks whose caches were let go (or whose sequence is not ``alive``) are dropped."""
+        fed, running = 0, []
         for seq, feed in list(self._by_sequence.values()):
             if feed.stale or not alive(seq):
                 self.drop(seq)
@@ -115,7 +119,19 @@ class Feeds:
                 continue
             layers = max(layers, 1)
             fed += layers * len(feed.ids)
-            if feed.advance(layers):
+            feed.stop = feed.layer + layers
+            running.append(feed)
+        return running
+
+    def ran(self, feeds: list[PromptFeed]) -> tuple[int, list]:
+        """After the pass that took ``feeds`` on: the token-layers fed, and the (sequence, chunk) that went
+        through the last layer (no longer in flight)."""
+        by_feed = {id(feed): seq for seq, feed in self._by_sequence.values()}
+        fed, read = 0, []
+        for feed in feeds:
+            fed += (feed.stop - feed.layer) * len(feed.ids)
+            if feed.ran():
+                seq = by_feed[id(feed)]
                 self.drop(seq)
                 read.append((seq, feed))
         return fed, read

@@ -3,9 +3,9 @@
 Each ``step()``: apply cancellations; ask the scheduler for a plan; let
 preempted sequences go of their caches; start prompt chunks (a newly admitted
 request first attaches the blocks it finds cached); one decode step for every
-ready sequence; then the chunks in flight go through a few more layers, at the
-pace ``pacing.py`` sets (``prompt_feed.py``), and a prompt read for several
-choices forks. The decode step is
+ready sequence, the chunks in flight riding in the same forward pass through a
+few more layers, at the pace ``pacing.py`` sets (``prompt_feed.py``); a prompt
+read for several choices then forks. The decode step is
 one batched forward pass (``batch_forward.py``) for two or more; a lone
 sequence with a draft takes a speculative round instead when its draft-length
 controller says drafting pays (``decode_speculative.py``: one round a step, so a
@@ -230,17 +230,19 @@ class BatchRunner:
         for seq in plan.late:
             for each in seq.with_followers:
                 each.late = True
-        paced = bool(plan.decode) and self.scheduler.prefill_cap is not None
-        if not paced:
-            self._feed(None)  # nothing to pace against: chunks in flight finish now
+        decoding = [seq for seq in plan.decode if self._alive(seq)]
+        paced = bool(decoding) and self.scheduler.prefill_cap is not None
+        if self.feeds and not paced:
+            self._feed(self.feeds.plan(None, self._alive))  # nothing to pace against: chunks in flight finish now
         for seq, count in plan.prefill:
             with self._alone(seq):
-                if paced:  # through the layers a few at a time, beside the decode passes
+                if paced:  # their tokens ride in the decode passes, a few layers a step
                     self._start_feed(seq, count, start)
                 else:
                     self._prefill(seq, count, start)
-        decoded = self._decode([seq for seq in plan.decode if self._alive(seq)], self._lone(plan))
-        work = self._feed(self.pacing.work) if paced else 0
+        feeds = self.feeds.plan(self.pacing.work, self._alive) if paced else []
+        decoded = self._decode(decoding, self._lone(plan), feeds)
+        work = self._feed(feeds, passed=True) if feeds else 0
         if not self.scheduler.running:
             self.decoder.release()  # the batch's mirror of the pool (batch_mirror.py) goes back to the budget
         seconds = decision_clock.now() - start
@@ -296,10 +298,13 @@ class BatchRunner:
             return
         self.feeds.add(seq, feed)
 
-    def _feed(self, work: int | None) -> int:
-        """Run the chunks in flight through more layers (``Feeds.advance``); a prompt whose last chunk went
-        through the last layer is read (and forks for its choices). Returns the token-layers fed."""
-        fed, read = self.feeds.advance(work, self._alive)
+    def _feed(self, feeds: list[PromptFeed], passed: bool = False) -> int:
+        """``feeds`` went through their layers (in the decode pass; unless ``passed``, in a pass of their own
+        now); a prompt whose last chunk went through the last layer is read (and forks for its choices).
+        Returns the token-layers fed."""
+        if not passed:
+            self.decoder([], [], None, feeds)
+        fed, read = self.feeds.ran(feeds)
         for seq, feed in read:
             seq.cached += len(feed.ids)
             seq.computed_prompt += len(feed.ids)
@@ -375,9 +380,10 @@ class BatchRunner:
 
     # decode -----------------------------------------------------------------
 
-    def _decode(self, seqs: list[Sequence], lone: bool) -> int:
-        """One token for each of ``seqs`` (queued; read next step, ``decode_steps.py``), or one speculative
-        round for a lone reply with a draft when drafting pays; tokens emitted."""
+    def _decode(self, seqs: list[Sequence], lone: bool, feeds: list[PromptFeed]) -> int:
+        """One token for each of ``seqs`` (queued; read next step, ``decode_steps.py``) with ``feeds`` riding
+        in the pass, or one speculative round for a lone reply with a draft when drafting pays; tokens
+        emitted."""
         drafting = lone and self._drafts(seqs[0])
         if drafting:
             with self._alone(seqs[0]):
@@ -387,7 +393,7 @@ class BatchRunner:
             if not self._alive(seqs[0]):  # it failed, and ended
                 return 0
         if seqs:
-            self.steps.queue(seqs)
+            self.steps.queue(seqs, feeds)
         for seq in seqs:
             seq.cached = seq.caches.target.offset
         emitted = 0

@@ -255,7 +255,7 @@ class PagedCache(ModelCache):
         return [self.pool.storage[index].view(slab, start, size)], seen
 
     def begin_unhashed(self, ids: list[int]) -> None:
-        """``begin`` for a batched pass that writes the layers over several steps (``PromptFeed``):
+        """``begin`` for a prompt chunk that rides in batched passes, a few layers a step (``prompt_feed.py``):
         the blocks it fills are found by prefix hits only once ``finish_batched_pass`` says all layers hold them."""
         self._settle()
         self._begin(list(ids), hashed=False)
