@@ -1,4 +1,4 @@
-"""How much prompt reading a step may do while other sequences decode: about a third of a decode step's worth.
+"""How much prompt reading a step may do while other sequences decode: about 0.6 of a decode step's worth.
 
 Prompts that join running streams are read in chunks whose tokens ride in the decode passes through
 a few layers a step (``prompt_feed.py``), so a step is slower by what those chunks add. The
@@ -11,7 +11,8 @@ nearest batch size measured when that one was not), averaged over the steps at t
 when that average, or one step alone, is over ``STALL_SHARE`` (twice it) of a decode step; grown
 by a quarter (at least one) while it stays under ``GROW_BELOW`` (growing faster overshot). The
 running streams then wait about ``1 + STALL_SHARE`` decode steps between two tokens while a long
-prompt is read. A short prompt (``SHORT_PROMPT`` tokens to read, after the blocks found cached) is read in one
+prompt is read: the share follows from the goal that a stream's gaps stay within twice a decode step
+(the pace's own overshoot and the host's noise take the rest), not from a device's timings. A short prompt (``SHORT_PROMPT`` tokens to read, after the blocks found cached) is read in one
 step whatever the pace, as a chat's new message or a server request usually is: its first token
 comes sooner. A long prompt's last chunk is not: it is paced like the others.
 With nothing decoding, prompts are read at full speed.
@@ -23,8 +24,8 @@ from dataclasses import dataclass, field
 
 from mlxcore.device_profile import current
 
-STALL_SHARE = 0.35  # a step's prompt reading may add this share of a decode step's time to it
-GROW_BELOW = 0.2  # a step whose reading added less than this share grows the pace
+STALL_SHARE = 0.6  # a step's prompt reading may add this share of a decode step's time to it
+GROW_BELOW = 0.35  # a step whose reading added less than this share grows the pace
 GROWTH = 1.25
 MIN_WORK, FIRST_WORK = 1, 16  # token-layers a step
 SHORT_PROMPT = 64  # prompts with at most this many tokens to read are read in one step (first token sooner)
