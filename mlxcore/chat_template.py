@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from mlxcore.errors import PromptError
+
+if TYPE_CHECKING:  # (imported for its type only: the window's process never loads mlx-lm)
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlxcore.think_blocks import keep_empty_blocks
 
 ROLES = ("system", "user", "assistant", "tool")
 
 
-def render_chat(tokenizer, messages: Sequence[dict], *, enable_thinking: bool,
+def render_chat(tokenizer: TokenizerWrapper | None, messages: Sequence[dict], *, enable_thinking: bool,
                 add_generation_prompt: bool = True, tools: Sequence[dict] | None = None) -> list[int]:
     """Token ids of ``messages`` (dicts with "role" and "content") as the model's template renders them.
 
@@ -26,10 +30,11 @@ def render_chat(tokenizer, messages: Sequence[dict], *, enable_thinking: bool,
     """
     text = render_chat_text(tokenizer, messages, enable_thinking=enable_thinking,
                             add_generation_prompt=add_generation_prompt, tools=tools)
+    assert tokenizer is not None  # (render_chat_text refused None)
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def render_chat_text(tokenizer, messages: Sequence[dict], *, enable_thinking: bool,
+def render_chat_text(tokenizer: TokenizerWrapper | None, messages: Sequence[dict], *, enable_thinking: bool,
                      add_generation_prompt: bool = True, tools: Sequence[dict] | None = None) -> str:
     """The text ``render_chat`` tokenizes; ``tools`` (OpenAI function tools) offered to the model when given."""
     if tokenizer is None:

@@ -4,8 +4,12 @@ so the UI process can build and check these without loading MLX."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from mlxcore.errors import UsageError
+
+
+KVKind = Literal["paged", "rotating", "standard"]
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,7 @@ class ModelChoice:
 class KVConfig:
     """Which KV cache the engine makes, and its geometry."""
 
-    kind: str = "paged"  # "paged" (block pool, prefix sharing), "rotating" (window) or "standard" (mlx-lm's)
+    kind: KVKind = "paged"  # "paged" (block pool, prefix sharing), "rotating" (window) or "standard" (mlx-lm's)
     max_kv: int | None = None  # rotating: window in tokens; paged: pool capacity in tokens (None = grow as needed)
     block_size: int = 16  # paged: tokens per block
     max_kv_bytes: int | None = None  # paged: KV memory budget shared by target and draft (None = from the machine)

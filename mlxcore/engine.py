@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -17,7 +18,7 @@ from mlxcore.distributed.broadcast import every_rank
 from mlxcore.distributed.kv_shards import KVShards
 from mlxcore.distributed.world import SINGLE, World
 from mlxcore.draft_length import DraftLengthController
-from mlxcore.errors import PromptError
+from mlxcore.errors import PromptError, UsageError
 from mlxcore.events import Event, GenerationStats
 from mlxcore.fast_exp import warm_up as warm_up_fast_exp
 from mlxcore.grammar import Grammar
@@ -26,11 +27,15 @@ from mlxcore.kv.errors import CacheStateError
 from mlxcore.kv.budget import KVBudget, format_bytes, machine_kv_bytes, weights_bytes, wire_recommended_limit
 from mlxcore.kv.geometry import KVGeometry, activation_dtype, model_geometry
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
+from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress
 from mlxcore.sampling import warm_up as warm_up_sampling
 from mlxcore.sequences import common_prefix_length
+
+if TYPE_CHECKING:
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 
 class Engine:
@@ -41,7 +46,7 @@ class Engine:
     computes only the rest. With a draft model, decoding is speculative.
     """
 
-    def __init__(self, model: nn.Module, tokenizer=None, *, kv: KVConfig = KVConfig(),
+    def __init__(self, model: nn.Module, tokenizer: TokenizerWrapper | None = None, *, kv: KVConfig = KVConfig(),
                  draft_model: nn.Module | None = None, num_draft: int = 8, context_length: int | None = None,
                  fingerprint: str = "", draft_fingerprint: str = "", model_name: str = "",
                  draft_name: str = "", generation_defaults: dict | None = None, world: World = SINGLE) -> None:
@@ -61,7 +66,7 @@ class Engine:
         # The sampling the target's generation_config.json recommends (GenerationParams fields).
         self.generation_defaults = dict(generation_defaults or {})
         self.last_stats: GenerationStats | None = None
-        self._pools: dict[str, object] = {}  # paged block pool per model ("target", "draft")
+        self._pools: dict[str, BlockPool] = {}  # paged block pool per model ("target", "draft")
         self._kv_budget: KVBudget | None = None  # bytes both pools share; made with the first paged cache
         # The ranks the target is split over (mlxcore.distributed); each holds its share of the KV heads.
         self.world = world
@@ -157,7 +162,7 @@ class Engine:
         cache = make_model_cache(model, kind=self.kv.kind, block_size=self.kv.block_size, max_kv=self.kv.max_kv,
                                  max_rewind=self.rewind_room, pool=self._pools.get(role), budget=budget,
                                  kv_bits=self.kv.kv_bits)
-        if getattr(cache, "pool", None) is not None:
+        if isinstance(cache, PagedCache):
             self._pools[role] = cache.pool
         return cache
 
@@ -170,13 +175,13 @@ class Engine:
         if meta.get("kind") == "rotating" and int(meta.get("max_rewind", 0)) < self.rewind_room:
             raise CacheStateError(f"The saved rotating KV cache rewinds {meta.get('max_rewind')} tokens; "
                                   f"drafts of {self.draft_control.max_k} need {self.rewind_room}.")
-        model = self.model if role == "target" else self.draft_model
+        model = self._model(role)
         tensors = self.kv_shards.own_tensors(role, tensors)  # saved whole: every rank's heads
         if meta.get("kind") == "paged" and role not in self._pools:  # the first paged cache: a pool in the budget
             self._pools[role] = make_block_pool(model, block_size=int(meta.get("block_size", 16)),
                                                 max_kv=self.kv.max_kv, budget=self.kv_budget, kv_bits=self.kv.kv_bits)
         cache = ModelCache.from_state(model, tensors, meta, pool=self._pools.get(role))
-        if getattr(cache, "pool", None) is not None:
+        if isinstance(cache, PagedCache):
             self._pools[role] = cache.pool
         return cache
 
@@ -189,15 +194,21 @@ class Engine:
 
     def whole_geometry(self, role: str) -> KVGeometry:
         """The ``role`` model's KV geometry as a session file records it (every rank's heads)."""
-        return self.kv_shards.whole_geometry(role, model_geometry(self.model if role == "target" else self.draft_model))
+        return self.kv_shards.whole_geometry(role, model_geometry(self._model(role)))
 
     def pool(self, role: str) -> BlockPool:
         """The paged block pool of ``role`` ("target" or "draft"), made (empty, in the budget) if there is none."""
         if role not in self._pools:
-            model = self.model if role == "target" else self.draft_model
-            self._pools[role] = make_block_pool(model, block_size=self.kv.block_size, max_kv=self.kv.max_kv,
+            self._pools[role] = make_block_pool(self._model(role), block_size=self.kv.block_size, max_kv=self.kv.max_kv,
                                                 budget=self.kv_budget, kv_bits=self.kv.kv_bits)
         return self._pools[role]
+
+    def _model(self, role: str) -> nn.Module:
+        """The ``role`` ("target" or "draft") model."""
+        model = self.model if role == "target" else self.draft_model
+        if model is None:
+            raise UsageError("This engine has no draft model.")
+        return model
 
     def new_caches(self) -> Caches:
         """Empty caches of the configured kind for the target (and the draft, if any)."""
@@ -254,7 +265,7 @@ class Engine:
         """An empty cache instead of the ``role`` one (the next prefill rebuilds it), keeping what it keeps."""
         old = getattr(caches, role)
         old.release()
-        cache = self._new_model_cache(self.model if role == "target" else self.draft_model, role)
+        cache = self._new_model_cache(self._model(role), role)
         cache.keep = old.keep  # a rotating window's system prompt
         setattr(caches, role, cache)
         return cache

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llguidance import LLMatcher
 
-JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # (a typed dict of the stubs only)
+
+JSON_STYLE: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 ANY_OBJECT: dict = {"type": "object"}
 
 
@@ -90,7 +93,7 @@ def _call_schema(name: str, parameters: dict) -> dict:
             "required": ["name", "arguments"], "additionalProperties": False, "x-guidance": JSON_STYLE}
 
 
-def _function(tool: Any) -> dict:
+def _function(tool: object) -> dict:
     function = tool.get("function", tool) if isinstance(tool, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise ValueError("Each tool must be an OpenAI function tool with a name.")

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlxcore.compile_support import report_compile_failure
 from mlxcore.configs import KVConfig, ModelChoice, check_num_draft
 from mlxcore.engine import Engine
+from mlxcore.hub import Progress
 from mlxcore.kv.budget import KVBudget
 
 SLOW_WARM_UP_S = 1.5  # say what is happening when the kernel warm-up takes longer than this
 SLOW_WARM_UP_NOTE = ("compiling decode kernels for this machine (first start only, up to a minute; "
                      "MLXCHAT_COMPILE=0 skips it)")
 
+
+Notice = Callable[[str], None]  # told a line to show the user
 
 @dataclass(frozen=True)
 class OpenedEngine:
@@ -23,8 +27,8 @@ class OpenedEngine:
     note: str  # a line to show the user (e.g. why the embedded models are used), or ""
 
 
-def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConfig(), progress=None,
-                num_draft: int = 8, notice=None, kv_budget: KVBudget | None = None) -> OpenedEngine:
+def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConfig(), progress: Progress | None = None,
+                num_draft: int = 8, notice: Notice | None = None, kv_budget: KVBudget | None = None) -> OpenedEngine:
     """Load the chosen target (and draft) and wrap them in an Engine; ``num_draft`` caps the draft length.
 
     ``choice``: a ModelChoice, or just the target's name (a hub repo, a folder, an embedded
@@ -68,7 +72,8 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     return OpenedEngine(engine, target.name, draft.name if draft else None, note)
 
 
-def warm_up(engine: Engine, notice=None, timer_class=threading.Timer) -> None:
+def warm_up(engine: Engine, notice: Notice | None = None,
+            timer_class: type[threading.Timer] = threading.Timer) -> None:
     """Compile the engine's decode kernels, telling ``notice`` if that takes a while.
 
     ``timer_class(seconds, function, args=...)`` makes the countdown (a test passes one it can watch).

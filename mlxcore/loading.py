@@ -11,7 +11,6 @@ import importlib
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
@@ -42,9 +41,9 @@ class LoadedModel:
     tokenizer: TokenizerWrapper  # mlx-lm's wrapper: encode, decode, chat template, eos_token_ids
     fingerprint: str  # see mlxcore.fingerprint; session files record it
     path: Path  # the folder the files were read from
-    config: dict[str, Any]  # config.json as mlx-lm completed it (quantization, eos ids)
+    config: dict[str, object]  # config.json as mlx-lm completed it (quantization, eos ids)
     name: str  # for display: the embedded name, the repo id or the folder name
-    generation_defaults: dict[str, Any] = field(default_factory=dict)  # its generation_config.json's sampling
+    generation_defaults: dict[str, object] = field(default_factory=dict)  # its generation_config.json's sampling
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class ModelFiles:
     folder: Path
     name: str  # for display: the embedded name, the repo id or the folder name
     fingerprint: str
-    config: dict[str, Any]  # config.json as written
+    config: dict[str, object]  # config.json as written
 
 
 def load_model(ref: str, *, progress: Progress | None = None) -> LoadedModel:
@@ -136,7 +135,7 @@ def _vocab_difference(target: dict[str, int], draft: dict[str, int]) -> str:
             f"{target[example]} in the target and {draft.get(example, 'missing')} in the draft")
 
 
-def _check_config(folder: Path, config: dict[str, Any]) -> None:
+def _check_config(folder: Path, config: dict[str, object]) -> None:
     """Fail early, with a clear message, on a config.json mlx-lm cannot build a model from."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
@@ -153,7 +152,7 @@ def _check_config(folder: Path, config: dict[str, Any]) -> None:
                              f"({one_line(error)}); restore it or download the model again.") from error
 
 
-def _build_model(folder: Path, name: str, world: World) -> tuple[nn.Module, dict[str, Any]]:
+def _build_model(folder: Path, name: str, world: World) -> tuple[nn.Module, dict[str, object]]:
     try:
         if not world.distributed:
             return mlx_lm_load_model(folder)
@@ -169,12 +168,12 @@ def _build_model(folder: Path, name: str, world: World) -> tuple[nn.Module, dict
                              f"({one_line(error)[:300]}); download the model again.") from error
 
 
-def _load_tokenizer(folder: Path, config: dict[str, Any]) -> TokenizerWrapper:
+def _load_tokenizer(folder: Path, config: dict[str, object]) -> TokenizerWrapper:
     if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer.model").is_file():
         raise ModelLoadError(f"{folder} has no tokenizer (tokenizer.json); copy the tokenizer files "
                              "from the original model or download it again.")
     try:
-        tokenizer = mlx_lm_load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
+        tokenizer: TokenizerWrapper = mlx_lm_load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
     except (ValueError, TypeError, KeyError, OSError, AttributeError) as error:
         raise ModelLoadError(f"The tokenizer in {folder} cannot be read ({one_line(error)[:300]}); "
                              "copy it again from the original model.") from error

@@ -78,7 +78,7 @@ class ReplyParser:
         if self._state == "thinking":
             self._out.reasoning += rest
         elif self._state == "call":
-            self._call.body += rest
+            self._stream.body += rest
             self._close_call(closed=False)
         elif not (self.calls and not rest.strip()):  # whitespace after the calls is layout
             self._out.content += rest
@@ -135,7 +135,7 @@ class ReplyParser:
         return ""
 
     def _in_call(self, text: str) -> str:
-        call = self._call
+        call = self._stream
         start = max(0, len(call.body) - len(CALL_CLOSE) + 1)
         call.body += text
         at = call.body.find(CALL_CLOSE, start)
@@ -148,12 +148,19 @@ class ReplyParser:
 
     # calls ---------------------------------------------------------------------------------
 
+    @property
+    def _stream(self) -> _CallStream:
+        """The call being read (the "call" state always has one)."""
+        if self._call is None:
+            raise RuntimeError("The reply parser is not reading a tool call.")
+        return self._call
+
     def _open_call(self, lead: str = "") -> None:
         self._state = "call"
         self._call = _CallStream(self._announced, self.schemas, lead)
 
     def _close_call(self, *, closed: bool) -> None:
-        call, self._call, self._state = self._call, None, "answer"
+        call, self._call, self._state = self._stream, None, "answer"
         try:
             parsed = parse_call(call.body, self.schemas)
         except ToolCallError as error:

@@ -49,7 +49,10 @@ class ToolCall:
     id: str = field(default_factory=new_call_id)
 
     def parsed_arguments(self) -> dict:
-        return json.loads(self.arguments)
+        arguments = json.loads(self.arguments)
+        if not isinstance(arguments, dict):  # (parse_call made sure of it)
+            raise ToolCallError(f"The arguments of {self.name} are not a JSON object.")
+        return arguments
 
     def as_dict(self) -> dict:
         """OpenAI's shape (``message.tool_calls[i]``), which chat templates read too."""

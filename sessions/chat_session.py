@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -296,7 +296,7 @@ class ChatSession:
             except CacheStateError:
                 pass  # the window already filled: the keep it had stays (documented in mlxcore.kv.rotating)
 
-    def _events(self, before: list[Message], grammar: Grammar | None = None) -> Iterator[Event]:
+    def _events(self, before: list[Message], grammar: Grammar | None = None) -> Generator[Event, None, None]:
         """The engine's events for the history as it stands; ``before`` is the history before this turn."""
         reply, written, lead, finish = "", [], "", None  # written: the reply's token ids
         events = None
@@ -336,7 +336,7 @@ class ChatSession:
             return shown
         if ids and ids[-1] in self.engine.eos_ids:
             ids = ids[:-1]
-        return self.engine.tokenizer.decode(ids)
+        return str(self.engine.tokenizer.decode(ids))
 
     # files ------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ overwrites another's turns or brings back a chat deleted elsewhere.
 
 from __future__ import annotations
 
+import builtins
 import os
 import secrets
 import sys
@@ -142,7 +143,7 @@ class SessionStore:
         saved = read_saved(self._index, session_id)
         return saved or saved_in(self._existing(session_id))
 
-    def search(self, text: str) -> list[SessionInfo]:
+    def search(self, text: str) -> builtins.list[SessionInfo]:  # (``list`` is a method here)
         """Sessions whose title contains ``text`` (ignoring case), most recent first."""
         needle = text.casefold()
         return [info for info in self.list() if needle in info.title.casefold()]
@@ -153,7 +154,7 @@ class SessionStore:
         The id is held from then on (see ``claim``); a first save that fails lets it go again.
         """
         session_id = session_id or session.store_id
-        held = session_id in self._held
+        held = session_id is not None and session_id in self._held
         if session_id is None:
             session_id = self.new_id()
         else:

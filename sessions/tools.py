@@ -17,15 +17,15 @@ import re
 import types
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Union
+from typing import Literal, Union
 
 from mlxcore import ToolCall
 
-ToolSpec = Callable[..., Any] | dict
+ToolSpec = Callable[..., object] | dict
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
 
 
-def function_tool(fn: Callable[..., Any]) -> dict:
+def function_tool(fn: Callable[..., object]) -> dict:
     """OpenAI's ``{"type": "function", "function": {...}}`` schema for ``fn`` (see the module docstring)."""
     hints = typing.get_type_hints(fn)
     described = _argument_docs(inspect.getdoc(fn) or "")
@@ -45,7 +45,7 @@ def function_tool(fn: Callable[..., Any]) -> dict:
     return {"type": "function", "function": function}
 
 
-def type_schema(hint: Any, where: str) -> dict:
+def type_schema(hint: object, where: str) -> dict:
     """The JSON schema of a type hint."""
     if hint in _SIMPLE:
         return {"type": _SIMPLE[hint]}
@@ -85,7 +85,7 @@ class Toolbox:
 
     def __init__(self, tools: Sequence[ToolSpec]) -> None:
         self.schemas: list[dict] = []
-        self.functions: dict[str, Callable[..., Any]] = {}
+        self.functions: dict[str, Callable[..., object]] = {}
         for tool in tools:
             schema = tool if isinstance(tool, dict) else function_tool(tool)
             if "function" not in schema or "name" not in schema["function"]:
