@@ -62,9 +62,10 @@ def scripted(tmp_path, monkeypatch):
 def mcp_app(tmp_path: Path, **open_changes) -> ChatApp:
     config = tmp_path / "mcp.json"
     server = Path(__file__).with_name("mcp_server.py")
-    config.write_text(json.dumps({"mcpServers": {"calc": {
-        "command": sys.executable, "args": [str(server)], "timeout": TIMEOUT_S,
-        "env": {"MLXCHAT_TEST_MCP_LOG": str(tmp_path / "ran.jsonl")}}}}))
+    if not config.exists():  # (a window opened again reads what the first one kept in it)
+        config.write_text(json.dumps({"mcpServers": {"calc": {
+            "command": sys.executable, "args": [str(server)], "timeout": TIMEOUT_S,
+            "env": {"MLXCHAT_TEST_MCP_LOG": str(tmp_path / "ran.jsonl")}}}}))
     # long enough for a call in the embedded pair's small vocabulary
     return ChatApp(open_command(max_tokens=200, **open_changes), mcp_servers=read_config(config),
                    mcp_config=str(config))
@@ -123,7 +124,11 @@ def test_the_window_asks_before_each_tool_call_and_the_chat_reopens_with_its_too
         app = mcp_app(tmp_path, session_id=session_id)
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
-            return app.state.messages, [view.call for view in app.query(MessageView) if view.role == "tool"]
+            reopened = app.state.messages, [view.call for view in app.query(MessageView) if view.role == "tool"]
+            await wait_for(pilot, lambda: app.tools_ready, what="the MCP server's tools")
+            await ask(pilot, app, "And 1 + 1?")
+            await answered(pilot, app, "It is 2.")  # "always" was kept: no question in this window either
+            return reopened
 
     seen = asyncio.run(chat())
     assert seen["asked"] == ("add", "calc", '{"a": 12, "b": 7}')
@@ -137,7 +142,9 @@ def test_the_window_asks_before_each_tool_call_and_the_chat_reopens_with_its_too
     assert results[1].startswith("The user denied this call: add was not run.")
     assert [role for role, _ in seen["messages"]] == ["user", "assistant", "tool", "assistant"] * 5
     assert ("add", '{"a": 1, "b": 1}') in seen["tool blocks"], "each result is shown with the call it answers"
+    assert read_config(tmp_path / "mcp.json")[0].always_allow == ("add",), "'always' is kept in the MCP config"
     messages, blocks = asyncio.run(reopen(seen["session"]))
+    assert ran(tmp_path)[-1] == ["add", {"a": 1, "b": 1}]
     assert messages == seen["messages"], "the chat is saved with its tool turns"
     assert blocks and blocks == seen["tool blocks"][-len(blocks):], "(the window mounts the last messages only)"
 

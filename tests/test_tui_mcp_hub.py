@@ -5,6 +5,7 @@ The server is ``mcp_server.py`` (the SDK's ``MCPServer``), started by the hub as
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 from serve_process import free_port, poll_until
 
-from app.mcp.config import DEFAULT_TIMEOUT_S, McpConfigError, read_config
+from app.mcp.config import DEFAULT_TIMEOUT_S, McpConfigError, read_config, remember_always_allowed
+from app.mcp import config as mcp_config
 from app.mcp.hub import McpHub
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
@@ -46,11 +48,39 @@ def test_the_config_reads_stdio_and_http_servers_and_leaves_out_disabled_ones(tm
     ({"a": {"command": "x", "url": "http://x"}}, 'either a "command"'),
     ({"a": {"command": "x", "timeout": 0}}, '"timeout" is seconds'),
     ({"a": "npx"}, "expected an object"),
+    ({"a": {"command": "x", "alwaysAllow": "add"}}, '"alwaysAllow" is a list'),
 ])
 def test_a_server_described_wrongly_is_an_error_that_names_it(tmp_path, servers, says):
     with pytest.raises(McpConfigError, match=says) as error:
         read_config(config(tmp_path, servers))
     assert "'a'" in str(error.value)
+
+
+def test_always_allowed_tools_are_read_and_a_new_one_is_kept_with_everything_else_in_the_file(tmp_path):
+    path = config(tmp_path, {"calc": {"command": "x", "alwaysAllow": ["add"], "note": {"kept": [1, 2]}},
+                             "other": {"url": "http://x", "disabled": True}})
+    assert read_config(path)[0].always_allow == ("add",)
+    remember_always_allowed(path, "calc", "divide")
+    remember_always_allowed(path, "calc", "divide")  # once is enough
+    assert json.loads(path.read_text()) == {"mcpServers": {
+        "calc": {"command": "x", "alwaysAllow": ["add", "divide"], "note": {"kept": [1, 2]}},
+        "other": {"url": "http://x", "disabled": True}}}
+    assert read_config(path)[0].always_allow == ("add", "divide")
+    assert [p.name for p in tmp_path.iterdir()] == ["mcp.json"], "no temporary file is left"
+
+
+def test_an_always_allowed_tool_that_cannot_be_kept_says_why_and_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    path = config(tmp_path, {"calc": {"command": "x"}})
+    with pytest.raises(McpConfigError, match="no server 'gone'"):
+        remember_always_allowed(path, "gone", "add")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(mcp_config.os, "fsync", full)  # the disk fills as the new file is written
+    with pytest.raises(McpConfigError, match="Cannot write the MCP config .*No space left"):
+        remember_always_allowed(path, "calc", "add")
+    assert json.loads(path.read_text()) == {"mcpServers": {"calc": {"command": "x"}}}, "the file is as it was"
+    assert [p.name for p in tmp_path.iterdir()] == ["mcp.json"], "the unfinished copy is gone"
 
 
 def test_a_config_that_is_not_there_or_not_json_says_so(tmp_path):

@@ -9,12 +9,16 @@
 A server with ``command`` runs as a child process spoken to over stdio (``args``,
 ``env``, ``cwd`` as given); one with ``url`` is reached over Streamable HTTP.
 ``timeout`` (seconds, default 60) bounds each tool call; ``"disabled": true``
-leaves a server out. SSE, the transport Streamable HTTP replaced, is refused by name.
+leaves a server out; ``"alwaysAllow"`` (as Cline writes it) lists the server's
+tools that run without asking, and the window adds a tool to it when the user
+answers "always". SSE, the transport Streamable HTTP replaced, is refused by name.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +45,7 @@ class ServerConfig:
     url: str | None = None  # Streamable HTTP: the server's endpoint
     headers: dict[str, str] = field(default_factory=dict)  # sent with every HTTP request (e.g. a token)
     timeout: float = DEFAULT_TIMEOUT_S  # seconds a tool call may take before the model gets an error
+    always_allow: tuple[str, ...] = ()  # its tools that run without asking ("alwaysAllow")
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
@@ -57,15 +62,7 @@ class ServerConfig:
 def read_config(path: str | Path) -> list[ServerConfig]:
     """The servers that ``path`` describes (``McpConfigError`` says what is wrong with it)."""
     path = Path(path).expanduser()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise McpConfigError(f"Cannot read the MCP config {path}: {error.strerror or error}") from None
-    except ValueError as error:
-        raise McpConfigError(f"The MCP config {path} is not JSON: {error}") from None
-    servers = data.get("mcpServers") if isinstance(data, dict) else None
-    if not isinstance(servers, dict):
-        raise McpConfigError(f'The MCP config {path} has no "mcpServers" object')
+    servers = _read(path)["mcpServers"]
     return [server_config(name, entry) for name, entry in servers.items()
             if not (isinstance(entry, dict) and entry.get("disabled"))]
 
@@ -83,11 +80,58 @@ def server_config(name: str, entry: object) -> ServerConfig:
         return ServerConfig(name=name, command=entry.get("command"), args=tuple(str(a) for a in entry.get("args", ())),
                             env={str(k): str(v) for k, v in entry.get("env", {}).items()}, cwd=entry.get("cwd"),
                             url=entry.get("url"), headers={str(k): str(v) for k, v in entry.get("headers", {}).items()},
-                            timeout=float(entry.get("timeout", DEFAULT_TIMEOUT_S)))
+                            timeout=float(entry.get("timeout", DEFAULT_TIMEOUT_S)),
+                            always_allow=_names(name, entry.get("alwaysAllow", [])))
     except (TypeError, ValueError, AttributeError) as error:
         if isinstance(error, McpConfigError):
             raise
         raise McpConfigError(f"MCP server {name!r}: {error}") from None
+
+
+def remember_always_allowed(path: str | Path, server: str, tool: str) -> None:
+    """Add ``tool`` to ``server``'s ``alwaysAllow`` in the config file, everything else in it kept; the file is
+    replaced whole (a crash leaves the old one). ``McpConfigError`` if it cannot be read or written."""
+    path = Path(path).expanduser()
+    data = _read(path)
+    entry = data["mcpServers"].get(server)
+    if not isinstance(entry, dict):
+        raise McpConfigError(f"The MCP config {path} has no server {server!r} any more")
+    allowed = list(_names(server, entry.get("alwaysAllow", [])))
+    if tool in allowed:
+        return
+    entry["alwaysAllow"] = [*allowed, tool]
+    temporary = None
+    try:
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2)
+            out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, path.stat().st_mode & 0o777)
+        os.replace(temporary, path)
+    except OSError as error:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+        raise McpConfigError(f"Cannot write the MCP config {path}: {error.strerror or error}") from None
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise McpConfigError(f"Cannot read the MCP config {path}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise McpConfigError(f"The MCP config {path} is not JSON: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("mcpServers"), dict):
+        raise McpConfigError(f'The MCP config {path} has no "mcpServers" object')
+    return data
+
+
+def _names(server: str, names: object) -> tuple[str, ...]:
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise McpConfigError(f'MCP server {server!r}: "alwaysAllow" is a list of tool names, not {names!r}')
+    return tuple(names)
 
 
 def default_config() -> Path | None:

@@ -70,7 +70,8 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
         self.collector = CollectorHold()
         self.mcp_config = mcp_config  # the MCP config file read (app.mcp.config), for the tools screen
         self.models_dir = models_dir  # --models-dir, whose folders the model switch (F5) lists
-        self.mcp_servers, self.always_allowed = [], set()
+        self.mcp_servers = []
+        self.always_allowed = {(server.name, name) for server in mcp_servers for name in server.always_allow}
         if mcp_servers:
             from app.mcp.hub import McpHub
             self.mcp = McpHub(mcp_servers)

@@ -17,6 +17,7 @@ from typing import Any
 
 from app.tui import protocol as p
 from app.tui.screens.mcp_tools import McpToolsScreen
+from app.mcp.config import McpConfigError, remember_always_allowed
 from app.tui.screens.tool_approval import ALWAYS, DENY, ToolApproval
 
 MAX_TOOL_ROUNDS = 8
@@ -34,6 +35,7 @@ class ToolTurns:
     mcp_servers: list = []  # app.mcp.hub.ServerTools, once connected
     tools_ready = False  # the servers answered (or failed) and the engine was told the tools
     switched_off: frozenset[str] = frozenset()
+    always_allowed: set[tuple[str, str]]  # (server, its tool name) run without asking: alwaysAllow, "always"
     running_tools = False  # calls wait for the user's answer, or run
     tool_rounds = 0  # rounds of calls since the user's last message
 
@@ -87,6 +89,17 @@ class ToolTurns:
         if self._engine_running():
             self._generate(p.ToolResults(tuple(results)))
 
+    def _always_allow(self, server: str, name: str) -> None:
+        """``server``'s tool ``name`` runs without asking from now on, in this window and (kept in the MCP
+        config's ``alwaysAllow``) the next ones; a config that cannot be written says so, and only this window knows."""
+        self.always_allowed.add((server, name))
+        if self.mcp_config is None:
+            return
+        try:
+            remember_always_allowed(self.mcp_config, server, name)
+        except McpConfigError as error:
+            self.notify(f"{error} (allowed in this window only)", title="MCP", severity="warning")
+
     async def _answer_call(self, call: p.ToolCall) -> str:
         """The result the model reads for ``call``: asked first, then run (or refused, or an error)."""
         tool = self.mcp.tools.get(call.name) if self.mcp is not None else None
@@ -98,11 +111,11 @@ class ToolTurns:
             return f"Error: the arguments of {call.name} are not JSON ({error})."
         if not isinstance(arguments, dict):
             return f"Error: the arguments of {call.name} must be a JSON object."
-        if call.name not in self.always_allowed:
+        if (tool.server, tool.remote_name) not in self.always_allowed:
             answer = await self.push_screen_wait(ToolApproval(call.name, tool.server, call.arguments, tool.description))
             if answer == DENY:
                 return denied(call.name)
             if answer == ALWAYS:
-                self.always_allowed.add(call.name)
+                self._always_allow(tool.server, tool.remote_name)
         self.status.loading(f"{self.status.model} · running {call.name}…")
         return await asyncio.wrap_future(self.mcp.call(call.name, arguments))
