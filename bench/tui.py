@@ -191,8 +191,8 @@ class Workload:
 
     def open_command(self) -> Open:
         return Open(model=self.model, draft=self.draft, no_draft=self.draft is None,
-                    params={"temperature": 0.0, "max_tokens": self.reply_tokens},
-                    messages=earlier_messages(self.earlier), ignore_eos=True, flush_seconds=self.flush_seconds)
+                    params={"temperature": 0.0, "max_tokens": self.reply_tokens, "ignore_eos": True},
+                    messages=earlier_messages(self.earlier), flush_seconds=self.flush_seconds)
 
 
 def run_side(side: str, workload: Workload) -> dict[str, float]:

@@ -47,6 +47,7 @@ class GenerationParams(SamplingParams):
     max_tokens: int | None = None  # the reply ends after this many tokens; None = when the context is full
     stop: tuple[str, ...] = field(default=())  # the reply ends when its text contains one of these
     prefill_chunk: int | None = None  # prompt tokens per forward pass while prefilling; None: the device profile's
+    ignore_eos: bool = False  # an end-of-sequence token does not end the reply (vLLM's; for benchmarks, load tests)
 
     def __post_init__(self) -> None:
         super().__post_init__()

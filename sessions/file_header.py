@@ -114,7 +114,8 @@ def build_header(*, created: float, title: str | None, model: tuple[str, str], d
         "model": {"name": model[0], "fingerprint": model[1]},
         "draft": {"name": draft[0], "fingerprint": draft[1]} if draft else None,
         "params": {f.name: list(v) if isinstance(v := getattr(params, f.name), tuple) else v
-                   for f in fields(params)},
+                   for f in fields(params) if f.name != "ignore_eos" or params.ignore_eos},  # (older readers
+        # refuse a parameter they do not know: ignore_eos is written only where it is on)
         "enable_thinking": enable_thinking, "use_draft": use_draft, "system": system,
         "history": [m.as_dict() for m in history],
         "cache": {"kind": kind, **{role: _cache_header(*caches[role]) if role in caches else None
@@ -241,4 +242,5 @@ _PARAM_TYPES = {
     "prefill_chunk": (lambda v: v is None or is_count(v), "a whole number or null"),  # null: the device's
     "seed": (lambda v: v is None or is_count(v), "a whole number or null"),
     "stop": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of text"),
+    "ignore_eos": (lambda v: isinstance(v, bool), "true or false"),
 }

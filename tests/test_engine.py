@@ -96,6 +96,16 @@ def test_eos_ends_the_reply(model):
     assert events[-1].finish_reason == "eos" and cache.offset == len(prompt) + len(ours)
 
 
+@pytest.mark.parametrize("kind", ["standard", "paged"])
+def test_with_ignore_eos_the_reply_runs_past_eos_to_max_tokens(model, kind):
+    engine = Engine(model, None, kv=KVConfig(kind=kind))
+    prompt = random_prompt(6, 10)
+    tokens = mlx_lm_tokens(model, prompt, 8)[0]
+    engine.eos_ids = {tokens[3]}
+    ours, _, events = our_tokens(engine, prompt, 8, ignore_eos=True)
+    assert ours == tokens and events[-1].finish_reason == "length"
+
+
 def test_seeded_sampling_is_reproducible(model):
     engine = Engine(model, None, kv=KVConfig(kind="standard"))
     prompt = random_prompt(7, 10)

@@ -150,6 +150,15 @@ def test_a_session_without_turns_round_trips(tmp_path):
     assert restored.send("Hi")
 
 
+@pytest.mark.parametrize("ignore_eos", [False, True])
+def test_generation_parameters_round_trip_and_ignore_eos_is_written_only_when_on(tmp_path, ignore_eos):
+    engine = tiny_engine("paged", draft=False)
+    params = GenerationParams(max_tokens=12, temperature=0.7, stop=("\n\n",), ignore_eos=ignore_eos)
+    ChatSession(engine, "Be brief.", params).save(tmp_path / "new.mlxchat")
+    assert ChatSession.load(tmp_path / "new.mlxchat", engine).params == params
+    assert (b'"ignore_eos"' in (tmp_path / "new.mlxchat").read_bytes()) == ignore_eos
+
+
 # --- another model, another cache -----------------------------------------------------------------
 
 @pytest.mark.parametrize("change, note, keeps", [

@@ -64,7 +64,8 @@ def test_control_run_generates_the_reply_in_the_engine_process_with_no_ui(monkey
     from bench.tui import earlier_messages, engine_only_run
 
     monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path))
-    command = Open(model="mini-target", draft=None, no_draft=True, params={"temperature": 0.0, "max_tokens": 24},
-                   messages=earlier_messages(4), ignore_eos=True)
+    command = Open(model="mini-target", draft=None, no_draft=True, params={"temperature": 0.0, "max_tokens": 24,
+                                                                          "ignore_eos": True},
+                   messages=earlier_messages(4))
     run, wall = timed(lambda: engine_only_run(command, timeout=120))
     assert_decode_figures(run, 24, wall)

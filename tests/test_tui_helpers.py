@@ -15,9 +15,9 @@ SIZE = (110, 34)
 BLOCK = 16  # tokens per KV block (--block-size): the batching scheduler shares whole blocks between requests
 
 
-def open_command(max_tokens: int = 48, **changes) -> Open:
-    """Greedy, short replies on the embedded pair."""
-    params = {"temperature": 0.0, "max_tokens": max_tokens} | changes.pop("params", {})
+def open_command(max_tokens: int = 48, ignore_eos: bool = False, **changes) -> Open:
+    """Greedy, short replies on the embedded pair (``ignore_eos``: each runs to ``max_tokens``)."""
+    params = {"temperature": 0.0, "max_tokens": max_tokens, "ignore_eos": ignore_eos} | changes.pop("params", {})
     return Open(**({"model": TARGET, "draft": DRAFT, "params": params} | changes))
 
 

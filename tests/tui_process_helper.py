@@ -37,10 +37,10 @@ def say(marker: str) -> None:
 
 
 def make_app(scenario: str) -> ChatApp:
-    params = {"temperature": 0.0, "max_tokens": 4000 if scenario == "reply" else 16}
+    params = {"temperature": 0.0, "max_tokens": 4000 if scenario == "reply" else 16, "ignore_eos": scenario == "reply"}
     if scenario == "download":
         return ChatApp(Open(model="mlxchat-tests/never-arrives", no_draft=True, params=params))
-    app = ChatApp(Open(model="mini-target", draft="mini-draft", params=params, ignore_eos=scenario == "reply"))
+    app = ChatApp(Open(model="mini-target", draft="mini-draft", params=params))
     _on_first(app, "_engine_chunk", "STREAMING" if scenario == "reply" else None)
     _on_first(app, "_engine_prefill", "PREFILLING" if scenario == "prefill" else None)
     return app

@@ -46,8 +46,6 @@ class OpenCommands:
         choice = ModelChoice(model=command.model, draft=command.draft, no_draft=command.no_draft)
         opened = open_engine(choice, kv, progress=self._progress_reporter(), num_draft=command.num_draft,
                              notice=lambda text: self.send(p.Notice(text[0].upper() + text[1:])))
-        if command.ignore_eos:
-            opened.engine.eos_ids = set()
         self.flush_seconds = command.flush_seconds
         self._let_go_of_background()
         previous, self.opened = self.session, opened

@@ -38,7 +38,6 @@ class Open:
     messages: tuple[tuple[str, str], ...] = ()  # start the new chat with these (role, content) messages
     session_file: str | None = None  # open this file (mlxchat --session FILE)
     session_id: str | None = None  # or this stored session
-    ignore_eos: bool = False  # benchmarks only: always generate max_tokens
     flush_seconds: float = FLUSH_SECONDS  # how often generated text is sent to the UI (each send costs a layout)
 
 

@@ -88,7 +88,8 @@ class BatchRunner:
         now = decision_clock.now()
         cap = self.engine.reply_cap(request.params, len(request.prompt_ids))
         choices = [Sequence(request, now, cap, handle, _choice_params(request, i),
-                            ReplyText(self.engine.tokenizer, self.engine.eos_ids, request.params.stop, cap),
+                            ReplyText(self.engine.tokenizer, () if request.params.ignore_eos else self.engine.eos_ids,
+                                      request.params.stop, cap),
                             self._constraint(request)) for i, handle in enumerate(handles)]
         seq, seq.followers = choices[0], choices[1:]
         for handle in handles:
