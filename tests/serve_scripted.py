@@ -14,6 +14,7 @@ from pathlib import Path
 import mlxcore  # noqa: F401  (before mlx.core: it picks the BLAS)
 
 from app.cli import build_parser
+from app.serve import command
 from app.serve.command import real_worker, run_serve
 from scripted_model import scripted_model
 
@@ -29,4 +30,5 @@ def scripted_worker(engine, args):
 
 
 if __name__ == "__main__":
-    sys.exit(run_serve(build_parser().parse_args(["serve", *sys.argv[1:]]), make_worker=scripted_worker))
+    command.real_worker = scripted_worker  # every model's scheduler, for the life of this process
+    sys.exit(run_serve(build_parser().parse_args(["serve", *sys.argv[1:]])))

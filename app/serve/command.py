@@ -140,9 +140,9 @@ def _worker_options(args: argparse.Namespace) -> dict:
             "step_tokens": args.step_tokens, "stall_seconds": args.stall_timeout}
 
 
-def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> int:
-    """Serve until SIGINT or SIGTERM; ``make_worker(engine, args)`` builds each model's scheduler (tests may
-    pass another).
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve until SIGINT or SIGTERM; ``real_worker(engine, args)`` (``ranked_worker`` over several ranks)
+    builds each model's scheduler.
 
     The engines run on this (the main) thread, where the models are loaded (see
     ``mlxcore.batching.worker`` and ``app.serve.hosting``); uvicorn serves from a thread of its own.
@@ -168,7 +168,7 @@ def run_serve(args: argparse.Namespace, make_worker: Callable = real_worker) -> 
         if not world.leader:  # rank 0 serves HTTP; this rank takes the same engine steps
             serve_followers(opened.engine, **_worker_options(args))
             return 0
-        make_worker = ranked_worker
+    make_worker = ranked_worker if world.distributed else real_worker
     if opened.note:
         _say(opened.note)
     started = ModelEntry(opened.target_name, choice, "started")
