@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.tui.protocol import FLUSH_SECONDS, Open
+from app.engine_host.protocol import FLUSH_SECONDS, Open
 
 QUESTION = "Tell me a long story about a lighthouse keeper."
 SIZE = (120, 40)
@@ -143,7 +143,7 @@ def engine_only_run(command: Open, timeout: float = 600.0) -> dict[str, float]:
     """
     import threading
 
-    from app.tui import protocol as p
+    from app.engine_host import protocol as p
     from app.tui.engine_client import EngineClient
 
     ready, done, seen = threading.Event(), threading.Event(), {}

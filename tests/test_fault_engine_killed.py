@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.tui import protocol as p
+from app.engine_host import protocol as p
 from app.tui.screens.dialogs import ChoiceDialog
 from app.tui.text_parts import split_reply
 from app.tui.widgets.message_view import MessageView

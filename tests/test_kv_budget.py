@@ -18,7 +18,7 @@ import pytest
 
 from app.cli import build_parser, main
 from app.options import kv_config
-from app.tui.failure_text import failure_title, with_hint
+from app.engine_host.failure_text import failure_title, with_hint
 from app.tui.widgets.status_line import stats_text
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.errors import PromptError, UsageError

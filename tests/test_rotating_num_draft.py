@@ -124,9 +124,9 @@ def test_tui_with_bad_num_draft_is_one_line_before_it_starts():
 
 def test_tui_engine_host_opens_with_num_draft(tmp_path, monkeypatch):
     import queue
-    from app.tui import protocol as p
-    from app.tui.channel import QueueChannel
-    from app.tui.engine_server import EngineServer
+    from app.engine_host import protocol as p
+    from app.engine_host.channel import QueueChannel
+    from app.engine_host.server import EngineServer
 
     monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path))
     events: queue.Queue = queue.Queue()

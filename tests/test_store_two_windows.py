@@ -21,7 +21,7 @@ import pytest
 
 import mlxcore  # noqa: F401
 from app.cli import main as cli_main
-from app.tui import protocol as p
+from app.engine_host import protocol as p
 from sessions.errors import SessionInUseError
 from sessions.store import SessionStore
 from sessions.store_lock import SessionLock, is_open, lock_file, open_file

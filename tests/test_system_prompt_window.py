@@ -45,9 +45,9 @@ def test_ask_prints_one_line_with_status_2():
 
 
 def test_tui_engine_host_shows_it_as_a_dialog_not_a_crash(tmp_path, monkeypatch):
-    from app.tui import protocol as p
-    from app.tui.channel import QueueChannel
-    from app.tui.engine_server import EngineServer
+    from app.engine_host import protocol as p
+    from app.engine_host.channel import QueueChannel
+    from app.engine_host.server import EngineServer
 
     monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path))
     events: queue.Queue = queue.Queue()

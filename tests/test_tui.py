@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from textual.widgets import Markdown
 
-from app.tui.protocol import Chunk
+from app.engine_host.protocol import Chunk
 from app.tui.screens.dialogs import ErrorDialog
 from app.tui.screens.settings import SettingsScreen
 from app.tui.text_parts import split_reply

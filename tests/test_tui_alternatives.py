@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.tui.protocol import Chunk
+from app.engine_host.protocol import Chunk
 from app.tui.screens.dialogs import ErrorDialog
 from app.tui.screens.settings import SettingsScreen
 from app.tui.text_parts import split_reply

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.tui import protocol as p
+from app.engine_host import protocol as p
 from app.tui.text_parts import split_reply
 from app.tui.widgets.message_view import MessageView
 from mlxcore.launch import ModelChoice, open_engine

@@ -60,7 +60,7 @@ def test_each_side_runs_in_a_new_process_on_the_embedded_model(monkeypatch, tmp_
 
 
 def test_control_run_generates_the_reply_in_the_engine_process_with_no_ui(monkeypatch, tmp_path):
-    from app.tui.protocol import Open
+    from app.engine_host.protocol import Open
     from bench.tui import earlier_messages, engine_only_run
 
     monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path))

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from app.tui.app import EngineEvent
-from app.tui.protocol import Progress
+from app.engine_host.protocol import Progress
 from app.tui.screens.dialogs import ErrorDialog, TextDialog
 from app.tui.screens.download import DownloadScreen
 from app.tui.widgets.chat_log import WINDOW

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.tui.app import ChatApp
-from app.tui.protocol import Chunk, Open
+from app.engine_host.protocol import Chunk, Open
 
 TARGET, DRAFT = "mini-target", "mini-draft"  # shipped in assets/models: a missing one fails the tests
 SIZE = (110, 34)

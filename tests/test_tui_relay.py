@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pickle
 
-from app.tui import protocol as p
-from app.tui.inbox import Inbox
-from app.tui.reply_stream import relay_reply
+from app.engine_host import protocol as p
+from app.engine_host.inbox import Inbox
+from app.engine_host.reply_stream import relay_reply
 from app.tui.text_parts import code_blocks, split_reply
 
 

@@ -1,4 +1,4 @@
-"""The engine host's relay of a turn on the scheduler (app/tui/reply_run.py), on a scripted turn: no model.
+"""The engine host's relay of a turn on the scheduler (app/engine_host/reply_run.py), on a scripted turn: no model.
 
 The turn stands in for ``sessions.batched_turn.BatchedTurn``: ``events()`` gives the scripted (choice, event)
 pairs of one scheduler step per call; a failed request's events come first, then its failure is recorded
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 
-from app.tui import protocol as p
-from app.tui.reply_run import ReplyRun
+from app.engine_host import protocol as p
+from app.engine_host.reply_run import ReplyRun
 from mlxcore.batching.errors import OverloadedError
 from mlxcore.batching.handle import RequestFailedError
 from mlxcore.events import FinalEvent, GenerationStats, TokenEvent

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from app.tui.app import ChatApp  # noqa: E402
-from app.tui.protocol import Open  # noqa: E402
+from app.engine_host.protocol import Open  # noqa: E402
 
 LONG_PROMPT = "The quick brown fox jumps over the lazy dog. " * 140  # ~2,950 tokens with the embedded tokenizer
 STORY = "Tell me a long story."

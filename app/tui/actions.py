@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from app.options import model_catalog
-from app.tui import protocol as p
+from app.engine_host import protocol as p
 from app.tui.screens.dialogs import ConfirmDialog, TextDialog
 from app.tui.screens.help import HelpScreen
 from app.tui.screens.model_picker import ModelPicker

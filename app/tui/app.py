@@ -15,7 +15,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 
-from app.tui import protocol as p
+from app.engine_host import protocol as p
 from app.tui.actions import ChatActions
 from app.tui.chat_screen import ChatScreen
 from app.tui.commands import ACTIONS

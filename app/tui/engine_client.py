@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from app.tui import protocol as p
-from app.tui.channel import PipeChannel, QueueChannel
+from app.engine_host import protocol as p
+from app.engine_host.channel import PipeChannel, QueueChannel
 
 EventHandler = Callable[[Any], None]
 
@@ -28,15 +28,15 @@ def run_engine_process(conn: Any, log_path: str) -> None:
     with open(log_path, "ab", buffering=0) as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
-    from app.tui.engine_server import EngineServer
-    from app.tui.lifeline import watch_parent
+    from app.engine_host.server import EngineServer
+    from app.engine_host.lifeline import watch_parent
     server = EngineServer(PipeChannel(conn))
     watch_parent(server.inbox.ui_gone, server.saving)
     server.serve()
 
 
 def _run_engine_thread(channel: QueueChannel) -> None:
-    from app.tui.engine_server import EngineServer
+    from app.engine_host.server import EngineServer
     EngineServer(channel).serve()
 
 

@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from app.tui import protocol as p
+from app.engine_host import protocol as p
 from app.tui.screens.dialogs import ChoiceDialog
 from mlxcore import MlxchatError
 

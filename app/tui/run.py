@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.tui.protocol import Open
+from app.engine_host.protocol import Open
 
 
 def open_command(args: argparse.Namespace) -> Open:

@@ -15,7 +15,7 @@ import asyncio
 import json
 from typing import Any
 
-from app.tui import protocol as p
+from app.engine_host import protocol as p
 from app.tui.screens.mcp_tools import McpToolsScreen
 from app.mcp.config import McpConfigError, remember_always_allowed
 from app.tui.screens.tool_approval import ALWAYS, DENY, ToolApproval

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.tui import protocol as p
+from app.engine_host import protocol as p
 from app.tui.widgets.alternatives import AlternativesView
 
 

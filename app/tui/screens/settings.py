@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, Switch, TextArea
 
-from app.tui.protocol import Configure, Conversation
+from app.engine_host.protocol import Configure, Conversation
 
 NUMBER_FIELDS = (("temperature", "Temperature (0 = greedy)", float), ("top_p", "Top-p (1 = off)", float),
                  ("top_k", "Top-k (0 = off)", int), ("min_p", "Min-p (0 = off)", float),

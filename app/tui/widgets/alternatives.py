@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Label
 
-from app.tui.protocol import ReplySoFar
+from app.engine_host.protocol import ReplySoFar
 from app.tui.widgets.message_view import MessageView
 
 ENDINGS = {"": "writing…", "eos": "done", "stop": "done", "length": "max tokens reached", "stopped": "stopped",

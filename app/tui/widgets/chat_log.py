@@ -12,7 +12,7 @@ from __future__ import annotations
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from app.tui.protocol import ReplySoFar
+from app.engine_host.protocol import ReplySoFar
 from app.tui.tool_text import answered_call
 from app.tui.widgets.alternatives import AlternativesView
 from app.tui.widgets.message_view import MessageView

@@ -12,7 +12,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
-from app.tui.protocol import SessionRow
+from app.engine_host.protocol import SessionRow
 
 
 def _age(updated: float, now: float) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.tui import protocol as p
-from app.tui.open_chat import OpenChat
+from app.engine_host import protocol as p
+from app.engine_host.open_chat import OpenChat
 from mlxcore import MlxchatError
 
 

@@ -8,7 +8,7 @@ the background goes on, is kept and autosaved when its reply ends, and shows it
 all when it comes back on screen. A single reply is kept as it ends;
 alternatives wait for the user's Pick. Stop stops the turn of the chat on screen
 only. With a KV cache other than paged, there is no scheduler: a reply runs to
-its end before the next command, as ``engine_sync_reply`` does it.
+its end before the next command, as ``sync_reply`` does it.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app.tui import protocol as p
-from app.tui.engine_sync_reply import SyncReply
-from app.tui.open_chat import OpenChat
-from app.tui.reply_run import ReplyRun
+from app.engine_host import protocol as p
+from app.engine_host.sync_reply import SyncReply
+from app.engine_host.open_chat import OpenChat
+from app.engine_host.reply_run import ReplyRun
 from mlxcore import MlxchatError, PromptError
 
 _turns = itertools.count(1)

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app.tui import protocol as p
-from app.tui.reply_stream import ReplyRelay, done_event
+from app.engine_host import protocol as p
+from app.engine_host.reply_stream import ReplyRelay, done_event
 from mlxcore import FinalEvent, TokenEvent
 
 PREFILL_EVERY_S = 0.25  # prompt-reading progress

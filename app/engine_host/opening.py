@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.tui import protocol as p
-from app.tui.open_chat import OpenChat
+from app.engine_host import protocol as p
+from app.engine_host.open_chat import OpenChat
 from mlxcore import MlxchatError
 
 PROGRESS_EVERY_S = 0.1  # download progress

@@ -11,9 +11,9 @@ import threading
 import traceback
 from typing import Any
 
-from app.tui import protocol as p
-from app.tui.failure_text import failure_title, with_hint
-from app.tui.open_chat import OpenChat
+from app.engine_host import protocol as p
+from app.engine_host.failure_text import failure_title, with_hint
+from app.engine_host.open_chat import OpenChat
 from mlxcore import MlxchatError
 
 

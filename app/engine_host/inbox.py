@@ -7,8 +7,8 @@ import threading
 from collections import deque
 from typing import Any
 
-from app.tui.channel import Channel
-from app.tui.protocol import Shutdown, Stop
+from app.engine_host.channel import Channel
+from app.engine_host.protocol import Shutdown, Stop
 
 
 class Inbox:

@@ -3,7 +3,7 @@
 It runs on one thread (in the engine child process, or a thread in the
 benchmark), so every MLX call happens on the thread that made the model. Its
 loop takes the UI's commands one at a time and, while any chat has a reply in
-progress, runs a step of the batching scheduler between them (engine_replies.py).
+progress, runs a step of the batching scheduler between them (replies.py).
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from app.tui import protocol as p
-from app.tui.channel import Channel
-from app.tui.engine_autosave import Autosave
-from app.tui.engine_open import OpenCommands
-from app.tui.engine_replies import ReplyCommands
-from app.tui.engine_store import StoreCommands
-from app.tui.engine_tools import ToolCommands
-from app.tui.failure_text import failure_title, with_hint
-from app.tui.inbox import Inbox
-from app.tui.open_chat import OpenChat
-from app.tui.reply_stream import FLUSH_SECONDS
+from app.engine_host import protocol as p
+from app.engine_host.channel import Channel
+from app.engine_host.autosave import Autosave
+from app.engine_host.opening import OpenCommands
+from app.engine_host.replies import ReplyCommands
+from app.engine_host.store_commands import StoreCommands
+from app.engine_host.tools import ToolCommands
+from app.engine_host.failure_text import failure_title, with_hint
+from app.engine_host.inbox import Inbox
+from app.engine_host.open_chat import OpenChat
+from app.engine_host.reply_stream import FLUSH_SECONDS
 from mlxcore import MlxchatError, PromptError
 
 

@@ -16,7 +16,7 @@ class OpenChat:
     file: Path | None = None  # mlxchat --session FILE: autosave goes there
     file_lock: Any = None  # the SessionLock of ``file``
     save_error: str | None = None  # why the last save failed; None when the file holds this state
-    run: Any = None  # app.tui.reply_run.ReplyRun: the turn in progress (or waiting for a pick)
+    run: Any = None  # app.engine_host.reply_run.ReplyRun: the turn in progress (or waiting for a pick)
 
     @property
     def answering(self) -> bool:

@@ -6,7 +6,7 @@ import queue
 import threading
 from typing import Any, Protocol
 
-from app.tui.protocol import Shutdown
+from app.engine_host.protocol import Shutdown
 
 
 class Channel(Protocol):

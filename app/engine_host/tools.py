@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.tui import protocol as p
+from app.engine_host import protocol as p
 
 ENDED_ON_ITS_OWN = ("eos", "stop", "length")  # a reply stopped by the user, or failed, runs no tools
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
-from app.tui.protocol import FLUSH_SECONDS, Chunk, Done, ReplySoFar
+from app.engine_host.protocol import FLUSH_SECONDS, Chunk, Done, ReplySoFar
 from sessions.thinking import ThinkingSplitter
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.tui import protocol as p
-from app.tui.reply_run import PREFILL_EVERY_S
-from app.tui.reply_stream import done_event, relay_reply
+from app.engine_host import protocol as p
+from app.engine_host.reply_run import PREFILL_EVERY_S
+from app.engine_host.reply_stream import done_event, relay_reply
 
 
 class SyncReply:
