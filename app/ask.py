@@ -19,6 +19,7 @@ from sessions.chat_session import ChatSession
 from sessions.errors import SessionSaveError
 from sessions.store_lock import SessionLock
 from sessions.thinking import ThinkingSplitter
+from app.flags import in_flags
 
 POOL_FULL_HINT = ("Give mlxchat more KV memory with a larger --max-kv (e.g. --max-kv 8GB), start a shorter "
                   "chat (without --session), or close other programs or chat windows.")
@@ -57,7 +58,7 @@ def open_session(args: argparse.Namespace, engine) -> ChatSession:
         session = ChatSession.load(path, engine)
         note = getattr(session, "restore_note", "")
         if note:
-            _say(note)
+            _say(in_flags(note))
         if args.system is not None:
             session.set_system(args.system)
     else:

@@ -15,6 +15,7 @@ from mlxcore.distributed.world import current_world, launched, leave_interrupts_
 from mlxcore import MlxchatError, UsageError
 from mlxcore.open_files import low_limit_note
 from sessions.terminal_text import printable
+from app.flags import in_flags
 
 # mlx.launch stops every rank once one fails: a rank that leaves the telling to rank 0 waits this long first
 FOLLOWER_EXIT_DELAY_S = 1.0
@@ -164,7 +165,7 @@ def _report(error: MlxchatError) -> bool:
     """The error on stderr; over several ranks, rank 0's only (they all meet it), unless each rank's own.
     False when another rank reports it."""
     if _leads() or getattr(error, "every_rank_reports", False):
-        print(f"mlxchat: {printable(str(error), limit=None)}", file=sys.stderr)  # it may quote a file's text
+        print(f"mlxchat: {printable(in_flags(str(error)), limit=None)}", file=sys.stderr)  # it may quote a file's text
         return True
     return False
 

@@ -43,11 +43,11 @@ class KVConfig:
         if self.block_size < 1:
             raise ValueError(f"block_size must be positive, not {self.block_size}")
         if self.kv_bits is not None and self.kind == "standard":
-            raise ValueError("a quantized KV cache (--kv-bits) needs --kv paged or --kv rotating")
+            raise ValueError('a quantized KV cache (kv_bits) needs kind="paged" or kind="rotating"')
 
 
 def check_num_draft(num_draft: int) -> int:
-    """``num_draft`` when it is a usable cap on the draft length (--num-draft), else ``UsageError``."""
+    """``num_draft`` when it is a usable cap on the draft length, else ``UsageError``."""
     if num_draft < 1:
-        raise UsageError(f"--num-draft must be at least 1, not {num_draft}")
+        raise UsageError(f"num_draft must be at least 1, not {num_draft}")
     return num_draft

@@ -149,7 +149,7 @@ class Engine:
 
     @property
     def kv_budget(self) -> KVBudget:
-        """The KV memory the paged pools of target and draft share: ``--max-kv`` as a size, else the machine's."""
+        """The KV memory the paged pools of target and draft share: ``max_kv_bytes``, else the machine's."""
         if self._kv_budget is None:
             limit = self.kv.max_kv_bytes or machine_kv_bytes(
                 self.rank_weight_bytes[self.world.rank] + (weights_bytes(self.draft_model) if self.draft_model else 0))
@@ -225,9 +225,9 @@ class Engine:
             return
         if limit == self.context_length:
             raise PromptError(f"The prompt has {len(prompt_ids)} tokens, more than the model's context of "
-                              f"{limit}: shorten it, start a new chat, or use --kv rotating.")
+                              f'{limit}: shorten it, start a new chat, or use a rotating KV cache (kind="rotating").')
         raise PromptError(f"The KV cache memory is full: the prompt's {len(prompt_ids):,} tokens do not fit in "
-                          f"{self.kv_room()[1]} (--max-kv): start a new chat, or use a larger --max-kv.")
+                          f"{self.kv_room()[1]} (max_kv): start a new chat, or give a larger max_kv.")
 
     def keep_prefix(self, caches: Caches, prompt_ids: list[int]) -> int:
         """Trim ``caches`` to their longest common prefix with the prompt (at least one token left to

@@ -288,7 +288,7 @@ class ChatSession:
         window = self.caches.target.window.max_size
         if keep >= window:  # it would leave no room for the conversation
             raise SystemPromptTooLongError(f"The system prompt has {keep} tokens and does not fit in the rotating "
-                                           f"KV window of {window}: use a bigger --max-kv, or a shorter system prompt.")
+                                           f"KV window of {window}: use a bigger max_kv, or a shorter system prompt.")
         for cache in (self.caches.target, self.caches.draft):
             try:
                 if cache is not None:

@@ -183,7 +183,7 @@ def restore_plan(saved: SavedSession, engine: Engine, name: str) -> tuple[list[s
             notes.append("It was saved with another draft model: the draft's cache will be rebuilt.")
     if any(not _rewind_room_fits(getattr(saved, role), engine) for role in restore):
         return [], [f"{name} was saved with a rotating window that rewinds fewer tokens than "
-                    f"--num-draft {engine.draft_control.max_k} needs: the cache will be rebuilt on the next turn."]
+                    f"num_draft={engine.draft_control.max_k} needs: the cache will be rebuilt on the next turn."]
     return restore, notes
 
 

@@ -117,7 +117,7 @@ def test_unsupported_formats_are_typed_errors():
     with pytest.raises(KVFormatError, match="divisible"):
         kv_format(8, 48)
     assert kv_format(8, 128).group_size == 64 and kv_format(8, 32).group_size == 32
-    with pytest.raises(ValueError, match="paged or --kv rotating"):
+    with pytest.raises(ValueError, match='kind="paged" or kind="rotating"'):
         KVConfig(kind="standard", kv_bits=8)
 
 

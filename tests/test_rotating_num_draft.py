@@ -100,7 +100,7 @@ def test_file_saved_with_less_rewind_room_is_rebuilt(pair, tmp_path):
     engine = rotating_engine(pair, 20)
     engine.draft_control = FixedDraftLength(20)
     opened = ChatSession.load(tmp_path / "chat.mlxchat", engine)
-    assert "--num-draft 20" in opened.restore_note and "rebuilt" in opened.restore_note
+    assert "num_draft=20" in opened.restore_note and "rebuilt" in opened.restore_note
     cold = ChatSession(rotating_engine(pair, 20), enable_thinking=False)
     cold.messages = list(opened.messages)
     assert opened.send("What is my name?") == cold.send("What is my name?")
@@ -111,7 +111,7 @@ def test_file_saved_with_less_rewind_room_is_rebuilt(pair, tmp_path):
 def test_tui_open_command_carries_num_draft():
     args = build_parser().parse_args(["--num-draft", "20"])
     assert open_command(args).num_draft == 20
-    with pytest.raises(UsageError, match="--num-draft must be at least 1"):
+    with pytest.raises(UsageError, match="num_draft must be at least 1"):
         open_command(build_parser().parse_args(["--num-draft", "0"]))
 
 

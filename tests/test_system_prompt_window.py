@@ -16,7 +16,8 @@ from sessions.chat_session import ChatSession
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG_SYSTEM = "You are Ada, a careful assistant who answers in full sentences and checks every step. " * 3
-WHAT_TO_DO = "use a bigger --max-kv, or a shorter system prompt"
+WHAT_TO_DO = "use a bigger --max-kv, or a shorter system prompt"  # as the command line and the window say it
+IN_THE_API = "use a bigger max_kv, or a shorter system prompt"  # as ChatSession raises it
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def engine():
 def test_session_refuses_with_what_to_do(engine):
     session = ChatSession(engine, system=LONG_SYSTEM, enable_thinking=False)
     with pytest.raises(PromptError, match=r"The system prompt has \d+ tokens and does not fit in the rotating "
-                                          r"KV window of 32: " + WHAT_TO_DO):
+                                          r"KV window of 32: " + IN_THE_API):
         session.send("What is 12 + 7?")
     session.set_system("You are Ada.")  # the fix the message suggests: the chat goes on
     assert session.send("What is 12 + 7?")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from app.flags import in_flags
+
 _TITLES = {"SessionSaveError": "Chat not saved", "ModelLoadError": "Model cannot be loaded",
            "TokenizerMismatchError": "Draft does not fit the model", "PromptError": "Cannot send this",
            "PoolExhaustedError": "Cache memory is full", "OverloadedError": "Cache memory is full", "SessionNotFoundError": "No such chat",
@@ -53,4 +55,5 @@ def with_hint(error: Exception, fatal: bool, opening: bool = False) -> str:
         hint = _OPEN_HINT
     else:
         hint = _HINTS.get(name, "")
-    return f"{error}\n\n{hint}" if hint else str(error)
+    text = in_flags(str(error))  # (the window's user gives flags, not the API's parameters)
+    return f"{text}\n\n{hint}" if hint else text

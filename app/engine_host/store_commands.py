@@ -8,6 +8,7 @@ from typing import Any
 from app.engine_host import protocol as p
 from app.engine_host.open_chat import OpenChat
 from mlxcore import MlxchatError
+from app.flags import in_flags
 
 
 class StoreCommands:
@@ -38,7 +39,7 @@ class StoreCommands:
     def _tell_restore_note(self) -> None:
         note = getattr(self.session, "restore_note", None)
         if note:
-            self.send(p.Notice(note, "warning"))
+            self.send(p.Notice(in_flags(note), "warning"))
 
     def _on_listsessions(self, command: p.ListSessions) -> None:
         infos = self.store.search(command.query) if command.query else self.store.list()

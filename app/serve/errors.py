@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 from mlxcore.batching.errors import OverloadedError, PromptTooLongError
 from mlxcore.batching.handle import RequestFailedError
 from mlxcore import MlxchatError, PromptError
+from app.flags import in_flags
 
 log = logging.getLogger("mlxchat.serve")
 
@@ -69,16 +70,16 @@ class APIError(Exception):
 def from_engine_error(error: Exception) -> APIError:
     """The API error for what the scheduler or the engine raised for a request."""
     if isinstance(error, OverloadedError):
-        return APIError(429, f"{error} Retry in {math.ceil(error.retry_after)} s.",
+        return APIError(429, f"{in_flags(str(error))} Retry in {math.ceil(error.retry_after)} s.",
                         code="overloaded", retry_after=error.retry_after)
     if isinstance(error, PromptTooLongError):
-        return APIError(400, str(error), param="messages", code="context_length_exceeded")
+        return APIError(400, in_flags(str(error)), param="messages", code="context_length_exceeded")
     if isinstance(error, RequestFailedError):
         if isinstance(error.__cause__, (OverloadedError, PromptTooLongError)):  # refused on the engine thread
             return from_engine_error(error.__cause__)
-        return APIError(500, f"{error} See /health and the server's log.", code="engine_failed")
+        return APIError(500, f"{in_flags(str(error))} See /health and the server's log.", code="engine_failed")
     if isinstance(error, (PromptError, MlxchatError)):
-        return APIError(400, str(error))
+        return APIError(400, in_flags(str(error)))
     return APIError(500, f"Internal error: {type(error).__name__}: {error}")
 
 

@@ -26,6 +26,7 @@ from mlxcore.kv.errors import CacheStateError
 from sessions.chat_session import ChatSession
 from sessions.messages import Message
 from sessions.store import SessionStore
+from app.flags import in_flags
 
 log = logging.getLogger("mlxchat.serve")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # the store's ids: no paths, no dots
@@ -106,7 +107,7 @@ class SessionJobs:
         self._touch(name)
         return {"name": name, "messages": [m.as_dict() for m in session.history],
                 "enable_thinking": session.enable_thinking, "cached_tokens": session.caches.target.offset,
-                "note": session.restore_note or None}
+                "note": in_flags(session.restore_note) if session.restore_note else None}
 
     def _hold(self, name: str, caches: Caches) -> None:
         old = self._held.pop(name, None)

@@ -62,7 +62,7 @@ class BatchRunner:
                  stall_seconds: float = STALL_SECONDS) -> None:
         paged = engine.kv.kind == "paged"
         if not paged and max_running > 1:
-            raise UsageError("Replies side by side need the paged KV cache (--kv paged).")
+            raise UsageError('Replies side by side need the paged KV cache (kind="paged").')
         self.engine = engine
         self.decoder = BatchDecoder(engine.target_forward)
         self.steps = DecodeSteps(engine.target_forward, self.decoder)
@@ -120,7 +120,7 @@ class BatchRunner:
                 self._end(seq, error=OverloadedError(
                     f"The KV cache cannot take this {seq.length:,}-token prompt next to what other chats hold "
                     f"now in {self.engine.kv_room()[1]}: try again later, close other chats, or give more memory "
-                    "(--max-kv).",
+                    "(max_kv).",
                     retry_after=5.0))
 
     def _end_unfit(self, seq: Sequence) -> None:

@@ -39,15 +39,15 @@ def parse_max_kv(text: str) -> KVLimit:
     match = _SIZE.match(str(text))
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _UNITS:
-        raise ValueError(f"--max-kv {text!r} is neither a number of tokens (4096) nor a size (8GB, 512MB, 1.5GiB).")
+        raise ValueError(f"max_kv {text!r} is neither a number of tokens (4096) nor a size (8GB, 512MB, 1.5GiB).")
     number = float(match.group(1))
     if not match.group(2):
         if "." in match.group(1) or number < 1:
-            raise ValueError(f"--max-kv {text!r}: a number of tokens must be a whole number of at least 1.")
+            raise ValueError(f"max_kv {text!r}: a number of tokens must be a whole number of at least 1.")
         return KVLimit(tokens=int(number))
     size = int(number * _UNITS[unit])
     if size < 1:
-        raise ValueError(f"--max-kv {text!r}: the size must be more than 0 bytes.")
+        raise ValueError(f"max_kv {text!r}: the size must be more than 0 bytes.")
     return KVLimit(bytes=size)
 
 

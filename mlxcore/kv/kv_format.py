@@ -56,7 +56,7 @@ def kv_format(bits: int | None, head_dim: int) -> KVFormat:
     if bits is None:
         return KVFormat()
     if bits not in SUPPORTED_BITS:
-        raise KVFormatError(f"A {bits}-bit KV cache is not supported: use --kv-bits 8 (4 bits did not keep "
+        raise KVFormatError(f"A {bits}-bit KV cache is not supported: use kv_bits=8 (4 bits did not keep "
                             "answers close enough to the float cache's).")
     for group in GROUP_SIZES:
         if head_dim % group == 0:

@@ -50,7 +50,8 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
     """
     if kind == "standard":
         if kv_bits is not None:
-            raise ValueError("The standard cache is mlx-lm's float one: quantized KV needs --kv paged or rotating.")
+            raise ValueError('The standard cache is mlx-lm\'s float one: quantized KV needs kind="paged" or '
+                             'kind="rotating".')
         return StandardCache(model_geometry(model))
     if kind == "paged":
         if pool is None:
