@@ -72,9 +72,9 @@ class BatchDecoder:
         offsets = mx.array([cache.offset for cache in caches], dtype=mx.int32)  # each one's next position
         reads = self._reads(pool, caches, ids) if rows else None
         h = self.forward.model.embed_tokens(inputs[:, None]) if rows else None  # (B, 1, hidden): a row a sequence
-        writes: dict[tuple, tuple[SlotWrites, mx.array | None, list[int]]] = {}
+        writes: dict[tuple, tuple[SlotWrites, mx.array, list[int]]] = {}  # per set of chunks riding along
         for index, layer in enumerate(self.forward._layers):
-            joining = [feed for feed in feeds if feed.runs(index)]
+            joining = [feed for feed in feeds if feed.runs(index)] if feeds else []
             if not joining and not rows:
                 continue
             key = tuple(id(feed) for feed in joining)

@@ -27,9 +27,9 @@ import mlx.core as mx
 
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.constraints import Bitmask, GrammarError
+from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.sequence import Sequence
 from mlxcore.kv.base import PENDING
-from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.sampling_graphs import greedy_pick, same_graph, sampled_pick
 
 Read = tuple[Sequence, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
