@@ -23,7 +23,7 @@ _EXPORTS = {
     "ModelLoadError": "mlxcore.errors", "SystemPromptTooLongError": "mlxcore.errors",
     "Event": "mlxcore.events", "render_chat_text": "mlxcore.chat_template", "check_num_draft": "mlxcore.configs",
     "ToolCall": "mlxcore.tool_calls", "ToolCallError": "mlxcore.tool_calls", "parse_call": "mlxcore.tool_calls",
-    "CALL_CLOSE": "mlxcore.tool_calls",
+    "CALL_CLOSE": "mlxcore.tool_calls", "CacheMeta": "mlxcore.kv.base",
     "ReplyParser": "mlxcore.reply_parser", "ParsedDelta": "mlxcore.reply_parser", "CallDelta": "mlxcore.reply_parser",
     "Grammar": "mlxcore.grammar", "json_schema": "mlxcore.grammar",
     "json_object": "mlxcore.grammar", "tool_call_grammar": "mlxcore.grammar",

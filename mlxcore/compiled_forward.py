@@ -18,8 +18,6 @@ uncompiled, so attention still reads segments.
 
 from __future__ import annotations
 
-from typing import Any
-
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.activations import swiglu
@@ -29,6 +27,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlxcore.compile_support import compile_works
 from mlxcore.decode_attention import Attended, attend_parts
 from mlxcore.fused_linear import fuse
+from mlxcore.kv.protocol import LayerCache, Mask
 
 MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer inputs run uncompiled
 # Lengths whose kernels a warm-up builds: one decode step, and one verification block, whose kernels
@@ -114,7 +113,7 @@ class _FusedLayer:
         out, total = parts
         return self._after(h, out) if total is None else self._after_parts(h, out, total)
 
-    def __call__(self, h: mx.array, offset: mx.array, mask: Any, cache: Any) -> mx.array:
+    def __call__(self, h: mx.array, offset: mx.array, mask: Mask, cache: LayerCache) -> mx.array:
         q, k, v = self.before(h, offset)
         if hasattr(cache, "update_and_read"):  # a paged cache: views of its runs (or one span) and their mask
             segments, mask = cache.update_and_read(k, v, mask)

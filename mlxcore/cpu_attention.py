@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from mlxcore.decode_attention import Segment
+from mlxcore.kv.protocol import Segment
 from mlxcore.fast_exp import fast_exp
 
 # Scores per block: 2**18 float32 (1 MiB). On one 128-query chunk (bench/studies/cpu_attention.py --keys),

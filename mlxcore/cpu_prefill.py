@@ -14,8 +14,6 @@ caches, any length) where the device profile takes ``fast_exp``; anything else g
 
 from __future__ import annotations
 
-from typing import Any
-
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
@@ -25,6 +23,7 @@ from mlxcore.cpu_attention import segmented_causal_attention
 from mlxcore.decode_attention import attend, dequantized
 from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_silu
+from mlxcore.kv.protocol import LayerCache, Mask
 
 
 def uses_cpu_prefill(model: nn.Module, cache_layers: list) -> bool:
@@ -35,7 +34,7 @@ def uses_cpu_prefill(model: nn.Module, cache_layers: list) -> bool:
             and not any(hasattr(layer, "bits") and not hasattr(layer, "update_and_segments") for layer in cache_layers))
 
 
-def _layer(layer: nn.Module, h: mx.array, mask: Any, cache: Any) -> mx.array:
+def _layer(layer: nn.Module, h: mx.array, mask: Mask, cache: LayerCache) -> mx.array:
     """mlx-lm's ``TransformerBlock.__call__`` with the two exp-heavy steps swapped."""
     attn, mlp = layer.self_attn, layer.mlp
     b, n, _ = h.shape

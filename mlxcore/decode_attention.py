@@ -24,21 +24,18 @@ MLX's CPU attention broadcasts a 5-D product per query head.
 from __future__ import annotations
 
 import itertools
-from typing import Any
-
 import mlx.core as mx
 
 from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_exp_below
+from mlxcore.kv.protocol import Mask, Segment
 
-# keys, values: (1, kv_heads, length, dim) each, or quantized per token: (packed, scales, biases) each
-Segment = tuple[Any, Any]
 
 
 Attended = tuple[mx.array, mx.array | None]  # (out, row sums to divide it by, or None when out is final)
 
 
-def attend(q: mx.array, segments: list[Segment], scale: float, mask: Any = None) -> mx.array:
+def attend(q: mx.array, segments: list[Segment], scale: float, mask: Mask = None) -> mx.array:
     """Softmax attention of ``q`` (1, heads, L, dim) over the keys of ``segments`` in order; (1, heads, L, dim).
 
     ``mask``: None (every query sees every key), ``"causal"`` (the queries are the
@@ -48,7 +45,7 @@ def attend(q: mx.array, segments: list[Segment], scale: float, mask: Any = None)
     return normalized(attend_parts(q, segments, scale, mask), q.shape)
 
 
-def attend_parts(q: mx.array, segments: list[Segment], scale: float, mask: Any = None) -> Attended:
+def attend_parts(q: mx.array, segments: list[Segment], scale: float, mask: Mask = None) -> Attended:
     """``attend`` before its last division: (out, total), so that a caller can fold ``out / total`` and the
     reshape to (B, heads, L, dim) into its own compiled step (``normalized`` does them otherwise).
     out: (B, kv_heads, rep * L, dim) unnormalised, total: (B, kv_heads, rep * L, 1); or (attention, None)."""
@@ -158,13 +155,13 @@ def _joined(segments: list[Segment]) -> Segment:
     return mx.concatenate([k for k, _ in segments], axis=2), mx.concatenate([v for _, v in segments], axis=2)
 
 
-def _grouped_mask_ok(mask: Any) -> bool:
+def _grouped_mask_ok(mask: Mask) -> bool:
     """Masks the grouped path applies: none, causal, or one (L, keys) mask for every head."""
     return mask is None or isinstance(mask, str) and mask == "causal" or (
         isinstance(mask, mx.array) and all(size == 1 for size in mask.shape[:-2]))
 
 
-def _masked(scores: mx.array, mask: Any, n: int) -> mx.array:
+def _masked(scores: mx.array, mask: Mask, n: int) -> mx.array:
     """Apply ``mask`` to scores (B, kv_heads, rep * L, keys) whose rows are (query head, query) pairs."""
     if mask is None:
         return scores

@@ -22,7 +22,7 @@ from mlxcore.errors import PromptError, UsageError
 from mlxcore.events import Event, GenerationStats
 from mlxcore.fast_exp import warm_up as warm_up_fast_exp
 from mlxcore.grammar import Grammar
-from mlxcore.kv.base import ModelCache
+from mlxcore.kv.base import CacheMeta, ModelCache, Tensors
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.kv.budget import KVBudget, format_bytes, machine_kv_bytes, weights_bytes, wire_recommended_limit
 from mlxcore.kv.geometry import KVGeometry, activation_dtype, model_geometry
@@ -166,7 +166,7 @@ class Engine:
             self._pools[role] = cache.pool
         return cache
 
-    def restore_cache(self, role: str, tensors: dict, meta: dict) -> ModelCache:
+    def restore_cache(self, role: str, tensors: Tensors, meta: CacheMeta) -> ModelCache:
         """Rebuild the ``role`` ("target" or "draft") cache saved by ``cache_state``, in this engine's pool.
 
         A rotating window saved with less rewind room than ``rewind_room`` is refused
@@ -185,7 +185,7 @@ class Engine:
             self._pools[role] = cache.pool
         return cache
 
-    def cache_state(self, role: str, cache: ModelCache) -> tuple[KVGeometry, dict, dict]:
+    def cache_state(self, role: str, cache: ModelCache) -> tuple[KVGeometry, Tensors, CacheMeta]:
         """What a session file keeps of the ``role`` cache: (geometry, tensors, metadata), whole over the ranks
         (over several ranks every rank calls this, in the same order: it gathers their heads)."""
         tensors, meta = cache.state_dict()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TypeGuard
 
 from mlxcore.errors import ModelLoadError
 
@@ -20,7 +20,7 @@ _KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_
          "repetition_penalty": "repetition_penalty"}
 
 
-def read_generation_defaults(folder: Path) -> dict[str, Any]:
+def read_generation_defaults(folder: Path) -> dict[str, float]:
     """GenerationParams fields the model's file sets (empty when it has no file).
 
     ``do_sample: false`` means greedy. A value of the wrong type or out of range is
@@ -41,7 +41,7 @@ def read_generation_defaults(folder: Path) -> dict[str, Any]:
             for key, field in _KEYS.items() if _valid(field, value := data.get(key))}
 
 
-def _valid(field: str, value: Any) -> bool:
+def _valid(field: str, value: object) -> TypeGuard[float]:
     from mlxcore.params import GenerationParams
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return False

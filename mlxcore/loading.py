@@ -43,7 +43,7 @@ class LoadedModel:
     path: Path  # the folder the files were read from
     config: dict[str, object]  # config.json as mlx-lm completed it (quantization, eos ids)
     name: str  # for display: the embedded name, the repo id or the folder name
-    generation_defaults: dict[str, object] = field(default_factory=dict)  # its generation_config.json's sampling
+    generation_defaults: dict[str, float] = field(default_factory=dict)  # its generation_config.json's sampling
 
 
 @dataclass(frozen=True)

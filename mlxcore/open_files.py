@@ -14,9 +14,8 @@ import importlib.abc
 import importlib.machinery
 import resource
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
 
 WANTED_OPEN_FILES = 4096  # the hard limit mlx-lm asks for
 GUARDED_MODULE = "mlx_lm.utils"  # the module whose import sets the limit
@@ -57,7 +56,8 @@ def _keeping_limits(setrlimit: Callable[[int, tuple[int, int]], None]) -> Callab
 class _GuardedImport(importlib.abc.MetaPathFinder):
     """Finds ``mlx_lm.utils`` as Python would, and runs its module code with ``setrlimit`` kept within limits."""
 
-    def find_spec(self, name: str, path: Any, target: ModuleType | None = None) -> Any:
+    def find_spec(self, name: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if name != GUARDED_MODULE:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
@@ -81,5 +81,5 @@ class _LimitKeepingLoader(importlib.abc.Loader):
         finally:
             resource.setrlimit = real
 
-    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ...: the real loader's
+    def __getattr__(self, name: str) -> object:  # get_source, get_filename, ...: the real loader's
         return getattr(self._loader, name)

@@ -10,7 +10,6 @@ as well. The draft is whole on every rank and passes unchanged.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import mlx.core as mx
 
@@ -46,7 +45,7 @@ class KVShards:
         mx.eval(whole)
         return whole
 
-    def own_tensors(self, role: str, tensors: dict[str, Any]) -> dict[str, Any]:
+    def own_tensors(self, role: str, tensors: dict[str, mx.array]) -> dict[str, mx.array]:
         """This rank's run of heads from whole tensors."""
         if not self.sharded(role):
             return tensors

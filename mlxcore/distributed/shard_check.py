@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from mlx_lm.utils import MODEL_REMAPPING
 
@@ -15,9 +15,9 @@ SPLIT_WIDTHS = {"num_key_value_heads": "KV heads", "num_attention_heads": "atten
                 "intermediate_size": "MLP width", "moe_intermediate_size": "expert MLP width"}
 
 
-def check_shardable(config: dict[str, Any], ranks: int, where: Path | str) -> None:
+def check_shardable(config: Mapping[str, object], ranks: int, where: Path | str) -> None:
     """``ShardingError`` unless mlx-lm can split this model (``shard()``) evenly over ``ranks``."""
-    model_type = config.get("model_type", "")
+    model_type = str(config.get("model_type", ""))
     module = importlib.import_module(f"mlx_lm.models.{MODEL_REMAPPING.get(model_type, model_type)}")
     if not hasattr(module.Model, "shard"):
         raise ShardingError(f"{where}: mlx-lm cannot split {model_type} models over several ranks "
@@ -27,7 +27,8 @@ def check_shardable(config: dict[str, Any], ranks: int, where: Path | str) -> No
         if width is not None and width % ranks:
             raise ShardingError(f"{where} has {width} {what}, which {ranks} ranks cannot share evenly: run it on "
                                 f"a number of ranks that divides {width} (e.g. {_divisor_below(width, ranks)}).")
-    group = (config.get("quantization") or {}).get("group_size")
+    quantization = config.get("quantization")
+    group = _width(quantization, "group_size") if isinstance(quantization, dict) else None
     if group:  # a quantized layer split on its input side keeps whole quantization groups on each rank
         for what, width in _input_split_widths(config).items():
             if width is not None and (width // ranks) % group:
@@ -36,19 +37,19 @@ def check_shardable(config: dict[str, Any], ranks: int, where: Path | str) -> No
                                     "fewer ranks.")
 
 
-def _input_split_widths(config: dict[str, Any]) -> dict[str, int | None]:
+def _input_split_widths(config: Mapping[str, object]) -> dict[str, int | None]:
     """The widths ``shard()`` splits on a layer's input side (o_proj, down_proj, the experts' down_proj)."""
-    heads = _width(config, "num_attention_heads")
-    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    heads = _width(config, "num_attention_heads") or 1
+    head_dim = _width(config, "head_dim") or (_width(config, "hidden_size") or 0) // heads
     return {"attention output": heads * head_dim, "MLP width": _width(config, "intermediate_size"),
             "expert MLP width": _width(config, "moe_intermediate_size")}
 
 
-def _width(config: dict[str, Any], key: str) -> int | None:
+def _width(config: Mapping[str, object], key: str) -> int | None:
     value = config.get(key)
     if value is None and key == "num_key_value_heads":
         value = config.get("num_attention_heads")
-    return int(value) if value is not None else None
+    return int(value) if isinstance(value, (int, float)) else None
 
 
 def _divisor_below(width: int, ranks: int) -> int:

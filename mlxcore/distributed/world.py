@@ -6,7 +6,10 @@ import os
 import signal
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import mlx.core as mx
 
 # mlx.launch sets MLX_RANK and, for the ring backend, MLX_HOSTFILE (JACCL: MLX_IBV_DEVICES)
 LAUNCH_VARIABLES = ("MLX_HOSTFILE", "MLX_IBV_DEVICES")
@@ -16,7 +19,7 @@ LAUNCH_VARIABLES = ("MLX_HOSTFILE", "MLX_IBV_DEVICES")
 class World:
     """The processes one model runs on. ``group`` is None for a single process."""
 
-    group: Any = None  # mx.distributed.Group
+    group: mx.distributed.Group | None = None
     rank: int = 0
     size: int = 1
 

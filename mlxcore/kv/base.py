@@ -13,15 +13,35 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypedDict
 
 import mlx.core as mx
 import mlx.nn as nn
 
 from mlxcore.kv.errors import CacheStateError, TrimError
 from mlxcore.kv.geometry import KVGeometry
+from mlxcore.kv.protocol import LayerCache
+
+if TYPE_CHECKING:
+    from mlxcore.kv.paged_pool import BlockPool
 
 Tensors = dict[str, mx.array]
+
+
+class CacheMeta(TypedDict, total=False):
+    """What ``state_dict`` says of a cache beside its tensors (JSON in a session file); each kind writes its own."""
+
+    kind: str
+    tokens: list[int]
+    kv_format: str
+    kv_bits: int | None
+    group_size: int | None
+    block_size: int  # paged
+    offset: int  # rotating: the ring's counters and window
+    high: int
+    max_size: int
+    keep: int
+    max_rewind: int
 PENDING = -1  # stands for a token id not known yet; see ``ModelCache.correct_tail``
 
 
@@ -31,10 +51,10 @@ class ModelCache(ABC):
     kind: ClassVar[str]
     _kinds: ClassVar[dict[str, type[ModelCache]]] = {}
 
-    layers: list[Any]
+    layers: Sequence[LayerCache]
     geometry: KVGeometry  # layers, KV heads, head size, dtype of the model
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if "kind" in cls.__dict__:
             ModelCache._kinds[cls.kind] = cls
@@ -128,12 +148,12 @@ class ModelCache(ABC):
         return sum(layer.nbytes for layer in self.layers)
 
     @abstractmethod
-    def state_dict(self) -> tuple[Tensors, dict[str, Any]]:
+    def state_dict(self) -> tuple[Tensors, CacheMeta]:
         """Tensors (named ``"<layer>.<name>"``) and JSON-able metadata for a session file."""
 
     @classmethod
-    def from_state(cls, model: nn.Module, tensors: Tensors, meta: dict[str, Any],
-                   pool: Any = None) -> ModelCache:
+    def from_state(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta,
+                   pool: BlockPool | None = None) -> ModelCache:
         """Rebuild a cache saved by ``state_dict``; ``pool`` is a paged ``BlockPool`` to join."""
         kind = meta.get("kind")
         if kind not in ModelCache._kinds:
@@ -144,8 +164,8 @@ class ModelCache(ABC):
 
     @classmethod
     @abstractmethod
-    def _restore(cls, model: nn.Module, tensors: Tensors, meta: dict[str, Any],
-                 pool: Any) -> ModelCache: ...
+    def _restore(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta,
+                 pool: BlockPool | None) -> ModelCache: ...
 
     @abstractmethod
     def _token_ids(self) -> list[int]: ...

@@ -20,20 +20,20 @@ not call it, so it cannot drive this kind); a pass without it raises
 from __future__ import annotations
 
 import weakref
-from typing import Any
-
+from collections.abc import Sequence
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import create_attention_mask
 
-from mlxcore.kv.base import ModelCache, Tensors, layer_tensors, saved_layer
+from mlxcore.kv.base import CacheMeta, ModelCache, Tensors, layer_tensors, saved_layer
 from mlxcore.kv.block_manager import AppendPlan
 from mlxcore.kv.errors import CacheShapeError, CacheStateError, KVCacheError, PoolExhaustedError, TrimError
 from mlxcore.kv.geometry import KVGeometry
 from mlxcore.kv import stored
 from mlxcore.kv.kv_format import KVFormat, kv_format
 from mlxcore.kv.paged_pool import BlockPool, make_block_pool
+from mlxcore.kv.protocol import Mask, Segment
 from mlxcore.kv.slab_storage import Gather
 
 def _as_float(parts: list[mx.array], fmt: KVFormat, geometry: KVGeometry) -> tuple[mx.array, mx.array]:
@@ -46,6 +46,8 @@ def _as_float(parts: list[mx.array], fmt: KVFormat, geometry: KVGeometry) -> tup
 # A table of more runs than this is read as one gathered copy per forward pass: a product per run
 # would cost more than the copy. The block manager keeps tables far below it (a run per slab spanned,
 # plus one per fork or prefix hit).
+Span = tuple[tuple[int, int, int], mx.array]  # (slab, start, size) of one view, and its (queries, slots) mask
+
 MAX_SEGMENTS = 64
 
 
@@ -66,14 +68,14 @@ class PagedLayerCache:
         self._owner._write_layer(self, keys, values)
         return self._owner._segments(self)
 
-    def update_and_read(self, keys: mx.array, values: mx.array, mask: Any) -> tuple[list[tuple], Any]:
+    def update_and_read(self, keys: mx.array, values: mx.array, mask: Mask) -> tuple[Sequence[Segment], Mask]:
         """As ``update_and_segments``, with the mask to attend over them with: the model's ``mask`` (None or
         "causal"), or, when the runs are read as one view over the slots between them, an array (L, slots)
         saying which slots each query sees (its gaps none)."""
         self._owner._write_layer(self, keys, values)
         return self._owner._read(self, keys.shape[2], mask)
 
-    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Mask:
         return create_attention_mask(N, offset=self.offset, return_array=return_array, window_size=window_size)
 
     def is_trimmable(self) -> bool:
@@ -131,7 +133,7 @@ class PagedCache(ModelCache):
         self._plan: AppendPlan | None = None
         self._pending_layers = 0
         self._gather: tuple[int, Gather] | None = None  # (table version, gather) cache
-        self._span: tuple[tuple, Any] | None = None  # ((version, length, queries), span and mask) of this pass
+        self._span: tuple[tuple[int, int, int], Span | None] | None = None  # ((version, length, queries), span and mask) of this pass
         self._unhashed = False  # the pass in progress was begun by ``begin_unhashed``
         self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
         # Give the blocks back when the cache is garbage collected without release().
@@ -161,18 +163,18 @@ class PagedCache(ModelCache):
             layer.offset = 0
         self.pool.release_free_slabs()
 
-    def state_dict(self) -> tuple[Tensors, dict[str, Any]]:
+    def state_dict(self) -> tuple[Tensors, CacheMeta]:
         """Only this sequence's tokens, in order (not whole blocks, not other sequences'); quantized blocks
         as they are stored (``stored.names``), so a file holds the same bytes as the pool."""
         self._settle()
         fmt = self.pool.geometry.format
         arrays = [stored.flat(*self._fetch(layer)) for layer in self.layers] if self.offset else []
-        meta = {"kind": self.kind, "tokens": self.tokens, "block_size": self.pool.block_size,
+        meta: CacheMeta = {"kind": self.kind, "tokens": self.tokens, "block_size": self.pool.block_size,
                 "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
         return layer_tensors(stored.names(fmt), arrays), meta
 
     @classmethod
-    def _restore(cls, model: nn.Module, tensors: Tensors, meta: dict[str, Any], pool: Any) -> PagedCache:
+    def _restore(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta, pool: BlockPool | None) -> PagedCache:
         pool = pool or make_block_pool(model, block_size=int(meta.get("block_size", 16)), kv_bits=meta.get("kv_bits"))
         cache, ids = cls(pool), [int(t) for t in meta.get("tokens", [])]
         if not ids:
@@ -348,7 +350,7 @@ class PagedCache(ModelCache):
             return [self._fetch(layer)]
         return self.pool.storage[layer.index].segments(gather, layer.offset)
 
-    def _read(self, layer: PagedLayerCache, queries: int, mask: Any) -> tuple[list[tuple], Any]:
+    def _read(self, layer: PagedLayerCache, queries: int, mask: Mask) -> tuple[Sequence[Segment], Mask]:
         """The layer's tokens for attention of the last ``queries`` of them: views and their mask."""
         if mask is not None and not (isinstance(mask, str) and mask == "causal"):
             return self._segments(layer), mask
@@ -358,7 +360,7 @@ class PagedCache(ModelCache):
         (slab, start, size), seen = span
         return [self.pool.storage[layer.index].view(slab, start, size)], seen
 
-    def _span_mask(self, length: int, queries: int) -> tuple[tuple[int, int, int], mx.array] | None:
+    def _span_mask(self, length: int, queries: int) -> Span | None:
         """``Gather.span`` of the first ``length`` tokens with its (queries, slots) mask, made once a pass."""
         key = (self.pool.manager.version(self.seq_id), length, queries)
         if self._span is None or self._span[0] != key:

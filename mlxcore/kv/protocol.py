@@ -8,9 +8,16 @@ protocol can stand in for mlx-lm's ``KVCache``.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import mlx.core as mx
+
+# What mlx-lm's models pass as an attention mask: None, "causal", or an array (boolean or additive).
+Mask = mx.array | str | None
+# Keys or values as attention reads them: (1, kv_heads, length, dim), or quantized per token (packed, scales,
+# biases); a segment is one run of a sequence's keys and values.
+Part = mx.array | tuple[mx.array, mx.array, mx.array]
+Segment = tuple[Part, Part]
 
 
 @runtime_checkable
@@ -21,7 +28,7 @@ class LayerCache(Protocol):
         """Append keys/values of shape (B, n_kv_heads, L, head_dim); return all keys/values to attend over."""
         ...
 
-    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Mask:
         """The attention mask for ``N`` new queries ("causal", an array, or None)."""
         ...
 
@@ -32,10 +39,10 @@ class LayerCache(Protocol):
         ...
 
     @property
-    def state(self) -> Any: ...
+    def state(self) -> object: ...
 
     @property
-    def meta_state(self) -> Any: ...
+    def meta_state(self) -> object: ...
 
     @property
     def nbytes(self) -> int: ...

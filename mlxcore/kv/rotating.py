@@ -14,7 +14,7 @@ tuple of such arrays, written quantized and read as stored.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -22,10 +22,14 @@ import numpy as np
 from mlx_lm.models.cache import create_attention_mask
 
 from mlxcore.kv import stored
-from mlxcore.kv.base import RecordedTokens, Tensors, layer_tensors, saved_layer
+from mlxcore.kv.base import CacheMeta, RecordedTokens, Tensors, layer_tensors, saved_layer
 from mlxcore.kv.errors import CacheStateError, TrimError
 from mlxcore.kv.geometry import KVGeometry, model_geometry
+from mlxcore.kv.protocol import Mask
 from mlxcore.kv.window import Window
+
+if TYPE_CHECKING:
+    from mlxcore.kv.paged_pool import BlockPool
 
 _STEP = 256
 
@@ -62,7 +66,7 @@ class RotatingLayerCache:
         self._write(keys, values)
         return fetched
 
-    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Mask:
         """The mask for ``N`` new queries, matching what ``update_and_fetch`` will return."""
         layout, count = self._layout(N)
         w, end = self.window, self.offset + N
@@ -212,19 +216,19 @@ class RotatingCache(RecordedTokens):
                 theirs.keys, theirs.values = stored.copied(mine.keys), stored.copied(mine.values)
         return child
 
-    def state_dict(self) -> tuple[Tensors, dict[str, Any]]:
+    def state_dict(self) -> tuple[Tensors, CacheMeta]:
         """Every filled slot and the ring's counters: a wrapped cache restores exactly."""
         self._check_layers_agree()
         w, first = self.window, self.layers[0]
         fmt = self.geometry.format
         arrays = [stored.flat(*layer.state) for layer in self.layers] if first.keys is not None else []
-        meta = {"kind": self.kind, "tokens": self.tokens, "offset": first.offset, "high": first.high,
+        meta: CacheMeta = {"kind": self.kind, "tokens": self.tokens, "offset": first.offset, "high": first.high,
                 "max_size": w.max_size, "keep": w.keep, "max_rewind": w.max_rewind,
                 "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
         return layer_tensors(stored.names(fmt), arrays), meta
 
     @classmethod
-    def _restore(cls, model: nn.Module, tensors: Tensors, meta: dict[str, Any], pool: Any) -> RotatingCache:
+    def _restore(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta, pool: BlockPool | None) -> RotatingCache:
         try:
             window = Window(int(meta["max_size"]), int(meta["keep"]), int(meta["max_rewind"]))
             offset, high, ids = int(meta["offset"]), int(meta["high"]), [int(t) for t in meta["tokens"]]

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache
 
-from mlxcore.kv.base import RecordedTokens, Tensors, layer_tensors, saved_layer
+from mlxcore.kv.base import CacheMeta, RecordedTokens, Tensors, layer_tensors, saved_layer
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.kv.geometry import KVGeometry, model_geometry
+
+if TYPE_CHECKING:
+    from mlxcore.kv.paged_pool import BlockPool
 
 _NAMES = ("keys", "values")
 
@@ -41,13 +44,13 @@ class StandardCache(RecordedTokens):
                 theirs.state = (mine.keys[..., :mine.offset, :], mine.values[..., :mine.offset, :], mine.offset)
         return child
 
-    def state_dict(self) -> tuple[Tensors, dict[str, Any]]:
+    def state_dict(self) -> tuple[Tensors, CacheMeta]:
         self.settle()  # every layer the same length, matching ``tokens``
         arrays = [(c.keys[..., :c.offset, :], c.values[..., :c.offset, :]) for c in self.layers if c.offset]
         return layer_tensors(_NAMES, arrays), {"kind": self.kind, "tokens": self.tokens}
 
     @classmethod
-    def _restore(cls, model: nn.Module, tensors: Tensors, meta: dict[str, Any], pool: Any) -> StandardCache:
+    def _restore(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta, pool: BlockPool | None) -> StandardCache:
         geometry = model_geometry(model)
         cache = cls(geometry)
         cache._ids = [int(t) for t in meta.get("tokens", [])]
