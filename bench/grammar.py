@@ -13,7 +13,9 @@ from __future__ import annotations
 import statistics
 import time
 from contextlib import contextmanager
+from unittest import mock
 
+from mlxcore import decode_speculative
 from mlxcore.batching.constraints import Constraint
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
@@ -51,9 +53,9 @@ def _engine(draft: bool) -> tuple[Engine, list[int]]:
 
 def _run(engine: Engine, ids: list[int], params: GenerationParams, grammar: Grammar | None, draft: bool,
          constrain_draft: bool = True) -> tuple[float, FinalEvent]:
-    """(decode tok/s, the final event) of one reply through the scheduler, alone."""
+    """(decode tok/s, the final event) of one reply through the scheduler, alone (``constrain_draft`` False:
+    the draft proposes freely, the target's masks alone keep the reply in the grammar)."""
     batch = LocalBatch(engine, max_running=1)
-    batch.runner.constrain_draft = constrain_draft
     handle = batch.submit(Request(tuple(ids), params, use_draft=draft, grammar=grammar))[0]
     final: list[FinalEvent] = []
 
@@ -64,7 +66,8 @@ def _run(engine: Engine, ids: list[int], params: GenerationParams, grammar: Gram
                 if isinstance(event, FinalEvent):
                     final.append(event)
                 yield event
-    rate = stream_rate(events(), lambda e: isinstance(e, TokenEvent))[0]
+    with mock.patch.object(decode_speculative, "CONSTRAIN_DRAFT", constrain_draft):
+        rate = stream_rate(events(), lambda e: isinstance(e, TokenEvent))[0]
     return rate, final[0]
 
 

@@ -14,7 +14,7 @@ Under a grammar (``batching/constraints.py``) the target's k + 1 rows are masked
 before the acceptance test: row i with the mask after d_1..d_i, filled while the
 target's pass runs, the matcher then rolled back (the runner feeds it what was
 emitted). A draft token the grammar refuses has no probability under the
-target: the run stops there. ``constrain_draft``: the draft proposes under the
+target: the run stops there. ``CONSTRAIN_DRAFT``: the draft proposes under the
 same masks too (one read of each drafted token), so it rarely guesses a refused
 token; q is then its masked distribution, and rejection sampling stays exact.
 """
@@ -36,6 +36,10 @@ from mlxcore.prefill import prefill, settle
 from mlxcore.rejection import verify, verify_greedy
 from mlxcore.sampling import KeyStream, distribution, draw
 
+# The draft proposes under the grammar's masks too (docs/structured_output.md has the acceptance both ways;
+# the grammar_spec_accept bench row turns it off to measure the other way).
+CONSTRAIN_DRAFT = True
+
 Emitted = tuple[int, float, bool]  # (token, log-probability, drafted)
 
 
@@ -53,11 +57,10 @@ class SpeculativeDecoder:
     """One reply's rounds (see the module docstring); its counters and random stream last the reply."""
 
     def __init__(self, target: nn.Module, draft: nn.Module, params: SamplingParams,
-                 controller: DraftLengthController, constraint: Mask | None = None,
-                 constrain_draft: bool = True) -> None:
+                 controller: DraftLengthController, constraint: Mask | None = None) -> None:
         self.target, self.draft = target, draft
         self.constraint = constraint  # kept in step with the reply by the runner; each round leaves it so
-        self.constrain_draft = constrain_draft and constraint is not None
+        self.constrain_draft = CONSTRAIN_DRAFT and constraint is not None
         self.params, self.controller = params, controller
         self.keys = KeyStream(params.seed)
         self.vocab = min(target.args.vocab_size, draft.args.vocab_size)  # padding rows may differ

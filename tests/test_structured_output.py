@@ -18,7 +18,7 @@ from structured_schemas import SCHEMAS
 from tiny_models import tiny_qwen3
 
 from assets import QWEN3_TOKENIZER_DIR
-from mlxcore import grammar
+from mlxcore import decode_speculative, grammar
 from mlxcore.batching.constraints import Constraint, GrammarError
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
@@ -85,8 +85,12 @@ def test_twenty_schemas_out_of_twenty_validate_alone(engine, tokenizer, params, 
             assert final.stats.draft_proposed > 0, f"{name}: the draft never proposed"
 
 
-def test_greedy_under_a_grammar_is_the_same_with_the_draft_as_without(engine, tokenizer):
-    """The target's masked rows decide every token at temperature 0, whatever the draft proposes."""
+@pytest.mark.parametrize("constrain_draft", [True, False], ids=["draft-masked", "draft-free"])
+def test_greedy_under_a_grammar_is_the_same_with_the_draft_as_without(engine, tokenizer, constrain_draft,
+                                                                     monkeypatch):
+    """The target's masked rows decide every token at temperature 0, whatever the draft proposes (under the
+    grammar's masks or freely)."""
+    monkeypatch.setattr(decode_speculative, "CONSTRAIN_DRAFT", constrain_draft)
     for name in ("nested", "array_of_objects", "any_of_objects", "number_range"):
         plain = reply(engine, tokenizer, grammar.json_schema(SCHEMAS[name]), GREEDY, draft=False)[0]
         drafted = reply(engine, tokenizer, grammar.json_schema(SCHEMAS[name]), GREEDY, draft=True)[0]

@@ -75,7 +75,6 @@ class BatchRunner:
         self._cancelled: set[str] = set()
         self.stall_seconds = stall_seconds  # a reply whose reader read nothing for this long is cancelled
         self.max_unread: int | None = MAX_UNREAD  # None: never paused for its reader
-        self.constrain_draft = True  # under a grammar the draft proposes under the same masks (structured_output.md)
 
     # requests ---------------------------------------------------------------
 
@@ -434,8 +433,7 @@ class BatchRunner:
     def _speculative(self, seq: Sequence) -> SpeculativeDecoder:
         if seq.speculative is None:
             seq.speculative = SpeculativeDecoder(self.engine.target_forward, self.engine.draft_forward,
-                                                 seq.params, self.engine.draft_control, seq.constraint,
-                                                 self.constrain_draft)
+                                                 seq.params, self.engine.draft_control, seq.constraint)
         return seq.speculative
 
     def _round(self, seq: Sequence, k: int) -> int:
