@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from assets import MODELS_DIR
 from mlxcore.distributed.ports import free_ports, local_hostfile
 from process_watch import HANG_S
+from tiny_models import tiny_moe_config, tiny_qwen3_moe, write_model_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 MLX_LAUNCH = Path(sys.executable).parent / "mlx.launch"
@@ -50,3 +52,24 @@ def json_reply(stdout: str) -> tuple[list[int], dict]:
     finals = [r for r in records if r["type"] == "final"]
     assert len(finals) == 1, f"one final record expected, got {len(finals)}: {stdout[-2000:]}"
     return tokens, finals[0]["stats"]
+
+
+# The embedded pair, greedy, as the rank tests ask it (tests/test_distributed*.py).
+TOKENIZER_SOURCE = MODELS_DIR / "mini-target"
+TURNS = ("What is 12 + 7?", "And 3 + 4?", "Name a colour.")
+GREEDY = ("--json", "--temp", "0", "--max-tokens", "24")
+EMBEDDED = {"draft": ("--model", "mini-target", "--draft", "mini-draft", "--num-draft", "4"),
+            "no-draft": ("--model", "mini-target", "--no-draft")}
+
+
+def ask(session: Path, prompt: str, model: tuple[str, ...], ranks: int, kv: tuple[str, ...] = ("--kv", "paged")
+        ) -> tuple[list[int], dict]:
+    args = ["ask", prompt, "--session", str(session), *GREEDY, *kv, *model]
+    done = launch(args, ranks) if ranks > 1 else one_process(args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json_reply(done.stdout)
+
+
+def tiny_moe_folder(parent: Path) -> Path:
+    """A tiny random-weight Qwen3-MoE on the embedded tokenizer: its experts' widths split over ranks."""
+    return write_model_folder(tiny_qwen3_moe(3), parent / "tiny-moe", TOKENIZER_SOURCE, config=tiny_moe_config())
