@@ -21,6 +21,7 @@ from mlx_lm.utils import load_model as mlx_lm_load_model
 from mlx_lm.utils import load_tokenizer as mlx_lm_load_tokenizer
 
 from assets import MODELS_DIR, embedded_names
+from mlxcore.compiled_forward import SPLIT_MODEL_TYPES
 from mlxcore.distributed.shard_check import check_shardable
 from mlxcore.distributed.world import SINGLE, World
 from mlxcore.errors import ModelLoadError, TokenizerMismatchError
@@ -31,6 +32,9 @@ from mlxcore.hub_names import is_repo_id
 from mlxcore.out_of_memory import is_out_of_memory, not_enough_memory
 
 _TOO_LONG_WARNING = "sequence-length-is-longer-than-the-specified-maximum"  # transformers' key for it
+
+# mlx-lm's models whose linear-attention layers carry a recurrent state, which our caches do not hold yet
+HYBRID_MODEL_TYPES = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,9 @@ def _check_config(folder: Path, config: dict[str, object]) -> None:
     if importlib.util.find_spec(module_name) is None:
         raise ModelLoadError(f"model_type {model_type!r} in {folder / 'config.json'} is not supported "
                              "by the installed mlx-lm; use a Qwen3 model.")
+    if model_type not in SPLIT_MODEL_TYPES:
+        hybrid = " (not yet the hybrid attention of Qwen3.5 and Qwen3-Next)" if model_type in HYBRID_MODEL_TYPES else ""
+        raise ModelLoadError(f"{folder} is a {model_type} model; mlxchat runs Qwen3 and Qwen3-MoE models{hybrid}.")
     try:
         importlib.import_module(module_name).ModelArgs.from_dict(config)
     except (TypeError, ValueError, KeyError, AttributeError) as error:

@@ -48,8 +48,7 @@ class BatchDecoder:
     def __init__(self, forward: CompiledForward) -> None:
         if not forward.split:
             kind = getattr(forward.args, "model_type", "this")
-            raise ModelLoadError(f"Batched decoding (the server, several replies at once) runs Qwen3 and Qwen3-MoE "
-                                 f"models; this is a {kind} model. `mlxchat ask` runs it one reply at a time.")
+            raise ModelLoadError(f"The decode loop runs Qwen3 and Qwen3-MoE models; this is a {kind} model.")
         self.forward = forward
         self.mirror: BatchMirror | None = None
 
