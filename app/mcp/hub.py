@@ -19,9 +19,13 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TextIO
 
 from app.mcp.config import ServerConfig
+
+if TYPE_CHECKING:  # the SDK loads when the hub connects, not when the window imports it
+    from mcp import ClientSession
+    from mcp.types import Result
 
 CONNECT_TIMEOUT_S = 30.0  # starting a server and listing its tools
 
@@ -34,7 +38,7 @@ class McpTool:
     server: str
     remote_name: str
     description: str
-    input_schema: dict[str, Any]
+    input_schema: dict[str, object]  # JSON Schema, passed on to the model as the server wrote it
 
     def schema(self) -> dict:
         """OpenAI's function-tool schema, as ChatSession offers tools to the model."""
@@ -61,12 +65,12 @@ class McpHub:
         # a stdio server's stderr: the terminal belongs to the window
         self.log_path = log_path or os.path.join(tempfile.gettempdir(), f"mlxchat-mcp-{os.getpid()}.log")
         self.tools: dict[str, McpTool] = {}
-        self._sessions: dict[str, Any] = {}  # server name -> mcp.ClientSession
+        self._sessions: dict[str, ClientSession] = {}  # by server name
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mlxchat-mcp", daemon=True)
         self._stop: asyncio.Event | None = None
-        self._holders: list[asyncio.Task] = []
-        self._log: Any = None
+        self._holders: list[asyncio.Task[None]] = []
+        self._log: TextIO | None = None  # stdio servers' stderr, open from start to close
         self._started = False
 
     def start(self) -> Future[list[ServerTools]]:
@@ -77,7 +81,7 @@ class McpHub:
             self._thread.start()
         return asyncio.run_coroutine_threadsafe(self._connect_all(), self._loop)
 
-    def call(self, name: str, arguments: dict[str, Any]) -> Future[str]:
+    def call(self, name: str, arguments: dict[str, object]) -> Future[str]:
         """Run tool ``name``; the future's result is the text the model reads. A failure, a server error or
         a call past the server's ``timeout`` is a result too (starting "Error:"), never an exception."""
         return asyncio.run_coroutine_threadsafe(self._call(name, arguments), self._loop)
@@ -90,7 +94,8 @@ class McpHub:
             asyncio.run_coroutine_threadsafe(self._leave(), self._loop).result(timeout)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout)
-        self._log.close()
+        if self._log is not None:
+            self._log.close()
 
     # on the hub's loop ------------------------------------------------------------------
 
@@ -107,7 +112,7 @@ class McpHub:
                             s.error) for s in found]
 
     async def _connect(self, server: ServerConfig) -> ServerTools:
-        ready: asyncio.Future = self._loop.create_future()
+        ready: asyncio.Future[ClientSession] = self._loop.create_future()
         self._holders.append(asyncio.create_task(self._hold(server, ready)))
         try:
             session = await asyncio.wait_for(asyncio.shield(ready), CONNECT_TIMEOUT_S)
@@ -121,13 +126,12 @@ class McpHub:
                       for t in listed.tools)
         return ServerTools(server.name, server.transport, tools)
 
-    async def _hold(self, server: ServerConfig, ready: asyncio.Future) -> None:
+    async def _hold(self, server: ServerConfig, ready: asyncio.Future[ClientSession]) -> None:
         """Open the server's connection, hand its session over, and keep it open until ``close``."""
-        from mcp import ClientSession
+        assert self._stop is not None  # _connect_all made it before connecting
         try:
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await stack.enter_async_context(await self._transport(server, stack))
-                session = await stack.enter_async_context(ClientSession(read, write))
+                session = await self._open(server, stack)
                 await session.initialize()
                 ready.set_result(session)
                 await self._stop.wait()
@@ -139,19 +143,26 @@ class McpHub:
         finally:
             self._sessions.pop(server.name, None)
 
-    async def _transport(self, server: ServerConfig, stack: contextlib.AsyncExitStack) -> Any:
+    async def _open(self, server: ServerConfig, stack: contextlib.AsyncExitStack) -> ClientSession:
+        """``server``'s session, over its transport, both left when ``stack`` closes."""
+        from mcp import ClientSession
         if server.command is not None:
             from mcp.client.stdio import StdioServerParameters, stdio_client
-            return stdio_client(StdioServerParameters(command=server.command, args=list(server.args),
-                                                      env=server.env or None, cwd=server.cwd), errlog=self._log)
-        from mcp.client.streamable_http import streamable_http_client
-        client = None
-        if server.headers:
-            from mcp.shared._httpx_utils import create_mcp_http_client
-            client = await stack.enter_async_context(create_mcp_http_client(headers=server.headers))
-        return streamable_http_client(server.url, http_client=client)
+            assert self._log is not None  # start opened it
+            transport = stdio_client(StdioServerParameters(command=server.command, args=list(server.args),
+                                                           env=server.env or None, cwd=server.cwd), errlog=self._log)
+        else:
+            from mcp.client.streamable_http import streamable_http_client
+            assert server.url is not None  # ServerConfig has a command or a url
+            client = None
+            if server.headers:
+                from mcp.shared._httpx_utils import create_mcp_http_client
+                client = await stack.enter_async_context(create_mcp_http_client(headers=server.headers))
+            transport = streamable_http_client(server.url, http_client=client)
+        read, write = await stack.enter_async_context(transport)
+        return await stack.enter_async_context(ClientSession(read, write))
 
-    async def _call(self, name: str, arguments: dict[str, Any]) -> str:
+    async def _call(self, name: str, arguments: dict[str, object]) -> str:
         tool = self.tools.get(name)
         session = self._sessions.get(tool.server) if tool is not None else None
         if tool is None or session is None:
@@ -175,21 +186,23 @@ class McpHub:
             task.cancel()
 
 
-def result_text(result: Any) -> str:
-    """A CallToolResult as the text the model reads: its text parts, else its structured content."""
-    parts = []
-    for block in getattr(result, "content", None) or ():
-        if getattr(block, "type", None) == "text":
-            parts.append(block.text)
-        else:
-            parts.append(f"[{getattr(block, 'type', 'content')} not shown to the model]")
-    if not parts and getattr(result, "structured_content", None) is not None:
+def result_text(result: Result) -> str:
+    """A CallToolResult as the text the model reads: its text parts, else its structured content (another
+    result, which asks for input this client does not give: no text)."""
+    from mcp.types import CallToolResult, TextContent
+    if not isinstance(result, CallToolResult):
+        return ""
+    parts = [block.text if isinstance(block, TextContent) else f"[{block.type} not shown to the model]"
+             for block in result.content]
+    if not parts and result.structured_content is not None:
         return json.dumps(result.structured_content, ensure_ascii=False)
     return "\n".join(parts)
 
 
 def _reason(error: BaseException) -> str:
     """An exception as one line; an exception group (anyio's) as its first inner error."""
-    while isinstance(getattr(error, "exceptions", None), tuple) and error.exceptions:  # an exception group
-        error = error.exceptions[0]
+    inner = getattr(error, "exceptions", None)  # an exception group's (anyio's; Python 3.10 has no builtin type)
+    while isinstance(inner, tuple) and inner and isinstance(inner[0], BaseException):
+        error = inner[0]
+        inner = getattr(error, "exceptions", None)
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
