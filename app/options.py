@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
 
 from app.catalog import Catalog
 from mlxcore import GenerationParams, KVConfig, ModelChoice, UsageError
@@ -153,7 +152,7 @@ _PARAM_OPTIONS = {"temp": "temperature", "top_p": "top_p", "top_k": "top_k", "mi
                   "max_tokens": "max_tokens", "seed": "seed"}  # option dest -> GenerationParams field
 
 
-def given_params(args: argparse.Namespace) -> dict[str, Any]:
+def given_params(args: argparse.Namespace) -> dict[str, float | int]:
     """The generation parameters given on the command line (GenerationParams field -> value)."""
     return {name: getattr(args, dest) for dest, name in _PARAM_OPTIONS.items() if getattr(args, dest) is not None}
 
