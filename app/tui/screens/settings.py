@@ -3,8 +3,8 @@ number of replies side by side."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -32,7 +32,7 @@ class SettingsScreen(ModalScreen[ChosenSettings | None]):
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+s", "apply", "Apply", priority=True)]
 
-    def __init__(self, state: Conversation, model_defaults: dict[str, Any] | None = None,
+    def __init__(self, state: Conversation, model_defaults: Mapping[str, float] | None = None,
                  alternatives: int = 2) -> None:
         super().__init__(classes="dialog")
         self.state = state
@@ -74,7 +74,7 @@ class SettingsScreen(ModalScreen[ChosenSettings | None]):
 
     def read(self) -> ChosenSettings:
         """The settings as entered; ValueError names a field that is not a number."""
-        params: dict[str, Any] = {}
+        params: dict[str, float | None] = {}  # None: no max_tokens
         for name, label, kind in NUMBER_FIELDS:
             raw = self.query_one(f"#set-{name}", Input).value.strip()
             if not raw and name in OPTIONAL:
