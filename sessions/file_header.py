@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mlxcore.kv.geometry import KVGeometry
 from mlxcore.kv.kv_format import KVFormat
 from mlxcore.kv.window import Window
 from mlxcore import GenerationParams
 from sessions.errors import SessionFileError
-from sessions.json_fields import (Fields, is_bool, is_count, is_count_list, is_number, is_optional_text,
-                                  is_positive, is_text, is_time, show)
+from sessions.header_types import CacheHeader, CacheState, Header
+from sessions.json_fields import (Fields, is_bool, is_count, is_count_list, is_list, is_number, is_optional_count,
+                                  is_optional_text, is_positive, is_text, is_text_list, is_time, one_of, show)
 from sessions.messages import ROLES, Message
-from sessions.safetensors_payload import FLOAT_DTYPES, dtype_name
+from sessions.safetensors_payload import DTYPES, FLOAT_DTYPES, dtype_name
 from sessions.saved_kv import FLOAT, FORMAT_KEYS, format_of, layer_tensors, meta_fields, read_format
+
+if TYPE_CHECKING:
+    from mlxcore import CacheMeta
 
 FORMAT = "mlxchat-session"
 VERSION = 3  # the newest this reads: 2 added quantized KV caches, 3 the appending layout
@@ -46,13 +50,13 @@ class SavedCache:
     head_dim: int
     dtype: str  # safetensors name of the model's dtype: "F32", "F16", "BF16"
     tokens: tuple[int, ...]  # the ids the cache holds
-    state: dict[str, int]  # the kind's counters (paged: block_size; rotating: offset, high, window)
+    state: CacheState  # the kind's counters (paged: block_size; rotating: offset, high, window)
     kv_format: KVFormat = FLOAT  # how keys and values are stored (saved_kv.py)
 
     def tensor_shapes(self, kind: str, role: str) -> dict[str, tuple[str, tuple[int, ...]]]:
         """Name -> (dtype, shape) of every tensor this cache must have in the payload."""
         if kind == "rotating":
-            length = min(self.state["high"], Window(*(self.state[k] for k in _WINDOW)).slots)
+            length = min(self.state["high"], _window(self.state).slots)
         else:
             length = len(self.tokens)
         if not length:
@@ -60,9 +64,13 @@ class SavedCache:
         layer = layer_tensors(self.kv_format, self.dtype, self.kv_heads, self.head_dim, length)
         return {f"{role}.{i}.{name}": spec for i in range(self.layers) for name, spec in layer.items()}
 
-    def meta(self, kind: str) -> dict[str, Any]:
+    def meta(self, kind: str) -> CacheMeta:
         """The metadata ``ModelCache.from_state`` takes."""
         return {"kind": kind, "tokens": list(self.tokens), **self.state, **meta_fields(self.kv_format)}
+
+    def geometry(self) -> KVGeometry:
+        """The geometry of the model that saved it."""
+        return KVGeometry(self.layers, self.kv_heads, self.head_dim, DTYPES[self.dtype][1], self.kv_format)
 
     def fits(self, geometry: KVGeometry) -> bool:
         return (self.layers, self.kv_heads, self.head_dim, self.dtype) == (
@@ -92,18 +100,36 @@ class SavedSession:
 
     def tensor_shapes(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
-        for role in ROLES_SAVED:
-            cache = getattr(self, role)
-            if cache is not None:
-                shapes |= cache.tensor_shapes(self.cache_kind, role)
+        for role in self.roles:
+            shapes |= self.cache(role).tensor_shapes(self.cache_kind, role)
         return shapes
+
+    @property
+    def roles(self) -> list[str]:
+        """The roles ("target", "draft") whose caches are saved."""
+        return [role for role in ROLES_SAVED if self.cache_or_none(role) is not None]
+
+    def cache_or_none(self, role: str) -> SavedCache | None:
+        return self.target if role == "target" else self.draft
+
+    def cache(self, role: str) -> SavedCache:
+        """The ``role`` cache, which the caller knows is saved (``roles``)."""
+        cache = self.cache_or_none(role)
+        assert cache is not None, f"no {role} cache is saved"
+        return cache
+
+    def fingerprint(self, role: str) -> str:
+        """The fingerprint of the model whose ``role`` cache is saved."""
+        fingerprint = self.model_fingerprint if role == "target" else self.draft_fingerprint
+        assert fingerprint is not None, "the draft's cache is saved without a draft model"  # read_saved_session
+        return fingerprint
 
 
 # building -------------------------------------------------------------------------------------
 
 def build_header(*, created: float, title: str | None, model: tuple[str, str], draft: tuple[str, str] | None,
                  params: GenerationParams, enable_thinking: bool, use_draft: bool, messages: list[Message],
-                 kind: str, caches: dict[str, tuple[KVGeometry, dict[str, Any]]]) -> dict[str, Any]:
+                 kind: str, caches: dict[str, tuple[KVGeometry, CacheMeta]]) -> Header:
     """The header dict. ``caches`` maps "target"/"draft" to (geometry, ``state_dict`` metadata)."""
     system = messages[0].content if messages and messages[0].role == "system" else None
     history = messages[1:] if system is not None else messages
@@ -118,12 +144,12 @@ def build_header(*, created: float, title: str | None, model: tuple[str, str], d
         # refuse a parameter they do not know: ignore_eos is written only where it is on)
         "enable_thinking": enable_thinking, "use_draft": use_draft, "system": system,
         "history": [m.as_dict() for m in history],
-        "cache": {"kind": kind, **{role: _cache_header(*caches[role]) if role in caches else None
-                                   for role in ROLES_SAVED}},
+        "cache": {"kind": kind, "target": _cache_header(*caches["target"]) if "target" in caches else None,
+                  "draft": _cache_header(*caches["draft"]) if "draft" in caches else None},
     }
 
 
-def _cache_header(geometry: KVGeometry, meta: dict[str, Any]) -> dict[str, Any]:
+def _cache_header(geometry: KVGeometry, meta: CacheMeta) -> CacheHeader:
     described = ("kind", "tokens", *FORMAT_KEYS)  # said elsewhere in the header
     return {"layers": geometry.num_layers, "kv_heads": geometry.kv_heads, "head_dim": geometry.head_dim,
             "dtype": dtype_name(geometry.dtype), "kv_format": format_of(meta).name,
@@ -133,18 +159,14 @@ def _cache_header(geometry: KVGeometry, meta: dict[str, Any]) -> dict[str, Any]:
 
 # reading --------------------------------------------------------------------------------------
 
-_WINDOW = ("max_size", "keep", "max_rewind")
-_STATE_KEYS = {"standard": (), "paged": ("block_size",), "rotating": ("offset", "high", *_WINDOW)}
-
-
-def read_saved_session(data: dict[str, Any], where: str) -> SavedSession:
+def read_saved_session(data: object, where: str) -> SavedSession:
     """Check every field of a header dict; ``SessionFileError`` saying which is wrong."""
     top = Fields(data, where)
     version = _check_format(top, where)
     model = top.sub("model")
     draft = None if top.data.get("draft") is None else top.sub("draft")
     cache = top.sub("cache")
-    kind = cache.get("kind", lambda v: v in KINDS, f"one of {', '.join(KINDS)}")
+    kind = cache.get("kind", one_of(KINDS), f"one of {', '.join(KINDS)}")
     saved = SavedSession(
         version=version, created=top.get("created", is_time, "a time"),
         updated=top.get("updated", is_time, "a time"),
@@ -156,7 +178,7 @@ def read_saved_session(data: dict[str, Any], where: str) -> SavedSession:
         enable_thinking=top.get("enable_thinking", is_bool, "true or false"),
         use_draft=top.get("use_draft", is_bool, "true or false"),
         system=top.get("system", is_optional_text, "text or null"),
-        history=_read_history(top.get("history", lambda v: isinstance(v, list), "a list"), where),
+        history=_read_history(top.get("history", is_list, "a list"), where),
         cache_kind=kind,
         target=_read_cache(cache, "target", kind, where), draft=_read_cache(cache, "draft", kind, where))
     if saved.draft is not None and saved.draft_fingerprint is None:
@@ -181,25 +203,36 @@ def _check_format(top: Fields, where: str) -> int:
 
 
 def _read_params(params: Fields, where: str) -> GenerationParams:
-    known = {f.name: f for f in fields(GenerationParams)}
-    unknown = sorted(set(params.data) - set(known))
+    """The saved parameters; one the header leaves out (an older mlxchat's) keeps its default."""
+    unknown = sorted(set(params.data) - {f.name for f in fields(GenerationParams)})
     if unknown:
         raise SessionFileError(f"{where}: unknown generation parameter {unknown[0]!r}.")
-    values = {}
-    for name in params.data:
-        check, what = _PARAM_TYPES.get(name, (is_number, "a number"))
-        values[name] = tuple(params.get(name, check, what)) if name == "stop" else params.get(name, check, what)
+    p, d, number, count, optional = params, GenerationParams(), "a number", "a whole number", "a whole number or null"
     try:
-        return GenerationParams(**values)
+        return GenerationParams(
+            temperature=p.get_or("temperature", is_number, number, d.temperature),
+            top_k=p.get_or("top_k", is_count, count, d.top_k),
+            top_p=p.get_or("top_p", is_number, number, d.top_p),
+            min_p=p.get_or("min_p", is_number, number, d.min_p),
+            repetition_penalty=p.get_or("repetition_penalty", is_number, number, d.repetition_penalty),
+            repetition_context=p.get_or("repetition_context", is_count, count, d.repetition_context),
+            seed=p.get_or("seed", is_optional_count, optional, d.seed),
+            max_tokens=p.get_or("max_tokens", is_optional_count, optional, d.max_tokens),
+            stop=tuple(p.get_or("stop", is_text_list, "a list of text", list(d.stop))),
+            prefill_chunk=p.get_or("prefill_chunk", is_optional_count, optional, d.prefill_chunk),  # null: device's
+            ignore_eos=p.get_or("ignore_eos", is_bool, "true or false", d.ignore_eos))
     except (TypeError, ValueError) as error:
         raise SessionFileError(f"{where}: the saved generation parameters are invalid: {error}.") from None
 
 
-def _read_history(items: list[Any], where: str) -> tuple[Message, ...]:
+_HISTORY_ROLES = tuple(role for role in ROLES if role != "system")
+
+
+def _read_history(items: list[object], where: str) -> tuple[Message, ...]:
     history = []
     for number, item in enumerate(items, 1):
         message = Fields(item, where, f"message {number} of the history")
-        role = message.get("role", lambda v: v in ROLES and v != "system", "user, assistant or tool")
+        role = message.get("role", one_of(_HISTORY_ROLES), "user, assistant or tool")
         history.append(Message(role, message.get("content", is_text, "text")))
     return tuple(history)
 
@@ -214,12 +247,24 @@ def _read_cache(cache: Fields, role: str, kind: str, where: str) -> SavedCache |
         layers=c.get("layers", is_positive, "a positive whole number"),
         kv_heads=c.get("kv_heads", is_positive, "a positive whole number"),
         head_dim=head_dim,
-        dtype=c.get("dtype", lambda v: v in FLOAT_DTYPES, f"one of {', '.join(FLOAT_DTYPES)}"),
+        dtype=c.get("dtype", one_of(FLOAT_DTYPES), f"one of {', '.join(FLOAT_DTYPES)}"),
         tokens=tuple(c.get("tokens", is_count_list, "a list of token ids")),
-        state={key: state.get(key, is_count, "a whole number") for key in _STATE_KEYS[kind]},
+        state=_read_state(state, kind),
         kv_format=read_format(c.data.get("kv_format", FLOAT.name), head_dim, f"{where}: the {role} cache"))
     _check_state(saved, kind, f"{where}: the {role} cache")
     return saved
+
+
+def _read_state(state: Fields, kind: str) -> CacheState:
+    """The counters ``kind`` has (``CacheState``), each a whole number; others in the header are ignored."""
+    def count(key: str) -> int:
+        return state.get(key, is_count, "a whole number")
+    if kind == "paged":
+        return {"block_size": count("block_size")}
+    if kind == "rotating":
+        return {"offset": count("offset"), "high": count("high"), "max_size": count("max_size"),
+                "keep": count("keep"), "max_rewind": count("max_rewind")}
+    return {}
 
 
 def _check_state(cache: SavedCache, kind: str, where: str) -> None:
@@ -228,19 +273,12 @@ def _check_state(cache: SavedCache, kind: str, where: str) -> None:
         raise SessionFileError(f"{where} has a block size of 0.")
     if kind == "rotating":
         try:
-            Window(*(s[k] for k in _WINDOW))
+            _window(s)
         except ValueError as error:
             raise SessionFileError(f"{where} has an impossible window: {error}") from None
         if s["offset"] != len(cache.tokens) or s["offset"] > s["high"]:
             raise SessionFileError(f"{where}: its offsets and its token count disagree.")
 
 
-_PARAM_TYPES = {
-    "top_k": (is_count, "a whole number"),
-    "repetition_context": (is_count, "a whole number"),
-    "max_tokens": (lambda v: v is None or is_count(v), "a whole number or null"),
-    "prefill_chunk": (lambda v: v is None or is_count(v), "a whole number or null"),  # null: the device's
-    "seed": (lambda v: v is None or is_count(v), "a whole number or null"),
-    "stop": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of text"),
-    "ignore_eos": (lambda v: isinstance(v, bool), "true or false"),
-}
+def _window(state: CacheState) -> Window:
+    return Window(state["max_size"], state["keep"], state["max_rewind"])

@@ -12,11 +12,14 @@ same three for ``values``. Headers name the format as ``KVFormat.name`` does: "f
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mlxcore.kv.kv_format import SUPPORTED_BITS, KVFormat, KVFormatError, kv_format
 from mlxcore.kv.stored import names as stored_names
 from sessions.errors import SessionFileError
+
+if TYPE_CHECKING:
+    from mlxcore import CacheMeta
 
 FLOAT = KVFormat()
 FORMAT_KEYS = ("kv_format", "kv_bits", "group_size")  # how ``state_dict`` metadata names the format
@@ -26,14 +29,14 @@ _QUANTIZED_NAME = re.compile(r"q([0-9]{1,2})g([0-9]{1,4})")
 def layer_tensors(fmt: KVFormat, dtype: str, kv_heads: int, head_dim: int,
                   length: int) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Name -> (safetensors dtype, shape) of one layer's saved tensors holding ``length`` tokens."""
-    if not fmt.quantized:
+    if fmt.bits is None:  # float
         return {name: (dtype, (1, kv_heads, length, head_dim)) for name in stored_names(fmt)}
     words = (1, kv_heads, length, head_dim * fmt.bits // 32)
     groups = (1, kv_heads, length, head_dim // fmt.group_size)
     return {name: ("U32", words) if name in ("keys", "values") else (dtype, groups) for name in stored_names(fmt)}
 
 
-def read_format(value: Any, head_dim: int, where: str) -> KVFormat:
+def read_format(value: object, head_dim: int, where: str) -> KVFormat:
     """The KV format a header names (``value``: "float", "q8g32", ...), checked against the head size.
 
     ``SessionFileError`` for a name that is no format, bits this mlxchat cannot read, or a group
@@ -60,15 +63,19 @@ def read_format(value: Any, head_dim: int, where: str) -> KVFormat:
     return named
 
 
-def meta_fields(fmt: KVFormat) -> dict[str, Any]:
-    """The format as ``state_dict`` metadata names it (what ``ModelCache.from_state`` reads)."""
-    return dict(zip(FORMAT_KEYS, (fmt.name, fmt.bits, fmt.group_size)))
+def meta_fields(fmt: KVFormat) -> CacheMeta:
+    """The format as ``state_dict`` metadata names it (``FORMAT_KEYS``: what ``ModelCache.from_state`` reads)."""
+    return {"kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
 
 
-def format_of(meta: dict[str, Any]) -> KVFormat:
+def format_of(meta: CacheMeta) -> KVFormat:
     """The format of a ``state_dict``'s metadata (kinds that only store floats name none)."""
     bits = meta.get("kv_bits")
-    return FLOAT if bits is None else KVFormat(int(bits), int(meta["group_size"]))
+    if bits is None:
+        return FLOAT
+    group_size = meta["group_size"]
+    assert group_size is not None, "a quantized cache's metadata names its group size"
+    return KVFormat(int(bits), int(group_size))
 
 
 def describe(fmt: KVFormat) -> str:
