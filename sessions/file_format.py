@@ -10,7 +10,7 @@ Layout (integers little-endian)::
     payload           ...       a complete safetensors file (see safetensors_payload.py)
     file_sha256      32 bytes   of every byte before it
 
-Any changed, missing or added byte fails a size check or a checksum, so the
+A changed, missing or added byte fails a size check or a checksum, so the
 parsers behind it only ever see bytes this module wrote (or a forgery, which
 they still validate). Writes are atomic: temporary file, fsync, rename, fsync.
 """
@@ -22,9 +22,9 @@ import hashlib
 import json
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from sessions.errors import SessionFileError, SessionSaveError
 from sessions.file_layout import MAGIC, is_appending, parse_json, read_commit
@@ -36,7 +36,7 @@ _DIGEST = 32
 _CHUNK = 1 << 20
 
 
-def encode_header(header: dict[str, Any]) -> bytes:
+def encode_header(header: Mapping[str, object]) -> bytes:
     """The header as the UTF-8 JSON bytes the file holds."""
     data = json.dumps(header, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
     if len(data) > MAX_HEADER_BYTES:
@@ -82,7 +82,7 @@ def write_error_text(path: Path, error: OSError) -> str:
 
 def cannot_write_text(path: Path, error: OSError) -> str:
     """What failed when writing ``path``, in words, with what to do about it (one sentence)."""
-    advice = {
+    advice = None if error.errno is None else {
         errno.ENOSPC: "the disk is full: free some space",
         errno.EDQUOT: "your disk quota is used up: free some space",
         errno.EFBIG: "the file would be larger than this system allows",
@@ -100,7 +100,7 @@ def cannot_write_text(path: Path, error: OSError) -> str:
 def rewrite_whole_header(path: Path, header: bytes) -> None:
     """Give a whole session file (formats 1 and 2) a new header, its cache data kept as it is: the file is
     rewritten atomically, like ``write_file``, its payload streamed and checked against the old file's
-    checksum on the way (a damaged file is never given a fresh, valid checksum). Any layout:
+    checksum on the way (a damaged file is never given a fresh, valid checksum). Either layout:
     ``file_append.rewrite_header``."""
     with open_session_file(path) as f:
         size = os.fstat(f.fileno()).st_size
@@ -111,7 +111,7 @@ def rewrite_whole_header(path: Path, header: bytes) -> None:
         write_file(path, header, _checked_payload(path, f, old, size - _PREAMBLE - len(old) - _DIGEST))
 
 
-def read_header(path: Path) -> dict[str, Any]:
+def read_header(path: Path) -> dict[str, object]:
     """The JSON header of a session file of any layout, checked against its checksum (cache data not read)."""
     with open_session_file(path) as f:
         size = os.fstat(f.fileno()).st_size
@@ -137,9 +137,9 @@ def _appending(path: Path, f: BinaryIO, size: int) -> bool:
     return is_appending(read_start(path, f, size))
 
 
-def read_file(path: Path) -> tuple[dict[str, Any], bytes]:
+def read_file(path: Path) -> tuple[dict[str, object], bytes]:
     """(header, payload bytes) of a whole session file (formats 1 and 2), after every size and checksum check
-    passed. Any layout: ``file_read.read_contents``."""
+    passed. Either layout: ``file_read.read_contents``."""
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size
         if _appending(path, f, size):

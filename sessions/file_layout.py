@@ -32,7 +32,8 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from pathlib import Path
+from typing import BinaryIO, NoReturn
 
 from sessions.errors import SessionFileError
 
@@ -62,7 +63,7 @@ class Span:
 class Commit:
     """The last complete save of a file: its header, its index, where it ends."""
 
-    header: dict[str, Any]
+    header: dict[str, object]  # the JSON header as read: file_header.read_saved_session checks it
     index: dict[str, tuple[Span, ...]]  # role -> its cache's blocks in order
     end: int  # just past its trailer
     trailer: bytes  # the trailer's bytes (an appending writer checks the file still ends with them)
@@ -71,7 +72,7 @@ class Commit:
     @property
     def live_bytes(self) -> int:
         """Bytes this save needs: the head, its blocks, its record and trailer (the rest is dead space)."""
-        record = struct.unpack_from("<Q", self.trailer, 16)[0]
+        record: int = struct.unpack_from("<Q", self.trailer, 16)[0]
         return HEAD_BYTES + sum(s.length for spans in self.index.values() for s in spans) + record + TRAILER_BYTES
 
 
@@ -105,7 +106,7 @@ def encode_trailer(record_offset: int, record: bytes) -> bytes:
 
 # reading ---------------------------------------------------------------------------------------
 
-def read_commit(path: Any, f: BinaryIO, size: int) -> Commit:
+def read_commit(path: str | Path, f: BinaryIO, size: int) -> Commit:
     """The file's last complete save (``f`` at any position); ``SessionFileError`` if it has none or is damaged."""
     start = _read_at(path, f, 0, HEAD_BYTES) if size >= HEAD_BYTES else b""
     if start[:-8] and hashlib.blake2b(start[:-8], digest_size=8).digest() != start[-8:]:
@@ -130,7 +131,7 @@ def read_commit(path: Any, f: BinaryIO, size: int) -> Commit:
     return Commit(header, index, at + TRAILER_BYTES, trailer, size - at - TRAILER_BYTES)
 
 
-def read_blocks(path: Any, f: BinaryIO, commit: Commit) -> dict[str, list[bytes]]:
+def read_blocks(path: str | Path, f: BinaryIO, commit: Commit) -> dict[str, list[bytes]]:
     """Every block the commit's index names, each checked against its checksum."""
     blocks: dict[str, list[bytes]] = {}
     for role, spans in commit.index.items():
@@ -144,12 +145,12 @@ def read_blocks(path: Any, f: BinaryIO, commit: Commit) -> dict[str, list[bytes]
     return blocks
 
 
-def last_trailer(path: Any, f: BinaryIO | int, size: int) -> int | None:
+def last_trailer(path: str | Path, f: BinaryIO | int, size: int) -> int | None:
     """Where the last trailer of the file open as ``f`` (a file or a descriptor) starts, if it has one."""
     return _last_trailer(path, f, size)
 
 
-def _last_trailer(path: Any, f: BinaryIO | int, size: int) -> int | None:
+def _last_trailer(path: str | Path, f: BinaryIO | int, size: int) -> int | None:
     """The offset of the last trailer whose own check passes (and whose record lies before it), if any."""
     for at in _candidates(path, f, size):
         trailer = _read_at(path, f, at, TRAILER_BYTES)
@@ -162,7 +163,7 @@ def _last_trailer(path: Any, f: BinaryIO | int, size: int) -> int | None:
     return None
 
 
-def _candidates(path: Any, f: BinaryIO | int, size: int) -> Iterator[int]:
+def _candidates(path: str | Path, f: BinaryIO | int, size: int) -> Iterator[int]:
     """Offsets of TRAILER_MAGIC where a whole trailer fits, last first (read backwards in chunks)."""
     end = size - TRAILER_BYTES + len(TRAILER_MAGIC)  # a magic starting later leaves no room for its trailer
     while end > HEAD_BYTES:
@@ -177,7 +178,8 @@ def _candidates(path: Any, f: BinaryIO | int, size: int) -> Iterator[int]:
             return
 
 
-def _parse_record(path: Any, record: bytes, record_offset: int) -> tuple[dict[str, Any], dict[str, tuple[Span, ...]]]:
+def _parse_record(path: str | Path, record: bytes,
+                  record_offset: int) -> tuple[dict[str, object], dict[str, tuple[Span, ...]]]:
     reader = _Reader(path, record)
     length = reader.unpack("<I")[0]
     if length > MAX_RECORD_HEADER:
@@ -189,7 +191,7 @@ def _parse_record(path: Any, record: bytes, record_offset: int) -> tuple[dict[st
         if role_number >= len(ROLES) or ROLES[role_number] in index:
             raise SessionFileError(f"{path} is corrupted: its index names cache role {role_number}.")
         role = ROLES[role_number]
-        spans = tuple(Span(*reader.unpack(_BLOCK_ENTRY.format)) for _ in range(count))
+        spans = tuple(Span(*_BLOCK_ENTRY.unpack(reader.take(_BLOCK_ENTRY.size))) for _ in range(count))
         for number, span in enumerate(spans, 1):
             if span.offset < HEAD_BYTES or span.offset + span.length > record_offset:
                 raise SessionFileError(f"{path} is corrupted: its index points block {number} of its {role} cache "
@@ -204,7 +206,7 @@ def _parse_record(path: Any, record: bytes, record_offset: int) -> tuple[dict[st
 class _Reader:
     """Fixed-size fields off a record's bytes; running past the end is a ``SessionFileError``."""
 
-    def __init__(self, path: Any, data: bytes) -> None:
+    def __init__(self, path: str | Path, data: bytes) -> None:
         self.path, self.data, self.at = path, data, 0
 
     @property
@@ -217,21 +219,22 @@ class _Reader:
         self.at += n
         return self.data[self.at - n:self.at]
 
-    def unpack(self, layout: str) -> tuple:
+    def unpack(self, layout: str) -> tuple[int, ...]:
+        """The next fields, of a ``layout`` of integers only."""
         return struct.unpack(layout, self.take(struct.calcsize(layout)))
 
 
-def _read_at(path: Any, f: BinaryIO | int, offset: int, n: int) -> bytes:
+def _read_at(path: str | Path, f: BinaryIO | int, offset: int, n: int) -> bytes:
     data = os.pread(f if isinstance(f, int) else f.fileno(), n, offset)
     if len(data) != n:  # a size check passed: the file shrank while being read
         raise SessionFileError(f"{path} is truncated: it ended while being read.")
     return data
 
 
-def parse_json(path: Any, data: bytes) -> dict[str, Any]:
+def parse_json(path: str | Path, data: bytes) -> dict[str, object]:
     """A session file's JSON header (any layout), or ``SessionFileError`` saying what is wrong with it."""
     try:
-        value = json.loads(data.decode("utf-8"), parse_constant=_refuse)
+        value: object = json.loads(data.decode("utf-8"), parse_constant=_refuse)
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise SessionFileError(f"{path} has a header that is not valid JSON ({error}).") from None
     if not isinstance(value, dict):
@@ -239,5 +242,5 @@ def parse_json(path: Any, data: bytes) -> dict[str, Any]:
     return value
 
 
-def _refuse(name: str) -> Any:
+def _refuse(name: str) -> NoReturn:
     raise ValueError(f"{name} is not allowed")

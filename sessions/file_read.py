@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sessions.errors import SessionFileError
 from sessions.file_format import open_session_file, read_file, read_start
@@ -22,7 +21,7 @@ from sessions.file_layout import Commit, is_appending, read_blocks, read_commit
 class FileContents:
     """One session file as read: its header, and its caches' data in the form its layout keeps them."""
 
-    header: dict[str, Any]
+    header: dict[str, object]  # the JSON header as read: file_header.read_saved_session checks it
     payload: bytes | None  # formats 1 and 2: the safetensors bytes
     blocks: dict[str, list[bytes]] | None  # format 3: role -> its cache's block payloads in order
     commit: Commit | None  # format 3: the save it opened at
@@ -47,7 +46,7 @@ def read_contents(path: Path) -> FileContents:
         return FileContents(commit.header, None, read_blocks(path, f, commit), commit, stat)
 
 
-def _check_version(path: Path, header: dict[str, Any], *, appending: bool) -> None:
+def _check_version(path: Path, header: dict[str, object], *, appending: bool) -> None:
     """Format 3 headers live in the appending layout only, and it holds no other (newer ones are refused as
     such by the header's own checks)."""
     version = header.get("version")
