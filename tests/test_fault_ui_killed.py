@@ -30,7 +30,9 @@ from turn_checks import send_matching_a_cold_run
 ROOT = Path(__file__).resolve().parent.parent
 HELPER = Path(__file__).with_name("tui_process_helper.py")
 MARKERS = {"idle": "IDLE", "reply": "STREAMING", "prefill": "PREFILLING"}
-GONE_WITHIN_S = 2.0
+# The watch gives the host 0.8 s, then waits for a save in progress (lifeline.py); on a host whose cores other
+# test processes share, that save alone has taken over a second.
+GONE_WITHIN_S = 5.0
 
 pytestmark = pytest.mark.slow
 
