@@ -21,10 +21,9 @@ import mlx.core as mx
 from mlxcore.kv.protocol import Segment
 from mlxcore.fast_exp import fast_exp
 
-# Scores per block: 2**18 float32 (1 MiB). On one 128-query chunk (bench/studies/cpu_attention.py --keys),
-# blocks of 256 to 1,024 keys were within ~10% of each other for 32, 16 and 6 query heads, at 0.5-0.8
-# of MLX's attention time from 512 to 8,192 keys; 2,048 keys were up to 1.8x slower, 128 up to 1.4x.
-# This size gives 512 keys at 32 query heads over 8 kv heads, 1,024 at 16, 682 at the embedded 6 over 2.
+# Scores per block: 2**18 float32 (1 MiB), which stays in cache through softmax's passes: 512 keys at 32
+# query heads over 8 kv heads, 1,024 at 16, 682 at the embedded 6 over 2. Block lengths against MLX's own
+# attention (bench/studies/cpu_attention.py --keys): docs/decisions.md, "CPU attention: key blocks".
 SCORES_PER_BLOCK = 1 << 18
 MIN_KEYS_PER_BLOCK = 256  # with few queries per kv head: shorter blocks make the products inefficient
 # Queries attended together: the default prefill chunk. Longer chunks go in passes of this many,
