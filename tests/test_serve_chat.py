@@ -125,6 +125,17 @@ def test_max_tokens_cuts_with_length(client):
     assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 5
 
 
+def test_ignore_eos_runs_the_reply_to_max_tokens(client):
+    """vLLM's extension, for load tests: the same question ends early on its own, and runs to the cap with it."""
+    ended = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, max_tokens=60,
+                                           extra_body=NO_THINK)
+    forced = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, max_tokens=60,
+                                            extra_body={**NO_THINK, "ignore_eos": True})
+    assert ended.choices[0].finish_reason == "stop" and ended.usage.completion_tokens < 60
+    assert forced.choices[0].finish_reason == "length" and forced.usage.completion_tokens == 60
+    assert forced.choices[0].message.content.startswith(ended.choices[0].message.content)
+
+
 def test_logprobs_per_token(client):
     reply = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, logprobs=True,
                                            top_logprobs=3, max_tokens=8, extra_body=NO_THINK)

@@ -16,7 +16,7 @@ from app.serve.tokenizing import Tokenizing
 from mlxcore.batching.request import Priority, Request
 from mlxcore import OPEN, GenerationParams, Grammar, PromptError, thought_reply
 
-_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed")
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "ignore_eos")
 
 
 def generation_params(body: Sampling, defaults: GenerationParams, max_tokens: int | None) -> GenerationParams:

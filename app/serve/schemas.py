@@ -212,6 +212,7 @@ class Sampling(Strict):
     top_k: int | None = Field(None, ge=0)  # extension (vLLM's): 0 = off
     min_p: float | None = Field(None, ge=0, lt=1)  # extension
     repetition_penalty: float | None = Field(None, gt=0)  # extension
+    ignore_eos: bool | None = None  # extension (vLLM's): end of text does not end the reply (load tests)
     seed: int | None = None
     stop: str | list[str] | None = None  # at most MAX_STOP_STRINGS, each of 1 to MAX_STOP_CHARS characters
     n: int = Field(1, ge=1, le=MAX_CHOICES)
