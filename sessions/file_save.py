@@ -9,16 +9,15 @@ reach ``COMPACT_AT`` of the file, writes it whole and compact.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import mlx.core as mx
 
 from sessions.file_append import Blocks, FileMark, append_save, write_whole
 from sessions.file_layout import HEAD_BYTES, TRAILER_BYTES
 from sessions.file_format import encode_header
-from sessions.file_header import APPENDING_VERSION, ROLES_SAVED, SavedSession
+from sessions.file_header import APPENDING_VERSION, SavedSession
 from sessions.kv_blocks import CacheBlocks, state_blocks
 
 # Dead share of a file at which a save compacts it instead of appending (docs/session_files.md has the sweep).
@@ -64,13 +63,12 @@ def _named(cuts: dict[str, CacheBlocks], payloads: dict[str, bytes]) -> Blocks:
     return {role: [(ref.key, payloads.get(ref.key)) for ref in cut.refs] for role, cut in cuts.items()}
 
 
-def convert_whole(saved: SavedSession, header: dict[str, Any], tensors: dict[str, mx.array], path: Path) -> FileMark:
+def convert_whole(saved: SavedSession, header: Mapping[str, object], tensors: dict[str, mx.array],
+                  path: Path) -> FileMark:
     """Write a whole file's checked header and tensors (formats 1 and 2) to ``path`` in the appending layout."""
-    fingerprints = {"target": saved.model_fingerprint, "draft": saved.draft_fingerprint}
     cuts = {}
-    for role in ROLES_SAVED:
-        cache = getattr(saved, role)
-        if cache is not None:
-            own = {name[len(role) + 1:]: array for name, array in tensors.items() if name.startswith(f"{role}.")}
-            cuts[role] = state_blocks(None, own, cache.meta(saved.cache_kind), fingerprints[role], role)
-    return write_session_file(path, encode_header(header | {"version": APPENDING_VERSION}), cuts, None)
+    for role in saved.roles:
+        cache = saved.cache(role)
+        own = {name[len(role) + 1:]: array for name, array in tensors.items() if name.startswith(f"{role}.")}
+        cuts[role] = state_blocks(cache.geometry(), own, cache.meta(saved.cache_kind), saved.fingerprint(role), role)
+    return write_session_file(path, encode_header({**header, "version": APPENDING_VERSION}), cuts, None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import numpy as np
@@ -31,9 +31,12 @@ from sessions.block_keys import BlockRef, chain_keys, layout_salt, token_bytes, 
 from sessions.block_files import BlockFileError
 from sessions.errors import SessionFileError
 from sessions.file_header import SavedSession
-from sessions.safetensors_payload import DTYPES, dtype_name, from_words, raw_words
+from sessions.safetensors_payload import DTYPES, Words, dtype_name, from_words, raw_words
 from sessions.saved_kv import format_of
 from sessions.store_index import StoredBlock
+
+if TYPE_CHECKING:
+    from mlxcore import CacheMeta
 
 WINDOW_KINDS = ("rotating",)
 Layout = dict[str, tuple[str, tuple[int, ...]]]  # tensor name -> (dtype name, shape with -1 for the tokens)
@@ -44,7 +47,7 @@ class CacheBlocks:
     """One cache's state cut into blocks; ``payloads`` encodes the ones asked for."""
 
     geometry: KVGeometry
-    meta: dict[str, Any]  # state_dict's metadata (the header describes the cache with it)
+    meta: CacheMeta  # state_dict's metadata (the header describes the cache with it)
     refs: list[BlockRef]
     rows: list[StoredBlock]  # what the index records, in order
     _tensors: dict[str, mx.array]
@@ -81,7 +84,7 @@ def cache_blocks(cache: ModelCache, fingerprint: str, role: str) -> CacheBlocks:
     return state_blocks(cache.geometry, *cache.state_dict(), fingerprint, role)
 
 
-def state_blocks(geometry: KVGeometry, tensors: dict[str, mx.array], meta: dict[str, Any], fingerprint: str,
+def state_blocks(geometry: KVGeometry, tensors: dict[str, mx.array], meta: CacheMeta, fingerprint: str,
                  role: str) -> CacheBlocks:
     """The blocks of a cache's ``state_dict`` (over several ranks: ``Engine.cache_state``'s, every head)."""
     tokens = [int(t) for t in meta["tokens"]]
@@ -104,7 +107,7 @@ def tensors_from_blocks(saved: SavedSession, role: str, rows: Sequence[StoredBlo
     Every block's key is recomputed from the header and the tokens (so a block of
     another chat, model or position is refused), and its token ids must match.
     """
-    cache = getattr(saved, role)
+    cache = saved.cache(role)
     shapes = cache.tensor_shapes(saved.cache_kind, role)
     tokens = list(cache.tokens)
     salt = _salt(saved, role, shapes)
@@ -127,25 +130,24 @@ def tensors_from_blocks(saved: SavedSession, role: str, rows: Sequence[StoredBlo
 def saved_keys(saved: SavedSession, role: str, payloads: Sequence[bytes]) -> list[str]:
     """The keys of ``saved``'s ``role`` cache blocks as ``tensors_from_blocks`` checks them, for blocks that
     hold ``payloads`` in order (a session file's index names blocks by place, not by key)."""
-    shapes = getattr(saved, role).tensor_shapes(saved.cache_kind, role)
+    shapes = saved.cache(role).tensor_shapes(saved.cache_kind, role)
     salt = _salt(saved, role, shapes)
     if saved.cache_kind in WINDOW_KINDS:
         return [window_key(salt, payload) for payload in payloads]
-    return [ref.key for ref in chain_keys(salt, getattr(saved, role).tokens)] if shapes else []
+    return [ref.key for ref in chain_keys(salt, saved.cache(role).tokens)] if shapes else []
 
 
 def _salt(saved: SavedSession, role: str, shapes: Layout) -> bytes:
     family = "window" if saved.cache_kind in WINDOW_KINDS else "positional"
-    fingerprint = saved.model_fingerprint if role == "target" else saved.draft_fingerprint
     layout = {name[len(role) + 1:]: (dtype, (*shape[:2], -1, *shape[3:])) for name, (dtype, shape) in shapes.items()}
-    return layout_salt(fingerprint, role, family, layout, getattr(saved, role).kv_format.name)
+    return layout_salt(saved.fingerprint(role), role, family, layout, saved.cache(role).kv_format.name)
 
 
-def _payload(tokens: Sequence[int], parts: Iterable[np.ndarray]) -> bytes:
+def _payload(tokens: Sequence[int], parts: Iterable[Words]) -> bytes:
     return b"".join([struct.pack("<I", len(tokens)), token_bytes(tokens), *(part.tobytes() for part in parts)])
 
 
-def _fill(arrays: dict[str, np.ndarray], payload: bytes, tokens: list[int], ref: BlockRef, whole: bool,
+def _fill(arrays: dict[str, Words], payload: bytes, tokens: list[int], ref: BlockRef, whole: bool,
           where: str) -> None:
     """Copy one block's slices into ``arrays`` (names in order), checking its ids and its size."""
     count = struct.unpack("<I", payload[:4])[0] if len(payload) >= 4 else -1

@@ -13,7 +13,7 @@ import json
 import math
 import struct
 from collections.abc import Iterator
-from typing import Any
+from typing import TypeGuard
 
 import mlx.core as mx
 import numpy as np
@@ -24,8 +24,10 @@ MAX_INDEX_BYTES = 16 * 1024 * 1024
 MAX_DIM = 2**31 - 1  # MLX shapes are 32-bit
 MAX_NDIM = 8
 
+Word = np.float32 | np.float16 | np.uint16 | np.uint32  # a numpy word of DTYPES below
+Words = np.ndarray[tuple[int, ...], np.dtype[Word]]  # a tensor as its raw little-endian words (``raw_words``)
 # safetensors dtype name -> (numpy dtype of the raw words, MLX dtype)
-DTYPES: dict[str, tuple[np.dtype, mx.Dtype]] = {
+DTYPES: dict[str, tuple[np.dtype[Word], mx.Dtype]] = {
     "F32": (np.dtype("<f4"), mx.float32),
     "F16": (np.dtype("<f2"), mx.float16),
     "BF16": (np.dtype("<u2"), mx.bfloat16),  # numpy has no bfloat16: keep the raw words
@@ -45,7 +47,7 @@ def dtype_name(dtype: mx.Dtype) -> str:
 
 def encode_tensors(tensors: dict[str, mx.array]) -> Iterator[bytes]:
     """The safetensors bytes of ``tensors``, piece by piece (one tensor in memory at a time)."""
-    index: dict[str, Any] = {}
+    index: dict[str, dict[str, object]] = {}
     offset = 0
     for name in sorted(tensors):
         array = tensors[name]
@@ -61,14 +63,14 @@ def encode_tensors(tensors: dict[str, mx.array]) -> Iterator[bytes]:
         yield _raw_bytes(tensors[name])
 
 
-def raw_words(array: mx.array) -> np.ndarray:
+def raw_words(array: mx.array) -> Words:
     """``array`` as contiguous little-endian numpy words (bfloat16 as its raw 16-bit words)."""
     kind = dtype_name(array.dtype)
     raw = array.view(mx.uint16) if kind == "BF16" else array
     return np.ascontiguousarray(np.array(raw), dtype=DTYPES[kind][0])
 
 
-def from_words(words: np.ndarray, kind: str) -> mx.array:
+def from_words(words: Words, kind: str) -> mx.array:
     """The inverse of ``raw_words`` for the safetensors dtype name ``kind``."""
     array = mx.array(words)
     return array.view(DTYPES[kind][1]) if kind == "BF16" else array
@@ -98,20 +100,21 @@ def decode_tensors(payload: bytes, where: str) -> dict[str, mx.array]:
     return {name: _array(data, *entry) for name, entry in entries.items()}
 
 
-def _entry(name: str, spec: Any, where: str) -> tuple[str, tuple[int, ...], int, int]:
+def _entry(name: str, spec: object, where: str) -> tuple[str, tuple[int, ...], int, int]:
     """(dtype name, shape, start, end) of one index entry, checked."""
     bad = f"{where}: tensor {name!r} is described wrongly in the index"
-    if not isinstance(spec, dict) or spec.get("dtype") not in DTYPES:
-        raise SessionFileError(f"{bad} (dtype {spec.get('dtype') if isinstance(spec, dict) else spec!r}).")
+    kind = spec.get("dtype") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict) or not isinstance(kind, str) or kind not in DTYPES:
+        raise SessionFileError(f"{bad} (dtype {kind if isinstance(spec, dict) else spec!r}).")
     shape, offsets = spec.get("shape"), spec.get("data_offsets")
     if not (isinstance(shape, list) and len(shape) <= MAX_NDIM and all(_is_int(d, MAX_DIM) for d in shape)):
         raise SessionFileError(f"{bad} (shape {shape!r}).")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o, 2**63) for o in offsets)):
         raise SessionFileError(f"{bad} (data offsets {offsets!r}).")
     start, end = offsets
-    if end - start != math.prod(shape) * DTYPES[spec["dtype"]][0].itemsize:
+    if end - start != math.prod(shape) * DTYPES[kind][0].itemsize:
         raise SessionFileError(f"{bad}: its byte range does not fit its shape and dtype.")
-    return spec["dtype"], tuple(shape), start, end
+    return kind, tuple(shape), start, end
 
 
 def _check_layout(entries: dict[str, tuple[str, tuple[int, ...], int, int]], size: int, where: str) -> None:
@@ -129,5 +132,5 @@ def _array(data: memoryview, kind: str, shape: tuple[int, ...], start: int, end:
     return from_words(np.frombuffer(data[start:end], dtype=DTYPES[kind][0]).reshape(shape), kind)
 
 
-def _is_int(value: Any, limit: int) -> bool:
+def _is_int(value: object, limit: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit

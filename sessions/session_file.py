@@ -24,7 +24,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
@@ -37,11 +37,11 @@ from mlxcore.kv.geometry import KVGeometry
 from sessions.errors import SessionFileError
 from sessions.file_append import FileMark, mark_of, write_whole
 from sessions.file_format import encode_header
-from sessions.file_header import (APPENDING_VERSION, ROLES_SAVED, SavedCache, SavedSession, build_header,
-                                  read_saved_session)
+from sessions.file_header import APPENDING_VERSION, ROLES_SAVED, SavedCache, SavedSession, build_header, read_saved_session
 from sessions.file_read import FileContents, read_contents
 from sessions.file_save import convert_whole, write_session_file
-from sessions.kv_blocks import saved_keys, state_blocks, tensors_from_blocks
+from sessions.header_types import Header
+from sessions.kv_blocks import CacheBlocks, saved_keys, state_blocks, tensors_from_blocks
 from sessions.safetensors_payload import decode_tensors, dtype_name
 from sessions.store_index import StoredBlock
 from sessions.saved_kv import describe
@@ -52,6 +52,7 @@ from sessions.terminal_text import printable
 CONVERTING_KINDS = ("paged",)
 
 if TYPE_CHECKING:
+    from mlxcore import CacheMeta
     from sessions.chat_session import ChatSession
 
 
@@ -60,11 +61,10 @@ def save_session(session: ChatSession, path: Path) -> None:
     from or saved to that file, else whole (file_save.py). A crash leaves the file's previous state."""
     engine = session.engine
     fingerprints = {"target": engine.fingerprint, "draft": engine.draft_fingerprint}
-    cuts = {role: state_blocks(*engine.cache_state(role, cache), fingerprints[role], role)  # all ranks' heads
-            for role, cache in saved_caches(session).items()}
+    cuts = {role: _state_blocks(engine, role, cache, fingerprints[role]) for role, cache in saved_caches(session).items()}
     created = share(engine.world, lambda: getattr(session, "created_at", None) or time.time())
     header = session_header(session, {role: (cut.geometry, cut.meta) for role, cut in cuts.items()}, created)
-    data = encode_header(header | {"version": APPENDING_VERSION})
+    data = encode_header({**header, "version": APPENDING_VERSION})
     known = session.saved_files.get(os.path.realpath(path))
     # Rank 0 writes; the others hear how it went (a full disk fails the save on every rank alike).
     mark = share(engine.world, lambda: write_session_file(Path(path), data, cuts, known))
@@ -72,13 +72,18 @@ def save_session(session: ChatSession, path: Path) -> None:
     session.created_at = created
 
 
+def _state_blocks(engine: Engine, role: str, cache: ModelCache, fingerprint: str) -> CacheBlocks:
+    """The blocks of ``cache`` with every rank's heads (``Engine.cache_state``)."""
+    geometry, tensors, meta = engine.cache_state(role, cache)
+    return state_blocks(geometry, tensors, meta, fingerprint, role)
+
+
 def saved_caches(session: ChatSession) -> dict[str, ModelCache]:
     """The caches a save writes: role ("target", "draft") -> cache, for those the session has."""
     return {role: cache for role in ROLES_SAVED if (cache := getattr(session.caches, role)) is not None}
 
 
-def session_header(session: ChatSession, caches: dict[str, tuple[KVGeometry, dict[str, Any]]],
-                   created: float) -> dict[str, Any]:
+def session_header(session: ChatSession, caches: dict[str, tuple[KVGeometry, CacheMeta]], created: float) -> Header:
     """The header of ``session``; ``caches``: role -> (geometry, ``state_dict`` metadata)."""
     engine = session.engine
     return build_header(
@@ -121,13 +126,15 @@ def read_session(path: Path, engine: Engine) -> Opened:
 def cache_tensors(saved: SavedSession, contents: FileContents, where: str) -> tuple[dict[str, mx.array],
                                                                                 dict[str, list[str]]]:
     """The cache tensors a file holds, and (appending layout) the keys of its blocks per role."""
-    if contents.blocks is None:
+    if contents.payload is not None:  # a whole file (formats 1 and 2)
         return decode_tensors(contents.payload, where), {}
-    described = {role for role in ROLES_SAVED if getattr(saved, role) is not None}
+    assert contents.blocks is not None, "a file has a payload or blocks"
+    described = set(saved.roles)
     if set(contents.blocks) != described:
         raise SessionFileError(f"{where}: its index names the caches {sorted(contents.blocks)}, its header "
                                f"{sorted(described)}: the file is inconsistent.")
-    tensors, keys = {}, {}
+    tensors: dict[str, mx.array] = {}
+    keys: dict[str, list[str]] = {}
     for role, payloads in contents.blocks.items():
         keys[role] = saved_keys(saved, role, payloads)
         if len(keys[role]) != len(payloads):
@@ -143,7 +150,7 @@ def checked(saved: SavedSession, engine: Engine, tensors: dict[str, mx.array], r
             notes: list[str], where: str) -> Opened:
     """``saved`` with the tensors of its ``restore`` caches (checked already), once they fit ``engine``."""
     for role in restore:
-        if not getattr(saved, role).fits(engine.whole_geometry(role)):
+        if not saved.cache(role).fits(engine.whole_geometry(role)):
             raise SessionFileError(f"{where}: its {role} cache does not fit the model it was saved with "
                                    "(same fingerprint, other shape): the file is inconsistent.")
     return Opened(saved, tensors, restore, notes, where)
@@ -181,7 +188,7 @@ def restore_plan(saved: SavedSession, engine: Engine, name: str) -> tuple[list[s
             restore.append("draft")
         else:
             notes.append("It was saved with another draft model: the draft's cache will be rebuilt.")
-    if any(not _rewind_room_fits(getattr(saved, role), engine) for role in restore):
+    if any(not _rewind_room_fits(saved.cache(role), engine) for role in restore):
         return [], [f"{name} was saved with a rotating window that rewinds fewer tokens than "
                     f"num_draft={engine.draft_control.max_k} needs: the cache will be rebuilt on the next turn."]
     return restore, notes
@@ -190,12 +197,14 @@ def restore_plan(saved: SavedSession, engine: Engine, name: str) -> tuple[list[s
 def _window_fits(saved: SavedSession, engine: Engine) -> bool:
     if saved.cache_kind != "rotating" or saved.target is None:
         return True
-    return saved.target.state["max_size"] == engine.kv.max_kv
+    max_kv: int | None = engine.kv.max_kv
+    return saved.target.state["max_size"] == max_kv
 
 
 def _rewind_room_fits(cache: SavedCache, engine: Engine) -> bool:
     """A rotating window needs spare slots for the engine's longest drafts (see Engine.rewind_room)."""
-    return cache.state.get("max_rewind", engine.rewind_room) >= engine.rewind_room
+    room: int = engine.rewind_room
+    return cache.state.get("max_rewind", room) >= room
 
 
 def restore_caches(opened: Opened, session: ChatSession) -> None:
@@ -220,10 +229,10 @@ def restore_caches(opened: Opened, session: ChatSession) -> None:
 def _format_plan(saved: SavedSession, fresh: Caches, restore: list[str]) -> tuple[list[str], list[str]]:
     """Of the caches to restore, those saved in another KV format than ``fresh`` (the engine's) are converted
     (``CONVERTING_KINDS``) or left to be rebuilt; (caches to restore, notes for the user)."""
-    changed = [role for role in restore if getattr(saved, role).kv_format != getattr(fresh, role).geometry.format]
+    changed = [role for role in restore if saved.cache(role).kv_format != getattr(fresh, role).geometry.format]
     if not changed:
         return restore, []
-    was, now = getattr(saved, changed[0]).kv_format, getattr(fresh, changed[0]).geometry.format
+    was, now = saved.cache(changed[0]).kv_format, getattr(fresh, changed[0]).geometry.format
     told = f"This chat was saved with {describe(was)} and this engine keeps {describe(now)}"
     if saved.cache_kind in CONVERTING_KINDS:
         return restore, [f"{told}: its cache was converted, so replies may differ slightly from the saved "
@@ -235,7 +244,8 @@ def _restore_cache(engine: Engine, role: str, saved: SavedSession, tensors: dict
     """Rebuild one cache; paged caches join the engine's block pool (sharing prefix blocks)."""
     prefix = f"{role}."
     own = {name[len(prefix):]: array for name, array in tensors.items() if name.startswith(prefix)}
-    return engine.restore_cache(role, own, getattr(saved, role).meta(saved.cache_kind))
+    cache: ModelCache = engine.restore_cache(role, own, saved.cache(role).meta(saved.cache_kind))
+    return cache
 
 
 def _name(engine: Engine, attribute: str) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
@@ -35,9 +35,10 @@ from sessions.file_format import encode_header
 from sessions.file_header import ROLES_SAVED, SavedSession, read_saved_session
 from sessions.kv_blocks import CacheBlocks, cache_blocks, tensors_from_blocks
 from sessions.file_save import convert_whole
+from sessions.header_types import Header
 from sessions.session_file import Opened, checked, restore_plan, saved_caches, session_header
 from sessions.store_gc import BlockLock
-from sessions.store_index import ChatRecord, StoreIndex
+from sessions.store_index import ChatRecord, StoreIndex, StoredBlock
 
 if TYPE_CHECKING:
     from sessions.chat_session import ChatSession
@@ -59,7 +60,7 @@ class SaveReport:
 class ChatCut:
     """A session cut into what the store keeps: its header and its caches' blocks (not written yet)."""
 
-    header: dict[str, Any]
+    header: Header
     blocks: dict[str, CacheBlocks]  # role -> blocks
 
     def encode_all(self) -> None:
@@ -136,21 +137,22 @@ def export_file(index: StoreIndex, chat: str, path: Path) -> bool:
     return True
 
 
-def saved_header(record: ChatRecord) -> dict[str, Any]:
-    """The session header (as a file holds it) of an index record."""
-    header = dict(record.header, title=record.title, created=record.created, updated=record.updated,
-                  history=[{"role": role, "content": content} for role, content in record.history])
-    cache = header.get("cache")
-    if isinstance(cache, dict):
-        header["cache"] = cache = dict(cache)
+def saved_header(record: ChatRecord) -> dict[str, object]:
+    """The session header (as a file holds it) of an index record (not checked yet: ``read_saved_session``)."""
+    header: dict[str, object] = dict(
+        record.header, title=record.title, created=record.created, updated=record.updated,
+        history=[{"role": role, "content": content} for role, content in record.history])
+    stored = header.get("cache")
+    if isinstance(stored, dict):
+        header["cache"] = cache = dict(stored)
         for role in ROLES_SAVED:
-            if isinstance(cache.get(role), dict):
+            if isinstance(saved := cache.get(role), dict):
                 ids = [t for block in record.blocks.get(role, ()) for t in tokens_from(block.tokens)]
-                cache[role] = dict(cache[role], tokens=ids)
+                cache[role] = dict(saved, tokens=ids)
     return header
 
 
-def _record(header: dict[str, Any], blocks: dict[str, tuple]) -> ChatRecord:
+def _record(header: Header, blocks: dict[str, tuple[StoredBlock, ...]]) -> ChatRecord:
     rest = {key: value for key, value in header.items() if key not in _IN_COLUMNS}
     rest["cache"] = {key: ({k: v for k, v in value.items() if k != "tokens"} if isinstance(value, dict) else value)
                      for key, value in header["cache"].items()}

@@ -16,7 +16,6 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sessions.errors import SessionFileError
 from sessions.store_db import StoreDatabase, database_path, errors_in_words, transaction
@@ -50,7 +49,7 @@ class ChatRecord:
     created: float
     updated: float
     model: str  # for lists: the model's name, else its fingerprint
-    header: dict[str, Any]  # the session header without history, title, times and cached token ids
+    header: dict[str, object]  # the session header without history, title, times and cached token ids
     history: tuple[tuple[str, str], ...]  # (role, content) after the system prompt
     blocks: dict[str, tuple[StoredBlock, ...]]  # role -> its cache's blocks in order
 
@@ -105,18 +104,20 @@ class StoreIndex:
                 for role, key, tokens in db.execute("SELECT role, key, tokens FROM blocks WHERE chat = ? "
                                                     "ORDER BY role, n", (chat,)):
                     blocks.setdefault(role, []).append(StoredBlock(key, bytes(tokens)))
-        title, created, updated, model, header = row
+        title, created, updated, model, text = row
         try:
-            header = json.loads(header)
+            header: object = json.loads(text)
         except ValueError:
+            header = None
+        if not isinstance(header, dict):
             raise SessionFileError(f"Chat {chat} in the session store {self.root} has a damaged header "
-                                   "(not JSON): the store's index is damaged.") from None
-        return ChatRecord(title, created, updated, model, header, tuple(map(tuple, history)),
+                                   "(not a JSON object): the store's index is damaged.")
+        return ChatRecord(title, created, updated, model, header, tuple((r, c) for r, c in history),
                           {role: tuple(found) for role, found in blocks.items()})
 
     def write(self, chat: str, record: ChatRecord) -> list[str]:
         """Make ``chat`` hold ``record``, writing only what changed; returns the keys it stopped holding."""
-        with self._db.use(create=True) as db, self._writing(), transaction(db, write=True):
+        with self._db.use(create=True) as made, self._writing(), transaction(_made(made), write=True) as db:
             db.execute("INSERT OR REPLACE INTO chats (id, title, shown, created, updated, messages, model, header) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                        (chat, record.title, record.shown, record.created, record.updated, len(record.history),
@@ -177,7 +178,7 @@ class StoreIndex:
                 if keys is None:
                     return {key for (key,) in db.execute("SELECT DISTINCT key FROM blocks")}  # one scan
                 # An autosave's few dropped keys: filtered in SQLite, no set of the whole store's keys.
-                wanted, held = sorted(set(keys)), set()
+                wanted, held = sorted(set(keys)), set[str]()
                 for start in range(0, len(wanted), _KEYS_PER_QUERY):
                     chunk = wanted[start:start + _KEYS_PER_QUERY]
                     marks = ",".join("?" * len(chunk))
@@ -198,6 +199,11 @@ class StoreIndex:
 
     def _writing(self) -> AbstractContextManager[None]:
         return errors_in_words(database_path(self.root), writing=True)
+
+
+def _made(db: sqlite3.Connection | None) -> sqlite3.Connection:
+    assert db is not None, "use(create=True) makes the store"
+    return db
 
 
 def _history(db: sqlite3.Connection, chat: str) -> list[tuple[str, str]]:
