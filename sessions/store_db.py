@@ -72,7 +72,7 @@ class StoreDatabase:
 
     Kept open because SQLite removes the WAL's shared-memory file when the last
     connection closes, and a process that opens the store on a full disk could then
-    not even read it. Any thread may use it: ``use`` serializes them.
+    not even read it. Threads may share it: ``use`` serializes them.
     """
 
     def __init__(self, root: Path) -> None:
@@ -141,9 +141,9 @@ def errors_in_words(path: Path, *, writing: bool) -> Iterator[None]:
 
 
 def _in_words(error: sqlite3.Error, path: Path, writing: bool) -> SessionFileError:
-    code = getattr(error, "sqlite_errorcode", None)
-    code = code & 0xFF if code is not None else None  # extended codes keep the primary one in the low byte
-    as_os = {sqlite3.SQLITE_FULL: errno.ENOSPC, sqlite3.SQLITE_READONLY: errno.EROFS,
+    extended: int | None = getattr(error, "sqlite_errorcode", None)
+    code = extended & 0xFF if extended is not None else None  # extended codes keep the primary one in the low byte
+    as_os = None if code is None else {sqlite3.SQLITE_FULL: errno.ENOSPC, sqlite3.SQLITE_READONLY: errno.EROFS,
              sqlite3.SQLITE_PERM: errno.EACCES, sqlite3.SQLITE_CANTOPEN: errno.EACCES}.get(code)
     if as_os is not None and writing:
         reason = {errno.ENOSPC: "No space left on device"}.get(as_os, str(error))
@@ -180,7 +180,7 @@ def _switch_to_wal(connection: sqlite3.Connection) -> None:
 
 def _prepare(connection: sqlite3.Connection, path: Path, create: bool) -> bool:
     """Check the schema's version, making the schema when ``create``; False: there is no schema (yet)."""
-    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    version: int = connection.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
         raise SessionFileError(f"The session store {path.parent} was written by a newer mlxchat (store "
                                f"schema {version}; this one reads {SCHEMA_VERSION}): update mlxchat.")
