@@ -13,17 +13,24 @@ it was before it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from mlxcore.batching.handle import RequestFailedError
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore import close_open_block, Event, FinalEvent, TokenEvent
 from sessions.messages import Message
 
+if TYPE_CHECKING:
+    from mlxcore.caches import Caches
+    from sessions.chat_session import ChatSession
+
 
 class BatchedTurn:
     """``n`` replies to one turn of ``session`` (see the module docstring)."""
 
-    def __init__(self, session, batch: LocalBatch, before: list[Message], n: int) -> None:
+    def __init__(self, session: ChatSession, batch: LocalBatch, before: list[Message], n: int) -> None:
         self.session, self.batch, self.before = session, batch, before
         prompt, self.lead = session._prompt()
         # The chat's own caches go with the request: the turn computes only what is new, to the token.
@@ -80,6 +87,7 @@ class BatchedTurn:
             return ""
         text, finish = (final.text, final.finish_reason) if final else (self.texts[choice], None)  # failed: as far as it got
         held = session._as_held(text, self.tokens[choice], finish)
+        stored: str
         stored, session.cut_in_thinking = close_open_block(self.lead + held)
         session.messages.append(Message("assistant", stored))
         session.last_stats = final.stats if final else None
@@ -96,7 +104,7 @@ class BatchedTurn:
                 handle.caches.release()
         self.session.messages = list(self.before)
 
-    def _adopt(self, caches) -> None:
+    def _adopt(self, caches: Caches | None) -> None:
         """The chosen reply's caches become the session's: its own, which went with the request, grown by
         the turn; or a choice forked from them (they share every block they have in common)."""
         session = self.session
@@ -114,7 +122,7 @@ class Alternatives:
     def __init__(self, turn: BatchedTurn) -> None:
         self.turn = turn
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[int, str]]:
         batch = self.turn.batch
         while True:
             for choice, event in self.turn.events():

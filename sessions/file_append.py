@@ -24,6 +24,7 @@ from sessions.file_layout import (HEAD_BYTES, TRAILER_BYTES, Commit, Span, block
 from sessions.temp_files import sweep_dead_temps, temp_path
 
 Blocks = Mapping[str, Iterable[tuple[str, bytes | None]]]  # role -> (key, payload or None if the file has it)
+WholeBlocks = Mapping[str, Iterable[tuple[str, bytes]]]  # role -> (key, payload): every block of a whole file
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def mark_of(path: Path, commit: Commit, keys: dict[str, list[str]], stat: os.sta
                     commit.live_bytes)
 
 
-def write_whole(path: Path, header: bytes, blocks: Blocks) -> FileMark:
+def write_whole(path: Path, header: bytes, blocks: WholeBlocks) -> FileMark:
     """Write a compact file at ``path`` atomically: a crash leaves the previous file (or none)."""
     target = Path(os.path.realpath(path))  # a symlink stays one: its target is written
     sweep_dead_temps(target.parent, also=target.name)
@@ -54,7 +55,8 @@ def write_whole(path: Path, header: bytes, blocks: Blocks) -> FileMark:
     try:
         with open(temp, "wb") as out:
             out.write(head())
-            spans, index = {}, {}
+            spans: dict[str, Span] = {}
+            index: dict[str, list[Span]] = {}
             for role, items in blocks.items():
                 index[role] = []
                 for key, payload in items:
@@ -97,7 +99,9 @@ def append_save(path: Path, mark: FileMark, header: bytes, blocks: Blocks) -> Fi
 
 
 def _append(fd: int, path: Path, mark: FileMark, header: bytes, blocks: Blocks) -> FileMark:
-    spans, index, new = {}, {}, []
+    spans: dict[str, Span] = {}
+    index: dict[str, list[Span]] = {}
+    new: list[bytes] = []
     at = mark.end
     for role, items in blocks.items():
         index[role] = []

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mlxcore import ReplyParser
+
+if TYPE_CHECKING:
+    from mlxcore import ParsedDelta
 
 
 @dataclass
@@ -27,7 +31,7 @@ class ThinkingSplitter:
         """Flush what was held back waiting for a tag."""
         return self._keep(self._parser.finish())
 
-    def _keep(self, parsed) -> tuple[str, str]:
+    def _keep(self, parsed: ParsedDelta) -> tuple[str, str]:
         self.parts.thinking += parsed.reasoning
         self.parts.answer += parsed.content
         return parsed.reasoning, parsed.content
