@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from app.options import model_catalog
 from app.engine_host import protocol as p
+from app.tui.host import ChatHost
 from app.tui.screens.dialogs import ConfirmDialog, TextDialog
 from app.tui.screens.help import HelpScreen
 from app.tui.screens.model_picker import ModelPicker
@@ -17,15 +15,9 @@ from app.tui.widgets.prompt_input import PromptInput
 from app.tui.widgets.sidebar import Sidebar
 
 
-class ChatActions:
+class ChatActions(ChatHost):
     """Mixed into ChatApp: the user's intents. Uses ChatApp's client, state, chat, prompt and status."""
 
-    client: Any
-    open_command: p.Open
-    models_dir: Path | None  # --models-dir, for the model switch
-    state: p.Conversation | None
-    generating: bool
-    picking: int
     alternatives_count: int
     answering: tuple[str, ...] = ()  # the stored chats generating a reply, on screen or not
     running_tools: bool
@@ -47,7 +39,7 @@ class ChatActions:
                         "ctrl+p.", severity="warning")
         return self.generating or bool(self.picking)
 
-    def _generate(self, command: Any, replies: int = 1) -> None:
+    def _generate(self, command: p.Command, replies: int = 1) -> None:
         if not isinstance(command, p.ToolResults):
             self.tool_rounds = 0  # the user spoke: the model may call tools again
         self.generating = True

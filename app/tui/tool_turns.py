@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from app.engine_host import protocol as p
+from app.tui.host import ChatHost
 from app.tui.screens.mcp_tools import McpToolsScreen
 from app.mcp.config import McpConfigError, remember_always_allowed
 from app.tui.screens.tool_approval import ALWAYS, DENY, ToolApproval
+
+if TYPE_CHECKING:
+    from app.mcp.hub import McpHub, ServerTools
 
 MAX_TOOL_ROUNDS = 8
 
@@ -27,12 +31,12 @@ def denied(name: str) -> str:
     return f"The user denied this call: {name} was not run. Do not call it again for this request."
 
 
-class ToolTurns:
+class ToolTurns(ChatHost):
     """Mixed into ChatApp; uses its client, status, notify, push_screen(_wait), run_worker and _generate."""
 
-    mcp: Any = None  # app.mcp.hub.McpHub; None without MCP servers
+    mcp: McpHub | None = None  # None without MCP servers
     mcp_config: str | None = None
-    mcp_servers: list = []  # app.mcp.hub.ServerTools, once connected
+    mcp_servers: list[ServerTools] = []  # once connected
     tools_ready = False  # the servers answered (or failed) and the engine was told the tools
     switched_off: frozenset[str] = frozenset()
     always_allowed: set[tuple[str, str]]  # (server, its tool name) run without asking: alwaysAllow, "always"
@@ -41,10 +45,10 @@ class ToolTurns:
 
     def _start_mcp(self) -> None:
         if self.mcp is not None:
-            self.run_worker(self._connect_mcp(), group="mcp")
+            self.run_worker(self._connect_mcp(self.mcp), group="mcp")
 
-    async def _connect_mcp(self) -> None:
-        self.mcp_servers = await asyncio.wrap_future(self.mcp.start())
+    async def _connect_mcp(self, hub: McpHub) -> None:
+        self.mcp_servers = await asyncio.wrap_future(hub.start())
         for server in self.mcp_servers:
             if server.error:
                 self.notify(f"MCP server {server.server}: {server.error}", title="MCP", severity="warning")
@@ -102,8 +106,9 @@ class ToolTurns:
 
     async def _answer_call(self, call: p.ToolCall) -> str:
         """The result the model reads for ``call``: asked first, then run (or refused, or an error)."""
-        tool = self.mcp.tools.get(call.name) if self.mcp is not None else None
-        if tool is None or call.name in self.switched_off:
+        hub = self.mcp
+        tool = hub.tools.get(call.name) if hub is not None else None
+        if hub is None or tool is None or call.name in self.switched_off:
             return f"Error: there is no tool {call.name!r} to run (it is not offered, or it was switched off)."
         try:
             arguments = json.loads(call.arguments)
@@ -118,4 +123,4 @@ class ToolTurns:
             if answer == ALWAYS:
                 self._always_allow(tool.server, tool.remote_name)
         self.status.loading(f"{self.status.model} · running {call.name}…")
-        return await asyncio.wrap_future(self.mcp.call(call.name, arguments))
+        return await asyncio.wrap_future(hub.call(call.name, arguments))

@@ -8,19 +8,14 @@ the background takes its reply with it) and shows the new one as far as it got.
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.engine_host import protocol as p
+from app.tui.host import ChatHost
 from app.tui.widgets.alternatives import AlternativesView
 
 
-class TurnView:
+class TurnView(ChatHost):
     """Mixed into ChatApp; uses its chat, status, prompt, client, state, collector, generating and pending_reply."""
 
-    client: Any
-    state: p.Conversation | None
-    generating: bool
-    pending_reply: str | None
     turn = 0  # the engine's number of the turn on screen; 0 when there is none
     alternatives_count = 2  # replies f7 asks for (settings, f10)
 
