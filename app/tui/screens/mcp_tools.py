@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -9,6 +11,9 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Label, SelectionList, Static
 from textual.widgets.selection_list import Selection
+
+if TYPE_CHECKING:
+    from app.mcp.hub import McpTool
 
 DESCRIPTION_SHOWN = 60  # characters of a tool's description in the list
 
@@ -61,7 +66,7 @@ class McpToolsScreen(ModalScreen[frozenset[str]]):
         self.dismiss(frozenset(every - on))
 
 
-def _line(tool) -> str:
+def _line(tool: McpTool) -> str:
     description = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
     if len(description) > DESCRIPTION_SHOWN:
         description = description[:DESCRIPTION_SHOWN - 1] + "…"

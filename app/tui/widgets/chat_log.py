@@ -9,6 +9,7 @@ arranges every mounted widget. Layout cost stays flat however long the chat.
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
@@ -26,14 +27,14 @@ SCREENS = 2  # while a reply streams and the view follows it, what stays mounted
 class ChatLog(VerticalScroll):
     """Messages of the open chat, oldest first."""
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.records: list[tuple[str, str]] = []  # every message (role, content) of the chat
         self.first_mounted = 0  # index in records of the first mounted MessageView
         self.live: MessageView | None = None  # the reply being streamed
         self.alternatives: AlternativesView | None = None  # replies side by side, below the messages
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", classes="earlier")
 
     def on_mount(self) -> None:
@@ -49,7 +50,7 @@ class ChatLog(VerticalScroll):
     async def sync(self, messages: list[tuple[str, str]]) -> None:
         """Show ``messages``: keep the views that still match, replace the rest (no full re-render)."""
         if self.live is not None and not self.live.streaming:
-            self._adopt_live(messages)
+            self._adopt_live(self.live, messages)
         keep = common_prefix_length(self.records, messages)
         if keep < self.first_mounted:
             keep = 0  # the change is above what is mounted: show the chat afresh
@@ -67,13 +68,12 @@ class ChatLog(VerticalScroll):
         role, content = self.records[index]
         return MessageView(role, content, call=answered_call(self.records, index) if role == "tool" else None)
 
-    def _adopt_live(self, messages: list[tuple[str, str]]) -> None:
+    def _adopt_live(self, shown: MessageView, messages: list[tuple[str, str]]) -> None:
         """The finished streamed reply stands for the stored one: no re-render when the text matches."""
         index = len(self.records) - 1
         # a reply with tool calls is shown afresh: its calls as lines, not as the text streamed
         if (0 <= index < len(messages) and messages[index][0] == "assistant"
                 and "<tool_call>" not in messages[index][1]):
-            shown = self.live
             if (shown.thinking.strip(), shown.answer.strip()) == tuple(
                     s.strip() for s in _split(messages[index][1])):
                 self.records[index] = messages[index]

@@ -15,8 +15,8 @@ class PromptInput(TextArea):
             super().__init__()
             self.text = text
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
+    def __init__(self, *, id: str | None = None, placeholder: str = "") -> None:
+        super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", id=id, placeholder=placeholder)
         self.sent: list[str] = []
         self._browse = 0  # 0 = not browsing; n = showing history[-n]
         self._draft = ""  # what was typed before browsing

@@ -59,8 +59,8 @@ class Sidebar(Vertical):
             super().__init__()
             self.action, self.session_id, self.title = action, session_id, title
 
-    def __init__(self, show_ages: bool = True, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, show_ages: bool = True, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.show_ages = show_ages  # off in snapshot tests
         self.current: str | None = None
         self.rows: tuple[SessionRow, ...] = ()

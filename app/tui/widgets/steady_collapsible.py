@@ -10,6 +10,7 @@ needs one.
 from __future__ import annotations
 
 from textual.visual import VisualType
+from textual.widget import Widget
 from textual.widgets import Collapsible
 from textual.widgets._collapsible import CollapsibleTitle  # the title class Collapsible builds
 
@@ -29,8 +30,9 @@ class SteadyTitle(CollapsibleTitle):
 class SteadyCollapsible(Collapsible):
     """``Collapsible`` with a ``SteadyTitle``."""
 
-    def __init__(self, *children, title: str = "Toggle", collapsed: bool = True, **kwargs) -> None:
-        super().__init__(*children, title=title, collapsed=collapsed, **kwargs)
+    def __init__(self, *children: Widget, title: str = "Toggle", collapsed: bool = True, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(*children, title=title, collapsed=collapsed, id=id, classes=classes)
         old = self._title
         self._title = SteadyTitle(label=title, collapsed_symbol=old.collapsed_symbol,
                                   expanded_symbol=old.expanded_symbol, collapsed=collapsed)
