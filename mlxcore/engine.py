@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -271,7 +271,7 @@ class Engine:
         return cache
 
     def generate(self, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams = GenerationParams(),
-                 progress: Progress | None = None, grammar: Grammar | None = None) -> Iterator[Event]:
+                 progress: Progress | None = None, grammar: Grammar | None = None) -> Generator[Event, None, None]:
         """Yield a ``TokenEvent`` per emitted token, then one ``FinalEvent`` with the stats.
 
         One request to the batching loop, on the caller's thread (``batching/one_reply.py``). Stop iterating

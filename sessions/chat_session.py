@@ -19,6 +19,8 @@ from sessions.titles import shown_title
 from sessions.tools import Toolbox, ToolSpec
 
 if TYPE_CHECKING:
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
     from sessions.file_append import FileMark
     from sessions.session_file import Opened
 
@@ -78,6 +80,13 @@ class ChatSession:
     def system(self) -> str | None:
         return self.messages[0].content if self.messages and self.messages[0].role == "system" else None
 
+    @property
+    def tokenizer(self) -> TokenizerWrapper:
+        """The engine's tokenizer: a turn needs it (an engine made without one can still save and load)."""
+        if self.engine.tokenizer is None:
+            raise ValueError("This engine was made without a tokenizer: give Engine the model's tokenizer.")
+        return self.engine.tokenizer
+
     def display_title(self) -> str:
         """The title, or the first user message's first line (shortened), or "New chat"."""
         return shown_title(self.title, ((m.role, m.content) for m in self.messages))
@@ -94,9 +103,9 @@ class ChatSession:
     def _prompt(self) -> tuple[list[int], str]:
         """The prompt's ids, and the text its template put where the reply begins (Qwen3: the empty think
         block when thinking is off), which the reply is stored with: the cache holds it."""
-        text = render_chat_text(self.engine.tokenizer, [m.as_dict() for m in self.messages],
+        text = render_chat_text(self.tokenizer, [m.as_dict() for m in self.messages],
                                 enable_thinking=self.enable_thinking, tools=self.tool_schemas)
-        ids = held_prompt_ids(self.engine.tokenizer, text, self.caches.target.tokens)
+        ids = held_prompt_ids(self.tokenizer, text, self.caches.target.tokens)
         return ids, EMPTY if text.endswith(EMPTY) else ""
 
     # turns ------------------------------------------------------------------------
@@ -281,11 +290,11 @@ class ChatSession:
 
     def _keep_system_in_window(self) -> None:
         """Rotating caches always keep the system prompt's tokens (settable until the window first fills)."""
-        if self.engine.kv.kind != "rotating" or self.system is None:
+        window = self.caches.target.window_size
+        if window is None or self.system is None:
             return
-        keep = len(render_chat(self.engine.tokenizer, [self.messages[0].as_dict()], enable_thinking=False,
+        keep = len(render_chat(self.tokenizer, [self.messages[0].as_dict()], enable_thinking=False,
                                add_generation_prompt=False, tools=self.tool_schemas))
-        window = self.caches.target.window.max_size
         if keep >= window:  # it would leave no room for the conversation
             raise SystemPromptTooLongError(f"The system prompt has {keep} tokens and does not fit in the rotating "
                                            f"KV window of {window}: use a bigger max_kv, or a shorter system prompt.")
@@ -336,7 +345,7 @@ class ChatSession:
             return shown
         if ids and ids[-1] in self.engine.eos_ids:
             ids = ids[:-1]
-        return str(self.engine.tokenizer.decode(ids))
+        return str(self.tokenizer.decode(ids))
 
     # files ------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ settles them instead (``BatchRunner.abandon``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
 
 import mlx.core as mx
@@ -28,7 +28,7 @@ from mlxcore.prefill import Progress, settle
 
 
 def generate(engine, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams,
-             progress: Progress | None = None, grammar: Grammar | None = None) -> Iterator[Event]:
+             progress: Progress | None = None, grammar: Grammar | None = None) -> Generator[Event, None, None]:
     """``Engine.generate``'s events (see there)."""
     engine.last_stats = None  # set when the reply ends: a refused or stopped prefill leaves None
     prompt = list(prompt_ids)

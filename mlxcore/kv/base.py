@@ -122,6 +122,11 @@ class ModelCache(ABC):
         """Ignored by kinds that never evict (rotating overrides it)."""
 
     @property
+    def window_size(self) -> int | None:
+        """The most tokens a window holds (rotating); None for the kinds that hold every token."""
+        return None
+
+    @property
     def max_trim(self) -> int:
         """The most tokens ``trim`` can remove now."""
         return self.offset

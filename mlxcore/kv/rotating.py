@@ -191,6 +191,10 @@ class RotatingCache(RecordedTokens):
         return self.layers[0].window
 
     @property
+    def window_size(self) -> int:
+        return self.window.max_size
+
+    @property
     def keep(self) -> int:
         return self.window.keep
 
