@@ -144,16 +144,16 @@ def main(argv: list[str] | None = None) -> int:
 def run_models(args: argparse.Namespace) -> int:
     """`mlxchat models`: what --model names load, one a line (or JSON)."""
     from mlxcore.hub_names import hub_cache_dir
-    rows = [{"id": e.id, "source": e.source, "path": str(e.folder) if e.folder else None}
-            for e in model_catalog(models_dir(args)).listing()]
+    entries = model_catalog(models_dir(args)).listing()
+    rows = [{"id": e.id, "source": e.source, "path": str(e.folder) if e.folder else None} for e in entries]
     if args.json:
         print(json.dumps({"models_dir": str(args.models_dir) if args.models_dir else None,
                           "hub_cache": str(hub_cache_dir()), "models": rows}, indent=2))
         return 0
-    width = max((len(row["id"]) for row in rows), default=0)
-    for row in rows:  # names and paths come from the disk: printable, as any file name shown
-        name, path = printable(row["id"], limit=None), printable(row["path"] or "", limit=None)
-        print(f"{name:<{width}}  {row['source']:<10}  {path}")
+    width = max((len(e.id) for e in entries), default=0)
+    for e in entries:  # names and paths come from the disk: printable, as any file name shown
+        name, path = printable(e.id, limit=None), printable(str(e.folder) if e.folder else "", limit=None)
+        print(f"{name:<{width}}  {e.source:<10}  {path}")
     return 0
 
 

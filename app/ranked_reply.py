@@ -12,15 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from mlxcore.distributed.fail_fast import exit_on_lost_peer
 from mlxcore.distributed.interrupts import SharedInterrupt
 from mlxcore.distributed.watchdog import Watchdog
 from mlxcore.prefill import StopPrefill
 
+if TYPE_CHECKING:
+    from mlxcore.distributed.world import World
+
 
 class RankedReply:
-    def __init__(self, world) -> None:
+    def __init__(self, world: World) -> None:
         self.world = world
         self.watchdog = Watchdog(world)
         self.interrupt = SharedInterrupt(world)

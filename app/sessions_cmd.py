@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # the store imports mlx: only when a sessions command runs, n
     from sessions.store import SessionInfo
 
 
-def add_sessions_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_sessions_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add the `sessions` command and its sub-commands to the CLI's sub-parsers."""
     parser = subparsers.add_parser("sessions", help="list, show, rename, delete or export saved sessions",
                                    description="Manage the sessions saved in mlxchat's data folder "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -40,7 +41,7 @@ class APIError(Exception):
     """A reply with ``status`` and an OpenAI-style error body; ``retry_after`` adds that header (seconds)."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 retry_after: float | None = None, headers: dict[str, str] | None = None) -> None:
+                 retry_after: float | None = None, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.retry_after = retry_after
