@@ -28,7 +28,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.engine_host.protocol import FLUSH_SECONDS, Open
+from app.engine_host.protocol import Open
+from app.engine_host.reply_stream import FLUSH_SECONDS
 
 QUESTION = "Tell me a long story about a lighthouse keeper."
 SIZE = (120, 40)
@@ -109,10 +110,16 @@ class StallMeter:
 
 
 async def tui_run(command: Open, mode: str, timeout: float = 600.0) -> dict[str, float]:
-    """One TUI reply: decode tok/s (engine's figure), completion lag and worst stall while streaming."""
+    """One TUI reply: decode tok/s (engine's figure), completion lag and worst stall while streaming; ``mode``
+    "process" is the window as shipped, "thread" its engine on a thread of this process (``pace`` first)."""
     from app.tui.app import ChatApp
 
-    app = ChatApp(command, engine_mode=mode)
+    app = ChatApp(command)
+    if mode == "thread":
+        from bench.tui_engine import ThreadEngineClient
+        app.client = ThreadEngineClient(app.client.on_event)
+    elif mode != "process":
+        raise ValueError(f"the TUI side runs in mode 'process' or 'thread', not {mode!r}")
     async with app.run_test(size=SIZE) as pilot:
         deadline = time.monotonic() + timeout
         while not (app.ready and app.state is not None):
@@ -156,7 +163,7 @@ def engine_only_run(command: Open, timeout: float = 600.0) -> dict[str, float]:
             seen["last"] = event
             done.set()
 
-    client = EngineClient(on_event, mode="process")
+    client = EngineClient(on_event)
     client.start()
     try:
         client.send(command)
@@ -192,7 +199,19 @@ class Workload:
     def open_command(self) -> Open:
         return Open(model=self.model, draft=self.draft, no_draft=self.draft is None,
                     params={"temperature": 0.0, "max_tokens": self.reply_tokens, "ignore_eos": True},
-                    messages=earlier_messages(self.earlier), flush_seconds=self.flush_seconds)
+                    messages=earlier_messages(self.earlier))
+
+    def pace(self) -> None:
+        """The engines this process starts from now on (in a child process or on a thread) send text to the
+        UI every ``flush_seconds``."""
+        from functools import partial
+
+        from app.engine_host import reply_stream
+        from app.tui import engine_client
+        from bench.tui_engine import paced_engine_process
+
+        reply_stream.FLUSH_SECONDS = self.flush_seconds  # for an engine on a thread of this process
+        engine_client.run_engine_process = partial(paced_engine_process, self.flush_seconds)
 
 
 def run_side(side: str, workload: Workload) -> dict[str, float]:
@@ -200,6 +219,7 @@ def run_side(side: str, workload: Workload) -> dict[str, float]:
     as shipped), "thread" (its engine on a thread of the UI process) or "none" (the engine, no UI)."""
     if side == "headless":
         return _headless_run(workload)
+    workload.pace()
     if side == "none":
         return engine_only_run(workload.open_command())
     return asyncio.run(tui_run(workload.open_command(), side))

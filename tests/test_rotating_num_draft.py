@@ -123,16 +123,14 @@ def test_tui_with_bad_num_draft_is_one_line_before_it_starts():
 
 
 def test_tui_engine_host_opens_with_num_draft(tmp_path, monkeypatch):
-    import queue
     from app.engine_host import protocol as p
-    from app.engine_host.channel import QueueChannel
     from app.engine_host.server import EngineServer
+    from engine_host_helpers import RecordingChannel
 
     monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path))
-    events: queue.Queue = queue.Queue()
-    server = EngineServer(QueueChannel(queue.Queue(), events))
+    channel = RecordingChannel()
+    server = EngineServer(channel)
     server.handle(p.Open(model="mini-target", draft="mini-draft", kv="rotating", max_kv=64, num_draft=20))
-    sent = [events.get_nowait() for _ in range(events.qsize())]
-    assert not [e for e in sent if isinstance(e, p.Failure)], sent
-    assert server.opened.engine.draft_control.max_k == 20
-    assert server.session.caches.target.window.max_rewind == 20
+    assert not [e for e in channel.sent if isinstance(e, p.Failure)], channel.sent
+    assert server.model.engine.draft_control.max_k == 20
+    assert server.chats.screen.session.caches.target.window.max_rewind == 20

@@ -236,8 +236,8 @@ def test_two_tui_engine_hosts_neither_lose_nor_resurrect_a_chat(tmp_path, monkey
         assert chat is not None
 
         refused = b.do(p.ManageSession("delete", chat), p.Failure)
-        assert refused.title == "Chat is open in another window" and "not deleted" in refused.message
-        assert b.do(p.OpenSession(chat), p.Failure).title == "Chat is open in another window"
+        assert refused.code is p.FailureCode.IN_USE and "not deleted" in refused.message
+        assert b.do(p.OpenSession(chat), p.Failure).code is p.FailureCode.IN_USE
         rows = b.do(p.ListSessions(), p.Sessions).rows
         assert [(r.session_id, r.open_elsewhere) for r in rows] == [(chat, True)]
         assert user_turns(a.turn("Bring lemonade")) == ["Plan a picnic", "Bring lemonade"]
@@ -246,7 +246,7 @@ def test_two_tui_engine_hosts_neither_lose_nor_resurrect_a_chat(tmp_path, monkey
         assert a.do(p.Chat("new"), p.Conversation).session_id is None  # A leaves the chat: B may open it
         opened = b.do(p.OpenSession(chat), p.Conversation)
         assert (opened.session_id, user_turns(opened)) == (chat, ["Plan a picnic", "Bring lemonade"])
-        assert a.do(p.OpenSession(chat), p.Failure).title == "Chat is open in another window"
+        assert a.do(p.OpenSession(chat), p.Failure).code is p.FailureCode.IN_USE
         b.turn("And sandwiches")
         b.do(p.ManageSession("delete", chat), p.Sessions)  # B deletes the chat it has open
         other = a.turn("Something else").session_id

@@ -1,7 +1,6 @@
 """A system prompt longer than the rotating window is a usage error that says what to do, everywhere."""
 
 import os
-import queue
 import subprocess
 import sys
 from pathlib import Path
@@ -47,15 +46,15 @@ def test_ask_prints_one_line_with_status_2():
 
 def test_tui_engine_host_shows_it_as_a_dialog_not_a_crash(tmp_path, monkeypatch):
     from app.engine_host import protocol as p
-    from app.engine_host.channel import QueueChannel
     from app.engine_host.server import EngineServer
+    from engine_host_helpers import RecordingChannel
 
     monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path))
-    events: queue.Queue = queue.Queue()
-    server = EngineServer(QueueChannel(queue.Queue(), events))
+    channel = RecordingChannel()
+    server = EngineServer(channel)
     server.handle(p.Open(model="mini-target", no_draft=True, kv="rotating", max_kv=32, system=LONG_SYSTEM,
                          think=False))
     server.handle(p.Send("What is 12 + 7?"))
-    failures = [e for e in (events.get_nowait() for _ in range(events.qsize())) if isinstance(e, p.Failure)]
-    assert len(failures) == 1 and failures[0].title != "Unexpected error"
+    failures = [e for e in channel.sent if isinstance(e, p.Failure)]
+    assert len(failures) == 1 and failures[0].code is p.FailureCode.SYSTEM_PROMPT_TOO_LONG
     assert WHAT_TO_DO in failures[0].message

@@ -16,7 +16,8 @@ from mlxcore.launch import ModelChoice, open_engine
 from mlxcore.params import GenerationParams
 from sessions.chat_session import ChatSession
 from sessions.store import SessionStore
-from test_tui_helpers import DRAFT, SIZE, TARGET, EventGate, make_app, send, settle, wait_for, wait_ready
+from test_tui_helpers import (DRAFT, SIZE, TARGET, EventGate, make_app, send, send_every_token, settle, wait_for,
+                               wait_ready)
 
 pytestmark = pytest.mark.slow
 QUESTION = "What is 12 + 7?"
@@ -36,10 +37,11 @@ def reference_reply(text: str, max_tokens: int = 48) -> str:
     return session.send(text)
 
 
-def test_reply_streams_in_and_equals_chat_session():
+def test_reply_streams_in_and_equals_chat_session(monkeypatch):
     """The streamed reply on screen is ChatSession's reply; with no flush interval each piece is sent as it comes."""
+    send_every_token(monkeypatch)
     async def scenario():
-        app = make_app(flush_seconds=0)
+        app = make_app()
         chunks = []
         original = app._engine_chunk
 
@@ -67,10 +69,11 @@ def test_reply_streams_in_and_equals_chat_session():
     assert chunks[-1].pieces == 0  # the end of the reply: what the thinking splitter still held
 
 
-def test_escape_stops_the_reply_and_keeps_it():
+def test_escape_stops_the_reply_and_keeps_it(monkeypatch):
     """Escape while the engine is generating (held there by the gate: a 3000-event reply outgrows the pipe)."""
+    send_every_token(monkeypatch)
     async def scenario():
-        app = make_app(max_tokens=3000, ignore_eos=True, flush_seconds=0)
+        app = make_app(max_tokens=3000, ignore_eos=True)
         gate = EventGate(app, hold_after=lambda events: any(isinstance(e, Chunk) and (e.thinking or e.answer)
                                                             for e in events))
         async with app.run_test(size=SIZE) as pilot:

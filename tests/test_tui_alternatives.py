@@ -17,7 +17,8 @@ from app.tui.widgets.alternatives import AlternativesView
 from mlxcore.launch import ModelChoice, open_engine
 from mlxcore.params import GenerationParams
 from sessions.store import SUFFIX, SessionStore
-from test_tui_helpers import DRAFT, SIZE, TARGET, EventGate, make_app, send, settle, wait_for, wait_ready
+from test_tui_helpers import (DRAFT, SIZE, TARGET, EventGate, make_app, send, send_every_token, settle, wait_for,
+                               wait_ready)
 from turn_checks import send_matching_a_cold_run
 
 pytestmark = pytest.mark.slow
@@ -51,9 +52,10 @@ def record_chunks(app) -> list[Chunk]:
     return chunks
 
 
-def test_three_replies_stream_side_by_side_and_the_one_kept_is_the_chats_reply():
+def test_three_replies_stream_side_by_side_and_the_one_kept_is_the_chats_reply(monkeypatch):
+    send_every_token(monkeypatch)
     async def scenario():
-        app = make_app(max_tokens=40, params=SAMPLED, flush_seconds=0)
+        app = make_app(max_tokens=40, params=SAMPLED)
         chunks = record_chunks(app)
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
@@ -105,10 +107,11 @@ def shown_parts(content: str) -> tuple[str, str]:
     return thinking.strip(), answer.strip()
 
 
-def test_escape_stops_the_replies_and_what_they_have_stays_to_pick():
+def test_escape_stops_the_replies_and_what_they_have_stays_to_pick(monkeypatch):
     """The gate holds the UI once both replies have text: the engine is still writing when Escape comes."""
+    send_every_token(monkeypatch)
     async def scenario():
-        app = make_app(max_tokens=3000, ignore_eos=True, params=SAMPLED, flush_seconds=0)
+        app = make_app(max_tokens=3000, ignore_eos=True, params=SAMPLED)
         gate = EventGate(app, hold_after=lambda events: {e.choice for e in events if isinstance(e, Chunk)
                                                          and e.answer + e.thinking} == {0, 1})
         async with app.run_test(size=SIZE) as pilot:

@@ -13,7 +13,8 @@ from app.tui.screens.download import DownloadScreen
 from app.tui.widgets.chat_log import WINDOW
 from app.tui.widgets.message_view import MessageView
 from bench.tui import earlier_messages
-from test_tui_helpers import SIZE, EventGate, answer_of, make_app, record_notes, send, settle, wait_for, wait_ready
+from test_tui_helpers import (SIZE, EventGate, answer_of, make_app, record_notes, send, send_every_token, settle,
+                               wait_for, wait_ready)
 
 pytestmark = pytest.mark.slow
 
@@ -39,10 +40,11 @@ def test_long_chat_mounts_only_recent_messages_and_pages_back():
     assert after > mounted and first == 60 - after
 
 
-def test_view_follows_only_at_the_bottom():
+def test_view_follows_only_at_the_bottom(monkeypatch):
     """The reader scrolls up mid-reply (the gate holds the rest of the reply until then): the view stays."""
+    send_every_token(monkeypatch)
     async def scenario():
-        app = make_app(messages=earlier_messages(16), max_tokens=400, ignore_eos=True, flush_seconds=0)
+        app = make_app(messages=earlier_messages(16), max_tokens=400, ignore_eos=True)
         gate = EventGate(app, hold_after=lambda events: len(answer_of(events)) > 20)
         async with app.run_test(size=SIZE) as pilot:
             try:
@@ -181,7 +183,7 @@ def test_input_newlines_and_history():
 
 def test_the_engine_process_ends_with_the_app():
     async def scenario():
-        app = make_app(mode="process")
+        app = make_app()
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
             during = app.client.alive

@@ -7,8 +7,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app.tui.app import ChatApp
 from app.engine_host.protocol import Chunk, Open
+from app.tui import engine_client
+from app.tui.app import ChatApp
+from engine_pace import every_token_engine_process
 
 TARGET, DRAFT = "mini-target", "mini-draft"  # shipped in assets/models: a missing one fails the tests
 SIZE = (110, 34)
@@ -21,9 +23,14 @@ def open_command(max_tokens: int = 48, ignore_eos: bool = False, **changes) -> O
     return Open(**({"model": TARGET, "draft": DRAFT, "params": params} | changes))
 
 
-def make_app(mode: str = "process", figures: bool = True, sidebar: bool = True, **open_changes) -> ChatApp:
+def make_app(sidebar: bool = True, **open_changes) -> ChatApp:
     """A ChatApp on the embedded pair, its engine in a child process as users run it."""
-    return ChatApp(open_command(**open_changes), engine_mode=mode, show_figures=figures, show_sidebar=sidebar)
+    return ChatApp(open_command(**open_changes), show_sidebar=sidebar)
+
+
+def send_every_token(monkeypatch) -> None:
+    """The apps made from now on in the test: their engine sends each piece of text as its own Chunk."""
+    monkeypatch.setattr(engine_client, "run_engine_process", every_token_engine_process)
 
 
 class EventGate:
@@ -31,7 +38,7 @@ class EventGate:
     ``release()``; events then go on in order.
 
     The engine process runs on until the pipe between them is full, then waits on it as it would for a
-    slow UI. So a test can act mid-reply on a machine of any speed: with ``flush_seconds=0`` (an event per
+    slow UI. So a test can act mid-reply on a machine of any speed: with ``send_every_token`` (an event per
     token) a reply longer than the pipe holds (a few hundred events on Linux) is still being generated
     when the test releases the gate.
     """

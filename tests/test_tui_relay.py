@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 
 from app.engine_host import protocol as p
+from app.engine_host import reply_stream
 from app.engine_host.inbox import Inbox
 from app.engine_host.reply_stream import relay_reply
 from app.tui.text_parts import code_blocks, split_reply
@@ -17,10 +18,11 @@ def fake_reply(pieces: list[str], closed: list[bool]):
         closed.append(True)
 
 
-def test_relay_batches_and_splits_thinking_from_answer():
+def test_relay_batches_and_splits_thinking_from_answer(monkeypatch):
+    monkeypatch.setattr(reply_stream, "FLUSH_SECONDS", 0.0)  # every piece its own chunk
     sent, closed = [], []
     pieces = ["<th", "ink>\nhm", "m\n</thi", "nk>\n\n", "Hel", "lo"]
-    relay_reply(fake_reply(pieces, closed), sent.append, lambda: False, flush_seconds=0.0)
+    relay_reply(fake_reply(pieces, closed), sent.append, lambda: False)
     assert "".join(c.thinking for c in sent) == "\nhmm\n"
     assert "".join(c.answer for c in sent) == "Hello"
     assert "".join(c.raw for c in sent) == "".join(pieces), "the raw text is what the session stores"
@@ -37,17 +39,18 @@ class ScriptedChannel:
         return self.polls.pop(0) if self.polls else None
 
 
-def test_stop_closes_the_reply_and_other_commands_wait():
+def test_stop_closes_the_reply_and_other_commands_wait(monkeypatch):
     sent, closed = [], []
     inbox = Inbox(ScriptedChannel([None, p.ListSessions("x"), None, p.Stop()]))
-    relay_reply(fake_reply(["a", "b", "c", "d", "e"], closed), sent.append, inbox.stop_asked, flush_seconds=10.0)
+    monkeypatch.setattr(reply_stream, "FLUSH_SECONDS", 10.0)  # one chunk at the end
+    relay_reply(fake_reply(["a", "b", "c", "d", "e"], closed), sent.append, inbox.stop_asked)
     assert closed == [True], "stopping closes the ChatSession stream (which keeps the partial reply)"
     assert "".join(c.answer for c in sent) == "abc", "what was generated before the stop is all sent"
     assert list(inbox.deferred) == [p.ListSessions("x")]
     assert inbox.next() == p.ListSessions("x"), "a command that came during the reply is handled after it"
 
 
-def test_a_closed_pipe_stops_the_reply_once_and_ends_the_host():
+def test_a_closed_pipe_stops_the_reply_once_and_ends_the_host(monkeypatch):
     """After EOF every receive says Shutdown: the reply stops, and the host sees one Shutdown, not a flood."""
     class ClosedPipe:
         reads = 0
@@ -57,19 +60,21 @@ def test_a_closed_pipe_stops_the_reply_once_and_ends_the_host():
             return p.Shutdown()
     pipe, sent, closed = ClosedPipe(), [], []
     inbox = Inbox(pipe)
-    relay_reply(fake_reply(["a", "b", "c"], closed), sent.append, inbox.stop_asked, flush_seconds=10.0)
+    monkeypatch.setattr(reply_stream, "FLUSH_SECONDS", 10.0)  # one chunk at the end
+    relay_reply(fake_reply(["a", "b", "c"], closed), sent.append, inbox.stop_asked)
     assert closed == [True] and "".join(c.answer for c in sent) == "a"
     assert pipe.reads == 1 and list(inbox.deferred) == [p.Shutdown()]
     assert inbox.next() == p.Shutdown()
 
 
-def test_a_gone_ui_stops_the_reply_without_reading_the_pipe():
+def test_a_gone_ui_stops_the_reply_without_reading_the_pipe(monkeypatch):
     class Unread:
         def receive(self, timeout=None):
             raise AssertionError("nothing should be read once the UI is known to be gone")
     inbox, closed = Inbox(Unread()), []
     inbox.ui_gone.set()
-    relay_reply(fake_reply(["a", "b"], closed), [].append, inbox.stop_asked, flush_seconds=10.0)
+    monkeypatch.setattr(reply_stream, "FLUSH_SECONDS", 10.0)  # one chunk at the end
+    relay_reply(fake_reply(["a", "b"], closed), [].append, inbox.stop_asked)
     assert closed == [True]
     assert inbox.next() == p.Shutdown()
 

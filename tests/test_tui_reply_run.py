@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 from app.engine_host import protocol as p
+from app.engine_host import reply_stream
 from app.engine_host.reply_run import ReplyRun
 from mlxcore.batching.errors import OverloadedError
 from mlxcore.batching.handle import RequestFailedError
@@ -71,10 +72,11 @@ def pump_all(run: ReplyRun, send) -> None:
         run.pump(send)
 
 
-def test_a_reply_streams_piece_by_piece_and_says_its_prompt_is_being_read():
+def test_a_reply_streams_piece_by_piece_and_says_its_prompt_is_being_read(monkeypatch):
     pieces = ["<think>", "hm", "</think>", "\n\nHel", "lo"]
     turn = ScriptedTurn(1, [[(0, piece)] for piece in pieces] + [[(0, final("eos", "Hello"))]])
-    run, sent = ReplyRun(turn, 1, flush_seconds=0), []
+    monkeypatch.setattr(reply_stream, "FLUSH_SECONDS", 0.0)
+    run, sent = ReplyRun(turn, 1), []
     run.started(sent.append)
     pump_all(run, sent.append)
     assert sent[0] == p.Prefill(0, 10), "the prompt is being read: said at once"
@@ -86,9 +88,10 @@ def test_a_reply_streams_piece_by_piece_and_says_its_prompt_is_being_read():
     assert not [e for e in sent if isinstance(e, (p.Prefill, p.ChoiceEnded))][1:], "no progress once text came"
 
 
-def test_text_made_off_screen_comes_back_with_the_chat_and_streams_on_from_there():
+def test_text_made_off_screen_comes_back_with_the_chat_and_streams_on_from_there(monkeypatch):
     turn = ScriptedTurn(1, [[(0, "one ")], [(0, "two ")], [(0, "three")], [(0, final("length"))]])
-    run, sent = ReplyRun(turn, 1, flush_seconds=0), []
+    monkeypatch.setattr(reply_stream, "FLUSH_SECONDS", 0.0)
+    run, sent = ReplyRun(turn, 1), []
     run.pump(None)
     run.pump(None)  # the chat is in the background: nothing sent
     assert sent == [] and run.so_far() == (p.ReplySoFar("one two "),)
@@ -97,9 +100,10 @@ def test_text_made_off_screen_comes_back_with_the_chat_and_streams_on_from_there
     assert run.so_far() == (p.ReplySoFar("one two three", "length"),)
 
 
-def test_replies_side_by_side_each_say_when_they_end():
+def test_replies_side_by_side_each_say_when_they_end(monkeypatch):
     turn = ScriptedTurn(2, [[(0, "a"), (1, "b")], [(1, final("cancelled"))], [(0, final("eos"))]])
-    run, sent = ReplyRun(turn, 3, flush_seconds=10.0), []
+    monkeypatch.setattr(reply_stream, "FLUSH_SECONDS", 10.0)
+    run, sent = ReplyRun(turn, 3), []
     pump_all(run, sent.append)
     ends = [e for e in sent if isinstance(e, p.ChoiceEnded)]
     assert ends == [p.ChoiceEnded(1, "stopped"), p.ChoiceEnded(0, "eos")], "cancelled is said as stopped"
@@ -109,11 +113,12 @@ def test_replies_side_by_side_each_say_when_they_end():
     assert turn.kept == 1 and run.done(1, 4096, False).finish_reason == "stopped"
 
 
-def test_a_failed_request_ends_its_reply_and_keeps_what_it_generated():
+def test_a_failed_request_ends_its_reply_and_keeps_what_it_generated(monkeypatch):
     failure = RequestFailedError("The engine failed while generating")
     failure.__cause__ = OverloadedError("The KV memory budget is held by other chats")
     turn = ScriptedTurn(1, [[(0, "Once upon")], [(0, " a time"), (0, failure)]])
-    run, sent = ReplyRun(turn, 1, flush_seconds=10.0), []
+    monkeypatch.setattr(reply_stream, "FLUSH_SECONDS", 10.0)
+    run, sent = ReplyRun(turn, 1), []
     run.pump(sent.append)
     run.pump(sent.append)
     assert isinstance(run.error, OverloadedError) and run.ended == ["error"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from app.tui.screens.help import HelpScreen
+from app.tui.widgets import status_line
 from app.tui.screens.settings import SettingsScreen
 from mlxcore.launch import ModelChoice, open_engine
 from sessions.chat_session import ChatSession
@@ -21,6 +22,12 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(autouse=True)
 def store_home(tmp_path, monkeypatch):
     monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture(autouse=True)
+def no_figures(monkeypatch):
+    """No timings, speeds, ages or memory on screen: the pictures must not depend on them."""
+    monkeypatch.setattr(status_line, "SHOW_FIGURES", False)
 
 
 def steady_cursors(app) -> None:
@@ -45,7 +52,7 @@ def test_chat_with_reply_and_thinking(snap_compare):
     The chat is given, not generated, so the picture does not change when the embedded models are retrained
     (the Pilot tests check generated replies against ChatSession).
     """
-    app = make_app(figures=False, sidebar=False, messages=CHAT)
+    app = make_app(sidebar=False, messages=CHAT)
 
     async def run_before(pilot):
         await wait_ready(pilot, app)
@@ -68,7 +75,7 @@ def store_two_chats() -> None:
 
 def test_sessions_sidebar(snap_compare):
     store_two_chats()
-    app = make_app(figures=False)
+    app = make_app()
 
     async def run_before(pilot):
         await wait_ready(pilot, app)
@@ -81,7 +88,7 @@ def test_sessions_sidebar(snap_compare):
 
 
 def test_settings_screen(snap_compare):
-    app = make_app(figures=False, sidebar=False, system="You are terse.")
+    app = make_app(sidebar=False, system="You are terse.")
 
     async def run_before(pilot):
         await wait_ready(pilot, app)
@@ -94,7 +101,7 @@ def test_settings_screen(snap_compare):
 
 
 def test_help_screen(snap_compare):
-    app = make_app(figures=False, sidebar=False)
+    app = make_app(sidebar=False)
 
     async def run_before(pilot):
         await wait_ready(pilot, app)

@@ -1,57 +1,47 @@
-"""How commands and events travel between the UI and the engine host: a Pipe or a pair of queues."""
+"""How commands and events travel between the UI and the engine host: the two ends of a Pipe."""
 
 from __future__ import annotations
 
-import queue
 import threading
-from typing import Any, Protocol
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Protocol
 
-from app.engine_host.protocol import Shutdown
+from app.engine_host import protocol as p
+
+SendEvent = Callable[[p.Event], None]
 
 
 class Channel(Protocol):
     """The engine host's end: send events, receive commands."""
 
-    def send(self, event: Any) -> None: ...
+    def send(self, event: p.Event) -> None: ...
 
-    def receive(self, timeout: float | None = None) -> Any | None:
+    def receive(self, timeout: float | None = None) -> p.Command | None:
         """The next command; None when ``timeout`` passes first; Shutdown when the UI is gone."""
 
 
 class PipeChannel:
     """Over a multiprocessing Connection (the engine in a child process)."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Connection[p.Event, object]) -> None:
         self.conn = conn
         self._lock = threading.Lock()  # downloads report progress from several threads
 
-    def send(self, event: Any) -> None:
+    def send(self, event: p.Event) -> None:
         with self._lock:
             try:
                 self.conn.send(event)
             except (BrokenPipeError, OSError):
                 pass  # the UI is gone; the next receive says Shutdown
 
-    def receive(self, timeout: float | None = None) -> Any | None:
+    def receive(self, timeout: float | None = None) -> p.Command | None:
         try:
             if timeout is not None and not self.conn.poll(timeout):
                 return None
-            return self.conn.recv()
+            received: object = self.conn.recv()
         except (EOFError, OSError):
-            return Shutdown()
-
-
-class QueueChannel:
-    """Over two queues (the engine on a thread in the UI process, as in the thread-vs-process benchmark)."""
-
-    def __init__(self, commands: queue.Queue, events: queue.Queue) -> None:
-        self.commands, self.events = commands, events
-
-    def send(self, event: Any) -> None:
-        self.events.put(event)
-
-    def receive(self, timeout: float | None = None) -> Any | None:
-        try:
-            return self.commands.get(timeout=timeout) if timeout != 0 else self.commands.get_nowait()
-        except queue.Empty:
-            return None
+            return p.Shutdown()
+        if not isinstance(received, p.Command):
+            raise TypeError(f"the UI sent {received!r}, which is no command of app.engine_host.protocol")
+        return received

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any
 
+from app.engine_host import protocol as p
 from app.engine_host.channel import Channel
-from app.engine_host.protocol import Shutdown, Stop
 
 
 class Inbox:
@@ -20,16 +19,16 @@ class Inbox:
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.deferred: deque[Any] = deque()  # read while a reply ran; handled after it
+        self.deferred: deque[p.Command] = deque()  # read while a reply ran; handled after it
         self.ui_gone = threading.Event()
 
-    def next(self, wait: bool = True) -> Any | None:
+    def next(self, wait: bool = True) -> p.Command | None:
         """The next command to handle; Shutdown once the UI is gone. ``wait``: wait for one, else None when
         none has come (replies in progress get a scheduler step instead)."""
         if self.deferred:
             return self.deferred.popleft()
         if self.ui_gone.is_set():
-            return Shutdown()
+            return p.Shutdown()
         return self.channel.receive(timeout=None if wait else 0)
 
     def stop_asked(self) -> bool:
@@ -37,9 +36,9 @@ class Inbox:
         if self.ui_gone.is_set():
             return True
         while (command := self.channel.receive(timeout=0)) is not None:
-            if isinstance(command, Stop):
+            if isinstance(command, p.Stop):
                 return True
             self.deferred.append(command)
-            if isinstance(command, Shutdown):  # after EOF every receive says Shutdown: stop reading
+            if isinstance(command, p.Shutdown):  # after EOF every receive says Shutdown: stop reading
                 return True
         return False

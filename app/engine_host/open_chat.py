@@ -4,19 +4,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from app.engine_host.reply_run import ReplyRun
+    from sessions import ChatSession, SessionStore
+
+
+class FileLock(Protocol):
+    """The lock of a ``--session FILE`` chat's file (sessions' SessionLock), held while the chat is open here."""
+
+    def release(self) -> None: ...
 
 
 @dataclass(eq=False)
 class OpenChat:
     """A ChatSession with where it is saved, and its turn in progress, if any."""
 
-    session: Any  # sessions.chat_session.ChatSession
+    session: ChatSession
     session_id: str | None = None  # in the store; None until first saved (or for a file)
     file: Path | None = None  # mlxchat --session FILE: autosave goes there
-    file_lock: Any = None  # the SessionLock of ``file``
+    file_lock: FileLock | None = None
     save_error: str | None = None  # why the last save failed; None when the file holds this state
-    run: Any = None  # app.engine_host.reply_run.ReplyRun: the turn in progress (or waiting for a pick)
+    run: ReplyRun | None = None  # the turn in progress (or waiting for a pick)
 
     @property
     def answering(self) -> bool:
@@ -25,9 +35,9 @@ class OpenChat:
 
     @property
     def title(self) -> str:
-        return self.session.display_title()
+        return str(self.session.display_title())
 
-    def release(self, store: Any | None) -> None:
+    def release(self, store: SessionStore | None) -> None:
         """Let go of the chat: its caches' blocks, its hold in the store, its file's lock."""
         self.session.caches.release()
         if self.session_id is not None and store is not None:

@@ -1,172 +1,110 @@
-"""The engine host's opening commands: load the models, open the first chat (new, stored, or a file).
+"""The engine host's Open command: load the models, open the first chat (new, stored, or a file).
 
 Options given on the command line override what an opened chat saved. A
 ``--session FILE`` chat is locked while it is open here, as stored chats are, so
-two windows never write the same file.
+two windows never write the same file. An Open after the first switches the
+model: the chat on screen goes on, its cache rebuilt.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from app.engine_host import protocol as p
-from app.engine_host.open_chat import OpenChat
+from app.engine_host.autosave import Autosave
+from app.engine_host.channel import SendEvent
+from app.engine_host.chats import Chats
+from app.engine_host.model_holder import ModelHolder, replaced
+from app.engine_host.publisher import Publisher
+from app.engine_host.store_jobs import StoreJobs
 from mlxcore import MlxchatError
 
-PROGRESS_EVERY_S = 0.1  # download progress
+if TYPE_CHECKING:
+    from app.engine_host.open_chat import OpenChat
+    from mlxcore import GenerationParams
+    from sessions import ChatSession, Message
 
 
-class OpenCommands:
-    """Mixed into EngineServer; uses its opened, chat (on screen), background, batch, session, session_id,
-    session_file, store, send, _publish, _autosave, _on_listsessions, _on_opensession and _tell_restore_note."""
+class Opening:
+    """Serves Open: the first one, and each model switch after it."""
 
-    opened: Any
-    chat: OpenChat | None
-    background: list[OpenChat]
-    batch: Any
-    session: Any
-    session_id: str | None
-    session_file: Path | None
-    store: Any
-    _store: Any
+    def __init__(self, send: SendEvent, model: ModelHolder, chats: Chats, store_jobs: StoreJobs,
+                 autosave: Autosave, publisher: Publisher) -> None:
+        self.send, self.model, self.chats, self.store_jobs = send, model, chats, store_jobs
+        self.autosave, self.publisher = autosave, publisher
 
-    def _on_open(self, command: p.Open) -> None:
-        from mlxcore import KVConfig
-        from mlxcore import ModelChoice, open_engine
-
-        if any(chat.run is not None for chat in self._chats()):
+    def open(self, command: p.Open) -> None:
+        if any(chat.run is not None for chat in self.chats.all()):
             raise MlxchatError("Chats are still answering (or waiting for a pick): let them end before switching "
                                "the model.")
-        self._on_listsessions(p.ListSessions())
-        kv = KVConfig(kind=command.kv, max_kv=command.max_kv, block_size=command.block_size,
-                      max_kv_bytes=command.max_kv_bytes, kv_bits=command.kv_bits)
-        choice = ModelChoice(model=command.model, draft=command.draft, no_draft=command.no_draft)
-        opened = open_engine(choice, kv, progress=self._progress_reporter(), num_draft=command.num_draft,
-                             notice=lambda text: self.send(p.Notice(text[0].upper() + text[1:])))
-        self.flush_seconds = command.flush_seconds
+        self.store_jobs.list_sessions(p.ListSessions())
+        opened = self.model.load(command)
         self._let_go_of_background()
-        previous, self.opened = self.session, opened
-        self.batch = _scheduler(opened.engine)
+        self.model.use(opened)
         self.send(p.Ready(opened.target_name, opened.draft_name, opened.note, opened.engine.generation_defaults))
-        if previous is not None:  # switching models: the conversation continues, its cache is rebuilt
-            unsaved = self.chat.save_error
-            self._replace_session(self._new_session(previous.system, previous.params, previous.enable_thinking,
-                                                    messages=previous.messages, title=previous.title),
-                                  self.session_id, self.session_file, keep_old=False)
-            self.chat.save_error = unsaved
-            self._publish()
+        if self.chats.on_screen is not None:
+            self._switched(self.chats.on_screen)
             return
         try:  # a session that cannot be opened leaves a new chat behind, and a dialog that says why
             if command.session_file:
                 self._open_file(Path(command.session_file), command)
             elif command.session_id:
-                self._on_opensession(p.OpenSession(command.session_id))
-                self._apply_options(command)
+                self.store_jobs.open_session(p.OpenSession(command.session_id))
+                self._apply_options(self.chats.screen.session, command)
         finally:
-            if self.session is None:
-                self._replace_session(self._new_session(command.system, self._given_params(command),
-                                                        command.think is not False,
-                                                        messages=_messages(command.messages)))
-            self._publish()
+            if self.chats.on_screen is None:
+                self.chats.replace(self.model.new_session(command.system, self._given_params(command),
+                                                          command.think is not False,
+                                                          messages=_messages(command.messages)))
+            self.publisher.publish()
 
-    def _given_params(self, command: p.Open) -> Any:
+    def _switched(self, previous: OpenChat) -> None:
+        """The chat on screen goes on with the new model: the same history and settings, a new cache."""
+        old = previous.session
+        session = self.model.new_session(old.system, old.params, old.enable_thinking, messages=old.messages,
+                                         title=old.title)
+        chat = self.chats.replace(session, previous.session_id, previous.file, keep_old=False)
+        chat.save_error = previous.save_error
+        self.publisher.publish()
+
+    def _given_params(self, command: p.Open) -> GenerationParams:
         """A new chat's parameters: the model's recommended sampling, then the options given."""
-        return dataclasses.replace(self.opened.engine.default_params, **command.params)
+        return replaced(self.model.engine.default_params, command.params)
 
-    def _apply_options(self, command: p.Open) -> None:
+    def _apply_options(self, session: ChatSession, command: p.Open) -> None:
         """The options given on the command line override the settings the opened chat was saved with."""
-        session = self.session
         if command.params:
-            session.params = dataclasses.replace(session.params, **command.params)
+            session.params = replaced(session.params, command.params)
         if command.think is not None:
             session.enable_thinking = command.think
         if command.system is not None:
             session.set_system(command.system)
 
-    def _progress_reporter(self):
-        last = [0.0]
-
-        def report(done: int, total: int) -> None:
-            now = time.monotonic()
-            if now - last[0] >= PROGRESS_EVERY_S or done >= total:
-                last[0] = now
-                self.send(p.Progress(done, total))
-        return report
-
-    def _new_session(self, system: str | None, params: Any, think: bool, messages: list[Any] | None = None,
-                     title: str | None = None) -> Any:
-        """A ChatSession on the open engine (``messages``: start from this history)."""
-        from sessions.chat_session import ChatSession
-        session = ChatSession(self.opened.engine, system, params, enable_thinking=think)
-        if messages is not None:  # the system prompt given wins over one in the messages
-            rest = [m for m in messages if m.role != "system"]
-            session.messages = (session.messages[:1] if system else []) + rest
-        session.title = title
-        return session
-
-    def _replace_session(self, session: Any, session_id: str | None = None, file: Path | None = None,
-                         keep_old: bool = True) -> None:
-        """Put ``session`` on screen (``_show``). The same chat on a new session (a model switch) keeps its hold
-        in the store and its file's lock."""
-        chat, old = OpenChat(session, session_id, file), self.chat
-        if old is not None and old.session is not session:
-            if file is not None and file == old.file:
-                chat.file_lock, old.file_lock = old.file_lock, None
-            if session_id is not None and session_id == old.session_id:
-                old.session_id = None  # the hold in the store goes with the chat
-        self._show(chat, keep_old)
-
-    def _show(self, chat: OpenChat, keep_old: bool = True) -> None:
-        """Put ``chat`` on screen. The chat that was there is let go, unless ``keep_old`` and it still answers
-        (or waits for a pick, or is unsaved): then it stays open in the background."""
-        old, self.chat = self.chat, chat
-        if chat in self.background:
-            self.background.remove(chat)
-        if old is None or old is chat or old.session is chat.session:
-            return
-        if keep_old and (old.run is not None or old.save_error is not None):
-            self.background.append(old)
-        else:
-            old.release(self._store)
-
     def _let_go_of_background(self) -> None:
         """Before a model switch: chats left unsaved in the background get one more try, then go."""
-        for chat in list(self.background):
-            self._autosave(chat=chat)
-            self.background.remove(chat)
-            chat.release(self._store)
+        for chat in list(self.chats.background):
+            self.autosave.save(chat)
+            self.chats.let_go(chat)
 
     def _open_file(self, path: Path, command: p.Open) -> None:
-        from sessions.chat_session import ChatSession
+        from sessions import ChatSession
         from sessions.store_lock import SessionLock
         lock = SessionLock.acquire(path, mark_open=True)  # SessionInUseError: open in another window
-        if path.exists():
-            try:
-                session = ChatSession.load(path, self.opened.engine)
-            except BaseException:
-                lock.release()
-                raise
-            self._replace_session(session, file=path)
-            self.chat.file_lock = lock
-            self._tell_restore_note()
-            self._apply_options(command)
-        else:  # a new file: start a chat that autosaves there
-            self._replace_session(self._new_session(command.system, self._given_params(command),
-                                                    command.think is not False), file=path)
-            self.chat.file_lock = lock
+        if not path.exists():  # a new file: start a chat that autosaves there
+            session = self.model.new_session(command.system, self._given_params(command), command.think is not False)
+            self.chats.replace(session, file=path).file_lock = lock
+            return
+        try:
+            session = ChatSession.load(path, self.model.engine)
+        except BaseException:
+            lock.release()
+            raise
+        self.chats.replace(session, file=path).file_lock = lock
+        self.publisher.restore_note(session)
+        self._apply_options(session, command)
 
 
-def _scheduler(engine: Any) -> Any:
-    """The batching scheduler every chat's replies run on; None when the KV cache is not paged (it needs it)."""
-    if engine.kv.kind != "paged":
-        return None
-    from mlxcore.batching.local import LocalBatch
-    return LocalBatch(engine)
-
-
-def _messages(pairs: tuple[tuple[str, str], ...]) -> list[Any] | None:
-    from sessions.messages import Message
+def _messages(pairs: tuple[tuple[str, str], ...]) -> list[Message] | None:
+    from sessions import Message
     return [Message(role, content) for role, content in pairs] if pairs else None

@@ -1,7 +1,6 @@
 """The messages between the TUI and its engine host: small, frozen, picklable.
 
-The UI sends commands; the engine host (a child process, or a thread in
-benchmarks) owns the Engine, the open chats (the one on screen, and those still
+The UI sends commands; the engine host (a child process) owns the Engine, the open chats (the one on screen, and those still
 answering in the background) and the session store, and answers with events.
 Commands and events are about the chat on screen, except Generating (every chat).
 Nothing here imports mlx, so the UI process stays free of model work.
@@ -9,12 +8,14 @@ Nothing here imports mlx, so the UI process stays free of model work.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Literal
 
-# Three updates a second: still streams to the eye, and each costs the UI a repaint, often a layout pass
-# (UI CPU share 0.09-0.11 of a core on the bench reply, 0.13-0.14 at five a second).
-FLUSH_SECONDS = 1 / 3
+Params = Mapping[str, object]  # GenerationParams fields by name, as plain data
+Schema = dict[str, object]  # an OpenAI function schema (JSON)
+KVKind = Literal["paged", "rotating", "standard"]  # --kv
 
 # commands: UI -> engine ---------------------------------------------------------
 
@@ -26,19 +27,18 @@ class Open:
     model: str | None = None  # None = the default pair
     draft: str | None = None
     no_draft: bool = False
-    kv: str = "paged"
+    kv: KVKind = "paged"
     max_kv: int | None = None
     max_kv_bytes: int | None = None  # --max-kv as a size: KV memory shared by the model and its draft
     block_size: int = 16
     kv_bits: int | None = None  # --kv-bits 8: keys and values in 8 bits
     num_draft: int = 8  # the most tokens the draft proposes per round (--num-draft)
-    params: dict[str, Any] = field(default_factory=dict)  # GenerationParams fields given (a saved chat keeps the rest)
+    params: Params = field(default_factory=dict)  # GenerationParams fields given (a saved chat keeps the rest)
     system: str | None = None  # None: no system prompt, or the saved chat's
     think: bool | None = None  # None: on, or the saved chat's setting
     messages: tuple[tuple[str, str], ...] = ()  # start the new chat with these (role, content) messages
     session_file: str | None = None  # open this file (mlxchat --session FILE)
     session_id: str | None = None  # or this stored session
-    flush_seconds: float = FLUSH_SECONDS  # how often generated text is sent to the UI (each send costs a layout)
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Pick:
 class Configure:
     """Change the chat's settings; None leaves a setting as it is."""
 
-    params: dict[str, Any] | None = None
+    params: Params | None = None
     system: str | None = None  # "" removes the system prompt
     think: bool | None = None
     use_draft: bool | None = None
@@ -83,7 +83,7 @@ class Configure:
 class Chat:
     """Structural changes: "new", "fork", "clear", "save"."""
 
-    action: str
+    action: Literal["new", "fork", "clear", "save"]
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class OpenSession:
 class ManageSession:
     """Store operations on any session: "rename" (with title), "delete", "export" (with path)."""
 
-    action: str
+    action: Literal["rename", "delete", "export"]
     session_id: str
     title: str | None = None
     path: str | None = None
@@ -110,7 +110,7 @@ class ListSessions:
 class Tools:
     """The tools offered to the model from the next reply on (OpenAI function schemas; the window's MCP tools)."""
 
-    schemas: tuple[dict[str, Any], ...]
+    schemas: tuple[Schema, ...]
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class Ready:
     target: str
     draft: str | None
     note: str  # e.g. why the embedded models are used; "" when nothing to say
-    defaults: dict[str, Any] = field(default_factory=dict)  # the sampling the model's generation_config.json sets
+    defaults: Params = field(default_factory=dict)  # the sampling the model's generation_config.json sets
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ class Conversation:
     session_id: str | None
     title: str
     messages: tuple[tuple[str, str], ...]  # (role, content); assistant content keeps <think>...</think>
-    params: dict[str, Any]
+    params: Params
     system: str | None
     think: bool
     use_draft: bool
@@ -197,7 +197,7 @@ class Done:
     """A reply ended: finished, stopped, or failed part way."""
 
     finish_reason: str
-    stats: dict[str, Any]  # GenerationStats fields plus prefill_tps, decode_tps, acceptance
+    stats: dict[str, object]  # GenerationStats fields plus prefill_tps, decode_tps, acceptance
     last_token_time: float  # time.monotonic() when the last chunk was sent (same clock in both processes)
 
 
@@ -236,7 +236,25 @@ class Sessions:
 @dataclass(frozen=True)
 class Notice:
     text: str
-    severity: str = "information"  # "information", "warning" or "error"
+    severity: Literal["information", "warning", "error"] = "information"
+
+
+class FailureCode(Enum):
+    """What kind of error a Failure reports: what a UI acts on (the title and message are for people)."""
+
+    UNEXPECTED = "unexpected"  # a bug: the message carries its trace
+    ERROR = "error"  # refused, with no kind of its own: the message says why
+    MODEL_LOAD = "model_load"  # a model cannot be loaded
+    DRAFT_MISMATCH = "draft_mismatch"  # the draft model does not fit the model
+    PROMPT = "prompt"  # the message cannot be sent (empty, too long): returned_text has it back
+    SYSTEM_PROMPT_TOO_LONG = "system_prompt_too_long"
+    SIDE_BY_SIDE = "side_by_side"  # several replies at once need the paged KV cache
+    CACHE_FULL = "cache_full"  # the KV cache memory is full
+    OVERLOADED = "overloaded"  # too many chats answering at once for the KV cache memory
+    NOT_FOUND = "not_found"  # no stored chat with that id
+    IN_USE = "in_use"  # the chat is open in another window
+    NOT_SAVED = "not_saved"  # the chat could not be saved (it is still in memory and on screen)
+    SESSION_FILE = "session_file"  # a session file cannot be read or written
 
 
 @dataclass(frozen=True)
@@ -247,6 +265,7 @@ class Failure:
     message: str
     fatal: bool = False
     returned_text: str | None = None  # a refused message, for the input box
+    code: FailureCode = FailureCode.ERROR
 
 
 @dataclass(frozen=True)

@@ -10,27 +10,58 @@ far (``so_far``) and streams on from there.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from app.engine_host import protocol as p
-from app.engine_host.reply_stream import ReplyRelay, done_event
+from app.engine_host.channel import SendEvent
+from app.engine_host.reply_stream import Pacer, ReplyRelay, done_event
 from mlxcore import FinalEvent, TokenEvent
+
+if TYPE_CHECKING:
+    from mlxcore import Event
 
 PREFILL_EVERY_S = 0.25  # prompt-reading progress
 
-Send = Callable[[Any], None] | None
+
+class Turn(Protocol):
+    """What a ReplyRun uses of a turn on the scheduler (``sessions``' BatchedTurn, from ``ChatSession.start_turn``
+    and its kin): per reply, its handle, tokens, final event and failure, in the order of the choices."""
+
+    @property
+    def handles(self) -> Sequence[object]: ...
+
+    @property
+    def tokens(self) -> Sequence[Sequence[int]]: ...
+
+    @property
+    def finals(self) -> Sequence[FinalEvent | None]: ...
+
+    @property
+    def failures(self) -> Sequence[BaseException | None]: ...
+
+    def events(self) -> list[tuple[int, Event]]:
+        """(choice, event) for the events that came since the last call."""
+
+    def prompt_progress(self) -> tuple[int, int]:
+        """(prompt tokens read, prompt tokens in all)."""
+
+    def stop(self) -> None: ...
+
+    def keep(self, choice: int) -> str:
+        """Make reply ``choice`` the chat's reply; the others go."""
 
 
 class ReplyRun:
-    """A ``sessions.batched_turn.BatchedTurn`` and its relays to the UI (see the module docstring)."""
+    """A turn on the scheduler and its relays to the UI (see the module docstring)."""
 
-    def __init__(self, turn: Any, number: int, flush_seconds: float) -> None:
-        self.turn, self.number, self.flush_seconds = turn, number, flush_seconds
+    def __init__(self, turn: Turn, number: int) -> None:
+        self.turn, self.number = turn, number
         self.relays = [ReplyRelay(choice) for choice in range(len(turn.handles))]
         self.ended = [""] * len(self.relays)  # each reply's finish reason once it ended
         self.error: BaseException | None = None  # why the turn failed, if it did
-        self.last_sent = self._flushed = time.monotonic()
+        self.last_sent = time.monotonic()
+        self._pacer = Pacer()
         self._prefill_sent = 0.0
 
     @property
@@ -50,7 +81,7 @@ class ReplyRun:
 
     # relaying -----------------------------------------------------------------------------
 
-    def pump(self, send: Send) -> None:
+    def pump(self, send: SendEvent | None) -> None:
         """Take the events that came since the last pump; ``send`` them when the chat is on screen."""
         for choice, event in self.turn.events():
             if isinstance(event, TokenEvent) and event.text:
@@ -64,31 +95,29 @@ class ReplyRun:
                 self._end(choice, "error", send)
         self._prefill(send)
 
-    def started(self, send: Send) -> None:
+    def started(self, send: SendEvent | None) -> None:
         """The turn was submitted: the UI hears that its prompt is being read (as in a plain reply)."""
         self._prefill(send, force=True)
 
-    def _flush(self, send: Send) -> None:
-        now = time.monotonic()
-        if now - self._flushed < self.flush_seconds:
+    def _flush(self, send: SendEvent | None) -> None:
+        if not self._pacer.due():
             return
-        self._flushed = now
         for relay in self.relays:
             if relay.pending:
                 self._send(send, relay.take())
 
-    def _end(self, choice: int, reason: str, send: Send) -> None:
+    def _end(self, choice: int, reason: str, send: SendEvent | None) -> None:
         self._send(send, self.relays[choice].take(final=True))
         self.ended[choice] = "stopped" if reason == "cancelled" else reason
         if self.n > 1 and send is not None:
             send(p.ChoiceEnded(choice, self.ended[choice]))
 
-    def _send(self, send: Send, event: Any) -> None:
+    def _send(self, send: SendEvent | None, event: p.Chunk) -> None:
         if send is not None:
             send(event)
             self.last_sent = time.monotonic()
 
-    def _prefill(self, send: Send, force: bool = False) -> None:
+    def _prefill(self, send: SendEvent | None, force: bool = False) -> None:
         """While the prompt is read (no token yet), say how far, a few times a second."""
         if send is None or any(self.turn.tokens):
             return
@@ -110,4 +139,3 @@ class ReplyRun:
         stats = final.stats if final is not None else None
         return done_event(stats, context_length, self.last_sent, failed=self.ended[choice] == "error",
                           cut_in_thinking=cut_in_thinking)
-

@@ -8,37 +8,46 @@ session's own stream, relayed in batches, stopped by a Stop read between pieces.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Iterator
 
 from app.engine_host import protocol as p
+from app.engine_host.autosave import Autosave
+from app.engine_host.channel import SendEvent
+from app.engine_host.inbox import Inbox
+from app.engine_host.model_holder import ModelHolder
+from app.engine_host.open_chat import OpenChat
+from app.engine_host.publisher import Publisher
 from app.engine_host.reply_run import PREFILL_EVERY_S
 from app.engine_host.reply_stream import done_event, relay_reply
+from app.engine_host.tools import ToolOffer
 
 
 class SyncReply:
-    """Mixed into EngineServer (through ReplyCommands); uses its session, inbox, opened, send, flush_seconds,
-    _publish, _autosave, _has_file and _tell_tool_calls."""
+    """Runs one reply of the chat on screen to its end, relaying it as it comes."""
 
-    session: Any
-    inbox: Any
-    opened: Any
-    flush_seconds: float
-    _prefill_sent = 0.0
+    def __init__(self, send: SendEvent, inbox: Inbox, model: ModelHolder, autosave: Autosave, publisher: Publisher,
+                 tools: ToolOffer) -> None:
+        self.send, self.inbox, self.model = send, inbox, model
+        self.autosave, self.publisher, self.tools = autosave, publisher, tools
+        self._chat: OpenChat | None = None  # the chat answering
+        self._prefill_sent = 0.0
 
-    def _reply(self, chunks: Any) -> None:
-        self._publish()  # the UI shows the user's message (and drops a replaced reply)
-        self.session.prefill_progress = self._prefill_progress
+    def run(self, chat: OpenChat, chunks: Iterator[str]) -> None:
+        """Relay ``chunks``, ``chat``'s reply as it is generated, then keep and save it."""
+        session, self._chat = chat.session, chat
+        self.publisher.publish()  # the UI shows the user's message (and drops a replaced reply)
+        session.prefill_progress = self._prefill_progress
         last, failed = time.monotonic(), True
         try:
-            last = relay_reply(chunks, self.send, self.inbox.stop_asked, self.flush_seconds)
+            last = relay_reply(chunks, self.send, self.inbox.stop_asked)
             failed = False
         finally:
-            done = done_event(self.session.last_stats, self.opened.engine.context_length, last, failed,
-                              cut_in_thinking=self.session.cut_in_thinking)
+            done = done_event(session.last_stats, self.model.engine.context_length, last, failed,
+                              cut_in_thinking=session.cut_in_thinking)
             self.send(done)
-            self._autosave()
-            self._publish()
-        self._tell_tool_calls(self.session, done.finish_reason)
+            self.autosave.save(chat)
+            self.publisher.publish()
+        self.tools.tell_calls(session, done.finish_reason)
 
     def _prefill_progress(self, done: int, total: int) -> None:
         """Between prefill chunks: stop when asked, and say how far the prompt is read.
@@ -52,9 +61,9 @@ class SyncReply:
         now = time.monotonic()
         if done == 0:
             self._prefill_sent = 0.0
-            if not self._has_file():
-                self._autosave()
-                self._publish()
+            if self._chat is not None and not self.autosave.has_file(self._chat):
+                self.autosave.save(self._chat)
+                self.publisher.publish()
         if now - self._prefill_sent >= PREFILL_EVERY_S:
             self._prefill_sent = now
             self.send(p.Prefill(done, total))

@@ -49,14 +49,12 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
     CSS_PATH = Path(__file__).with_name("theme.tcss")
     TITLE = "mlxchat"
 
-    def __init__(self, open_command: p.Open, *, engine_mode: str = "process", show_figures: bool = True,
-                 show_sidebar: bool = True, mcp_servers: Sequence[Any] = (), mcp_config: str | None = None,
-                 models_dir: Path | None = None) -> None:
+    def __init__(self, open_command: p.Open, *, show_sidebar: bool = True, mcp_servers: Sequence[Any] = (),
+                 mcp_config: str | None = None, models_dir: Path | None = None) -> None:
         super().__init__()
         self.open_command = open_command
-        self.show_figures = show_figures  # False in snapshot tests: no timings, ages or memory on screen
         self.show_sidebar = show_sidebar
-        self.client = EngineClient(lambda event: self.post_message(EngineEvent(event)), mode=engine_mode)
+        self.client = EngineClient(lambda event: self.post_message(EngineEvent(event)))
         self.state: p.Conversation | None = None
         self.ready = False
         self.generating = False
@@ -77,7 +75,7 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
             self.mcp = McpHub(mcp_servers)
 
     def get_default_screen(self) -> Screen:
-        return ChatScreen(self.show_figures, self.show_sidebar)
+        return ChatScreen(self.show_sidebar)
 
     def on_ready(self) -> None:
         """The screen is up: start the engine host (its events need the widgets)."""

@@ -12,6 +12,7 @@ from app.tui.commands import bindings
 from app.tui.widgets.chat_log import ChatLog
 from app.tui.widgets.prompt_input import PromptInput
 from app.tui.widgets.sidebar import Sidebar
+from app.tui.widgets import status_line
 from app.tui.widgets.status_line import StatusLine
 
 
@@ -23,20 +24,20 @@ class ChatScreen(Screen):
         Binding("pagedown", "scroll_chat(1)", "Page down", show=False, priority=True),
     ]
 
-    def __init__(self, show_figures: bool = True, show_sidebar: bool = True) -> None:
+    def __init__(self, show_sidebar: bool = True) -> None:
         super().__init__()
-        self.show_figures, self.show_sidebar = show_figures, show_sidebar
+        self.show_sidebar = show_sidebar
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="main"):
-            sidebar = Sidebar(show_ages=self.show_figures, id="sidebar")
+            sidebar = Sidebar(show_ages=status_line.SHOW_FIGURES, id="sidebar")
             sidebar.display = self.show_sidebar
             yield sidebar
             with Vertical(id="chat-column"):
                 yield ChatLog(id="chat")
                 yield PromptInput(id="prompt", placeholder="Message (Enter sends, Shift+Enter or Ctrl+J: new line)")
-                yield StatusLine(self.show_figures, id="status")
+                yield StatusLine(id="status")
         yield Footer()
 
     def on_mount(self) -> None:

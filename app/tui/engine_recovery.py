@@ -4,26 +4,60 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from app.engine_host import protocol as p
 from app.tui.screens.dialogs import ChoiceDialog
 from mlxcore import MlxchatError
 
+if TYPE_CHECKING:
+    from app.tui.engine_client import EngineClient
+    from app.tui.gc_pauses import CollectorHold
+    from app.tui.widgets.chat_log import ChatLog
+    from app.tui.widgets.status_line import StatusLine
 
-class EngineRecovery:
-    """Mixed into ChatApp; uses its client, state, chat, status, open_command, generating and turn."""
 
-    client: Any
+class Window(Protocol):
+    """What EngineRecovery uses of the ChatApp it is mixed into (its methods' ``self``)."""
+
+    client: EngineClient
     state: p.Conversation | None
     open_command: p.Open
     generating: bool
     ready: bool
+    engine_down: bool
+    pending_reply: str | None
+    turn: int
+    collector: CollectorHold
+
+    @property
+    def chat(self) -> ChatLog: ...
+
+    @property
+    def status(self) -> StatusLine: ...
+
+    def push_screen(self, screen: ChoiceDialog, callback: Callable[[str | None], None]) -> object: ...
+
+    def notify(self, message: str, *, severity: Literal["information", "warning", "error"] = ...) -> None: ...
+
+    def exit(self, result: int | None = None) -> None: ...
+
+    def action_restart_engine(self) -> None: ...
+
+    def _salvage(self) -> str: ...
+
+    def _engine_gone_closed(self, choice: str | None) -> None: ...
+
+
+class EngineRecovery:
+    """Mixed into ChatApp; uses what ``Window`` names."""
+
     engine_down = False  # the engine process ended unexpectedly and was not restarted yet
     pending_reply: str | None = None  # the streamed reply as generated, until the engine's chat state has it
 
-    async def _engine_enginegone(self, event: p.EngineGone) -> None:
+    async def _engine_enginegone(self: Window, event: p.EngineGone) -> None:
         self.generating, self.ready, self.engine_down = False, False, True
         if self.chat.live is not None:
             await self.chat.live.finish()  # the partial reply stays on screen
@@ -38,14 +72,13 @@ class EngineRecovery:
                                       [("restart", "Restart the engine (f9)"), ("quit", "Quit"), ("close", "Close")]),
                          self._engine_gone_closed)
 
-    def _salvage(self) -> str:
+    def _salvage(self: Window) -> str:
         """Write the chat as shown (the reply so far included) to its file; a sentence saying how it went."""
         state = self.state
         if state is None:
             return "No chat was open."
-        partial = bool(self.pending_reply)
-        history = list(state.messages) + ([("assistant", self.pending_reply)] if partial else [])
-        self.pending_reply = None
+        reply, self.pending_reply = self.pending_reply, None
+        history = list(state.messages) + ([("assistant", reply)] if reply else [])
         self.state = dataclasses.replace(state, messages=tuple(history))
         if state.file is None:
             return "This chat was not saved yet: restart the engine to go on with it, or copy what you need."
@@ -58,33 +91,34 @@ class EngineRecovery:
             return f"The chat could not be saved: {error}\nRestart the engine to go on with it."
         # A store chat's address is no file of its own (sessions.store): name the store instead
         where = state.file if Path(state.file).is_file() else f"the session store ({Path(state.file).parent})"
-        return f"Your chat is saved in {where}" + (", with the reply so far." if partial else ".")
+        return f"Your chat is saved in {where}" + (", with the reply so far." if reply else ".")
 
-    def _engine_gone_closed(self, choice: str | None) -> None:
+    def _engine_gone_closed(self: Window, choice: str | None) -> None:
         if choice == "quit":
             self.exit(0)
         elif choice == "restart":
             self.action_restart_engine()
 
-    def action_restart_engine(self) -> None:
+    def action_restart_engine(self: Window) -> None:
         """Start a new engine process on the chat as saved (or as shown, when it never was)."""
         if not self.engine_down:
             self.notify("The engine is running.")
             return
-        state, changes = self.state, {}
-        if state is not None and state.file is not None:
-            changes = {"session_file": state.file} if self.open_command.session_file else {
-                "session_id": state.session_id}
-        elif state is not None:
-            changes = {"messages": state.messages, "session_id": None}
         # The chat keeps the settings it has now: the command line's were applied at the first start.
-        self.open_command = dataclasses.replace(self.open_command, params={}, think=None, system=None, **changes)
+        command, state = dataclasses.replace(self.open_command, params={}, think=None, system=None), self.state
+        if state is not None and state.file is not None and command.session_file:
+            command = dataclasses.replace(command, session_file=state.file)
+        elif state is not None and state.file is not None:
+            command = dataclasses.replace(command, session_id=state.session_id)
+        elif state is not None:
+            command = dataclasses.replace(command, messages=state.messages, session_id=None)
+        self.open_command = command
         self.engine_down = False
         self.status.loading("Restarting the engine…")
         self.client.start()
         self.client.send(self.open_command)
 
-    def _engine_running(self) -> bool:
+    def _engine_running(self: Window) -> bool:
         """False (and says what to do) while the engine is down."""
         if self.engine_down:
             self.notify("The engine stopped: press f9 to restart it.", severity="warning")

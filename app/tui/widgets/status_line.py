@@ -7,6 +7,9 @@ from typing import Any
 
 from textual.widgets import Static
 
+# Timings, speeds, ages and memory on screen. Snapshot tests turn them off: a picture must not depend on them.
+SHOW_FIGURES = True
+
 
 def _si(n: float) -> str:
     return f"{n / 1000:.1f}k" if n >= 1000 else f"{n:.0f}"
@@ -32,11 +35,10 @@ def stats_text(stats: dict[str, Any]) -> str:
 
 
 class StatusLine(Static):
-    """Shows the engine state; figures are hidden when ``show_figures`` is False (snapshot tests)."""
+    """Shows the engine state, and its figures unless ``SHOW_FIGURES`` is off."""
 
-    def __init__(self, show_figures: bool = True, **kwargs) -> None:
+    def __init__(self, **kwargs) -> None:
         super().__init__("Starting…", **kwargs)
-        self.show_figures = show_figures
         self.model = ""
         self.stats: dict[str, Any] = {}
         self._started = 0.0
@@ -56,7 +58,7 @@ class StatusLine(Static):
 
     def prefilling(self, done: int, total: int) -> None:
         """The prompt is being read (a long prompt, or a chat whose cache is rebuilt)."""
-        if not self.show_figures:
+        if not SHOW_FIGURES:
             return
         self.update(f"{self.model} · reading the prompt… {_si(done)}/{_si(total)} tokens (Esc stops)",
                     layout=False)
@@ -64,7 +66,7 @@ class StatusLine(Static):
     def generating_progress(self, tokens: int) -> None:
         """Live speed while a reply streams (text pieces per second, about tokens per second)."""
         self._tokens += tokens
-        if not self.show_figures:
+        if not SHOW_FIGURES:
             return
         elapsed = max(time.monotonic() - self._started, 1e-6)
         self.update(f"{self.model} · generating… {self._tokens} tokens, {self._tokens / elapsed:.1f} tok/s "
@@ -77,6 +79,6 @@ class StatusLine(Static):
     def show_idle(self, reason: str = "") -> None:
         label = {"stopped": "stopped", "length": "max tokens reached", "error": "failed",
                  "cut while thinking": "cut off while thinking: no answer (raise max tokens, f10)"}.get(reason, "")
-        figures = stats_text(self.stats) if self.stats and self.show_figures else ""
+        figures = stats_text(self.stats) if self.stats and SHOW_FIGURES else ""
         lead = "" if figures else self.model  # the header names the model; the figures need the room
         self.update(" · ".join(x for x in (lead, label, figures) if x) or "Ready")
