@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
         TokenEvent as TokenEvent)
     from mlxcore.grammar import (Grammar as Grammar, json_object as json_object, json_schema as json_schema,
         tool_call_grammar as tool_call_grammar)
-    from mlxcore.kv.base import CacheMeta as CacheMeta
+    from mlxcore.kv.base import CacheCounters as CacheCounters, CacheMeta as CacheMeta
     from mlxcore.launch import OpenedEngine as OpenedEngine, open_engine as open_engine
     from mlxcore.loading import load_model as load_model
     from mlxcore.params import GenerationParams as GenerationParams
@@ -44,7 +44,7 @@ _EXPORTS = {
     "ModelLoadError": "mlxcore.errors", "SystemPromptTooLongError": "mlxcore.errors",
     "Event": "mlxcore.events", "render_chat_text": "mlxcore.chat_template", "check_num_draft": "mlxcore.configs",
     "ToolCall": "mlxcore.tool_calls", "ToolCallError": "mlxcore.tool_calls", "parse_call": "mlxcore.tool_calls",
-    "CALL_CLOSE": "mlxcore.tool_calls", "CacheMeta": "mlxcore.kv.base",
+    "CALL_CLOSE": "mlxcore.tool_calls", "CacheMeta": "mlxcore.kv.base", "CacheCounters": "mlxcore.kv.base",
     "ReplyParser": "mlxcore.reply_parser", "ParsedDelta": "mlxcore.reply_parser", "CallDelta": "mlxcore.reply_parser",
     "Grammar": "mlxcore.grammar", "json_schema": "mlxcore.grammar",
     "json_object": "mlxcore.grammar", "tool_call_grammar": "mlxcore.grammar",

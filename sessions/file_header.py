@@ -22,7 +22,7 @@ from mlxcore.kv.kv_format import KVFormat
 from mlxcore.kv.window import Window
 from mlxcore import GenerationParams
 from sessions.errors import SessionFileError
-from sessions.header_types import CacheHeader, CacheState, Header
+from sessions.header_types import CacheHeader, Header
 from sessions.json_fields import (Fields, is_bool, is_count, is_count_list, is_list, is_number, is_optional_count,
                                   is_optional_text, is_positive, is_text, is_text_list, is_time, one_of, show)
 from sessions.messages import ROLES, Message
@@ -30,7 +30,7 @@ from sessions.safetensors_payload import DTYPES, FLOAT_DTYPES, dtype_name
 from sessions.saved_kv import FLOAT, FORMAT_KEYS, format_of, layer_tensors, meta_fields, read_format
 
 if TYPE_CHECKING:
-    from mlxcore import CacheMeta
+    from mlxcore import CacheCounters, CacheMeta
 
 FORMAT = "mlxchat-session"
 VERSION = 3  # the newest this reads: 2 added quantized KV caches, 3 the appending layout
@@ -50,7 +50,7 @@ class SavedCache:
     head_dim: int
     dtype: str  # safetensors name of the model's dtype: "F32", "F16", "BF16"
     tokens: tuple[int, ...]  # the ids the cache holds
-    state: CacheState  # the kind's counters (paged: block_size; rotating: offset, high, window)
+    state: CacheCounters  # the kind's counters (paged: block_size; rotating: offset, high, window)
     kv_format: KVFormat = FLOAT  # how keys and values are stored (saved_kv.py)
 
     def tensor_shapes(self, kind: str, role: str) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -255,8 +255,8 @@ def _read_cache(cache: Fields, role: str, kind: str, where: str) -> SavedCache |
     return saved
 
 
-def _read_state(state: Fields, kind: str) -> CacheState:
-    """The counters ``kind`` has (``CacheState``), each a whole number; others in the header are ignored."""
+def _read_state(state: Fields, kind: str) -> CacheCounters:
+    """The counters ``kind`` has (``CacheCounters``), each a whole number; others in the header are ignored."""
     def count(key: str) -> int:
         return state.get(key, is_count, "a whole number")
     if kind == "paged":
@@ -280,5 +280,5 @@ def _check_state(cache: SavedCache, kind: str, where: str) -> None:
             raise SessionFileError(f"{where}: its offsets and its token count disagree.")
 
 
-def _window(state: CacheState) -> Window:
+def _window(state: CacheCounters) -> Window:
     return Window(state["max_size"], state["keep"], state["max_rewind"])

@@ -9,17 +9,6 @@ from __future__ import annotations
 from typing import TypedDict
 
 
-class CacheState(TypedDict, total=False):
-    """A saved cache's counters, as read back: those its kind has (``file_header._read_state``)."""
-
-    block_size: int  # paged
-    offset: int  # rotating: the ring's counters and window
-    high: int
-    max_size: int
-    keep: int
-    max_rewind: int
-
-
 class ModelHeader(TypedDict):
     name: str  # as the user named it ("" when unknown)
     fingerprint: str

@@ -28,7 +28,18 @@ if TYPE_CHECKING:
 Tensors = dict[str, mx.array]
 
 
-class CacheMeta(TypedDict, total=False):
+class CacheCounters(TypedDict, total=False):
+    """A cache's counters, those its kind has: what a session file keeps beside its tokens and format."""
+
+    block_size: int  # paged
+    offset: int  # rotating: the ring's counters and window
+    high: int
+    max_size: int
+    keep: int
+    max_rewind: int
+
+
+class CacheMeta(CacheCounters, total=False):
     """What ``state_dict`` says of a cache beside its tensors (JSON in a session file); each kind writes its own."""
 
     kind: str
@@ -36,12 +47,6 @@ class CacheMeta(TypedDict, total=False):
     kv_format: str
     kv_bits: int | None
     group_size: int | None
-    block_size: int  # paged
-    offset: int  # rotating: the ring's counters and window
-    high: int
-    max_size: int
-    keep: int
-    max_rewind: int
 PENDING = -1  # stands for a token id not known yet; see ``ModelCache.correct_tail``
 
 
