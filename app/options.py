@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 from pathlib import Path
 
@@ -160,6 +159,6 @@ def given_params(args: argparse.Namespace) -> dict[str, float | int]:
 def generation_params(args: argparse.Namespace, base: GenerationParams | None = None) -> GenerationParams:
     """``base`` (default: the defaults) with the options given; UsageError when they don't fit."""
     try:
-        return dataclasses.replace(base or GenerationParams(), **given_params(args))
+        return (base or GenerationParams()).replaced(given_params(args))
     except ValueError as error:
         raise UsageError(str(error)) from None

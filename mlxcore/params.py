@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 SEED_LIMIT = 2**64  # MLX's random keys take an unsigned 64-bit seed
+
+Params = TypeVar("Params", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
@@ -57,3 +65,12 @@ class GenerationParams(SamplingParams):
             raise ValueError(f"prefill_chunk must be at least 1, not {self.prefill_chunk}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must not be empty")
+
+    def replaced(self, changes: Mapping[str, object]) -> GenerationParams:
+        """These parameters with the fields ``changes`` names set, as a form, a command line or a request
+        gives them by name: an unknown name is a TypeError, a value out of range a ValueError."""
+        return _replaced(self, changes)
+
+
+def _replaced(params: Params, changes: Mapping[str, object]) -> Params:
+    return dataclasses.replace(params, **changes)  # each value checked by the dataclass's __post_init__

@@ -7,7 +7,7 @@ from app.engine_host import protocol as p
 from app.engine_host.autosave import Autosave
 from app.engine_host.channel import SendEvent
 from app.engine_host.chats import Chats
-from app.engine_host.model_holder import ModelHolder, replaced
+from app.engine_host.model_holder import ModelHolder
 from app.engine_host.open_chat import OpenChat
 from app.engine_host.publisher import Publisher
 from mlxcore import MlxchatError
@@ -25,7 +25,7 @@ class ChatCommands:
         session = chat.session
         if command.params is not None:
             try:
-                session.params = replaced(session.params, command.params)
+                session.params = session.params.replaced(command.params)
             except (ValueError, TypeError) as error:
                 raise MlxchatError(f"Settings not applied: {error}") from None
         if command.system is not None:

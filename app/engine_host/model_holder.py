@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from app.engine_host import protocol as p
 from app.engine_host.channel import SendEvent
 from mlxcore import MlxchatError
 
 if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
     from mlxcore import Engine, GenerationParams, OpenedEngine
     from mlxcore.batching.local import LocalBatch
     from sessions import ChatSession, Message
 
 PROGRESS_EVERY_S = 0.1  # download progress
-
-Fields = TypeVar("Fields", bound="DataclassInstance")
-
-
-def replaced(fields: Fields, changes: Mapping[str, object]) -> Fields:
-    """``fields`` (GenerationParams) with the ones ``changes`` names set to its values, as the UI sent them: an
-    unknown name is a TypeError, a value out of range a ValueError (its ``__post_init__``)."""
-    return dataclasses.replace(fields, **changes)
 
 
 class ModelHolder:

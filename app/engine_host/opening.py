@@ -15,7 +15,7 @@ from app.engine_host import protocol as p
 from app.engine_host.autosave import Autosave
 from app.engine_host.channel import SendEvent
 from app.engine_host.chats import Chats
-from app.engine_host.model_holder import ModelHolder, replaced
+from app.engine_host.model_holder import ModelHolder
 from app.engine_host.publisher import Publisher
 from app.engine_host.store_jobs import StoreJobs
 from mlxcore import MlxchatError
@@ -70,12 +70,12 @@ class Opening:
 
     def _given_params(self, command: p.Open) -> GenerationParams:
         """A new chat's parameters: the model's recommended sampling, then the options given."""
-        return replaced(self.model.engine.default_params, command.params)
+        return self.model.engine.default_params.replaced(command.params)
 
     def _apply_options(self, session: ChatSession, command: p.Open) -> None:
         """The options given on the command line override the settings the opened chat was saved with."""
         if command.params:
-            session.params = replaced(session.params, command.params)
+            session.params = session.params.replaced(command.params)
         if command.think is not None:
             session.enable_thinking = command.think
         if command.system is not None:

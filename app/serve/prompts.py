@@ -7,7 +7,6 @@ gave override them, so a client that sends nothing samples as the model card say
 
 from __future__ import annotations
 
-import dataclasses
 
 from app.serve.errors import APIError
 from app.serve.schemas import ChatCompletionRequest, CompletionRequest, Sampling
@@ -24,7 +23,7 @@ def generation_params(body: Sampling, defaults: GenerationParams, max_tokens: in
     given = {name: getattr(body, name) for name in _SAMPLING_FIELDS if getattr(body, name) is not None}
     cap = defaults.max_tokens if max_tokens is None else max_tokens  # the server's --max-tokens, if any
     try:
-        return dataclasses.replace(defaults, **given, max_tokens=cap, stop=body.stop_strings)
+        return defaults.replaced({**given, "max_tokens": cap, "stop": body.stop_strings})
     except ValueError as error:  # a combination the schema could not see
         raise APIError(400, f"Invalid request: {error}.") from None
 

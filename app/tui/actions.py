@@ -173,7 +173,7 @@ class ChatActions(ChatHost):
         def chosen(ref: str | None) -> None:
             if ref and ref.strip():
                 self.ready = False
-                self.status.loading(f"Loading {ref.strip()}…")
+                self.status.show_note(f"Loading {ref.strip()}…")
                 self.open_command = p.Open(**{**self.open_command.__dict__, "model": ref.strip(), "draft": None})
                 self.client.send(self.open_command)
         catalog = model_catalog(self.models_dir)  # what --model names: ask's and `mlxchat models`' list

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.css.query import NoMatches
@@ -31,11 +31,14 @@ from app.tui.widgets.prompt_input import PromptInput
 from app.tui.widgets.sidebar import Sidebar
 from app.tui.widgets.status_line import StatusLine
 
+if TYPE_CHECKING:
+    from app.mcp.config import ServerConfig
+
 
 class EngineEvent(Message):
     """An event from the engine host, delivered on the UI's event loop."""
 
-    def __init__(self, event: Any) -> None:
+    def __init__(self, event: p.Event) -> None:
         super().__init__()
         self.event = event
 
@@ -49,7 +52,7 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
     CSS_PATH = Path(__file__).with_name("theme.tcss")
     TITLE = "mlxchat"
 
-    def __init__(self, open_command: p.Open, *, show_sidebar: bool = True, mcp_servers: Sequence[Any] = (),
+    def __init__(self, open_command: p.Open, *, show_sidebar: bool = True, mcp_servers: Sequence[ServerConfig] = (),
                  mcp_config: str | None = None, models_dir: Path | None = None) -> None:
         super().__init__()
         self.open_command = open_command
@@ -64,7 +67,7 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
         self.updates_at_done = 0  # ... when the last reply ended (the chat is settled once updates passes it)
         self._download: DownloadScreen | None = None
         self._quitting = False
-        self.model_defaults: dict[str, Any] = {}  # the model's recommended sampling (for the settings screen)
+        self.model_defaults: Mapping[str, float] = {}  # the model's recommended sampling (for the settings screen)
         self.collector = CollectorHold()
         self.mcp_config = mcp_config  # the MCP config file read (app.mcp.config), for the tools screen
         self.models_dir = models_dir  # --models-dir, whose folders the model switch (F5) lists
@@ -162,7 +165,8 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
 
     async def _engine_ready(self, event: p.Ready) -> None:
         self.ready = True
-        self.model_defaults = event.defaults
+        self.model_defaults = {name: float(value) for name, value in event.defaults.items()
+                               if isinstance(value, (int, float)) and not isinstance(value, bool)}
         if self._download is not None and self._download.is_current:
             self._download.dismiss(False)
         self._download = None
@@ -212,7 +216,7 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
     async def _engine_failure(self, event: p.Failure) -> None:
         if event.fatal:
             self.ready = False
-            self.status.loading(f"{event.title}: see the dialog")
+            self.status.show_note(f"{event.title}: see the dialog")
         elif self.state is not None and not self.ready:  # a failed model switch: the old model stays
             self.ready = True
             self.status.show_idle()

@@ -42,7 +42,7 @@ class ChatScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one(PromptInput).focus()
-        self.query_one(StatusLine).loading("Loading the model…")
+        self.query_one(StatusLine).show_note("Loading the model…")
 
     def action_scroll_chat(self, direction: int) -> None:
         chat = self.query_one(ChatLog)

@@ -20,7 +20,7 @@ from multiprocessing.process import BaseProcess
 from app.engine_host import protocol as p
 from app.engine_host.channel import PipeChannel
 
-EventHandler = Callable[[p.Event], None]
+EventHandler = Callable[[p.Event], object]  # (what it returns is ignored)
 
 
 def run_engine_process(conn: Connection[p.Event, object], log_path: str) -> None:

@@ -54,6 +54,7 @@ class Window(Protocol):
 class EngineRecovery:
     """Mixed into ChatApp; uses what ``Window`` names."""
 
+    state: p.Conversation | None  # (ChatApp's)
     engine_down = False  # the engine process ended unexpectedly and was not restarted yet
     pending_reply: str | None = None  # the streamed reply as generated, until the engine's chat state has it
 
@@ -65,7 +66,7 @@ class EngineRecovery:
         self.turn = 0
         saved = self._salvage()
         self.collector.release()
-        self.status.loading("The engine stopped: f9 restarts it, ctrl+q quits")
+        self.status.show_note("The engine stopped: f9 restarts it, ctrl+q quits")
         message = (f"The model process ended unexpectedly ({_exit_text(event.exit_code)}). Its log is "
                    f"{event.log_path}.\n\n{saved}")
         self.push_screen(ChoiceDialog("The engine stopped", message,
@@ -114,7 +115,7 @@ class EngineRecovery:
             command = dataclasses.replace(command, messages=state.messages, session_id=None)
         self.open_command = command
         self.engine_down = False
-        self.status.loading("Restarting the engine…")
+        self.status.show_note("Restarting the engine…")
         self.client.start()
         self.client.send(self.open_command)
 

@@ -122,5 +122,5 @@ class ToolTurns(ChatHost):
                 return denied(call.name)
             if answer == ALWAYS:
                 self._always_allow(tool.server, tool.remote_name)
-        self.status.loading(f"{self.status.model} · running {call.name}…")
+        self.status.show_note(f"{self.status.model} · running {call.name}…")
         return await asyncio.wrap_future(hub.call(call.name, arguments))

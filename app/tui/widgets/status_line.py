@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
 
 from textual.widgets import Static
 
@@ -19,32 +19,34 @@ def _size(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
-def stats_text(stats: dict[str, Any]) -> str:
+def stats_text(stats: Mapping[str, object]) -> str:
     """One line of figures: prefill and decode speed, draft acceptance, cache reuse, context, memory."""
-    parts = [f"prefill {stats.get('prefill_tps', 0):.0f} · decode {stats.get('decode_tps', 0):.1f} tok/s"]
-    if stats.get("draft_proposed"):
-        parts.append(f"draft {100 * stats.get('acceptance', 0):.0f}%")
-    parts.append(f"reused {_si(stats.get('reused_tokens', 0))}/{_si(stats.get('prompt_tokens', 0))}")
-    used = stats.get("prompt_tokens", 0) + stats.get("generated_tokens", 0)
-    limit = stats.get("context_length")
+    def figure(key: str) -> float:  # a figure the reply's stats lack (or hold as something else) reads 0
+        value = stats.get(key)
+        return value if isinstance(value, (int, float)) else 0.0
+    parts = [f"prefill {figure('prefill_tps'):.0f} · decode {figure('decode_tps'):.1f} tok/s"]
+    if figure("draft_proposed"):
+        parts.append(f"draft {100 * figure('acceptance'):.0f}%")
+    parts.append(f"reused {_si(figure('reused_tokens'))}/{_si(figure('prompt_tokens'))}")
+    used, limit = figure("prompt_tokens") + figure("generated_tokens"), figure("context_length")
     parts.append(f"ctx {_si(used)}" + (f"/{_si(limit)}" if limit else ""))
-    parts.append(f"{stats.get('peak_memory_bytes', 0) / 2**20:.0f} MB")
-    if stats.get("kv_budget_bytes"):
-        parts.append(f"KV {_size(stats.get('kv_bytes', 0))}/{_size(stats['kv_budget_bytes'])}")
+    parts.append(f"{figure('peak_memory_bytes') / 2**20:.0f} MB")
+    if figure("kv_budget_bytes"):
+        parts.append(f"KV {_size(figure('kv_bytes'))}/{_size(figure('kv_budget_bytes'))}")
     return " · ".join(parts)
 
 
 class StatusLine(Static):
     """Shows the engine state, and its figures unless ``SHOW_FIGURES`` is off."""
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__("Starting…", **kwargs)
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("Starting…", id=id)
         self.model = ""
-        self.stats: dict[str, Any] = {}
+        self.stats: Mapping[str, object] = {}
         self._started = 0.0
         self._tokens = 0
 
-    def loading(self, what: str) -> None:
+    def show_note(self, what: str) -> None:
         self.update(what)
 
     def generating_started(self, replies: int = 1) -> None:
@@ -72,7 +74,7 @@ class StatusLine(Static):
         self.update(f"{self.model} · generating… {self._tokens} tokens, {self._tokens / elapsed:.1f} tok/s "
                     "(Esc stops)", layout=False)  # one row, always: no layout pass for the whole screen
 
-    def finished(self, stats: dict[str, Any], reason: str) -> None:
+    def finished(self, stats: Mapping[str, object], reason: str) -> None:
         self.stats = stats
         self.show_idle(reason)
 
