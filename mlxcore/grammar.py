@@ -48,7 +48,7 @@ def json_schema(schema: dict | str | type) -> Grammar:
 
 
 def json_object() -> Grammar:
-    """Any JSON object (OpenAI's ``response_format: json_object``)."""
+    """A JSON object of any shape (OpenAI's ``response_format: json_object``)."""
     return json_schema(ANY_OBJECT)
 
 
