@@ -23,9 +23,9 @@ def open_command(max_tokens: int = 48, ignore_eos: bool = False, **changes) -> O
     return Open(**({"model": TARGET, "draft": DRAFT, "params": params} | changes))
 
 
-def make_app(sidebar: bool = True, **open_changes) -> ChatApp:
+def make_app(**open_changes) -> ChatApp:
     """A ChatApp on the embedded pair, its engine in a child process as users run it."""
-    return ChatApp(open_command(**open_changes), show_sidebar=sidebar)
+    return ChatApp(open_command(**open_changes))
 
 
 def send_every_token(monkeypatch) -> None:

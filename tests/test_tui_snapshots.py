@@ -52,10 +52,11 @@ def test_chat_with_reply_and_thinking(snap_compare):
     The chat is given, not generated, so the picture does not change when the embedded models are retrained
     (the Pilot tests check generated replies against ChatSession).
     """
-    app = make_app(sidebar=False, messages=CHAT)
+    app = make_app(messages=CHAT)
 
     async def run_before(pilot):
         await wait_ready(pilot, app)
+        await pilot.press("ctrl+b")  # the sidebar hidden, as a user hides it
         await wait_for(pilot, lambda: len(app.chat.records) == 2, what="the chat")
         await pilot.press("f6")  # expand the thinking blocks
         steady_cursors(app)
@@ -88,10 +89,11 @@ def test_sessions_sidebar(snap_compare):
 
 
 def test_settings_screen(snap_compare):
-    app = make_app(sidebar=False, system="You are terse.")
+    app = make_app(system="You are terse.")
 
     async def run_before(pilot):
         await wait_ready(pilot, app)
+        await pilot.press("ctrl+b")  # the sidebar hidden, as a user hides it
         await pilot.press("f10")
         await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen), what="the settings")
         steady_cursors(app)
@@ -101,10 +103,11 @@ def test_settings_screen(snap_compare):
 
 
 def test_help_screen(snap_compare):
-    app = make_app(sidebar=False)
+    app = make_app()
 
     async def run_before(pilot):
         await wait_ready(pilot, app)
+        await pilot.press("ctrl+b")  # the sidebar hidden, as a user hides it
         await pilot.press("f1")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
         steady_cursors(app)

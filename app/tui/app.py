@@ -52,11 +52,10 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
     CSS_PATH = Path(__file__).with_name("theme.tcss")
     TITLE = "mlxchat"
 
-    def __init__(self, open_command: p.Open, *, show_sidebar: bool = True, mcp_servers: Sequence[ServerConfig] = (),
+    def __init__(self, open_command: p.Open, *, mcp_servers: Sequence[ServerConfig] = (),
                  mcp_config: str | None = None, models_dir: Path | None = None) -> None:
         super().__init__()
         self.open_command = open_command
-        self.show_sidebar = show_sidebar
         self.client = EngineClient(lambda event: self.post_message(EngineEvent(event)))
         self.state: p.Conversation | None = None
         self.ready = False
@@ -78,7 +77,7 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
             self.mcp = McpHub(mcp_servers)
 
     def get_default_screen(self) -> Screen:
-        return ChatScreen(self.show_sidebar)
+        return ChatScreen()
 
     def on_ready(self) -> None:
         """The screen is up: start the engine host (its events need the widgets)."""

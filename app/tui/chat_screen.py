@@ -12,7 +12,6 @@ from app.tui.commands import bindings
 from app.tui.widgets.chat_log import ChatLog
 from app.tui.widgets.prompt_input import PromptInput
 from app.tui.widgets.sidebar import Sidebar
-from app.tui.widgets import status_line
 from app.tui.widgets.status_line import StatusLine
 
 
@@ -24,16 +23,10 @@ class ChatScreen(Screen):
         Binding("pagedown", "scroll_chat(1)", "Page down", show=False, priority=True),
     ]
 
-    def __init__(self, show_sidebar: bool = True) -> None:
-        super().__init__()
-        self.show_sidebar = show_sidebar
-
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="main"):
-            sidebar = Sidebar(show_ages=status_line.SHOW_FIGURES, id="sidebar")
-            sidebar.display = self.show_sidebar
-            yield sidebar
+            yield Sidebar(id="sidebar")
             with Vertical(id="chat-column"):
                 yield ChatLog(id="chat")
                 yield PromptInput(id="prompt", placeholder="Message (Enter sends, Shift+Enter or Ctrl+J: new line)")

@@ -13,6 +13,7 @@ from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
 from app.engine_host.protocol import SessionRow
+from app.tui.widgets import status_line
 
 
 def _age(updated: float, now: float) -> str:
@@ -59,9 +60,8 @@ class Sidebar(Vertical):
             super().__init__()
             self.action, self.session_id, self.title = action, session_id, title
 
-    def __init__(self, show_ages: bool = True, *, id: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.show_ages = show_ages  # off in snapshot tests
         self.current: str | None = None
         self.rows: tuple[SessionRow, ...] = ()
         self.answering: frozenset[str] = frozenset()  # chats generating a reply (on screen or not)
@@ -98,7 +98,7 @@ class Sidebar(Vertical):
             title += " (open in another window)" if row.open_elsewhere else ""
             title += " · answering…" if row.session_id in self.answering else ""
             title += " · pick a reply" if row.session_id in self.picking else ""
-            age = f"  [dim]{_age(row.updated, now)}[/]" if self.show_ages else ""
+            age = f"  [dim]{_age(row.updated, now)}[/]" if status_line.SHOW_FIGURES else ""
             listing.add_option(Option(f"{mark}{title}{age}", id=row.session_id))
         ids = [row.session_id for row in self.rows]
         if self.current in ids:
