@@ -11,14 +11,14 @@ from pathlib import Path
 
 from app.options import generation_params, kv_config, model_choice, session_path
 from app.ranked_reply import RankedReply
-from mlxcore.distributed.broadcast import share
-from mlxcore.distributed.world import current_world
+from mlxcore import share
+from mlxcore import current_world
 from mlxcore import FinalEvent, Grammar, json_schema, open_engine, PromptError, TokenEvent, UsageError
-from mlxcore.kv.errors import PoolExhaustedError
-from sessions.chat_session import ChatSession
-from sessions.errors import SessionSaveError
-from sessions.store_lock import SessionLock
-from sessions.thinking import ThinkingSplitter
+from mlxcore import PoolExhaustedError
+from sessions import ChatSession
+from sessions import SessionSaveError
+from sessions import SessionLock
+from sessions import ThinkingSplitter
 from app.flags import in_flags
 
 POOL_FULL_HINT = ("Give mlxchat more KV memory with a larger --max-kv (e.g. --max-kv 8GB), start a shorter "

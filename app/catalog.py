@@ -20,8 +20,8 @@ from pathlib import Path
 
 from assets import MODELS_DIR, embedded_names
 from mlxcore import ModelChoice
-from mlxcore.fingerprint import WEIGHTS_GLOB
-from mlxcore.hub_names import hub_cache_dir, is_repo_id
+from mlxcore import WEIGHTS_GLOB
+from mlxcore import hub_cache_dir, is_repo_id
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ import time
 
 from app.options import (add_generation_options, add_model_options, add_models_dir_option, check_text_options,
                          model_catalog, models_dir, session_path)
-from mlxcore.distributed.errors import is_lost_peer, lost_peer
-from mlxcore.distributed.fail_fast import watch_ring_failures
-from mlxcore.distributed.world import current_world, launched, leave_interrupts_to_leader
+from mlxcore import is_lost_peer, lost_peer
+from mlxcore import watch_ring_failures
+from mlxcore import current_world, launched, leave_interrupts_to_leader
 from mlxcore import MlxchatError, UsageError
-from mlxcore.open_files import low_limit_note
-from sessions.terminal_text import printable
+from mlxcore import low_limit_note
+from sessions import printable
 from app.flags import in_flags
 
 # mlx.launch stops every rank once one fails: a rank that leaves the telling to rank 0 waits this long first
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_models(args: argparse.Namespace) -> int:
     """`mlxchat models`: what --model names load, one a line (or JSON)."""
-    from mlxcore.hub_names import hub_cache_dir
+    from mlxcore import hub_cache_dir
     entries = model_catalog(models_dir(args)).listing()
     rows = [{"id": e.id, "source": e.source, "path": str(e.folder) if e.folder else None} for e in entries]
     if args.json:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from app.catalog import Catalog
 from mlxcore import GenerationParams, KVConfig, ModelChoice, UsageError
-from mlxcore.kv.budget import KVLimit, parse_max_kv
-from mlxcore.kv.kv_format import SUPPORTED_BITS
+from mlxcore import KVLimit, parse_max_kv
+from mlxcore import SUPPORTED_BITS
 
 
 MODELS_DIR_ENV = "MLXCHAT_MODELS_DIR"  # --models-dir's default

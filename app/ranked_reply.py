@@ -14,13 +14,13 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from mlxcore.distributed.fail_fast import exit_on_lost_peer
-from mlxcore.distributed.interrupts import SharedInterrupt
-from mlxcore.distributed.watchdog import Watchdog
-from mlxcore.prefill import StopPrefill
+from mlxcore import exit_on_lost_peer
+from mlxcore import SharedInterrupt
+from mlxcore import Watchdog
+from mlxcore import StopPrefill
 
 if TYPE_CHECKING:
-    from mlxcore.distributed.world import World
+    from mlxcore import World
 
 
 class RankedReply:

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sessions.terminal_text import printable
+from sessions import printable
 
 if TYPE_CHECKING:  # the store imports mlx: only when a sessions command runs, not to build --help
-    from sessions.store import SessionInfo
+    from sessions import SessionInfo
 
 
 def add_sessions_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -42,7 +42,7 @@ def add_sessions_parser(subparsers: argparse._SubParsersAction[argparse.Argument
 
 def run_sessions(args: argparse.Namespace) -> int:
     """Run one `sessions` sub-command; errors are raised as ``MlxchatError`` for the CLI to print."""
-    from sessions.store import SUFFIX, SessionStore
+    from sessions import SUFFIX, SessionStore
 
     store = SessionStore(args.store)
     command = args.sessions_command
@@ -82,8 +82,8 @@ def _row(info: SessionInfo) -> str:
 
 def _write_text(path: Path, text: str) -> None:
     """Write an exported transcript; SessionFileError (one line) when ``path`` cannot be written."""
-    from sessions.errors import SessionFileError
-    from sessions.file_format import cannot_write_text
+    from sessions import SessionFileError
+    from sessions import cannot_write_text
 
     try:
         path.write_text(text, encoding="utf-8")

@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from mlxcore.batching.handle import RequestFailedError
-from mlxcore.batching.local import LocalBatch, drain
-from mlxcore.batching.request import Request
+from mlxcore import RequestFailedError
+from mlxcore import LocalBatch, drain
+from mlxcore import Request
 from mlxcore import close_open_block, Event, FinalEvent, TokenEvent
 from sessions.messages import Message
 
 if TYPE_CHECKING:
-    from mlxcore.caches import Caches
+    from mlxcore import Caches
     from sessions.chat_session import ChatSession
 
 

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from mlxcore import (EMPTY, close_open_block, Engine, Event, FinalEvent, GenerationParams, GenerationStats, Grammar,
                      json_schema, PromptError, render_chat, render_chat_text, SystemPromptTooLongError, TokenEvent)
-from mlxcore.kv.errors import CacheStateError, PoolExhaustedError
-from mlxcore.held_tokens import prompt_ids as held_prompt_ids
-from mlxcore.prefill import Progress, StopPrefill
-from mlxcore.batching.local import LocalBatch
+from mlxcore import CacheStateError, PoolExhaustedError
+from mlxcore import prompt_ids as held_prompt_ids
+from mlxcore import Progress, StopPrefill
+from mlxcore import LocalBatch
 from sessions.batched_turn import Alternatives, BatchedTurn
 from sessions.messages import Message
 from sessions.reply import Reply

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from mlxcore.kv.geometry import KVGeometry
-from mlxcore.kv.kv_format import KVFormat
-from mlxcore.kv.window import Window
+from mlxcore import KVGeometry
+from mlxcore import KVFormat
+from mlxcore import Window
 from mlxcore import GenerationParams
 from sessions.errors import SessionFileError
 from sessions.header_types import CacheHeader, Header

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 import numpy as np
 
-from mlxcore.kv.base import ModelCache
-from mlxcore.kv.geometry import KVGeometry
+from mlxcore import ModelCache
+from mlxcore import KVGeometry
 from sessions.block_keys import BlockRef, chain_keys, layout_salt, token_bytes, tokens_from, window_key
 from sessions.block_files import BlockFileError
 from sessions.errors import SessionFileError

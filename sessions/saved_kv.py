@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from mlxcore.kv.kv_format import SUPPORTED_BITS, KVFormat, KVFormatError, kv_format
-from mlxcore.kv.stored import names as stored_names
+from mlxcore import SUPPORTED_BITS, KVFormat, KVFormatError, kv_format
+from mlxcore import names as stored_names
 from sessions.errors import SessionFileError
 
 if TYPE_CHECKING:

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from mlxcore.caches import Caches
-from mlxcore.distributed.broadcast import share
+from mlxcore import Caches
+from mlxcore import share
 from mlxcore import Engine
-from mlxcore.kv.base import ModelCache
-from mlxcore.kv.errors import CacheShapeError, CacheStateError
-from mlxcore.kv.geometry import KVGeometry
+from mlxcore import ModelCache
+from mlxcore import CacheShapeError, CacheStateError
+from mlxcore import KVGeometry
 from sessions.errors import SessionFileError
 from sessions.file_append import FileMark, mark_of, write_whole
 from sessions.file_format import encode_header

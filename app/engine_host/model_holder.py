@@ -12,7 +12,7 @@ from mlxcore import MlxchatError
 
 if TYPE_CHECKING:
     from mlxcore import Engine, GenerationParams, OpenedEngine
-    from mlxcore.batching.local import LocalBatch
+    from mlxcore import LocalBatch
     from sessions import ChatSession, Message
 
 PROGRESS_EVERY_S = 0.1  # download progress
@@ -49,7 +49,7 @@ class ModelHolder:
         self.opened = opened
         self.batch = None
         if opened.engine.kv.kind == "paged":
-            from mlxcore.batching.local import LocalBatch
+            from mlxcore import LocalBatch
             self.batch = LocalBatch(opened.engine)
 
     def step(self) -> None:
@@ -61,7 +61,7 @@ class ModelHolder:
         try:
             batch.step()
         except Exception as error:  # noqa: BLE001  the engine failed mid-step: every turn ends with the error
-            from mlxcore.batching.local import LocalBatch
+            from mlxcore import LocalBatch
             batch.runner.fail_all(error)
             self.batch = LocalBatch(self.engine)
 

@@ -89,7 +89,7 @@ class Opening:
 
     def _open_file(self, path: Path, command: p.Open) -> None:
         from sessions import ChatSession
-        from sessions.store_lock import SessionLock
+        from sessions import SessionLock
         lock = SessionLock.acquire(path, mark_open=True)  # SessionInUseError: open in another window
         if not path.exists():  # a new file: start a chat that autosaves there
             session = self.model.new_session(command.system, self._given_params(command), command.think is not False)

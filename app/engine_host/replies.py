@@ -32,7 +32,7 @@ from app.engine_host.tools import ToolOffer
 from mlxcore import MlxchatError
 
 if TYPE_CHECKING:
-    from mlxcore.batching.local import LocalBatch
+    from mlxcore import LocalBatch
     from sessions import ChatSession
 
 Batched = Callable[["ChatSession", "LocalBatch", int], Turn]  # starts n replies on the scheduler

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from app.engine_host.protocol import Chunk, Done, ReplySoFar
-from sessions.thinking import ThinkingSplitter
+from sessions import ThinkingSplitter
 
 if TYPE_CHECKING:
     from mlxcore import GenerationStats

@@ -55,7 +55,7 @@ class SyncReply:
         A chat that has no file yet is saved as prefill starts, so that the user's
         message survives whatever happens to this process during the reply.
         """
-        from mlxcore.prefill import StopPrefill
+        from mlxcore import StopPrefill
         if self.inbox.stop_asked():
             raise StopPrefill
         now = time.monotonic()

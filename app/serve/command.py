@@ -118,20 +118,20 @@ def is_loopback(host: str) -> bool:
 
 
 def _say(text: str) -> None:
-    from mlxcore.distributed.world import current_world
+    from mlxcore import current_world
     if current_world().leader:  # over several ranks, rank 0 speaks for them
         print(f"mlxchat: {text}", file=sys.stderr, flush=True)
 
 
 def real_worker(engine, args: argparse.Namespace):
     """One model's worker; the host takes its turns among the other loaded models'."""
-    from mlxcore.batching.worker import BatchWorker
+    from mlxcore import BatchWorker
     return BatchWorker(engine, **_worker_options(args))
 
 
 def ranked_worker(engine, args: argparse.Namespace):
     """Rank 0's worker when the model runs over several ranks (``mlxcore.distributed``)."""
-    from mlxcore.distributed.ranked_worker import RankedWorker
+    from mlxcore import RankedWorker
     return RankedWorker(engine, **_worker_options(args))
 
 
@@ -164,7 +164,7 @@ def run_serve(args: argparse.Namespace) -> int:
     world = opened.engine.world
     if world.distributed:
         _check_one_model(args)
-        from mlxcore.distributed.ranked_worker import serve_followers
+        from mlxcore import serve_followers
         if not world.leader:  # rank 0 serves HTTP; this rank takes the same engine steps
             serve_followers(opened.engine, **_worker_options(args))
             return 0

@@ -18,8 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from mlxcore.batching.errors import OverloadedError, PromptTooLongError
-from mlxcore.batching.handle import RequestFailedError
+from mlxcore import OverloadedError, PromptTooLongError
+from mlxcore import RequestFailedError
 from mlxcore import MlxchatError, PromptError
 from app.flags import in_flags
 

@@ -21,8 +21,8 @@ from app.serve.replies import ReplyHeader
 from app.serve.running import ReplyClock, reply_unless_gone, shutting_down, submit
 from app.serve.schemas import ChatCompletionRequest
 from app.serve.state import ServerState
-from mlxcore.batching.handle import RequestHandle
-from mlxcore.batching.request import Request
+from mlxcore import RequestHandle
+from mlxcore import Request
 
 CLIENT_GONE = 499  # nginx's status for a client that closed the connection first (nothing is sent)
 

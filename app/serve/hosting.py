@@ -26,9 +26,9 @@ from concurrent.futures import Future
 from app.catalog import ModelEntry
 from app.serve.errors import APIError
 from app.serve.registry import ModelRegistry, ServedModel
-from mlxcore.batching.worker import IDLE, IDLE_WAIT_SECONDS, PAUSED_WAIT_SECONDS, STEPPED
+from mlxcore import IDLE, IDLE_WAIT_SECONDS, PAUSED_WAIT_SECONDS, STEPPED
 from mlxcore import MlxchatError
-from mlxcore.kv.budget import format_bytes
+from mlxcore import format_bytes
 
 log = logging.getLogger("mlxchat.serve")
 

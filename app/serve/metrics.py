@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from app.serve.running import ReplyClock
-from mlxcore.batching.stats import WorkerStats
+from mlxcore import WorkerStats
 
 if TYPE_CHECKING:
     from app.serve.registry import ModelRegistry

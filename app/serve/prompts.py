@@ -12,7 +12,7 @@ from app.serve.errors import APIError
 from app.serve.schemas import ChatCompletionRequest, CompletionRequest, Sampling
 from app.serve.state import ModelInfo
 from app.serve.tokenizing import Tokenizing
-from mlxcore.batching.request import Priority, Request
+from mlxcore import Priority, Request
 from mlxcore import OPEN, GenerationParams, Grammar, PromptError, thought_reply
 
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "ignore_eos")

@@ -22,7 +22,7 @@ from app.serve.errors import APIError
 from app.serve.session_jobs import SessionJobs
 from app.serve.state import ModelInfo
 from app.serve.tokenizing import Tokenizing
-from mlxcore.batching.stats import WorkerStats
+from mlxcore import WorkerStats
 
 GAUGES = {"waiting", "running", "tokens_per_second", "pool_used_blocks", "pool_capacity_blocks"}
 SHARED = {"kv_bytes", "kv_budget_bytes", "mean_batch_size"}  # read from the shared budget, or weighted
@@ -165,7 +165,7 @@ class ModelRegistry:
 def fetch(entry: ModelEntry) -> None:
     """Download a hub repo into the cache (``--allow-download``); its loading then reads local files."""
     from mlxcore import ModelLoadError
-    from mlxcore.hub import download
+    from mlxcore import download
     try:
         download(entry.choice.model)
     except ModelLoadError as error:

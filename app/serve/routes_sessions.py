@@ -18,12 +18,12 @@ from app.serve.registry import ServedModel
 from app.serve.schemas import SessionSaveRequest
 from app.serve.session_jobs import is_session_name, save_request
 from app.serve.state import ServerState
-from mlxcore.batching.handle import RequestFailedError
+from mlxcore import RequestFailedError
 from mlxcore import MlxchatError
-from mlxcore.kv.errors import PoolExhaustedError
-from mlxcore.distributed.errors import DistributedError
-from sessions.errors import SessionFileError, SessionInUseError, SessionNotFoundError, SessionSaveError
-from sessions.thinking import ThinkingSplitter
+from mlxcore import PoolExhaustedError
+from mlxcore import DistributedError
+from sessions import SessionFileError, SessionInUseError, SessionNotFoundError, SessionSaveError
+from sessions import ThinkingSplitter
 
 router = APIRouter()
 JOB_TIMEOUT_S = 600.0  # a save prefills the conversation: long ones on big models take a while

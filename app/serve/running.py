@@ -15,9 +15,9 @@ from starlette.requests import Request as HTTPRequest
 
 from app.serve.choices import ChoiceState
 from app.serve.errors import APIError, from_engine_error
-from mlxcore.batching.errors import OverloadedError, PromptTooLongError
-from mlxcore.batching.handle import RequestFailedError, RequestHandle
-from mlxcore.batching.request import Request
+from mlxcore import OverloadedError, PromptTooLongError
+from mlxcore import RequestFailedError, RequestHandle
+from mlxcore import Request
 from mlxcore import Event, TokenEvent
 
 _DONE = object()

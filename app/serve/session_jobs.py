@@ -19,13 +19,13 @@ import re
 from collections import OrderedDict
 from pathlib import Path
 
-from mlxcore.caches import Caches
-from mlxcore.batching.request import Request
+from mlxcore import Caches
+from mlxcore import Request
 from mlxcore import Engine, GenerationParams, MlxchatError
-from mlxcore.kv.errors import CacheStateError
-from sessions.chat_session import ChatSession
-from sessions.messages import Message
-from sessions.store import SessionStore
+from mlxcore import CacheStateError
+from sessions import ChatSession
+from sessions import Message
+from sessions import SessionStore
 from app.flags import in_flags
 
 log = logging.getLogger("mlxchat.serve")

@@ -32,7 +32,7 @@ from app.serve.exchange import Exchange
 from app.serve.replies import chat_chunk, chat_role_chunk, completion_chunk, usage_chunk
 from app.serve.running import cancel_all, merged
 from app.serve.state import ServerState
-from mlxcore.batching.handle import RequestFailedError
+from mlxcore import RequestFailedError
 
 Chunk = Callable[[ChoiceState, Delta], dict]
 AppStatus.disable_automatic_graceful_drain()  # see the module docstring: we end streams ourselves

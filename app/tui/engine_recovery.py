@@ -83,8 +83,8 @@ class EngineRecovery:
         self.state = dataclasses.replace(state, messages=tuple(history))
         if state.file is None:
             return "This chat was not saved yet: restart the engine to go on with it, or copy what you need."
-        from sessions.salvage import save_history
-        from sessions.store_lock import SessionLock
+        from sessions import save_history
+        from sessions import SessionLock
         try:
             with SessionLock.acquire(Path(state.file)):  # the dead engine's lock went with it
                 save_history(Path(state.file), history)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from sessions.thinking import ThinkingSplitter
+from sessions import ThinkingSplitter
 
 _FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})[^\n]*\n(?P<code>.*?)^(?P=fence)[ \t]*$", re.S | re.M)
 

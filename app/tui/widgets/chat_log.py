@@ -17,7 +17,7 @@ from app.engine_host.protocol import ReplySoFar
 from app.tui.tool_text import answered_call
 from app.tui.widgets.alternatives import AlternativesView
 from app.tui.widgets.message_view import MessageView
-from mlxcore.sequences import common_prefix_length
+from mlxcore import common_prefix_length
 
 WINDOW = 12  # messages kept mounted while following the bottom (about two screens)
 PAGE = 8  # messages mounted per scroll to the top
