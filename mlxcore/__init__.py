@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
         leave_interrupts_to_leader as leave_interrupts_to_leader)
     from mlxcore.engine import Engine as Engine
     from mlxcore.errors import (MlxchatError as MlxchatError, ModelLoadError as ModelLoadError,
-        PromptError as PromptError, SystemPromptTooLongError as SystemPromptTooLongError, UsageError as UsageError)
+        PromptError as PromptError, SystemPromptTooLongError as SystemPromptTooLongError,
+        TokenizerMismatchError as TokenizerMismatchError, UsageError as UsageError)
     from mlxcore.events import (Event as Event, FinalEvent as FinalEvent, GenerationStats as GenerationStats,
         TokenEvent as TokenEvent)
     from mlxcore.fingerprint import WEIGHTS_GLOB as WEIGHTS_GLOB
@@ -90,7 +91,8 @@ _EXPORTS = {
     "launched": "mlxcore.distributed.world", "leave_interrupts_to_leader": "mlxcore.distributed.world",
     "Engine": "mlxcore.engine",
     "MlxchatError": "mlxcore.errors", "ModelLoadError": "mlxcore.errors", "PromptError": "mlxcore.errors",
-    "SystemPromptTooLongError": "mlxcore.errors", "UsageError": "mlxcore.errors",
+    "SystemPromptTooLongError": "mlxcore.errors", "TokenizerMismatchError": "mlxcore.errors",
+    "UsageError": "mlxcore.errors",
     "Event": "mlxcore.events", "FinalEvent": "mlxcore.events", "GenerationStats": "mlxcore.events",
     "TokenEvent": "mlxcore.events",
     "WEIGHTS_GLOB": "mlxcore.fingerprint",

@@ -11,8 +11,9 @@ import traceback
 from app.engine_host import protocol as p
 from app.engine_host.protocol import FailureCode as Code
 from app.flags import in_flags
-from mlxcore import MlxchatError, ModelLoadError, PromptError, SystemPromptTooLongError
-from sessions import SessionFileError
+from mlxcore import (MlxchatError, ModelLoadError, OverloadedError, PoolExhaustedError, PromptError,
+                     SystemPromptTooLongError, TokenizerMismatchError)
+from sessions import SessionFileError, SessionInUseError, SessionNotFoundError, SessionSaveError
 
 
 class SideBySideError(PromptError):
@@ -22,12 +23,9 @@ class SideBySideError(PromptError):
 _CODES: dict[type[BaseException], Code] = {
     SideBySideError: Code.SIDE_BY_SIDE, SystemPromptTooLongError: Code.SYSTEM_PROMPT_TOO_LONG,
     PromptError: Code.PROMPT, ModelLoadError: Code.MODEL_LOAD, SessionFileError: Code.SESSION_FILE,
-}
-# Errors that mlxcore and sessions do not export yet (issue 34): matched by name until their classes are public.
-_CODES_BY_NAME = {
-    "TokenizerMismatchError": Code.DRAFT_MISMATCH, "PoolExhaustedError": Code.CACHE_FULL,
-    "OverloadedError": Code.OVERLOADED, "SessionNotFoundError": Code.NOT_FOUND,
-    "SessionInUseError": Code.IN_USE, "SessionSaveError": Code.NOT_SAVED,
+    TokenizerMismatchError: Code.DRAFT_MISMATCH, PoolExhaustedError: Code.CACHE_FULL,
+    OverloadedError: Code.OVERLOADED, SessionNotFoundError: Code.NOT_FOUND, SessionInUseError: Code.IN_USE,
+    SessionSaveError: Code.NOT_SAVED,
 }
 
 _TITLES = {
@@ -59,7 +57,7 @@ _OPEN_HINT = "A new chat was opened instead. Pick another chat in the sidebar (c
 def failure_code(error: BaseException) -> Code:
     """The kind of ``error``: that of the nearest class of its ancestry that has one; UNEXPECTED for a bug."""
     for kind in type(error).__mro__:
-        code = _CODES.get(kind) or _CODES_BY_NAME.get(kind.__name__)
+        code = _CODES.get(kind)
         if code is not None:
             return code
     return Code.ERROR if isinstance(error, MlxchatError) else Code.UNEXPECTED
