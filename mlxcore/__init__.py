@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
     from mlxcore.kv.geometry import KVGeometry as KVGeometry
     from mlxcore.kv.kv_format import (KVFormat as KVFormat, KVFormatError as KVFormatError,
         SUPPORTED_BITS as SUPPORTED_BITS, kv_format as kv_format)
-    from mlxcore.kv.stored import names as names
+    from mlxcore.kv.stored import tensor_names as tensor_names
     from mlxcore.kv.window import Window as Window
     from mlxcore.launch import OpenedEngine as OpenedEngine, open_engine as open_engine
     from mlxcore.loading import load_model as load_model
@@ -108,7 +108,7 @@ _EXPORTS = {
     "KVGeometry": "mlxcore.kv.geometry",
     "KVFormat": "mlxcore.kv.kv_format", "KVFormatError": "mlxcore.kv.kv_format",
     "SUPPORTED_BITS": "mlxcore.kv.kv_format", "kv_format": "mlxcore.kv.kv_format",
-    "names": "mlxcore.kv.stored",
+    "tensor_names": "mlxcore.kv.stored",
     "Window": "mlxcore.kv.window",
     "OpenedEngine": "mlxcore.launch", "open_engine": "mlxcore.launch",
     "load_model": "mlxcore.loading",

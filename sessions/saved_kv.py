@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING
 
 from mlxcore import SUPPORTED_BITS, KVFormat, KVFormatError, kv_format
-from mlxcore import names as stored_names
+from mlxcore import tensor_names as stored_names
 from sessions.errors import SessionFileError
 
 if TYPE_CHECKING:

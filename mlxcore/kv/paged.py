@@ -165,13 +165,13 @@ class PagedCache(ModelCache):
 
     def state_dict(self) -> tuple[Tensors, CacheMeta]:
         """Only this sequence's tokens, in order (not whole blocks, not other sequences'); quantized blocks
-        as they are stored (``stored.names``), so a file holds the same bytes as the pool."""
+        as they are stored (``stored.tensor_names``), so a file holds the same bytes as the pool."""
         self._settle()
         fmt = self.pool.geometry.format
         arrays = [stored.flat(*self._fetch(layer)) for layer in self.layers] if self.offset else []
         meta: CacheMeta = {"kind": self.kind, "tokens": self.tokens, "block_size": self.pool.block_size,
                 "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
-        return layer_tensors(stored.names(fmt), arrays), meta
+        return layer_tensors(stored.tensor_names(fmt), arrays), meta
 
     @classmethod
     def _restore(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta, pool: BlockPool | None) -> PagedCache:
@@ -190,7 +190,7 @@ class PagedCache(ModelCache):
         """Write a saved sequence's keys and values (float, or quantized as ``saved_bits``) into its blocks:
         as they are when the pool stores the same format, else through float."""
         saved_format = kv_format(saved_bits, self.pool.geometry.head_dim)
-        names = stored.names(saved_format)
+        names = stored.tensor_names(saved_format)
         saved = [saved_layer(tensors, layer.index, names) for layer in self.layers]
         if any(parts[0].shape[2:3] != (len(ids),) for parts in saved):
             raise CacheStateError("Saved paged KV state: tensor length and token count differ.")

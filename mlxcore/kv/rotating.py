@@ -229,7 +229,7 @@ class RotatingCache(RecordedTokens):
         meta: CacheMeta = {"kind": self.kind, "tokens": self.tokens, "offset": first.offset, "high": first.high,
                 "max_size": w.max_size, "keep": w.keep, "max_rewind": w.max_rewind,
                 "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
-        return layer_tensors(stored.names(fmt), arrays), meta
+        return layer_tensors(stored.tensor_names(fmt), arrays), meta
 
     @classmethod
     def _restore(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta, pool: BlockPool | None) -> RotatingCache:
@@ -243,7 +243,7 @@ class RotatingCache(RecordedTokens):
         cache = cls(model_geometry(model, meta.get("kv_bits")), window)  # a window keeps the format it was saved in
         cache._ids = ids
         for index, layer in enumerate(cache.layers if high else []):
-            keys, values = stored.unflat(saved_layer(tensors, index, stored.names(cache.geometry.format)))
+            keys, values = stored.unflat(saved_layer(tensors, index, stored.tensor_names(cache.geometry.format)))
             stored.check(keys, values, cache.geometry, "saved rotating KV state")
             if stored.length(keys) != min(high, window.slots):
                 raise CacheStateError("Saved rotating KV state: slot count does not fit its window.")

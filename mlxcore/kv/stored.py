@@ -70,7 +70,7 @@ def nbytes(value: Stored) -> int:
     return sum(part.nbytes for part in _parts(value))
 
 
-def names(fmt: KVFormat) -> tuple[str, ...]:
+def tensor_names(fmt: KVFormat) -> tuple[str, ...]:
     """Names of a layer's tensors in a state dict: keys then values (quantized: packed words, scales, biases)."""
     if not fmt.quantized:
         return ("keys", "values")
