@@ -4,61 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
 
 from app.engine_host import protocol as p
+from app.tui.host import ChatHost
 from app.tui.screens.dialogs import ChoiceDialog
 from mlxcore import MlxchatError
 
-if TYPE_CHECKING:
-    from app.tui.engine_client import EngineClient
-    from app.tui.gc_pauses import CollectorHold
-    from app.tui.widgets.chat_log import ChatLog
-    from app.tui.widgets.status_line import StatusLine
 
+class EngineRecovery(ChatHost):
+    """Mixed into ChatApp (``ChatHost`` says what it uses of it)."""
 
-class Window(Protocol):
-    """What EngineRecovery uses of the ChatApp it is mixed into (its methods' ``self``)."""
-
-    client: EngineClient
-    state: p.Conversation | None
-    open_command: p.Open
-    generating: bool
-    ready: bool
-    engine_down: bool
-    pending_reply: str | None
-    turn: int
-    collector: CollectorHold
-
-    @property
-    def chat(self) -> ChatLog: ...
-
-    @property
-    def status(self) -> StatusLine: ...
-
-    def push_screen(self, screen: ChoiceDialog, callback: Callable[[str | None], None]) -> object: ...
-
-    def notify(self, message: str, *, severity: Literal["information", "warning", "error"] = ...) -> None: ...
-
-    def exit(self, result: int | None = None) -> None: ...
-
-    def action_restart_engine(self) -> None: ...
-
-    def _salvage(self) -> str: ...
-
-    def _engine_gone_closed(self, choice: str | None) -> None: ...
-
-
-class EngineRecovery:
-    """Mixed into ChatApp; uses what ``Window`` names."""
-
-    state: p.Conversation | None  # (ChatApp's)
     engine_down = False  # the engine process ended unexpectedly and was not restarted yet
     pending_reply: str | None = None  # the streamed reply as generated, until the engine's chat state has it
 
-    async def _engine_enginegone(self: Window, event: p.EngineGone) -> None:
+    async def _engine_enginegone(self, event: p.EngineGone) -> None:
         self.generating, self.ready, self.engine_down = False, False, True
         if self.chat.live is not None:
             await self.chat.live.finish()  # the partial reply stays on screen
@@ -73,7 +33,7 @@ class EngineRecovery:
                                       [("restart", "Restart the engine (f9)"), ("quit", "Quit"), ("close", "Close")]),
                          self._engine_gone_closed)
 
-    def _salvage(self: Window) -> str:
+    def _salvage(self) -> str:
         """Write the chat as shown (the reply so far included) to its file; a sentence saying how it went."""
         state = self.state
         if state is None:
@@ -94,13 +54,13 @@ class EngineRecovery:
         where = state.file if Path(state.file).is_file() else f"the session store ({Path(state.file).parent})"
         return f"Your chat is saved in {where}" + (", with the reply so far." if reply else ".")
 
-    def _engine_gone_closed(self: Window, choice: str | None) -> None:
+    def _engine_gone_closed(self, choice: str | None) -> None:
         if choice == "quit":
             self.exit(0)
         elif choice == "restart":
             self.action_restart_engine()
 
-    def action_restart_engine(self: Window) -> None:
+    def action_restart_engine(self) -> None:
         """Start a new engine process on the chat as saved (or as shown, when it never was)."""
         if not self.engine_down:
             self.notify("The engine is running.")
@@ -119,7 +79,7 @@ class EngineRecovery:
         self.client.start()
         self.client.send(self.open_command)
 
-    def _engine_running(self: Window) -> bool:
+    def _engine_running(self) -> bool:
         """False (and says what to do) while the engine is down."""
         if self.engine_down:
             self.notify("The engine stopped: press f9 to restart it.", severity="warning")
