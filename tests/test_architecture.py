@@ -198,3 +198,23 @@ def test_the_public_name_check_finds_reaching_in():
     assert _reaching_in("app.x", ast.parse(source), public) == {
         "mlxcore.Secret", "mlxcore.kv.geometry", "sessions.store_db"}
     assert {"Engine", "GenerationParams"} <= PUBLIC["mlxcore"] and "ChatSession" in PUBLIC["sessions"]
+
+
+def _typed_exports(package: str) -> dict[str, str]:
+    """What ``package``'s ``__init__`` tells type checkers each lazy name is: name -> module, from the
+    imports under its ``if TYPE_CHECKING:``."""
+    for node in ast.parse(MODULES[package].read_text()).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            return {a.asname or a.name: i.module for i in node.body if isinstance(i, ast.ImportFrom) and i.module
+                    for a in i.names}
+    raise AssertionError(f"{package}/__init__.py has no TYPE_CHECKING block")
+
+
+@pytest.mark.parametrize("package", ["mlxcore", "sessions"])
+def test_the_type_checkers_view_of_the_exports_is_the_exports(package):
+    """The two lists in the __init__ (what __getattr__ loads, what type checkers are told) name the same
+    things from the same modules: a name missing from the second would be untyped for every caller."""
+    tree = ast.parse(MODULES[package].read_text())
+    exports = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                   and any(getattr(t, "id", None) == "_EXPORTS" for t in n.targets))
+    assert _typed_exports(package) == exports
