@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
     from mlxcore.hub import download as download
     from mlxcore.hub_names import hub_cache_dir as hub_cache_dir, is_repo_id as is_repo_id
     from mlxcore.kv.base import CacheCounters as CacheCounters, CacheMeta as CacheMeta, ModelCache as ModelCache
+    from mlxcore.kv.hybrid import HybridCache as HybridCache
     from mlxcore.kv.budget import KVLimit as KVLimit, format_bytes as format_bytes, parse_max_kv as parse_max_kv
     from mlxcore.kv.errors import (CacheShapeError as CacheShapeError, CacheStateError as CacheStateError,
         PoolExhaustedError as PoolExhaustedError)
@@ -102,6 +103,7 @@ _EXPORTS = {
     "download": "mlxcore.hub",
     "hub_cache_dir": "mlxcore.hub_names", "is_repo_id": "mlxcore.hub_names",
     "CacheCounters": "mlxcore.kv.base", "CacheMeta": "mlxcore.kv.base", "ModelCache": "mlxcore.kv.base",
+    "HybridCache": "mlxcore.kv.hybrid",
     "KVLimit": "mlxcore.kv.budget", "format_bytes": "mlxcore.kv.budget", "parse_max_kv": "mlxcore.kv.budget",
     "CacheShapeError": "mlxcore.kv.errors", "CacheStateError": "mlxcore.kv.errors",
     "PoolExhaustedError": "mlxcore.kv.errors",

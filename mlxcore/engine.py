@@ -26,6 +26,7 @@ from mlxcore.kv.base import CacheMeta, ModelCache, Tensors
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.kv.budget import KVBudget, format_bytes, machine_kv_bytes, weights_bytes, wire_recommended_limit
 from mlxcore.kv.geometry import KVGeometry, activation_dtype, model_geometry
+from mlxcore.kv.hybrid import linear_layers
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
@@ -36,6 +37,19 @@ from mlxcore.sequences import common_prefix_length
 
 if TYPE_CHECKING:
     from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+
+def _check_hybrid(kv: KVConfig, draft_model: nn.Module | None, world: World) -> None:
+    """What a hybrid model (Qwen3.5) does not run on yet, refused before any reply (docs/hybrid.md)."""
+    if kv.kind == "paged" or kv.kv_bits is not None:
+        raise UsageError('A hybrid model (Qwen3.5) runs one reply at a time, on a float cache of kind="standard" '
+                         'or kind="rotating", for now: the paged and 8-bit caches, which batched replies need, do '
+                         'not hold its linear layers\' states yet.')
+    if draft_model is not None:
+        raise UsageError("Speculative decoding does not run on a hybrid model (Qwen3.5) yet: its linear layers' "
+                         "states cannot be rewound to the accepted draft tokens. Run it without a draft.")
+    if world.distributed:
+        raise UsageError("A hybrid model (Qwen3.5) runs in one process for now, not over several ranks.")
 
 
 class Engine:
@@ -50,6 +64,8 @@ class Engine:
                  draft_model: nn.Module | None = None, num_draft: int = 8, context_length: int | None = None,
                  fingerprint: str = "", draft_fingerprint: str = "", model_name: str = "",
                  draft_name: str = "", generation_defaults: dict | None = None, world: World = SINGLE) -> None:
+        if linear_layers(model):
+            _check_hybrid(kv, draft_model, world)
         self.model = model
         self.tokenizer = tokenizer
         self.draft_model = draft_model

@@ -31,7 +31,7 @@ import mlx.core as mx
 from mlxcore import Caches
 from mlxcore import share
 from mlxcore import Engine
-from mlxcore import ModelCache
+from mlxcore import HybridCache, ModelCache
 from mlxcore import CacheShapeError, CacheStateError
 from mlxcore import KVGeometry
 from sessions.errors import SessionFileError
@@ -79,8 +79,11 @@ def _state_blocks(engine: Engine, role: str, cache: ModelCache, fingerprint: str
 
 
 def saved_caches(session: ChatSession) -> dict[str, ModelCache]:
-    """The caches a save writes: role ("target", "draft") -> cache, for those the session has."""
-    return {role: cache for role in ROLES_SAVED if (cache := getattr(session.caches, role)) is not None}
+    """The caches a save writes: role ("target", "draft") -> cache, for those the session has. A hybrid model's
+    (Qwen3.5) is not written yet: the file's blocks are per token, its linear layers' states are not (a reopened
+    chat reads its conversation again; docs/hybrid.md)."""
+    return {role: cache for role in ROLES_SAVED
+            if (cache := getattr(session.caches, role)) is not None and cache.kind != "hybrid"}
 
 
 def session_header(session: ChatSession, caches: dict[str, tuple[KVGeometry, CacheMeta]], created: float) -> Header:
@@ -90,7 +93,12 @@ def session_header(session: ChatSession, caches: dict[str, tuple[KVGeometry, Cac
         created=created, title=session.title, model=(_name(engine, "model_name"), engine.fingerprint),
         draft=(_name(engine, "draft_name"), engine.draft_fingerprint) if engine.draft_model is not None else None,
         params=session.params, enable_thinking=session.enable_thinking, use_draft=session.use_draft,
-        messages=session.messages, kind=session.caches.target.kind, caches=caches)
+        messages=session.messages, kind=_kind(session.caches.target), caches=caches)
+
+
+def _kind(cache: ModelCache) -> str:
+    """The KV kind a file names: a hybrid model's is that of its attention layers."""
+    return cache.attention.kind if isinstance(cache, HybridCache) else cache.kind
 
 
 @dataclass

@@ -8,7 +8,7 @@ from pathlib import Path
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models import qwen3, qwen3_moe
+from mlx_lm.models import qwen3, qwen3_5, qwen3_moe
 
 
 def tiny_config(vocab_size: int = 384, layers: int = 2, hidden: int = 64, heads: int = 4,
@@ -55,6 +55,27 @@ def tiny_qwen3_moe(seed: int = 0, **config) -> qwen3_moe.Model:
     mx.random.seed(seed)
     model = qwen3_moe.Model(qwen3_moe.ModelArgs.from_dict(tiny_moe_config(**config)))
     scaled = [(k, v * 2.0 if v.ndim >= 2 and "embed" not in k else v) for k, v in tree_flatten(model.parameters())]
+    model.load_weights(scaled)
+    mx.eval(model.parameters())
+    return model
+
+
+def tiny_hybrid_config(vocab_size: int = 2048, layers: int = 4) -> dict:
+    """A Qwen3.5 config.json dict (text only): three Gated DeltaNet linear layers in four, then full attention
+    (gated, partial rotary), small enough for milliseconds."""
+    return {"model_type": "qwen3_5", "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": layers,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-6,
+            "vocab_size": vocab_size, "max_position_embeddings": 32768, "linear_num_value_heads": 4,
+            "linear_num_key_heads": 2, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+            "linear_conv_kernel_dim": 4, "full_attention_interval": 4, "tie_word_embeddings": False,
+            "rope_parameters": {"type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}}
+
+
+def tiny_hybrid(seed: int = 0, **config) -> qwen3_5.Model:
+    """A random-weight mlx-lm Qwen3.5 model, matrices scaled like ``tiny_qwen3``."""
+    mx.random.seed(seed)
+    model = qwen3_5.Model(qwen3_5.ModelArgs.from_dict(tiny_hybrid_config(**config)))
+    scaled = [(k, v * 2.0 if v.ndim == 2 and "embed" not in k else v) for k, v in tree_flatten(model.parameters())]
     model.load_weights(scaled)
     mx.eval(model.parameters())
     return model

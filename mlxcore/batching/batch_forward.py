@@ -43,12 +43,9 @@ GATHER_LIMIT_BYTES = 16 * 2**20
 
 
 class BatchDecoder:
-    """Feeds one token to each of several sequences of one pool; ``forward`` must be split (Qwen3, Qwen3-MoE)."""
+    """Feeds one token to each of several sequences of one pool; ``forward`` must be split (Qwen3, Qwen3-MoE) for that."""
 
     def __init__(self, forward: CompiledForward) -> None:
-        if not forward.split:
-            kind = getattr(forward.args, "model_type", "this")
-            raise ModelLoadError(f"The decode loop runs Qwen3 and Qwen3-MoE models; this is a {kind} model.")
         self.forward = forward
         self.mirror: BatchMirror | None = None
 
@@ -63,6 +60,9 @@ class BatchDecoder:
         own positions, attending causally over their own sequence; its hidden state waits for the next
         pass where it stops short of the last layer. Every layer's weights serve all its rows at once.
         """
+        if not self.forward.split:  # a model whose layers this module cannot run split (a lone reply runs it whole)
+            kind = getattr(self.forward.args, "model_type", "this")
+            raise ModelLoadError(f"Replies side by side run Qwen3 and Qwen3-MoE models; this is a {kind} model.")
         everyone = [*caches, *(feed.cache for feed in feeds)]
         pool = everyone[0].pool
         if any(cache.pool is not pool for cache in everyone):

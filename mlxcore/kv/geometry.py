@@ -46,8 +46,9 @@ def model_geometry(model: nn.Module, kv_bits: int | None = None) -> KVGeometry:
     heads = args.num_attention_heads
     head_dim = getattr(args, "head_dim", None) or args.hidden_size // heads
     kv_heads = getattr(args, "num_key_value_heads", None) or heads
-    kv_heads = getattr(getattr(model.layers[0], "self_attn", None), "n_kv_heads", kv_heads)  # sharded: this rank's
-    return KVGeometry(len(model.layers), kv_heads, head_dim, activation_dtype(model), kv_format(kv_bits, head_dim))
+    attention = [layer for layer in model.layers if hasattr(layer, "self_attn")]  # a hybrid model's linear ones hold none
+    kv_heads = getattr(attention[0].self_attn, "n_kv_heads", kv_heads)  # sharded: this rank's
+    return KVGeometry(len(attention), kv_heads, head_dim, activation_dtype(model), kv_format(kv_bits, head_dim))
 
 
 def activation_dtype(model: nn.Module) -> mx.Dtype:

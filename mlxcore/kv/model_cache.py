@@ -19,6 +19,7 @@ import mlx.nn as nn
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.budget import KVBudget
 from mlxcore.kv.geometry import model_geometry
+from mlxcore.kv.hybrid import HybridCache, linear_layers
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool, make_block_pool
 from mlxcore.kv.rotating import RotatingCache
@@ -47,17 +48,30 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
     rotating: a window of ``max_kv`` tokens (default 4,096) that keeps the first
       ``keep`` and can rewind ``max_rewind`` tokens after it wrapped.
     ``kv_bits`` (paged, rotating): keys and values quantized to this many bits (``kv_format.py``).
+    A hybrid model (Qwen3.5) gets a ``HybridCache``: a cache of ``kind`` over its attention layers, standard or
+    rotating for now, beside its linear layers' states.
     """
-    if kind == "standard":
-        if kv_bits is not None:
-            raise ValueError('The standard cache is mlx-lm\'s float one: quantized KV needs kind="paged" or '
-                             'kind="rotating".')
-        return StandardCache(model_geometry(model))
+    linear = linear_layers(model)
+    if linear:
+        if kind == "paged" or kv_bits is not None:
+            raise ValueError('A hybrid model (Qwen3.5) runs on a float cache of kind="standard" or "rotating" for '
+                             'now: paged and 8-bit caches do not hold its linear layers\' states yet.')
+        return HybridCache(_attention_cache(model, kind, max_kv, keep, max_rewind), linear)
     if kind == "paged":
         if pool is None:
             pool = make_block_pool(model, block_size=block_size, max_blocks=max_blocks, max_kv=max_kv,
                                    max_bytes=max_bytes, budget=budget, kv_bits=kv_bits)
         return PagedCache(pool)
+    return _attention_cache(model, kind, max_kv, keep, max_rewind, kv_bits)
+
+
+def _attention_cache(model: nn.Module, kind: Kind, max_kv: int | None, keep: int, max_rewind: int,
+                     kv_bits: int | None = None) -> ModelCache:
+    if kind == "standard":
+        if kv_bits is not None:
+            raise ValueError('The standard cache is mlx-lm\'s float one: quantized KV needs kind="paged" or '
+                             'kind="rotating".')
+        return StandardCache(model_geometry(model))
     if kind == "rotating":
         window = Window(max_kv or DEFAULT_WINDOW, keep, max_rewind)
         return RotatingCache(model_geometry(model, kv_bits), window)

@@ -1,0 +1,111 @@
+"""Caches of a hybrid model (Qwen3.5): its attention layers' keys and values, and its linear layers' states.
+
+Three layers in four of Qwen3.5 are Gated DeltaNet linear attention, whose state per sequence has a fixed
+size (``linear_state.py``); the others are full attention with an ordinary KV cache. ``HybridCache`` holds
+one cache of a usual kind over the attention layers (``attention``: the token ids, the KV budget, what a
+session file keeps of the KV) and a ``LinearState`` per linear layer, handing the model its ``layers`` in
+the model's order. The linear states cannot be rewound, so neither can the whole (``max_trim`` is 0): a new
+turn whose prompt does not extend what the cache holds is read again from its start (``Engine.keep_prefix``).
+Snapshots of the states for prefix reuse and rewinds are the next step (docs/hybrid.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import mlx.nn as nn
+
+from mlxcore.kv.base import CacheMeta, ModelCache, Tensors
+from mlxcore.kv.errors import CacheStateError
+from mlxcore.kv.linear_state import NAMES, LinearState
+from mlxcore.kv.protocol import LayerCache
+
+if TYPE_CHECKING:
+    from mlxcore.kv.paged_pool import BlockPool
+
+
+def linear_layers(model: nn.Module) -> list[bool]:
+    """For each of ``model``'s layers, whether it is a linear-attention layer (empty for a model without any)."""
+    flags = [hasattr(layer, "linear_attn") for layer in model.layers]
+    return flags if any(flags) else []
+
+
+class HybridCache(ModelCache):
+    """The attention layers' cache of any float kind, and a state per linear layer; see the module docstring."""
+
+    kind = "hybrid"
+
+    def __init__(self, attention: ModelCache, is_linear: Sequence[bool],
+                 states: Sequence[LinearState] | None = None) -> None:
+        self.attention, self.is_linear = attention, list(is_linear)
+        self.geometry = attention.geometry
+        self.states = list(states) if states is not None else [LinearState() for flag in is_linear if flag]
+        kv, linear = iter(attention.layers), iter(self.states)
+        # The model takes both kinds of layer cache, each where its layer is.
+        self.layers: list[LayerCache | LinearState] = [  # type: ignore[assignment]
+            next(linear) if flag else next(kv) for flag in self.is_linear]
+
+    @property
+    def offset(self) -> int:
+        return self.attention.offset
+
+    @property
+    def max_trim(self) -> int:
+        return 0
+
+    @property
+    def keep(self) -> int:
+        return self.attention.keep
+
+    @keep.setter
+    def keep(self, keep: int) -> None:
+        self.attention.keep = keep
+
+    @property
+    def window_size(self) -> int | None:
+        return self.attention.window_size
+
+    def fork(self) -> HybridCache:
+        return HybridCache(self.attention.fork(), self.is_linear, [state.copy() for state in self.states])
+
+    def release(self) -> None:
+        self.attention.release()
+        for state in self.states:
+            state.clear()
+
+    @property
+    def nbytes(self) -> int:
+        return self.attention.nbytes + sum(state.nbytes for state in self.states)
+
+    def state_dict(self) -> tuple[Tensors, CacheMeta]:
+        tensors, meta = self.attention.state_dict()
+        saved = {f"attention.{name}": array for name, array in tensors.items()}
+        for index, state in enumerate(self.states):
+            saved.update({f"linear.{index}.{name}": array for name, array in zip(NAMES, state.arrays)})
+        return saved, {"kind": self.kind, "tokens": meta.get("tokens", []), "attention": meta}
+
+    @classmethod
+    def _restore(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta, pool: BlockPool | None) -> HybridCache:
+        inner = meta.get("attention")
+        if inner is None:
+            raise CacheStateError("Saved hybrid cache state lacks its attention layers' state.")
+        attention = ModelCache.from_state(model, {name[len("attention."):]: array for name, array in tensors.items()
+                                                  if name.startswith("attention.")}, inner, pool)
+        flags = linear_layers(model)
+        states = []
+        for index in range(sum(flags)):
+            arrays = [tensors.get(f"linear.{index}.{name}") for name in NAMES]
+            if attention.offset and None in arrays:
+                raise CacheStateError(f"Saved hybrid cache state lacks linear layer {index}'s state.")
+            states.append(LinearState((arrays[0], arrays[1]), attention.offset))
+        return cls(attention, flags, states)
+
+    def _token_ids(self) -> list[int]:
+        return self.attention._token_ids()
+
+    def _begin(self, ids: list[int]) -> None:
+        self.attention._begin(ids)
+
+    def _correct_tail(self, ids: list[int]) -> None:
+        self.attention._correct_tail(ids)

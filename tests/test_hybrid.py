@@ -1,0 +1,161 @@
+"""Hybrid-attention models (Qwen3.5): Gated DeltaNet linear layers beside full attention, on one sequence.
+
+A tiny random-weight Qwen3.5 (mlx-lm's own model code, float32, the embedded tokenizer) must give mlx-lm's
+``stream_generate`` tokens, greedy, through our loop and caches: from an empty cache, and carrying its linear
+layers' state into a next turn that extends what the cache holds; in ChatSession and in the chat window
+(its engine in its own process). What it does not run on yet is refused before any reply, in one line
+(docs/hybrid.md).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlx_lm import load, stream_generate
+from mlx_lm.sample_utils import make_sampler
+
+from assets import MODELS_DIR
+from mlxcore import GenerationParams, KVConfig, ModelChoice, TokenEvent, UsageError, open_engine
+from sessions import ChatSession
+from tiny_models import tiny_hybrid, tiny_hybrid_config, write_model_folder
+
+ROOT = Path(__file__).resolve().parent.parent
+GREEDY = GenerationParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+KINDS = {"standard": KVConfig(kind="standard"), "rotating": KVConfig(kind="rotating", max_kv=4096)}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return write_model_folder(tiny_hybrid(), tmp_path_factory.mktemp("hybrid") / "tiny-hybrid",
+                              MODELS_DIR / "mini-target", config=tiny_hybrid_config())
+
+
+@pytest.fixture(scope="module")
+def reference(folder):
+    """mlx-lm's greedy tokens after a prompt, from its own model and cache."""
+    model, tokenizer = load(str(folder))
+
+    def tokens(prompt: list[int], count: int = 40) -> list[int]:
+        return [r.token for r in stream_generate(model, tokenizer, prompt, max_tokens=count,
+                                                 sampler=make_sampler(0.0))]
+    return tokenizer, tokens
+
+
+def generated(engine, prompt: list[int], caches, params: GenerationParams = GREEDY) -> list[int]:
+    return [e.token for e in engine.generate(prompt, caches, params) if isinstance(e, TokenEvent)]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_greedy_tokens_are_mlx_lms(folder, reference, kind):
+    tokenizer, tokens = reference
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 12 + 7?"}], add_generation_prompt=True)
+    engine = open_engine(str(folder), kv=KINDS[kind]).engine
+    caches = engine.new_caches()
+    assert generated(engine, prompt, caches) == tokens(prompt)
+    # three linear layers' states and one attention layer's keys and values, for the prompt and the reply
+    assert caches.target.kind == "hybrid" and caches.target.offset == len(prompt) + 40
+    assert len(caches.target.states) == 3 and caches.target.geometry.num_layers == 1
+
+
+def test_a_next_turn_carries_the_linear_state(folder, reference):
+    """The second prompt extends what the cache holds: only the new tokens are read, and the reply is the one
+    mlx-lm gives reading the whole second prompt from nothing."""
+    tokenizer, tokens = reference
+    engine = open_engine(str(folder), kv=KINDS["standard"]).engine
+    caches = engine.new_caches()
+    first = tokenizer.encode("Once upon a time")
+    reply = generated(engine, first, caches, GenerationParams(temperature=0.0, max_tokens=12, ignore_eos=True))
+    second, held = first + reply + tokenizer.encode(" and then"), caches.target.offset
+    events = list(engine.generate(second, caches, GREEDY))
+    assert [e.token for e in events if isinstance(e, TokenEvent)] == tokens(second)
+    assert events[-1].stats.reused_tokens == held == len(first) + len(reply)
+
+
+def test_a_prompt_that_does_not_extend_the_cache_is_read_again(folder, reference):
+    """The linear state cannot be rewound: an edited history starts from an empty cache, with the right reply."""
+    tokenizer, tokens = reference
+    engine = open_engine(str(folder), kv=KINDS["standard"]).engine
+    caches = engine.new_caches()
+    generated(engine, tokenizer.encode("Once upon a time there was"), caches)
+    other = tokenizer.encode("Once upon a hill")
+    events = list(engine.generate(other, caches, GREEDY))
+    assert [e.token for e in events if isinstance(e, TokenEvent)] == tokens(other)
+    assert events[-1].stats.reused_tokens == 0
+
+
+def test_a_fork_answers_as_its_source(folder):
+    engine = open_engine(str(folder), kv=KINDS["standard"]).engine
+    caches = engine.new_caches()
+    prompt = list(range(100, 130))
+    generated(engine, prompt, caches, GenerationParams(temperature=0.0, max_tokens=1))
+    forked = caches.fork()
+    follow = prompt + [7, 8, 9]
+    assert generated(engine, follow, forked) == generated(engine, follow, caches)
+
+
+def test_a_chat_session_answers_turn_after_turn(folder, tmp_path):
+    """ChatSession over a hybrid model: turns, a saved file (its conversation; the states are read again)."""
+    engine = open_engine(str(folder), kv=KINDS["standard"]).engine
+    session = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=8))
+    replies = [session.send(text) for text in ("What is 12 + 7?", "And 3 + 4?")]
+    assert all(replies)
+    session.save(tmp_path / "chat.json")
+    reopened = ChatSession.load(tmp_path / "chat.json", engine)
+    assert reopened.messages == session.messages
+    assert reopened.send("Name a colour.") == session.send("Name a colour.")
+
+
+def test_what_a_hybrid_model_does_not_run_on_yet_is_refused(folder):
+    for kv in (KVConfig(kind="paged"), KVConfig(kind="rotating", max_kv=512, kv_bits=8)):
+        with pytest.raises(UsageError, match='kind="standard" or kind="rotating"'):
+            open_engine(str(folder), kv=kv)
+    with pytest.raises(UsageError, match="Speculative decoding does not run on a hybrid model"):
+        open_engine(ModelChoice(model=str(folder), draft="mini-draft"), kv=KINDS["standard"])
+
+
+def test_the_command_says_which_cache_to_use(folder):
+    """``mlxchat ask`` on a hybrid model with the default paged cache: one line naming the flag, no traceback."""
+    done = subprocess.run([sys.executable, "-m", "app.cli", "ask", "hi", "--model", str(folder)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "mlxchat: A hybrid model (Qwen3.5) runs one reply at a time, on a float cache of --kv standard or --kv "
+        "rotating, for now: the paged and 8-bit caches, which batched replies need, do not hold its linear "
+        "layers' states yet."]
+    answered = subprocess.run([sys.executable, "-m", "app.cli", "ask", "hi", "--model", str(folder), "--kv",
+                               "standard", "--max-tokens", "5", "--json"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+    final = json.loads(answered.stdout.strip().splitlines()[-1])
+    assert answered.returncode == 0 and final["stats"]["generated_tokens"] == 5
+
+
+def test_the_chat_window_answers_on_a_hybrid_model(folder):
+    """The window with its engine in its own process, as ``mlxchat --model FOLDER --kv standard`` runs: two turns,
+    each the reply ChatSession gives."""
+    import asyncio
+
+    from app.engine_host.protocol import Open
+    from app.tui.app import ChatApp
+    from test_tui_helpers import SIZE, send, wait_ready
+
+    params = {"temperature": 0.0, "max_tokens": 12}
+    questions = ("What is 12 + 7?", "And 3 + 4?")
+
+    async def scenario():
+        app = ChatApp(Open(model=str(folder), no_draft=True, kv="standard", params=params))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            for question in questions:
+                await send(pilot, app, question)
+            return app.state.messages
+
+    messages = asyncio.run(scenario())
+    session = ChatSession(open_engine(str(folder), kv=KINDS["standard"]).engine,
+                          params=GenerationParams(**params))
+    for question in questions:
+        session.send(question)
+    assert list(messages) == [(m.role, m.content) for m in session.messages] and len(messages) == 4
