@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlxcore.compile_support import report_compile_failure
 from mlxcore.configs import KVConfig, ModelChoice, check_num_draft
 from mlxcore.engine import Engine
 from mlxcore.hub import Progress
 from mlxcore.kv.budget import KVBudget
+from mlxcore.kv.hybrid import linear_layers
 
 SLOW_WARM_UP_S = 1.5  # say what is happening when the kernel warm-up takes longer than this
 SLOW_WARM_UP_NOTE = ("compiling decode kernels for this machine (first start only, up to a minute; "
@@ -59,6 +60,11 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     join_ranks(world, target_files, draft_files, kv, num_draft)  # same files and options everywhere, or an error
     target = load_found(target_files, world=world)  # this rank's share of it
     draft = load_found(draft_files) if draft_files else None  # whole on every rank
+    if linear_layers(target.model) and kv.kind == "paged" and kv.kv_bits is None:
+        # A hybrid model's linear states are not in the paged cache yet: one reply at a time on the standard one.
+        kv = replace(kv, kind="standard")
+        note = " ".join(filter(None, [note, f"{target.name} is a hybrid model (Qwen3.5): it answers one reply at "
+                                            "a time, on the standard KV cache, for now."]))
     if draft is not None:
         check_draft_compatible(target, draft)
     engine = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model if draft else None,

@@ -71,11 +71,18 @@ def tiny_hybrid_config(vocab_size: int = 2048, layers: int = 4) -> dict:
             "rope_parameters": {"type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}}
 
 
-def tiny_hybrid(seed: int = 0, **config) -> qwen3_5.Model:
-    """A random-weight mlx-lm Qwen3.5 model, matrices scaled like ``tiny_qwen3``."""
+def tiny_hybrid_moe_config(vocab_size: int = 2048) -> dict:
+    """Qwen3.5-MoE's: ``tiny_hybrid_config`` with 4 experts (2 a token) and a shared expert in every layer."""
+    return tiny_hybrid_config(vocab_size) | {"model_type": "qwen3_5_moe", "num_experts": 4, "num_experts_per_tok": 2,
+                                              "moe_intermediate_size": 96, "shared_expert_intermediate_size": 96}
+
+
+def tiny_hybrid(seed: int = 0, config: dict | None = None) -> qwen3_5.Model:
+    """A random-weight mlx-lm Qwen3.5 model (``config``: default ``tiny_hybrid_config()``), matrices scaled like
+    ``tiny_qwen3``."""
     mx.random.seed(seed)
-    model = qwen3_5.Model(qwen3_5.ModelArgs.from_dict(tiny_hybrid_config(**config)))
-    scaled = [(k, v * 2.0 if v.ndim == 2 and "embed" not in k else v) for k, v in tree_flatten(model.parameters())]
+    model = qwen3_5.Model(qwen3_5.ModelArgs.from_dict(config or tiny_hybrid_config()))
+    scaled = [(k, v * 2.0 if v.ndim >= 2 and "embed" not in k else v) for k, v in tree_flatten(model.parameters())]
     model.load_weights(scaled)
     mx.eval(model.parameters())
     return model

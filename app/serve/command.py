@@ -124,9 +124,13 @@ def _say(text: str) -> None:
 
 
 def real_worker(engine, args: argparse.Namespace):
-    """One model's worker; the host takes its turns among the other loaded models'."""
+    """One model's worker; the host takes its turns among the other loaded models'. A model that runs on
+    another KV kind than the paged one (a hybrid model, for now) answers one request at a time."""
     from mlxcore import BatchWorker
-    return BatchWorker(engine, **_worker_options(args))
+    options = _worker_options(args)
+    if engine.kv.kind != "paged":
+        options["max_running"] = 1
+    return BatchWorker(engine, **options)
 
 
 def ranked_worker(engine, args: argparse.Namespace):
