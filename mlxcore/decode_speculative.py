@@ -8,7 +8,10 @@ draft feeds the tokens it has not seen and proposes d_1..d_k; the target feeds
 rejection sampling keeps d_1..d_n and picks one more token t. The target is
 rewound by k - n, the draft by k - 1 - n (when n = k the draft never fed d_k:
 it is fed next round). Between steps the target holds every id but the last,
-as after a plain step's read; the draft a prefix of that.
+as after a plain step's read; the draft a prefix of that. A cache that cannot be
+trimmed (a hybrid model's, ``kv/hybrid.py``) goes back to the mark set before the
+round's pass instead, and holds a prefix: the loop feeds it the rest, as it feeds
+any cache what it lacks.
 
 Under a grammar (``batching/constraints.py``) the target's k + 1 rows are masked
 before the acceptance test: row i with the mask after d_1..d_i, filled while the
@@ -92,6 +95,7 @@ class SpeculativeDecoder:
             mx.eval(drafted)
             draft_seconds = decision_clock.now() - start
         fed = ids[tcache.offset:]
+        _mark(tcache)
         tcache.begin(fed + [PENDING] * k)  # the drafted ids are known after the sync below
         inputs = mx.concatenate([mx.array(fed), drafted])[None]
         logits = self.target(inputs, cache=tcache.layers)[0, -(k + 1):, : self.vocab]  # (k + 1, V)
@@ -121,6 +125,7 @@ class SpeculativeDecoder:
     def _propose(self, dcache, ids: list[int], k: int) -> tuple[mx.array, mx.array | None]:
         """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously."""
         fed = ids[dcache.offset:]
+        _mark(dcache)
         dcache.begin(fed)
         inputs, tokens, rows, matched = mx.array(fed)[None], [], [], 0
         for i in range(k):
@@ -184,6 +189,16 @@ def _allowed(constraint: Mask, vocab: int) -> mx.array:
     return mx.array(mask.allowed()[:, :vocab])
 
 
+def _mark(cache) -> None:
+    """Let a cache that cannot be trimmed (``kv/hybrid.py``) come back to this point."""
+    if not cache.max_trim and hasattr(cache, "mark"):
+        cache.mark()
+
+
 def _rewind(cache, n: int) -> None:
+    if n and cache.max_trim < n and hasattr(cache, "rewind_to_mark"):
+        # Back to before the round's pass: the loop feeds it what it lacks, as it does after any rewind.
+        cache.rewind_to_mark()
+        return
     if n and cache.trim(n) != n:
         raise RuntimeError(f"KV cache rewind by {n} failed")  # trim raises first; belt and braces

@@ -39,15 +39,12 @@ if TYPE_CHECKING:
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 
-def _check_hybrid(kv: KVConfig, draft_model: nn.Module | None, world: World) -> None:
+def _check_hybrid(kv: KVConfig, world: World) -> None:
     """What a hybrid model (Qwen3.5) does not run on yet, refused before any reply (docs/hybrid.md)."""
     if kv.kind == "paged" or kv.kv_bits is not None:
         raise UsageError('A hybrid model (Qwen3.5) runs one reply at a time, on a float cache of kind="standard" '
                          'or kind="rotating", for now: the paged and 8-bit caches, which batched replies need, do '
                          'not hold its linear layers\' states yet.')
-    if draft_model is not None:
-        raise UsageError("Speculative decoding does not run on a hybrid model (Qwen3.5) yet: its linear layers' "
-                         "states cannot be rewound to the accepted draft tokens. Run it without a draft.")
     if world.distributed:
         raise UsageError("A hybrid model (Qwen3.5) runs in one process for now, not over several ranks.")
 
@@ -64,8 +61,8 @@ class Engine:
                  draft_model: nn.Module | None = None, num_draft: int = 8, context_length: int | None = None,
                  fingerprint: str = "", draft_fingerprint: str = "", model_name: str = "",
                  draft_name: str = "", generation_defaults: dict | None = None, world: World = SINGLE) -> None:
-        if linear_layers(model):
-            _check_hybrid(kv, draft_model, world)
+        if linear_layers(model) or (draft_model is not None and linear_layers(draft_model)):
+            _check_hybrid(kv, world)
         self.model = model
         self.tokenizer = tokenizer
         self.draft_model = draft_model

@@ -24,7 +24,9 @@ def settle(cache, ids: Sequence[int], model: nn.Module | None = None) -> None:
     (an interrupted prefill keeps the chunks every layer completed)."""
     cache.settle()  # first: a pass stopped between layers leaves layer 0 ahead of the rest
     ahead = cache.offset - len(ids)
-    if ahead > 0:
+    if ahead > cache.max_trim and hasattr(cache, "rewind_to_mark"):  # a hybrid model's: back to before the pass
+        cache.rewind_to_mark()
+    elif ahead > 0:
         cache.trim(ahead)
     missing = list(ids[cache.offset:])
     if model is not None and missing:

@@ -122,6 +122,36 @@ def test_a_chat_session_answers_turn_after_turn(folder, tmp_path):
     assert reopened.send("Name a colour.") and len(reopened.messages) == len(session.messages) + 2
 
 
+@pytest.fixture(scope="module")
+def hybrid_draft(tmp_path_factory) -> Path:
+    """Another tiny Qwen3.5, a draft for the hybrid target (and for the embedded Qwen3 target)."""
+    return write_model_folder(tiny_hybrid(seed=1), tmp_path_factory.mktemp("hybrid-draft") / "tiny-hybrid-draft",
+                              MODELS_DIR / "mini-target", config=tiny_hybrid_config())
+
+
+@pytest.mark.parametrize("pair", ["hybrid target, Qwen3 draft", "hybrid target and draft", "Qwen3 target, hybrid draft"])
+@pytest.mark.parametrize("k", [1, 3, "scripted"])
+def test_speculative_greedy_is_plain_greedy(folder, hybrid_draft, pair, k):
+    """Rounds whose drafts are partly rejected rewind a hybrid cache to its mark and feed the kept tokens again:
+    the tokens are plain greedy decoding's, round shape after round shape."""
+    from test_speculative import controller
+
+    target, draft = {"hybrid target, Qwen3 draft": (str(folder), "mini-draft"),
+                     "hybrid target and draft": (str(folder), str(hybrid_draft)),
+                     "Qwen3 target, hybrid draft": ("mini-target", str(hybrid_draft))}[pair]
+    prompt = list(range(300, 330))
+    plain = open_engine(target, kv=KINDS["standard"]).engine
+    expected = generated(plain, prompt, plain.new_caches())
+    spec = open_engine(ModelChoice(model=target, draft=draft), kv=KINDS["standard"], num_draft=5).engine
+    spec.draft_control = controller(k)
+    caches = spec.new_caches()
+    events = list(spec.generate(prompt, caches, GREEDY))
+    stats = events[-1].stats
+    assert [e.token for e in events if isinstance(e, TokenEvent)] == expected
+    assert stats.draft_proposed > stats.draft_accepted  # some rounds were rewound
+    assert caches.target.tokens == (prompt + expected)[:caches.target.offset]  # what it holds is what was said
+
+
 def test_what_a_hybrid_model_does_not_run_on_yet_is_refused(folder):
     opened = open_engine(str(folder))  # the default paged cache: the standard one instead, said in the note
     assert opened.engine.kv.kind == "standard" and "one reply at a time" in opened.note
@@ -129,8 +159,6 @@ def test_what_a_hybrid_model_does_not_run_on_yet_is_refused(folder):
         Engine(opened.engine.model, opened.engine.tokenizer, kv=KVConfig(kind="paged"))
     with pytest.raises(UsageError, match='kind="standard" or kind="rotating"'):
         open_engine(str(folder), kv=KVConfig(kind="rotating", max_kv=512, kv_bits=8))
-    with pytest.raises(UsageError, match="Speculative decoding does not run on a hybrid model"):
-        open_engine(ModelChoice(model=str(folder), draft="mini-draft"), kv=KINDS["standard"])
 
 
 def test_the_command_answers_on_the_standard_cache_and_says_so(folder):

@@ -4,9 +4,12 @@ Three layers in four of Qwen3.5 are Gated DeltaNet linear attention, whose state
 size (``linear_state.py``); the others are full attention with an ordinary KV cache. ``HybridCache`` holds
 one cache of a usual kind over the attention layers (``attention``: the token ids, the KV budget, what a
 session file keeps of the KV) and a ``LinearState`` per linear layer, handing the model its ``layers`` in
-the model's order. The linear states cannot be rewound, so neither can the whole (``max_trim`` is 0): a new
+the model's order. The linear states cannot be trimmed, so neither can the whole (``max_trim`` is 0): a new
 turn whose prompt does not extend what the cache holds is read again from its start (``Engine.keep_prefix``).
-Snapshots of the states for prefix reuse and rewinds are the next step (docs/hybrid.md).
+A caller that will want to go back (speculative decoding's verify pass) sets a ``mark`` first: the states
+are kept by reference, since MLX never writes an array in place, and ``rewind_to_mark`` returns to it; the
+caller then feeds again the tokens it keeps past the mark. Snapshots at block boundaries for prefix reuse
+are the next step (docs/hybrid.md).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class HybridCache(ModelCache):
         self.attention, self.is_linear = attention, list(is_linear)
         self.geometry = attention.geometry
         self.states = list(states) if states is not None else [LinearState() for flag in is_linear if flag]
+        self._mark: tuple[int, list[LinearState]] | None = None  # (offset, states) to go back to
         kv, linear = iter(attention.layers), iter(self.states)
         # The model takes both kinds of layer cache, each where its layer is.
         self.layers: list[LayerCache | LinearState] = [  # type: ignore[assignment]
@@ -65,6 +69,22 @@ class HybridCache(ModelCache):
     @property
     def window_size(self) -> int | None:
         return self.attention.window_size
+
+    def mark(self) -> None:
+        """Remember this point, so that ``rewind_to_mark`` can come back to it."""
+        self._mark = (self.offset, [state.copy() for state in self.states])
+
+    def rewind_to_mark(self) -> int:
+        """Go back to the last ``mark`` (the attention layers trimmed, the linear states as they were); return the
+        tokens dropped, those the caller feeds again if it keeps them."""
+        if self._mark is None:
+            raise CacheStateError("rewind_to_mark needs a mark set before the tokens to drop were fed.")
+        offset, states = self._mark
+        dropped = self.offset - offset
+        self.attention.trim(dropped)
+        for state, saved in zip(self.states, states):
+            state.restore(saved)
+        return dropped
 
     def fork(self) -> HybridCache:
         return HybridCache(self.attention.fork(), self.is_linear, [state.copy() for state in self.states])

@@ -49,6 +49,10 @@ class LinearState:
         """Forget every token read (an empty sequence)."""
         self._arrays, self.offset = [None, None], 0
 
+    def restore(self, saved: LinearState) -> None:
+        """Take ``saved``'s state (a ``copy`` made earlier) as this sequence's again."""
+        self._arrays, self.offset = list(saved._arrays), saved.offset
+
     def copy(self) -> LinearState:
         """The same state for another sequence (MLX arrays are never written in place, so they are shared)."""
         return LinearState((self._arrays[0], self._arrays[1]), self.offset)
