@@ -16,8 +16,9 @@ from typing import Any
 
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
+import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
-from mlx_lm.models import qwen3
+from mlx_lm.models import qwen3, qwen3_5
 from mlx_lm.utils import quantize_model, save_config, save_model
 
 from assets import QWEN3_TOKENIZER_DIR
@@ -28,10 +29,12 @@ LOGIT_STD = 4.0  # std of random logits: at 151,936 tokens a std of ~1 is nearly
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
-def random_model(spec: TwinSpec, *, seed: int, vocab_pad: int = 0) -> qwen3.Model:
-    """A float32 mlx-lm Qwen3 of shape ``spec`` whose weights depend on ``seed`` only (still lazy)."""
+def random_model(spec: TwinSpec, *, seed: int, vocab_pad: int = 0) -> nn.Module:
+    """A float32 mlx-lm Qwen3 (Qwen3.5 for a hybrid spec) of shape ``spec`` whose weights depend on ``seed``
+    only (still lazy)."""
     config = twin_config(spec, bits=None, vocab_pad=vocab_pad)
-    model = qwen3.Model(qwen3.ModelArgs.from_dict(config))  # its own random init is lazy, never computed
+    family = qwen3_5 if spec.linear is not None else qwen3
+    model = family.Model(family.ModelArgs.from_dict(config))  # its own random init is lazy, never computed
     params = tree_flatten(model.parameters())
     keys = mx.random.split(mx.random.key(seed), len(params))
     weights = [(name, _random_weight(name, value.shape, key, spec.hidden_size))
@@ -52,7 +55,7 @@ def _random_weight(name: str, shape: tuple[int, ...], key: mx.array, hidden: int
     return mx.random.normal(shape, key=key) * std
 
 
-def quantize_bf16(model: qwen3.Model, config: dict[str, Any], bits: int) -> dict[str, Any]:
+def quantize_bf16(model: nn.Module, config: dict[str, Any], bits: int) -> dict[str, Any]:
     """Cast ``model`` to bfloat16 and quantize it in place as mlx_lm.convert does; the new config."""
     model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
     with contextlib.redirect_stdout(io.StringIO()):  # it prints bits per weight; our CLI's stdout is a path

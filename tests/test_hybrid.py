@@ -21,7 +21,9 @@ from mlx_lm.sample_utils import make_sampler
 from assets import MODELS_DIR
 from mlxcore import Engine, GenerationParams, KVConfig, ModelChoice, TokenEvent, UsageError, open_engine
 from sessions import ChatSession
+from bench.twins import twin_folder
 from tiny_models import tiny_hybrid, tiny_hybrid_config, tiny_hybrid_moe_config, write_model_folder
+from twin_fixtures import twins_root  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 GREEDY = GenerationParams(temperature=0.0, max_tokens=40, ignore_eos=True)
@@ -234,3 +236,32 @@ def test_the_chat_window_answers_on_a_hybrid_model(folder):
     for question in questions:
         session.send(question)
     assert list(messages) == [(m.role, m.content) for m in session.messages] and len(messages) == 4
+
+
+@pytest.mark.parametrize("twin, bits", [("qwen3.5-9b", None), ("qwen3.5-0.8b", 4)])
+def test_a_qwen35_geometry_twin_gives_mlx_lms_tokens(twins_root, twin, bits):
+    """Twins of Qwen3.5-9B (float32) and -0.8B (4-bit, bf16 scales): the real layer pattern, linear heads and
+    dims, partial rotary, Qwen3's 151,936-token vocabulary and tokenizer (Qwen3.5's are not in this tree)."""
+    folder = twin_folder(twin, bits=bits, root=twins_root)
+    model, tokenizer = load(str(folder))
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 12 + 7?"}],
+                                           add_generation_prompt=True)
+    expected = [r.token for r in stream_generate(model, tokenizer, prompt, max_tokens=8, sampler=make_sampler(0.0))]
+    engine = open_engine(str(folder)).engine  # the default cache: the standard one for a hybrid model
+    assert generated(engine, prompt, engine.new_caches(), GREEDY.replaced({"max_tokens": 8})) == expected
+    assert engine.model.args.vocab_size == 151_936 and len(engine.new_caches().target.states) == 3 * len(
+        engine.new_caches().target.attention.layers)
+
+
+def test_the_twins_decode_speculatively_as_plainly(twins_root):
+    """The 9B twin with the 0.8B twin as its draft: greedy with rewinds on both hybrid caches equals plain."""
+    from test_speculative import controller
+
+    target, draft = (str(twin_folder(name, bits=None, root=twins_root)) for name in ("qwen3.5-9b", "qwen3.5-0.8b"))
+    prompt, params = list(range(1000, 1024)), GREEDY.replaced({"max_tokens": 16})
+    plain = open_engine(target).engine
+    spec = open_engine(ModelChoice(model=target, draft=draft), num_draft=4).engine
+    spec.draft_control = controller("scripted")
+    events = list(spec.generate(prompt, spec.new_caches(), params))
+    assert [e.token for e in events if isinstance(e, TokenEvent)] == generated(plain, prompt, plain.new_caches(), params)
+    assert events[-1].stats.draft_proposed > events[-1].stats.draft_accepted
