@@ -53,6 +53,8 @@ ROWS: dict[str, tuple[str, Row]] = {
                                  lambda s: twin_decode_vs_mlx_lm(s.runs, QWEN3_SAMPLING)),
     "greedy_decode_vs_mlx_lm_twin": ("plain greedy decode tok/s on the 0.6B twin, mlxchat / mlx_lm",
                                      lambda s: twin_decode_vs_mlx_lm(s.runs, GREEDY)),
+    "hybrid_decode_vs_mlx_lm": ("plain greedy decode tok/s on the Qwen3.5-9B twin (hybrid layers), mlxchat / mlx_lm",
+                                lambda s: twin_decode_vs_mlx_lm(s.runs, GREEDY, kv="standard", twin="qwen3.5-9b")),
     # ~4 minutes a pair on 2 cores (mlx-lm's side ~3 of them): half the runs, at least 2
     "twin_prefill_vs_mlx_lm": ("prefill seconds of 2,000 tokens on the 8B twin (float32), mlx-lm / mlxchat",
                                lambda s: twin_prefill_vs_mlx_lm(max(2, s.runs // 2))),

@@ -1,4 +1,5 @@
-"""Rows `sampled_decode_vs_mlx_lm` and `greedy_decode_vs_mlx_lm_twin`: plain decode on the 0.6B twin.
+"""Rows `sampled_decode_vs_mlx_lm` and `greedy_decode_vs_mlx_lm_twin`: plain decode on the 0.6B twin;
+`hybrid_decode_vs_mlx_lm`: the same, greedy, on the Qwen3.5-9B twin (hybrid layers, standard cache).
 
 The twin has Qwen3's 151,936-token vocabulary, where sampling costs as much as
 a few layers of the model; float32 weights keep a CPU run short.
@@ -25,13 +26,13 @@ QWEN3_SAMPLING = {"temperature": 0.6, "top_p": 0.95, "top_k": 20}  # Qwen3's gen
 GREEDY = {"temperature": 0.0}
 
 
-def twin_decode_vs_mlx_lm(runs: int, sampling: dict, tokens: int = 256, kv: str = "paged") -> dict:
+def twin_decode_vs_mlx_lm(runs: int, sampling: dict, tokens: int = 256, kv: str = "paged", twin: str = TWIN) -> dict:
     """Ours / ``mlx_lm.stream_generate`` on the float32 twin, exactly ``tokens`` tokens each (EOS ignored).
 
     ``sampling`` holds temperature and optionally top_p and top_k; mlx-lm gets
     them through ``make_sampler``.
     """
-    loaded = load_model(str(twin_folder(TWIN, bits=None)))
+    loaded = load_model(str(twin_folder(twin, bits=None)))
     ids = render_chat(loaded.tokenizer, [{"role": "user", "content": PROMPT}], enable_thinking=False)
     engine = Engine(loaded.model, loaded.tokenizer, kv=KVConfig(kind=kv))
     engine.warm_up()  # as `mlxchat` does when it opens a model
@@ -52,5 +53,5 @@ def twin_decode_vs_mlx_lm(runs: int, sampling: dict, tokens: int = 256, kv: str 
     ours(), theirs()  # warm up both paths
     result = paired_median(ours, theirs, runs)
     return {"value": result["ratio"], "ours_tps": result["ours"], "mlx_lm_tps": result["theirs"],
-            "ratios": result["ratios"], "kv": kv, "tokens": tokens, "model": f"{TWIN} twin, float32",
+            "ratios": result["ratios"], "kv": kv, "tokens": tokens, "model": f"{twin} twin, float32",
             "sampling": sampling}
