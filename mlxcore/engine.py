@@ -26,7 +26,7 @@ from mlxcore.kv.base import CacheMeta, ModelCache, Tensors
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.kv.budget import KVBudget, format_bytes, machine_kv_bytes, weights_bytes, wire_recommended_limit
 from mlxcore.kv.geometry import KVGeometry, activation_dtype, model_geometry
-from mlxcore.kv.hybrid import linear_layers
+from mlxcore.kv.hybrid import HybridCache, linear_layers
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
@@ -264,8 +264,11 @@ class Engine:
             cache = self._replace_cache(caches, role)
         keep = min(common_prefix_length(cache.tokens, prompt_ids), len(prompt_ids) - 1)
         if cache.offset - keep > cache.max_trim:
-            cache = self._replace_cache(caches, role)
-            keep = 0
+            # A hybrid model's cache goes back to a snapshot within the common prefix, if it has one.
+            restored = cache.restore_snapshot(keep) if isinstance(cache, HybridCache) else None
+            if restored is None:
+                cache = self._replace_cache(caches, role)
+            keep = restored or 0
         cache.trim(cache.offset - keep)
         if cache.offset == 0:
             keep = cache.reuse_prefix(prompt_ids)

@@ -89,7 +89,8 @@ def test_a_next_turn_carries_the_linear_state(folder, reference):
 
 
 def test_a_prompt_that_does_not_extend_the_cache_is_read_again(folder, reference):
-    """The linear state cannot be rewound: an edited history starts from an empty cache, with the right reply."""
+    """The linear state cannot be trimmed: an edit before any snapshot starts from an empty cache, with the
+    right reply."""
     tokenizer, tokens = reference
     engine = open_engine(str(folder), kv=KINDS["standard"]).engine
     caches = engine.new_caches()
@@ -98,6 +99,27 @@ def test_a_prompt_that_does_not_extend_the_cache_is_read_again(folder, reference
     events = list(engine.generate(other, caches, GREEDY))
     assert [e.token for e in events if isinstance(e, TokenEvent)] == tokens(other)
     assert events[-1].stats.reused_tokens == 0
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_history_that_drops_the_reply_goes_back_to_the_prompts_end(folder, reference, kind):
+    """As when the template drops a reply's thinking from the history: the next prompt leaves the cache right
+    after the last prompt, where a snapshot is. Only the rest is read, and the reply is mlx-lm's to the whole
+    prompt read from nothing."""
+    tokenizer, tokens = reference
+    engine = open_engine(str(folder), kv=KINDS[kind]).engine
+    caches = engine.new_caches()
+    first = tokenizer.encode("Once upon a time there was a lighthouse keeper who")
+    generated(engine, first, caches, GenerationParams(temperature=0.0, max_tokens=20, ignore_eos=True))
+    second = first + tokenizer.encode(" kept a cat. Then")  # not the reply the cache holds
+    events = list(engine.generate(second, caches, GREEDY))
+    assert [e.token for e in events if isinstance(e, TokenEvent)] == tokens(second)
+    # the snapshot is where the prompt's last token was fed, as the first decode step (the loop reads a prompt
+    # but its last token, which goes in with the decode rows)
+    assert events[-1].stats.reused_tokens == len(first) - 1
+    again = list(engine.generate(second, caches, GREEDY))  # a regenerate: back to this prompt's snapshot
+    assert [e.token for e in again if isinstance(e, TokenEvent)] == tokens(second)
+    assert again[-1].stats.reused_tokens == len(second) - 1
 
 
 def test_a_fork_answers_as_its_source(folder):

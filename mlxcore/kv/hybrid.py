@@ -8,8 +8,13 @@ the model's order. The linear states cannot be trimmed, so neither can the whole
 turn whose prompt does not extend what the cache holds is read again from its start (``Engine.keep_prefix``).
 A caller that will want to go back (speculative decoding's verify pass) sets a ``mark`` first: the states
 are kept by reference, since MLX never writes an array in place, and ``rewind_to_mark`` returns to it; the
-caller then feeds again the tokens it keeps past the mark. Snapshots at block boundaries for prefix reuse
-are the next step (docs/hybrid.md).
+caller then feeds again the tokens it keeps past the mark.
+
+The cache also keeps ``snapshots`` of itself, the same way: where a pass follows a pass of several tokens
+(the start of each prompt chunk after the first, and the end of the prompt, where the reply starts), the
+latest ``MAX_SNAPSHOTS``. A next turn that does not extend what the cache holds goes back to the deepest
+snapshot within their common prefix (``restore_snapshot``) and reads only the rest: a history whose
+thinking the template dropped diverges right after the last prompt, where a snapshot is.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from mlxcore.kv.protocol import LayerCache
 
 if TYPE_CHECKING:
     from mlxcore.kv.paged_pool import BlockPool
+
+MAX_SNAPSHOTS = 4  # each holds every linear layer's state (tens of MiB on a 9B model), kept by reference
 
 
 def linear_layers(model: nn.Module) -> list[bool]:
@@ -45,6 +52,8 @@ class HybridCache(ModelCache):
         self.geometry = attention.geometry
         self.states = list(states) if states is not None else [LinearState() for flag in is_linear if flag]
         self._mark: tuple[int, list[LinearState]] | None = None  # (offset, states) to go back to
+        self.snapshots: list[tuple[int, list[LinearState]]] = []  # (offset, states), oldest first
+        self._last_fed = 0  # tokens the last pass fed
         kv, linear = iter(attention.layers), iter(self.states)
         # The model takes both kinds of layer cache, each where its layer is.
         self.layers: list[LayerCache | LinearState] = [  # type: ignore[assignment]
@@ -84,15 +93,33 @@ class HybridCache(ModelCache):
         self.attention.trim(dropped)
         for state, saved in zip(self.states, states):
             state.restore(saved)
+        self.snapshots = [snap for snap in self.snapshots if snap[0] <= offset]
         return dropped
 
+    def restore_snapshot(self, keep: int) -> int | None:
+        """Go back to the deepest snapshot holding at most ``keep`` tokens; its length, or None if there is none
+        (or the attention layers cannot be trimmed that far: a wrapped rotating window)."""
+        usable = [snap for snap in self.snapshots
+                  if 0 < snap[0] <= keep and self.offset - snap[0] <= self.attention.max_trim]
+        if not usable:
+            return None
+        offset, states = usable[-1]
+        self.attention.trim(self.offset - offset)
+        for state, saved in zip(self.states, states):
+            state.restore(saved)
+        self.snapshots = [snap for snap in self.snapshots if snap[0] <= offset]
+        return offset
+
     def fork(self) -> HybridCache:
-        return HybridCache(self.attention.fork(), self.is_linear, [state.copy() for state in self.states])
+        child = HybridCache(self.attention.fork(), self.is_linear, [state.copy() for state in self.states])
+        child.snapshots = list(self.snapshots)  # their states are never written: shared
+        return child
 
     def release(self) -> None:
         self.attention.release()
         for state in self.states:
             state.clear()
+        self.snapshots, self._mark = [], None
 
     @property
     def nbytes(self) -> int:
@@ -125,6 +152,9 @@ class HybridCache(ModelCache):
         return self.attention._token_ids()
 
     def _begin(self, ids: list[int]) -> None:
+        if self._last_fed > 1 and self.offset and (not self.snapshots or self.snapshots[-1][0] < self.offset):
+            self.snapshots = [*self.snapshots[-(MAX_SNAPSHOTS - 1):], (self.offset, [s.copy() for s in self.states])]
+        self._last_fed = len(ids)
         self.attention._begin(ids)
 
     def _correct_tail(self, ids: list[int]) -> None:
