@@ -34,6 +34,7 @@ from mlxcore.batching.constraints import Bitmask, Mask
 from mlxcore.device_profile import current
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.kv.base import PENDING
+from mlxcore.kv.hybrid import HybridCache
 from mlxcore.params import SamplingParams
 from mlxcore.prefill import prefill, settle
 from mlxcore.rejection import verify, verify_greedy
@@ -191,12 +192,12 @@ def _allowed(constraint: Mask, vocab: int) -> mx.array:
 
 def _mark(cache) -> None:
     """Let a cache that cannot be trimmed (``kv/hybrid.py``) come back to this point."""
-    if not cache.max_trim and hasattr(cache, "mark"):
+    if isinstance(cache, HybridCache):
         cache.mark()
 
 
 def _rewind(cache, n: int) -> None:
-    if n and cache.max_trim < n and hasattr(cache, "rewind_to_mark"):
+    if n and isinstance(cache, HybridCache):
         # Back to before the round's pass: the loop feeds it what it lacks, as it does after any rewind.
         cache.rewind_to_mark()
         return

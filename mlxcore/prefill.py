@@ -10,6 +10,7 @@ import mlx.nn as nn
 
 from mlxcore.blas import parallel_products
 from mlxcore.cpu_prefill import cpu_prefill_body, uses_cpu_prefill
+from mlxcore.kv.hybrid import HybridCache
 
 Progress = Callable[[int, int], None]  # (prompt tokens done, prompt tokens in all)
 
@@ -24,7 +25,7 @@ def settle(cache, ids: Sequence[int], model: nn.Module | None = None) -> None:
     (an interrupted prefill keeps the chunks every layer completed)."""
     cache.settle()  # first: a pass stopped between layers leaves layer 0 ahead of the rest
     ahead = cache.offset - len(ids)
-    if ahead > cache.max_trim and hasattr(cache, "rewind_to_mark"):  # a hybrid model's: back to before the pass
+    if ahead > 0 and isinstance(cache, HybridCache):  # it cannot be trimmed: back to before the pass
         cache.rewind_to_mark()
     elif ahead > 0:
         cache.trim(ahead)

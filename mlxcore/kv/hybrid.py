@@ -88,12 +88,8 @@ class HybridCache(ModelCache):
         tokens dropped, those the caller feeds again if it keeps them."""
         if self._mark is None:
             raise CacheStateError("rewind_to_mark needs a mark set before the tokens to drop were fed.")
-        offset, states = self._mark
-        dropped = self.offset - offset
-        self.attention.trim(dropped)
-        for state, saved in zip(self.states, states):
-            state.restore(saved)
-        self.snapshots = [snap for snap in self.snapshots if snap[0] <= offset]
+        dropped = self.offset - self._mark[0]
+        self._go_back(*self._mark)
         return dropped
 
     def restore_snapshot(self, keep: int) -> int | None:
@@ -103,12 +99,15 @@ class HybridCache(ModelCache):
                   if 0 < snap[0] <= keep and self.offset - snap[0] <= self.attention.max_trim]
         if not usable:
             return None
-        offset, states = usable[-1]
+        self._go_back(*usable[-1])
+        return self.offset
+
+    def _go_back(self, offset: int, states: list[LinearState]) -> None:
+        """Hold the first ``offset`` tokens again, with the linear ``states`` saved there; later snapshots go."""
         self.attention.trim(self.offset - offset)
         for state, saved in zip(self.states, states):
             state.restore(saved)
         self.snapshots = [snap for snap in self.snapshots if snap[0] <= offset]
-        return offset
 
     def fork(self) -> HybridCache:
         child = HybridCache(self.attention.fork(), self.is_linear, [state.copy() for state in self.states])
