@@ -47,7 +47,6 @@ class CacheMeta(CacheCounters, total=False):
     kv_format: str
     kv_bits: int | None
     group_size: int | None
-    attention: CacheMeta  # hybrid: its attention layers' own cache
 
 
 PENDING = -1  # stands for a token id not known yet; see ``ModelCache.correct_tail``

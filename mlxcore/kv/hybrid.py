@@ -2,10 +2,10 @@
 
 Three layers in four of Qwen3.5 are Gated DeltaNet linear attention, whose state per sequence has a fixed
 size (``linear_state.py``); the others are full attention with an ordinary KV cache. ``HybridCache`` holds
-one cache of a usual kind over the attention layers (``attention``: the token ids, the KV budget, what a
-session file keeps of the KV) and a ``LinearState`` per linear layer, handing the model its ``layers`` in
-the model's order. The linear states cannot be trimmed, so neither can the whole (``max_trim`` is 0): a new
-turn whose prompt does not extend what the cache holds is read again from its start (``Engine.keep_prefix``).
+one cache of a usual kind over the attention layers (``attention``: the token ids and the KV) and a
+``LinearState`` per linear layer, handing the model its ``layers`` in the model's order. Session files keep
+a hybrid chat's conversation, not its states, for now. The linear states cannot be trimmed, so neither
+can the whole (``max_trim`` is 0).
 A caller that will want to go back (speculative decoding's verify pass) sets a ``mark`` first: the states
 are kept by reference, since MLX never writes an array in place, and ``rewind_to_mark`` returns to it; the
 caller then feeds again the tokens it keeps past the mark.
@@ -26,7 +26,7 @@ import mlx.nn as nn
 
 from mlxcore.kv.base import CacheMeta, ModelCache, Tensors
 from mlxcore.kv.errors import CacheStateError
-from mlxcore.kv.linear_state import NAMES, LinearState
+from mlxcore.kv.linear_state import LinearState
 from mlxcore.kv.protocol import LayerCache
 
 if TYPE_CHECKING:
@@ -125,27 +125,13 @@ class HybridCache(ModelCache):
         return self.attention.nbytes + sum(state.nbytes for state in self.states)
 
     def state_dict(self) -> tuple[Tensors, CacheMeta]:
-        tensors, meta = self.attention.state_dict()
-        saved = {f"attention.{name}": array for name, array in tensors.items()}
-        for index, state in enumerate(self.states):
-            saved.update({f"linear.{index}.{name}": array for name, array in zip(NAMES, state.arrays)})
-        return saved, {"kind": self.kind, "tokens": meta.get("tokens", []), "attention": meta}
+        # Session files keep a hybrid chat's conversation, not its states, for now (sessions/session_file.py).
+        raise CacheStateError("A hybrid model's cache is not saved yet: its linear layers' states are not in the "
+                              "session file format.")
 
     @classmethod
     def _restore(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta, pool: BlockPool | None) -> HybridCache:
-        inner = meta.get("attention")
-        if inner is None:
-            raise CacheStateError("Saved hybrid cache state lacks its attention layers' state.")
-        attention = ModelCache.from_state(model, {name[len("attention."):]: array for name, array in tensors.items()
-                                                  if name.startswith("attention.")}, inner, pool)
-        flags = linear_layers(model)
-        states = []
-        for index in range(sum(flags)):
-            arrays = [tensors.get(f"linear.{index}.{name}") for name in NAMES]
-            if attention.offset and None in arrays:
-                raise CacheStateError(f"Saved hybrid cache state lacks linear layer {index}'s state.")
-            states.append(LinearState((arrays[0], arrays[1]), attention.offset))
-        return cls(attention, flags, states)
+        raise CacheStateError("A session file holds no hybrid cache to restore.")
 
     def _token_ids(self) -> list[int]:
         return self.attention._token_ids()

@@ -12,9 +12,6 @@ import mlx.core as mx
 
 from mlxcore.kv.errors import TrimError
 
-NAMES = ("conv", "recurrent")  # what cache[0] and cache[1] hold, as a session file names them
-
-
 class LinearState:
     """One linear layer's state for one sequence; follows mlx-lm's ``ArraysCache(size=2)`` where its layer reads it."""
 
@@ -58,10 +55,5 @@ class LinearState:
         return LinearState((self._arrays[0], self._arrays[1]), self.offset)
 
     @property
-    def arrays(self) -> tuple[mx.array, ...]:
-        """The state's arrays, for a session file (none before the first token)."""
-        return tuple(a for a in self._arrays if a is not None)
-
-    @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays)
+        return sum(a.nbytes for a in self._arrays if a is not None)
