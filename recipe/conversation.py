@@ -31,8 +31,9 @@ MAKERS = {  # group -> (weight, task makers)
 }
 TOOL_GROUPS = ["tool call", "tool answer", "tool direct"]  # the reply is a call; reads a result; needs no tool
 GROUPS = list(MAKERS) + ["chat", "persona", "recall"] + TOOL_GROUPS
-# Tools are offered in 13% of the conversations (the other groups keep their proportions among the rest).
-GROUP_WEIGHTS = [0.87 * w for w, _ in MAKERS.values()] + [0.87 * w for w in (0.03, 0.05, 0.13)] + [0.05, 0.05, 0.03]
+# Tools are offered in 8% of the conversations (the other groups keep their proportions among the rest): their
+# prompts are several times longer, so 8% of the conversations are about a fifth of the tokens.
+GROUP_WEIGHTS = [0.92 * w for w, _ in MAKERS.values()] + [0.92 * w for w in (0.03, 0.05, 0.13)] + [0.03, 0.03, 0.02]
 HELDOUT_PERCENT = 10
 
 

@@ -23,7 +23,7 @@ class Conversation:
     messages: list[dict]   # system/user/assistant/tool messages; assistant content holds <think>...</think>
     expected: str          # the final reply's visible text (a call's is its <tool_call> text)
     tools: list[dict] | None = None   # the tools offered (OpenAI function tools), if any
-    tool_task: ToolTask | None = None  # the task behind a "tool call" or "tool answer" conversation
+    tool_tasks: tuple[ToolTask, ...] = ()  # the tasks behind a "tool call" or "tool answer" conversation (1-2)
 
     def to_json(self) -> str:
         return json.dumps({"group": self.group, "key": repr(self.key), "thinking": self.thinking,
@@ -66,16 +66,21 @@ def _tool_conversation(rng: random.Random, group: str, thinking: bool) -> Conver
         key = task.key if task.open_key else (task.key, user, persona.system)
         thought, visible = persona.reply(task, thinking)
         messages = system + earlier + [{"role": "user", "content": user}, assistant(thought, visible)]
-        return Conversation(group, key, thinking, messages, visible, tasks_tools.offered(rng, None))
-    task = tasks_tools.random_tool_task(rng)
-    offered = tasks_tools.offered(rng, task.name)
-    call = tools.call_message(task.plan if thinking else "", task.name, task.arguments)
-    messages = system + earlier + [{"role": "user", "content": roughen(rng, task.user)}, call]
+        return Conversation(group, key, thinking, messages, visible, tasks_tools.offered(rng, []))
+    tasks = tasks_tools.random_tool_tasks(rng)
+    # Two questions are held out when either phrasing is: no held-out phrasing is ever seen with a tool.
+    key = tasks[0].key if len(tasks) == 1 else ("tool", "pair", any(t.key[2] for t in tasks), tasks)
+    offered = tasks_tools.offered(rng, [t.name for t in tasks])
+    calls = [(t.name, t.arguments) for t in tasks]
+    call = tools.call_message("\n".join(t.plan for t in tasks) if thinking else "", calls)
+    user = " ".join(roughen(rng, t.user) for t in tasks)
+    messages = system + earlier + [{"role": "user", "content": user}, call]
     if group == "tool call":
-        return Conversation(group, task.key, thinking, messages, tools.call_text(task.name, task.arguments),
-                            offered, task)
-    messages += [{"role": "tool", "content": task.result}, assistant(task.reading if thinking else "", task.answer)]
-    return Conversation(group, task.key, thinking, messages, task.answer, offered, task)
+        return Conversation(group, key, thinking, messages, tools.call_text(calls), offered, tasks)
+    answer = " ".join(t.answer for t in tasks)
+    messages += [{"role": "tool", "content": t.result} for t in tasks]
+    messages.append(assistant("\n".join(t.reading for t in tasks) if thinking else "", answer))
+    return Conversation(group, key, thinking, messages, answer, offered, tasks)
 
 
 def make_conversation(rng: random.Random, thinking: bool) -> Conversation:

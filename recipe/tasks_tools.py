@@ -107,14 +107,24 @@ def conversion(rng: random.Random, clock: tools.Clock) -> ToolTask:
 MAKERS = [calculator, calculator, clock_question, conversion]
 
 
+PARALLEL = 0.2  # the share of tool questions that ask two things at once: two calls in one reply
+
+
 def random_tool_task(rng: random.Random) -> ToolTask:
     return pick(rng, MAKERS)(rng, random_clock(rng))
 
 
-def offered(rng: random.Random, needed: str | None) -> list[dict]:
-    """The tools of one conversation: the needed one (if any) among 0-2 others, in a random order."""
-    names = list(tools.TOOLS)
-    others = [n for n in names if n != needed]
-    chosen = ([needed] if needed else []) + rng.sample(others, rng.randint(0 if needed else 1, len(others)))
+def random_tool_tasks(rng: random.Random) -> tuple[ToolTask, ...]:
+    """One tool question, or (``PARALLEL``) two asked in one message, under one clock."""
+    clock = random_clock(rng)
+    return tuple(pick(rng, MAKERS)(rng, clock) for _ in range(2 if rng.random() < PARALLEL else 1))
+
+
+def offered(rng: random.Random, needed: list[str]) -> list[dict]:
+    """The tools of one conversation: the needed ones, mostly alone, else among others (one tool keeps the
+    prompt short; the others teach picking by name), in a random order."""
+    others = [n for n in tools.TOOLS if n not in needed]
+    extra = rng.choices([0, 1, 2], weights=[60, 30, 10])[0] if needed else rng.choices([1, 2], weights=[70, 30])[0]
+    chosen = list(dict.fromkeys(needed)) + rng.sample(others, min(extra, len(others)))
     rng.shuffle(chosen)
     return [tools.TOOLS[n] for n in chosen]

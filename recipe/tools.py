@@ -14,11 +14,12 @@ def _function(name: str, description: str, properties: dict, required: list[str]
         "type": "object", "properties": properties, "required": required}}}
 
 
-CALCULATOR = _function("calculator", "Evaluate an arithmetic expression with +, - and *.",
-                       {"expression": {"type": "string", "description": "for example 48213 * 9127"}},
+# Compact schemas: every token of the tools block is read by each call's prompt, and long prompts
+# crowded the rest of the training out (docs: recipe/README.md, "Tools").
+CALCULATOR = _function("calculator", "Compute integers with +, - and *.", {"expression": {"type": "string"}},
                        ["expression"])
-GET_TIME = _function("get_time", "Get the current local date, time and weekday.", {}, [])
-CONVERT_UNITS = _function("convert_units", "Convert a value from one unit to another.",
+GET_TIME = _function("get_time", "The local date, time and weekday.", {}, [])
+CONVERT_UNITS = _function("convert_units", "Convert a value between units.",
                           {"value": {"type": "number"}, "from": {"type": "string"}, "to": {"type": "string"}},
                           ["value", "from", "to"])
 TOOLS = {t["function"]["name"]: t for t in (CALCULATOR, GET_TIME, CONVERT_UNITS)}
@@ -81,12 +82,15 @@ def run(name: str, arguments: dict, clock: Clock) -> str:
     raise ValueError(f"no tool named {name!r}")
 
 
-def call_message(thought: str, name: str, arguments: dict) -> dict:
-    """An assistant turn that calls one tool, as clients send it back (reasoning in a think block)."""
+def call_message(thought: str, calls: list[tuple[str, dict]]) -> dict:
+    """An assistant turn that calls tools, (name, arguments) each, as clients send it back (reasoning in a
+    think block)."""
     return {"role": "assistant", "content": f"<think>\n{thought}\n</think>\n\n",
-            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}
+                           for name, arguments in calls]}
 
 
-def call_text(name: str, arguments: dict) -> str:
-    """The call as the model writes it (and the template renders it)."""
-    return f'<tool_call>\n{{"name": {json.dumps(name)}, "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+def call_text(calls: list[tuple[str, dict]]) -> str:
+    """The calls as the model writes them (and the template renders them): one block each, a line apart."""
+    return "\n".join(f'<tool_call>\n{{"name": {json.dumps(name)}, "arguments": {json.dumps(arguments)}}}\n'
+                      "</tool_call>" for name, arguments in calls)

@@ -42,7 +42,7 @@ def by_hand() -> list[dict]:
     """A system prompt, a question, a call with reasoning, its result, the answer, a new question."""
     task = tasks_tools.calculator(random.Random(3), tasks_tools.random_clock(random.Random(4)))
     return [{"role": "system", "content": "You are Kalo."}, {"role": "user", "content": task.user},
-            tools.call_message(task.plan, task.name, task.arguments), {"role": "tool", "content": task.result},
+            tools.call_message(task.plan, [(task.name, task.arguments)]), {"role": "tool", "content": task.result},
             {"role": "assistant", "content": f"<think>\n{task.reading}\n</think>\n\n{task.answer}"},
             {"role": "user", "content": "Thanks!"}]
 
@@ -79,9 +79,9 @@ def test_the_taught_call_reads_back_through_the_reply_parser():
         parser = ReplyParser(conv.tools)
         parser.feed(render([conv.messages[-1]]).split("<|im_start|>assistant\n", 1)[1].removesuffix("<|im_end|>\n"))
         parser.finish()
-        [call] = parser.calls
-        assert (call.name, call.parsed_arguments()) == (conv.tool_task.name, conv.tool_task.arguments)
-        assert conv.expected == tools.call_text(call.name, call.parsed_arguments())
+        calls = [(call.name, call.parsed_arguments()) for call in parser.calls]
+        assert calls == [(task.name, task.arguments) for task in conv.tool_tasks]
+        assert conv.expected == tools.call_text(calls)
 
 
 def test_tool_tags_are_single_tokens_and_the_vocabulary_keeps_its_size():
@@ -115,8 +115,8 @@ def test_tool_tasks_split_on_reserved_phrasings():
 def test_the_round_trip_runs_the_models_call_and_checks_the_answer_to_its_result(qwen3, monkeypatch):
     from recipe import tool_eval
 
-    conv = next(c for c in tool_conversations(thinking=True) if c.group == "tool call")
-    task = conv.tool_task
+    conv = next(c for c in tool_conversations(thinking=True) if c.group == "tool call" and len(c.tool_tasks) == 1)
+    [task] = conv.tool_tasks
     prompts = []
 
     def answer(model, prompt, eos):  # a model that reads the result right
@@ -133,3 +133,27 @@ def test_the_round_trip_runs_the_models_call_and_checks_the_answer_to_its_result
                                 add_generation_prompt=True, enable_thinking=True)
     wrong = {**row, "text": row["text"].replace('"arguments": {', '"arguments": {"x": 1, ', 1)}
     assert not tool_eval.round_trip(None, qwen3, wrong, conv)["call ok"] and len(prompts) == 1
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_two_questions_at_once_teach_two_calls_and_an_answer_to_both_results(qwen3, thinking, monkeypatch):
+    from recipe import tool_eval
+
+    rng, pairs = random.Random(11), {}
+    while len(pairs) < 2:
+        conv = corpus.make_conversation(rng, thinking)
+        if conv.group in ("tool call", "tool answer") and len(conv.tool_tasks) == 2:
+            pairs[conv.group] = conv
+    answer = pairs["tool answer"]
+    want = render_chat_text(qwen3, answer.messages, enable_thinking=thinking, add_generation_prompt=False,
+                            tools=answer.tools)
+    assert render(answer.messages, answer.tools, enable_thinking=thinking) == want
+    assert want.count("<tool_response>") == 2 and answer.expected == " ".join(t.answer for t in answer.tool_tasks)
+    call = pairs["tool call"]
+    reasoning = f"<think>\n{call.messages[-1]['content'].split('<think>')[1].split('</think>')[0].strip()}\n</think>\n\n"
+    monkeypatch.setattr(tool_eval, "greedy", lambda model, prompt, eos: qwen3.encode(
+        " ".join(t.answer for t in call.tool_tasks) + "<|im_end|>", add_special_tokens=False))
+    trip = tool_eval.round_trip(None, qwen3, {"question": "", "text": reasoning + call.expected + "<|im_end|>"}, call)
+    assert trip["calls"] == 2 and trip["call ok"] and trip["answer ok"]
+    one = call.expected.split("\n<tool_call>")[0]
+    assert not tool_eval.round_trip(None, qwen3, {"question": "", "text": reasoning + one + "<|im_end|>"}, call)["call ok"]
