@@ -6,16 +6,21 @@ that did not pass.
 
 Versions: 1 holds float caches; 2 added quantized ones (each cache's ``kv_format``,
 its tensors laid out as saved_kv.py says); both are whole files (file_format.py).
-3 is the appending layout (file_layout.py), whatever its caches' format. ``build_header``
-gives the lowest of 1 and 2 that describes the caches (what the store keeps, and what a
-whole file of formats 1 and 2 holds); a session file's writer makes it 3.
+3 is the appending layout (file_layout.py), whatever its caches' format. 4 added a hybrid
+model's linear-layer states (``SavedLinear``), in the appending layout or the store.
+``build_header`` gives the lowest of 1, 2 and 4 that describes the caches (what the store
+keeps, and what a whole file of formats 1 and 2 holds); a session file's writer makes it
+3 or 4 (``appending_version``).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
+
+import mlx.core as mx
 
 from mlxcore import KVGeometry
 from mlxcore import KVFormat
@@ -33,12 +38,24 @@ if TYPE_CHECKING:
     from mlxcore import CacheCounters, CacheMeta
 
 FORMAT = "mlxchat-session"
-VERSION = 3  # the newest this reads: 2 added quantized KV caches, 3 the appending layout
+VERSION = 4  # the newest this reads: 2 added quantized KV caches, 3 the appending layout, 4 linear states
 FLOAT_VERSION = 1  # float caches only (earlier mlxchats read it)
 QUANTIZED_VERSION = 2  # quantized caches may appear
 APPENDING_VERSION = 3  # the appending layout's header
+HYBRID_VERSION = 4  # a hybrid model's linear-layer states may appear
 KINDS = ("standard", "paged", "rotating")
 ROLES_SAVED = ("target", "draft")
+
+
+@dataclass(frozen=True)
+class SavedLinear:
+    """A hybrid model's linear-layer states in a saved cache: ``len(offsets)`` sets, each every linear layer's."""
+
+    offsets: tuple[int, ...]  # the tokens each set had read, increasing; the last is the cache's own
+    shapes: dict[str, tuple[str, tuple[int, ...]]]  # "<linear layer>.<part>" -> (safetensors dtype, shape)
+
+    def tensor_shapes(self, role: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+        return {f"{role}.linear.{n}.{key}": spec for n in range(len(self.offsets)) for key, spec in self.shapes.items()}
 
 
 @dataclass(frozen=True)
@@ -52,21 +69,28 @@ class SavedCache:
     tokens: tuple[int, ...]  # the ids the cache holds
     state: CacheCounters  # the kind's counters (paged: block_size; rotating: offset, high, window)
     kv_format: KVFormat = FLOAT  # how keys and values are stored (saved_kv.py)
+    linear: SavedLinear | None = None  # a hybrid model's linear-layer states
 
     def tensor_shapes(self, kind: str, role: str) -> dict[str, tuple[str, tuple[int, ...]]]:
         """Name -> (dtype, shape) of every tensor this cache must have in the payload."""
+        linear = self.linear.tensor_shapes(role) if self.linear is not None else {}
         if kind == "rotating":
             length = min(self.state["high"], _window(self.state).slots)
         else:
             length = len(self.tokens)
         if not length:
-            return {}
+            return linear
         layer = layer_tensors(self.kv_format, self.dtype, self.kv_heads, self.head_dim, length)
-        return {f"{role}.{i}.{name}": spec for i in range(self.layers) for name, spec in layer.items()}
+        return {f"{role}.{i}.{name}": spec for i in range(self.layers) for name, spec in layer.items()} | linear
 
     def meta(self, kind: str) -> CacheMeta:
         """The metadata ``ModelCache.from_state`` takes."""
-        return {"kind": kind, "tokens": list(self.tokens), **self.state, **meta_fields(self.kv_format)}
+        meta: CacheMeta = {"kind": kind, "tokens": list(self.tokens), **self.state, **meta_fields(self.kv_format)}
+        if self.linear is not None:
+            meta["linear"] = {"offsets": list(self.linear.offsets), "shapes": {
+                key: (str(DTYPES[dtype][1]).rsplit(".", 1)[-1], list(shape))
+                for key, (dtype, shape) in self.linear.shapes.items()}}
+        return meta
 
     def geometry(self) -> KVGeometry:
         """The geometry of the model that saved it."""
@@ -134,8 +158,10 @@ def build_header(*, created: float, title: str | None, model: tuple[str, str], d
     system = messages[0].content if messages and messages[0].role == "system" else None
     history = messages[1:] if system is not None else messages
     quantized = any(format_of(meta).quantized for _, meta in caches.values())
+    hybrid = any("linear" in meta for _, meta in caches.values())
+    version = HYBRID_VERSION if hybrid else QUANTIZED_VERSION if quantized else FLOAT_VERSION
     return {
-        "format": FORMAT, "version": QUANTIZED_VERSION if quantized else FLOAT_VERSION, "created": created,
+        "format": FORMAT, "version": version, "created": created,
         "updated": time.time(), "title": title,
         "model": {"name": model[0], "fingerprint": model[1]},
         "draft": {"name": draft[0], "fingerprint": draft[1]} if draft else None,
@@ -149,12 +175,22 @@ def build_header(*, created: float, title: str | None, model: tuple[str, str], d
     }
 
 
+def appending_version(header: Header) -> int:
+    """The version a session file in the appending layout names for ``header`` (``build_header``'s)."""
+    return HYBRID_VERSION if header["version"] == HYBRID_VERSION else APPENDING_VERSION
+
+
 def _cache_header(geometry: KVGeometry, meta: CacheMeta) -> CacheHeader:
-    described = ("kind", "tokens", *FORMAT_KEYS)  # said elsewhere in the header
-    return {"layers": geometry.num_layers, "kv_heads": geometry.kv_heads, "head_dim": geometry.head_dim,
-            "dtype": dtype_name(geometry.dtype), "kv_format": format_of(meta).name,
-            "tokens": [int(t) for t in meta["tokens"]],
-            "state": {k: v for k, v in meta.items() if k not in described}}
+    described = ("kind", "tokens", "linear", *FORMAT_KEYS)  # said elsewhere in the header
+    header: CacheHeader = {
+        "layers": geometry.num_layers, "kv_heads": geometry.kv_heads, "head_dim": geometry.head_dim,
+        "dtype": dtype_name(geometry.dtype), "kv_format": format_of(meta).name,
+        "tokens": [int(t) for t in meta["tokens"]], "state": {k: v for k, v in meta.items() if k not in described}}
+    if "linear" in meta:
+        linear = meta["linear"]
+        header["linear"] = {"offsets": list(linear["offsets"]), "shapes": {
+            key: [dtype_name(getattr(mx, dtype)), list(shape)] for key, (dtype, shape) in linear["shapes"].items()}}
+    return header
 
 
 # reading --------------------------------------------------------------------------------------
@@ -183,7 +219,13 @@ def read_saved_session(data: object, where: str) -> SavedSession:
         target=_read_cache(cache, "target", kind, where), draft=_read_cache(cache, "draft", kind, where))
     if saved.draft is not None and saved.draft_fingerprint is None:
         raise SessionFileError(f"{where}: the header has a draft cache but no draft model.")
-    if version == FLOAT_VERSION and any(c is not None and c.kv_format.quantized for c in (saved.target, saved.draft)):
+    caches = [c for c in (saved.target, saved.draft) if c is not None]
+    if any(c.linear is not None and (c.linear.offsets[-1:] or (len(c.tokens),)) != (len(c.tokens),) for c in caches):
+        raise SessionFileError(f"{where}: a cache's linear states and its tokens disagree: the file is inconsistent.")
+    if version < HYBRID_VERSION and any(c.linear is not None for c in caches):
+        raise SessionFileError(f"{where}: session format {version} holds no linear states, yet the header names "
+                               "some: the file is inconsistent.")
+    if version == FLOAT_VERSION and any(c.kv_format.quantized for c in caches):
         raise SessionFileError(f"{where}: session format {version} holds float caches only, yet the header "
                                "names a quantized one: the file is inconsistent.")
     return saved
@@ -250,9 +292,24 @@ def _read_cache(cache: Fields, role: str, kind: str, where: str) -> SavedCache |
         dtype=c.get("dtype", one_of(FLOAT_DTYPES), f"one of {', '.join(FLOAT_DTYPES)}"),
         tokens=tuple(c.get("tokens", is_count_list, "a list of token ids")),
         state=_read_state(state, kind),
-        kv_format=read_format(c.data.get("kv_format", FLOAT.name), head_dim, f"{where}: the {role} cache"))
+        kv_format=read_format(c.data.get("kv_format", FLOAT.name), head_dim, f"{where}: the {role} cache"),
+        linear=None if c.data.get("linear") is None else _read_linear(c.sub("linear"), f"{where}: the {role} cache"))
     _check_state(saved, kind, f"{where}: the {role} cache")
     return saved
+
+
+def _read_linear(linear: Fields, where: str) -> SavedLinear:
+    """A hybrid cache's linear states: increasing offsets, and a float dtype and a shape per layer and part."""
+    offsets = tuple(linear.get("offsets", is_count_list, "a list of token counts"))
+    if list(offsets) != sorted(set(offsets)) or 0 in offsets:
+        raise SessionFileError(f"{where}: its linear states' offsets {list(offsets)} do not increase.")
+    shapes = {}
+    for key, spec in linear.sub("shapes").data.items():
+        if not (re.fullmatch(r"\d+\.[01]", key) and isinstance(spec, list) and len(spec) == 2
+                and spec[0] in FLOAT_DTYPES and is_count_list(spec[1]) and all(spec[1])):
+            raise SessionFileError(f"{where}: its linear state {show(key)} has no valid dtype and shape.")
+        shapes[key] = (spec[0], tuple(spec[1]))
+    return SavedLinear(offsets, shapes)
 
 
 def _read_state(state: Fields, kind: str) -> CacheCounters:

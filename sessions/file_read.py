@@ -13,8 +13,10 @@ from pathlib import Path
 
 from sessions.errors import SessionFileError
 from sessions.file_format import open_session_file, read_file, read_start
-from sessions.file_header import APPENDING_VERSION
+from sessions.file_header import APPENDING_VERSION, HYBRID_VERSION, VERSION
 from sessions.file_layout import Commit, is_appending, read_blocks, read_commit
+
+APPENDED = (APPENDING_VERSION, HYBRID_VERSION)  # the versions a file in the appending layout names
 
 
 @dataclass(frozen=True)
@@ -47,14 +49,14 @@ def read_contents(path: Path) -> FileContents:
 
 
 def _check_version(path: Path, header: dict[str, object], *, appending: bool) -> None:
-    """Format 3 headers live in the appending layout only, and it holds no other (newer ones are refused as
-    such by the header's own checks)."""
+    """Format 3 and 4 headers live in the appending layout only, and it holds no other (newer ones are refused
+    as such by the header's own checks)."""
     version = header.get("version")
-    if not isinstance(version, int) or version > APPENDING_VERSION:
+    if not isinstance(version, int) or version > VERSION:
         return  # file_header.py says what is wrong with it
-    if not appending and version == APPENDING_VERSION:  # never written so: a newer writer's, or damage
+    if not appending and version in APPENDED:  # never written so: a newer writer's, or damage
         raise SessionFileError(f"{path} was saved by a newer mlxchat, or is damaged: it is a whole file with "
                                f"session format {version}, which this one only writes as appended saves.")
-    if appending and version != APPENDING_VERSION:
+    if appending and version not in APPENDED:
         raise SessionFileError(f"{path} is inconsistent: its header says session format {version}, its layout "
-                               "is format 3.")
+                               "is format 3 or 4.")

@@ -14,7 +14,14 @@ class ModelHeader(TypedDict):
     fingerprint: str
 
 
-class CacheHeader(TypedDict):
+class LinearHeader(TypedDict):
+    """A hybrid model's linear-layer states (version 4): sets of every linear layer's state."""
+
+    offsets: list[int]  # the tokens each set had read, oldest first; the last is the cache's own
+    shapes: dict[str, list[object]]  # "<linear layer>.<part>" -> [safetensors dtype, shape], every set alike
+
+
+class _CacheFields(TypedDict):
     """One model's cache: its shape, format and token ids (the tensors are in the payload or the blocks)."""
 
     layers: int
@@ -24,6 +31,10 @@ class CacheHeader(TypedDict):
     kv_format: str  # "float", "q8g32", ... (saved_kv.py)
     tokens: list[int]
     state: dict[str, object]  # state_dict's metadata but kind, tokens and format: the kind's counters
+
+
+class CacheHeader(_CacheFields, total=False):
+    linear: LinearHeader  # a hybrid model's (Qwen3.5) only
 
 
 class CachesHeader(TypedDict):

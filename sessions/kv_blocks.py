@@ -7,6 +7,12 @@ the same blocks, and a turn adds only the blocks its tokens fill. A rotating win
 is one block holding its whole state: once it wraps, its slots depend on what was
 evicted, which no token prefix names (and the window bounds its size anyway).
 
+A hybrid model's cache (Qwen3.5) adds its linear layers' states, a fixed size whatever
+the tokens: a block per set of them (the cache's own, and its snapshots) after the
+others, holding every linear layer's state (no tokens), keyed like a window by its bytes
+and salted with the tokens the set had read, so a snapshot kept from an earlier save is
+the same block again.
+
 A block's payload: the number of tokens (u32), their ids (u32 each), then each state
 tensor's slice for those tokens in name order, raw little-endian, shaped
 (1, kv_heads, n, width). Only ``state_dict()`` of the cache is used, so any kind
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -39,6 +45,7 @@ if TYPE_CHECKING:
     from mlxcore import CacheMeta
 
 WINDOW_KINDS = ("rotating",)
+LINEAR = "linear."  # a hybrid cache's linear states: tensors "linear.<set>.<layer>.<part>" (mlxcore's HybridCache)
 Layout = dict[str, tuple[str, tuple[int, ...]]]  # tensor name -> (dtype name, shape with -1 for the tokens)
 
 
@@ -52,18 +59,20 @@ class CacheBlocks:
     rows: list[StoredBlock]  # what the index records, in order
     _tensors: dict[str, mx.array]
     _window: bytes | None  # a rotating cache's one payload
+    _linear: dict[str, bytes] = field(default_factory=dict)  # a hybrid cache's linear-state sets: key -> payload
     _encoded: dict[str, bytes] | None = None  # every payload, once ``encode_all`` ran
 
     def payloads(self, keys: Iterable[str]) -> dict[str, bytes]:
         """key -> payload for the blocks among ``keys`` (the ones the store does not have yet)."""
         keys = set(keys)
-        wanted = [ref for ref in self.refs if ref.key in keys]
-        if not wanted:
-            return {}
         if self._encoded is not None:
-            return {ref.key: self._encoded[ref.key] for ref in wanted}
+            return {ref.key: self._encoded[ref.key] for ref in self.refs if ref.key in keys}
+        linear = {key: payload for key, payload in self._linear.items() if key in keys}
+        wanted = [ref for ref in self.refs if ref.key in keys and ref.key not in self._linear]
+        if not wanted:
+            return linear
         if self._window is not None:
-            return {wanted[0].key: self._window}
+            return {wanted[0].key: self._window} | linear
         tokens, first, last = self.meta["tokens"], wanted[0].start, wanted[-1].end
         names = sorted(self._tensors)
         tails = [self._tensors[name][:, :, first:last, :] for name in names]
@@ -71,7 +80,7 @@ class CacheBlocks:
         words = [raw_words(tail) for tail in tails]
         return {ref.key: _payload(tokens[ref.start:ref.end],
                                   (w[:, :, ref.start - first:ref.end - first, :] for w in words))
-                for ref in wanted}
+                for ref in wanted} | linear
 
 
     def encode_all(self) -> None:
@@ -88,6 +97,8 @@ def state_blocks(geometry: KVGeometry, tensors: dict[str, mx.array], meta: Cache
                  role: str) -> CacheBlocks:
     """The blocks of a cache's ``state_dict`` (over several ranks: ``Engine.cache_state``'s, every head)."""
     tokens = [int(t) for t in meta["tokens"]]
+    states = {name: a for name, a in tensors.items() if name.startswith(LINEAR)}
+    tensors = {name: a for name, a in tensors.items() if name not in states}
     layout = {name: (dtype_name(a.dtype), (*a.shape[:2], -1, *a.shape[3:])) for name, a in tensors.items()}
     fmt = format_of(meta).name
     if meta["kind"] in WINDOW_KINDS:
@@ -96,8 +107,15 @@ def state_blocks(geometry: KVGeometry, tensors: dict[str, mx.array], meta: Cache
         refs = [BlockRef(window_key(salt, window), 0, len(tokens))]
     else:
         refs, window = chain_keys(layout_salt(fingerprint, role, "positional", layout, fmt), tokens), None
+    linear = {}
+    for n, offset in enumerate(meta["linear"]["offsets"] if "linear" in meta else []):
+        own = {name.removeprefix(f"{LINEAR}{n}."): a for name, a in states.items() if name.startswith(f"{LINEAR}{n}.")}
+        payload = _payload([], (raw_words(own[name]) for name in sorted(own)))
+        layout = {name: (dtype_name(a.dtype), tuple(a.shape)) for name, a in own.items()}
+        linear[window_key(_linear_salt(fingerprint, role, layout, offset), payload)] = payload
+    refs = [*refs, *(BlockRef(key, len(tokens), len(tokens)) for key in linear)]
     rows = [StoredBlock(ref.key, token_bytes(tokens[ref.start:ref.end])) for ref in refs]
-    return CacheBlocks(geometry, meta, refs, rows, tensors, window)
+    return CacheBlocks(geometry, meta, refs, rows, tensors, window, linear)
 
 
 def tensors_from_blocks(saved: SavedSession, role: str, rows: Sequence[StoredBlock],
@@ -108,9 +126,15 @@ def tensors_from_blocks(saved: SavedSession, role: str, rows: Sequence[StoredBlo
     another chat, model or position is refused), and its token ids must match.
     """
     cache = saved.cache(role)
-    shapes = cache.tensor_shapes(saved.cache_kind, role)
+    shapes = {name: spec for name, spec in cache.tensor_shapes(saved.cache_kind, role).items()
+              if not name.startswith(f"{role}.{LINEAR}")}
     tokens = list(cache.tokens)
     salt = _salt(saved, role, shapes)
+    sets = len(cache.linear.offsets) if cache.linear is not None else 0
+    if sets:
+        rows, linear = rows[:-sets], _read_linear(saved, role, rows[-sets:], read, where)
+    else:
+        linear = {}
     if saved.cache_kind in WINDOW_KINDS:
         refs = [BlockRef(rows[0].key, 0, len(tokens))] if rows and shapes else []
     else:
@@ -124,17 +148,51 @@ def tensors_from_blocks(saved: SavedSession, role: str, rows: Sequence[StoredBlo
         if saved.cache_kind in WINDOW_KINDS and window_key(salt, payload) != ref.key:
             raise BlockFileError(f"{where}: its stored {role} window does not match its key.", ref.key)
         _fill(arrays, payload, tokens, ref, saved.cache_kind in WINDOW_KINDS, f"{where}: {role} block {ref.key}")
-    return {name: from_words(array, shapes[name][0]) for name, array in arrays.items()}
+    return {name: from_words(array, shapes[name][0]) for name, array in arrays.items()} | linear
+
+
+def _read_linear(saved: SavedSession, role: str, rows: Sequence[StoredBlock], read: Callable[[str], bytes],
+                 where: str) -> dict[str, mx.array]:
+    """A hybrid cache's linear-state sets, a block each (``rows``, in the header's order), their keys checked."""
+    linear = saved.cache(role).linear
+    assert linear is not None, "states are read only for a cache that has them"
+    if len(rows) != len(linear.offsets):
+        raise SessionFileError(f"{where}: the index lists fewer blocks than the {role} cache's linear states "
+                               "(the index is damaged).")
+    tensors: dict[str, mx.array] = {}
+    for n, (row, offset) in enumerate(zip(rows, linear.offsets)):
+        payload = read(row.key)
+        if window_key(_linear_salt(saved.fingerprint(role), role, linear.shapes, offset), payload) != row.key:
+            raise BlockFileError(f"{where}: its stored {role} linear states do not match their key.", row.key)
+        arrays = {name: np.empty(shape, DTYPES[dtype][0]) for name, (dtype, shape) in linear.shapes.items()}
+        _fill(arrays, payload, [], BlockRef(row.key, 0, 0), True, f"{where}: {role} block {row.key}")
+        tensors |= {f"{role}.{LINEAR}{n}.{name}": from_words(array, linear.shapes[name][0])
+                    for name, array in arrays.items()}
+    return tensors
+
+
+def _linear_salt(fingerprint: str, role: str, layout: Layout, offset: int) -> bytes:
+    """A linear-state set's salt: the model, the role, its tensors ("<layer>.<part>") and the tokens it had read,
+    so that a block of another model or point is refused."""
+    return layout_salt(fingerprint, role, f"linear {offset}", layout)
 
 
 def saved_keys(saved: SavedSession, role: str, payloads: Sequence[bytes]) -> list[str]:
     """The keys of ``saved``'s ``role`` cache blocks as ``tensors_from_blocks`` checks them, for blocks that
     hold ``payloads`` in order (a session file's index names blocks by place, not by key)."""
-    shapes = saved.cache(role).tensor_shapes(saved.cache_kind, role)
+    cache = saved.cache(role)
+    shapes = {name: spec for name, spec in cache.tensor_shapes(saved.cache_kind, role).items()
+              if not name.startswith(f"{role}.{LINEAR}")}
     salt = _salt(saved, role, shapes)
+    linear = []
+    if cache.linear is not None and cache.linear.offsets:  # the linear-state sets' blocks are the last
+        count = len(cache.linear.offsets)
+        linear = [window_key(_linear_salt(saved.fingerprint(role), role, cache.linear.shapes, offset), payload)
+                  for offset, payload in zip(cache.linear.offsets, payloads[-count:])]
+        payloads = payloads[:-count]
     if saved.cache_kind in WINDOW_KINDS:
-        return [window_key(salt, payload) for payload in payloads]
-    return [ref.key for ref in chain_keys(salt, saved.cache(role).tokens)] if shapes else []
+        return [window_key(salt, payload) for payload in payloads] + linear
+    return ([ref.key for ref in chain_keys(salt, cache.tokens)] if shapes else []) + linear
 
 
 def _salt(saved: SavedSession, role: str, shapes: Layout) -> bytes:

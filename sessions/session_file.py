@@ -37,7 +37,7 @@ from mlxcore import KVGeometry
 from sessions.errors import SessionFileError
 from sessions.file_append import FileMark, mark_of, write_whole
 from sessions.file_format import encode_header
-from sessions.file_header import APPENDING_VERSION, ROLES_SAVED, SavedCache, SavedSession, build_header, read_saved_session
+from sessions.file_header import ROLES_SAVED, appending_version, SavedCache, SavedSession, build_header, read_saved_session
 from sessions.file_read import FileContents, read_contents
 from sessions.file_save import convert_whole, write_session_file
 from sessions.header_types import Header
@@ -64,7 +64,7 @@ def save_session(session: ChatSession, path: Path) -> None:
     cuts = {role: _state_blocks(engine, role, cache, fingerprints[role]) for role, cache in saved_caches(session).items()}
     created = share(engine.world, lambda: getattr(session, "created_at", None) or time.time())
     header = session_header(session, {role: (cut.geometry, cut.meta) for role, cut in cuts.items()}, created)
-    data = encode_header({**header, "version": APPENDING_VERSION})
+    data = encode_header({**header, "version": appending_version(header)})
     known = session.saved_files.get(os.path.realpath(path))
     # Rank 0 writes; the others hear how it went (a full disk fails the save on every rank alike).
     mark = share(engine.world, lambda: write_session_file(Path(path), data, cuts, known))
@@ -79,11 +79,8 @@ def _state_blocks(engine: Engine, role: str, cache: ModelCache, fingerprint: str
 
 
 def saved_caches(session: ChatSession) -> dict[str, ModelCache]:
-    """The caches a save writes: role ("target", "draft") -> cache, for those the session has. A hybrid model's
-    (Qwen3.5) is not written yet: the file's blocks are per token, its linear layers' states are not (a reopened
-    chat reads its conversation again; docs/hybrid.md)."""
-    return {role: cache for role in ROLES_SAVED
-            if (cache := getattr(session.caches, role)) is not None and cache.kind != "hybrid"}
+    """The caches a save writes: role ("target", "draft") -> cache, for those the session has."""
+    return {role: cache for role in ROLES_SAVED if (cache := getattr(session.caches, role)) is not None}
 
 
 def session_header(session: ChatSession, caches: dict[str, tuple[KVGeometry, CacheMeta]], created: float) -> Header:

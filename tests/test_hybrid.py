@@ -20,7 +20,9 @@ from mlx_lm.sample_utils import make_sampler
 
 from assets import MODELS_DIR
 from mlxcore import Engine, GenerationParams, KVConfig, ModelChoice, TokenEvent, UsageError, open_engine
-from sessions import ChatSession
+from sessions import ChatSession, SessionStore
+from sessions.errors import SessionFileError
+from sessions.file_read import read_contents
 from bench.twins import twin_folder
 from tiny_models import tiny_hybrid, tiny_hybrid_config, tiny_hybrid_moe_config, write_model_folder
 from twin_fixtures import twins_root  # noqa: F401
@@ -132,18 +134,77 @@ def test_a_fork_answers_as_its_source(folder):
     assert generated(engine, follow, forked) == generated(engine, follow, caches)
 
 
-def test_a_chat_session_answers_turn_after_turn(folder, tmp_path):
-    """ChatSession over a hybrid model: turns, a saved file (its conversation; the states are read again)."""
+@pytest.mark.parametrize("where", ["file", "store"])
+def test_a_saved_chat_reopens_with_its_states_and_goes_on_as_the_live_one(folder, tmp_path, where):
+    """ChatSession over a hybrid model: a session file (or the store) keeps the linear states beside the KV,
+    with its snapshots. Reopened, the next turn reads only what the live session reads (it starts where the
+    live one does: a random model's broken UTF-8 makes the history's text differ from the cached tokens, which
+    sends both back to a snapshot), and answers as the live one does; so does a regenerate."""
+    engine = open_engine(str(folder), kv=KINDS["standard"]).engine
+    live = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=8))
+    assert all(live.send(text) for text in ("What is 12 + 7?", "And 3 + 4?"))
+    store = SessionStore(tmp_path / "store")
+    if where == "file":
+        live.save(tmp_path / "chat.mlxchat")
+        header = read_contents(tmp_path / "chat.mlxchat").header
+        offsets = [offset for offset, _ in live.caches.target.snapshots] + [live.caches.target.offset]
+        assert header["version"] == 4 and header["cache"]["target"]["linear"]["offsets"] == offsets
+        reopened = ChatSession.load(tmp_path / "chat.mlxchat", engine)
+    else:
+        reopened = store.load(store.save(live).id, engine)
+    assert reopened.messages == live.messages and reopened.restore_note is None
+    assert reopened.caches.target.tokens == live.caches.target.tokens
+    for turn in (lambda s: s.send("Name a colour."), lambda s: s.regenerate()):
+        replies = [turn(session) for session in (live, reopened)]
+        assert replies[0] == replies[1] and live.last_stats.reused_tokens == reopened.last_stats.reused_tokens
+        assert live.last_stats.prefill_tokens == reopened.last_stats.prefill_tokens
+        assert reopened.last_stats.reused_tokens > 0 and reopened.messages == live.messages
+    if where == "file":  # a later save appends what is new (the snapshots' blocks kept), and reopens as well
+        size = (tmp_path / "chat.mlxchat").stat().st_size
+        reopened.save(tmp_path / "chat.mlxchat")
+        grew = (tmp_path / "chat.mlxchat").stat().st_size - size
+        assert 0 < grew < size
+        again = ChatSession.load(tmp_path / "chat.mlxchat", engine)
+        assert again.send("And 5 + 5?") == live.send("And 5 + 5?")
+        assert again.last_stats.reused_tokens == live.last_stats.reused_tokens > 0
+    store.close()
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda h: h.update(version=3), "holds no linear states"),
+    (lambda h: h["cache"]["target"]["linear"]["offsets"].pop(), "linear states and its tokens disagree"),
+    (lambda h: h["cache"]["target"]["linear"]["offsets"].insert(0, 99), "do not increase"),
+    (lambda h: h["cache"]["target"]["linear"]["shapes"].update({"0.2": ["F32", [1]]}), "no valid dtype and shape"),
+])
+def test_a_header_whose_linear_states_do_not_add_up_is_refused(folder, change, said):
+    from sessions.file_header import read_saved_session
+    from sessions.session_file import session_header
+
+    engine = open_engine(str(folder), kv=KINDS["standard"]).engine
+    session = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=4))
+    session.send("What is 12 + 7?")
+    header = json.loads(json.dumps(session_header(session, {"target": (
+        session.caches.target.geometry, session.caches.target.state_dict()[1])}, 1.0)))
+    assert read_saved_session(header, "chat").target.linear.offsets[-1] == session.caches.target.offset
+    change(header)
+    with pytest.raises(SessionFileError, match=said):
+        read_saved_session(header, "chat")
+
+
+def test_a_file_saved_before_linear_states_still_opens(folder, tmp_path, monkeypatch):
+    """Session format 3 kept a hybrid chat's conversation only: it opens, and its next turn reads it again."""
+    from sessions import session_file
+
     engine = open_engine(str(folder), kv=KINDS["standard"]).engine
     session = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=8))
-    replies = [session.send(text) for text in ("What is 12 + 7?", "And 3 + 4?")]
-    assert all(replies)
-    session.save(tmp_path / "chat.json")
-    reopened = ChatSession.load(tmp_path / "chat.json", engine)
-    assert reopened.messages == session.messages
-    # (Not compared with the live session's next reply: a random model's text may hold broken UTF-8, which
-    # the file keeps as text and the live session as the token ids it generated.)
-    assert reopened.send("Name a colour.") and len(reopened.messages) == len(session.messages) + 2
+    session.send("What is 12 + 7?")
+    with monkeypatch.context() as m:  # what the writer of format 3 saved: no hybrid cache
+        m.setattr(session_file, "saved_caches", lambda s: {})
+        session.save(tmp_path / "old.mlxchat")
+    assert read_contents(tmp_path / "old.mlxchat").header["version"] == 3
+    reopened = ChatSession.load(tmp_path / "old.mlxchat", engine)
+    assert reopened.messages == session.messages and reopened.caches.target.offset == 0
+    assert reopened.send("And 3 + 4?") and reopened.last_stats.reused_tokens == 0
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,13 @@ class CacheCounters(TypedDict, total=False):
     max_rewind: int
 
 
+class LinearMeta(TypedDict):
+    """A hybrid model's linear-layer states in a saved cache (hybrid.py): sets of every linear layer's state."""
+
+    offsets: list[int]  # the tokens each kept set had read, oldest first; the last is the cache's own
+    shapes: dict[str, tuple[str, list[int]]]  # "<linear layer>.<part>" -> (MLX dtype name, shape), every set alike
+
+
 class CacheMeta(CacheCounters, total=False):
     """What ``state_dict`` says of a cache beside its tensors (JSON in a session file); each kind writes its own."""
 
@@ -47,6 +54,7 @@ class CacheMeta(CacheCounters, total=False):
     kv_format: str
     kv_bits: int | None
     group_size: int | None
+    linear: LinearMeta  # a hybrid model's: its attention layers' kind is ``kind``
 
 
 PENDING = -1  # stands for a token id not known yet; see ``ModelCache.correct_tail``
@@ -167,7 +175,7 @@ class ModelCache(ABC):
     def from_state(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta,
                    pool: BlockPool | None = None) -> ModelCache:
         """Rebuild a cache saved by ``state_dict``; ``pool`` is a paged ``BlockPool`` to join."""
-        kind = meta.get("kind")
+        kind = "hybrid" if "linear" in meta else meta.get("kind")
         if kind not in ModelCache._kinds:
             raise CacheStateError(f"Unknown KV cache kind {kind!r} in saved state.")
         return ModelCache._kinds[kind]._restore(model, tensors, meta, pool)

@@ -3,9 +3,9 @@
 Three layers in four of Qwen3.5 are Gated DeltaNet linear attention, whose state per sequence has a fixed
 size (``linear_state.py``); the others are full attention with an ordinary KV cache. ``HybridCache`` holds
 one cache of a usual kind over the attention layers (``attention``: the token ids and the KV) and a
-``LinearState`` per linear layer, handing the model its ``layers`` in the model's order. Session files keep
-a hybrid chat's conversation, not its states, for now. The linear states cannot be trimmed, so neither
-can the whole (``max_trim`` is 0).
+``LinearState`` per linear layer, handing the model its ``layers`` in the model's order. Its ``state_dict``
+is the attention cache's with the linear states beside (session files keep them: a reopened chat reads
+nothing again). The linear states cannot be trimmed, so neither can the whole (``max_trim`` is 0).
 A caller that will want to go back (speculative decoding's verify pass) sets a ``mark`` first: the states
 are kept by reference, since MLX never writes an array in place, and ``rewind_to_mark`` returns to it; the
 caller then feeds again the tokens it keeps past the mark.
@@ -125,13 +125,41 @@ class HybridCache(ModelCache):
         return self.attention.nbytes + sum(state.nbytes for state in self.states)
 
     def state_dict(self) -> tuple[Tensors, CacheMeta]:
-        # Session files keep a hybrid chat's conversation, not its states, for now (sessions/session_file.py).
-        raise CacheStateError("A hybrid model's cache is not saved yet: its linear layers' states are not in the "
-                              "session file format.")
+        """The attention cache's state, and (``linear.<set>.<layer>.<part>``) the linear states of its snapshots
+        and its own, last: a reopened chat goes back where the live one would (a history that drops the last
+        reply's thinking, to the snapshot at the last prompt's end)."""
+        tensors, meta = self.attention.state_dict()
+        kept = [snap for snap in self.snapshots if snap[0] < self.offset]
+        kept += [(self.offset, self.states)] if self.offset else []
+        shapes: dict[str, tuple[str, list[int]]] = {}
+        for n, (_, states) in enumerate(kept):
+            for j, state in enumerate(states):
+                for part in (0, 1):
+                    array = state[part]
+                    if array is None:
+                        raise CacheStateError("A linear layer's state is missing: the cache was never fed.")
+                    tensors[f"linear.{n}.{j}.{part}"] = array
+                    shapes[f"{j}.{part}"] = (str(array.dtype).rsplit(".", 1)[-1], list(array.shape))
+        return tensors, {**meta, "linear": {"offsets": [offset for offset, _ in kept], "shapes": shapes}}
 
     @classmethod
     def _restore(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta, pool: BlockPool | None) -> HybridCache:
-        raise CacheStateError("A session file holds no hybrid cache to restore.")
+        offsets = meta["linear"]["offsets"]
+        own = meta.copy()
+        del own["linear"]
+        attention = ModelCache.from_state(
+            model, {name: a for name, a in tensors.items() if not name.startswith("linear.")}, own, pool)
+        is_linear = linear_layers(model)
+        if offsets != sorted(set(offsets)) or (offsets[-1] if offsets else 0) != attention.offset:
+            raise CacheStateError(f"Saved hybrid state: linear states at {offsets} for {attention.offset} tokens.")
+        try:
+            sets = [(offset, [LinearState((tensors[f"linear.{n}.{j}.0"], tensors[f"linear.{n}.{j}.1"]), offset)
+                              for j in range(sum(is_linear))]) for n, offset in enumerate(offsets)]
+        except KeyError as missing:
+            raise CacheStateError(f"Saved hybrid state: the linear state {missing} is missing.") from None
+        cache = cls(attention, is_linear, sets[-1][1] if sets else None)
+        cache.snapshots = sets[:-1]
+        return cache
 
     def _token_ids(self) -> list[int]:
         return self.attention._token_ids()
