@@ -18,6 +18,7 @@ def all_rows() -> dict[str, tuple[str, Row]]:
     from bench.session_file_write import session_file_write_ratio
     from bench.session_store import autosave_write_ratio, store_list_seconds
     from bench.session_turns import turn10_prefill_fraction, turn10_prefill_fraction_long
+    from bench.hybrid_turns import hybrid_snapshot_bytes_per_token, hybrid_turn10_prefill_fraction
     from bench.tui import tui_decode_vs_headless
     from bench import serve as serve_bench
 
@@ -27,6 +28,10 @@ def all_rows() -> dict[str, tuple[str, Row]]:
         "turn10_prefill_fraction_long": ("the same with ~300-token replies: thinking off (value), and on ('on', "
                                          "at most 'on_bound': the last answer and the new message)",
                                          lambda s: turn10_prefill_fraction_long(s.model)),
+        "hybrid_turn10_prefill_fraction": ("turn10_prefill_fraction_long on the Qwen3.5-9B twin (60-token replies)",
+                                           lambda s: hybrid_turn10_prefill_fraction()),
+        "hybrid_snapshot_bytes_per_token": ("bytes the linear states' snapshots hold / attention KV bytes, 6 turns "
+                                            "on the Qwen3.5-9B twin", lambda s: hybrid_snapshot_bytes_per_token()),
         "restore_ttft_vs_cold": ("first-token time after opening a stored 2,000+-token chat / cold re-prefill",
                                  lambda s: restore_ttft_vs_cold(s.model, s.draft, s.runs)),
         "autosave_write_ratio": ("bytes an autosave writes after a short turn in a 3,000-token chat / the "

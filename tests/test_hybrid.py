@@ -19,7 +19,7 @@ from mlx_lm import load, stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from assets import MODELS_DIR
-from mlxcore import Engine, GenerationParams, KVConfig, ModelChoice, TokenEvent, UsageError, open_engine
+from mlxcore import Engine, GenerationParams, render_chat, KVConfig, ModelChoice, TokenEvent, UsageError, open_engine
 from sessions import ChatSession, SessionStore
 from sessions.errors import SessionFileError
 from sessions.file_read import read_contents
@@ -205,6 +205,37 @@ def test_a_file_saved_before_linear_states_still_opens(folder, tmp_path, monkeyp
     reopened = ChatSession.load(tmp_path / "old.mlxchat", engine)
     assert reopened.messages == session.messages and reopened.caches.target.offset == 0
     assert reopened.send("And 3 + 4?") and reopened.last_stats.reused_tokens == 0
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_turn_ten_of_a_chat_reads_only_the_last_reply_and_the_new_message(folder, thinking):
+    """A 10-turn chat whose replies think (scripted: the model's forward passes run, the picked tokens are fixed).
+    With thinking on the template drops each reply's think block from the history, so every prompt leaves the
+    cache inside the last turn, right after the snapshot at the last prompt's end: the next turn reads the last
+    reply as the history has it, the new message, and the assistant's header. With thinking off the history
+    extends what the cache holds."""
+    from scripted_model import scripted_model
+
+    engine = open_engine(str(folder), kv=KINDS["standard"]).engine
+    chat = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=40), enable_thinking=thinking)
+    tokenizer = engine.tokenizer
+    script = [(f"question {n}.", (f"<think>\nStep {n}: the user asks question {n}.\n</think>\n\n" if thinking
+                                 else "") + f"Answer {n}.") for n in range(1, 11)]
+    with scripted_model(tokenizer, min(engine.eos_ids), script):
+        for n in range(1, 11):
+            assert chat.send(f"This is question {n}.").content == f"Answer {n}."
+    stats = chat.last_stats
+    prompt = render_chat(tokenizer, [m.as_dict() for m in chat.messages[:-1]], enable_thinking=thinking)
+    assert len(prompt) == stats.prompt_tokens
+    [turn_start] = tokenizer.encode("<|im_start|>", add_special_tokens=False)
+    starts = [i for i, t in enumerate(prompt) if t == turn_start]
+    # at most from the ninth reply's header on: "<|im_start|>assistant\nAnswer 9.<|im_end|>\n", the tenth
+    # question, and the header the tenth reply follows (thinking on: from the snapshot at the ninth prompt's
+    # end; off, mlxchat keeps the empty think blocks the cache holds, so the history extends the cache)
+    assert stats.reused_tokens + stats.prefill_tokens == stats.prompt_tokens
+    assert stats.prefill_tokens <= stats.prompt_tokens - starts[-3]
+    print(f"turn 10, thinking {'on' if thinking else 'off'}: {stats.prefill_tokens} of {stats.prompt_tokens} "
+          f"prompt tokens read ({stats.prefill_tokens / stats.prompt_tokens:.3f})")
 
 
 @pytest.fixture(scope="module")
