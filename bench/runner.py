@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from bench import batching, grammar, kv_quant, speculative
 from bench.tensor_parallel import tp2_row
 from bench.blas import blas_speedup
+from bench.hybrid_spec import hybrid_spec_vs_plain
 from bench.decode import decode_vs_mlx_lm
 from bench.paged_decode import paged_decode_vs_standard_long, paged_decode_vs_standard_twin
 from bench.pool_memory import pool_peak_vs_held
@@ -58,6 +59,8 @@ ROWS: dict[str, tuple[str, Row]] = {
     # ~4 minutes a pair on 2 cores (mlx-lm's side ~3 of them): half the runs, at least 2
     "twin_prefill_vs_mlx_lm": ("prefill seconds of 2,000 tokens on the 8B twin (float32), mlx-lm / mlxchat",
                                lambda s: twin_prefill_vs_mlx_lm(max(2, s.runs // 2))),
+    "hybrid_spec_vs_plain": ("speculative / plain greedy tok/s on the Qwen3.5-9B twin, a draft that agrees (value) "
+                             "and one that does not ('disagreeing')", lambda s: hybrid_spec_vs_plain(max(2, s.runs // 2))),
     "spec_worst_case": ("speculative / plain tok/s with an untrained draft",
                         lambda s: speculative.spec_worst_case(s.model, s.draft, s.runs)),
     "batch8_throughput_vs_single": ("aggregate decode tok/s of 8 streams of 256 tokens / one stream, scheduler",

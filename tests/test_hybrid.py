@@ -379,3 +379,21 @@ def test_the_twins_decode_speculatively_as_plainly(twins_root):
     events = list(spec.generate(prompt, spec.new_caches(), params))
     assert [e.token for e in events if isinstance(e, TokenEvent)] == generated(plain, prompt, plain.new_caches(), params)
     assert events[-1].stats.draft_proposed > events[-1].stats.draft_accepted
+
+
+def test_the_benchs_agreeing_draft_has_the_targets_logits():
+    """``hybrid_spec_vs_plain``'s agreeing pair: the target's later layers silenced, its first layers the draft;
+    greedy speculative decoding then accepts every draft and equals plain decoding."""
+    import mlx.core as mx
+
+    from bench.hybrid_spec import agreeing_pair
+
+    target, draft = agreeing_pair(tiny_hybrid(config=tiny_hybrid_config(layers=8)).language_model, layers=4)
+    ids = mx.array([list(range(100, 140))])
+    assert mx.array_equal(mx.argmax(target(ids), -1), mx.argmax(draft(ids), -1))
+    tokenizer = open_engine(str(MODELS_DIR / "mini-target"), kv=KINDS["standard"]).engine.tokenizer
+    plain = Engine(target, tokenizer, kv=KINDS["standard"])
+    spec = Engine(target, tokenizer, kv=KINDS["standard"], draft_model=draft, num_draft=4)
+    prompt = list(range(100, 140))
+    assert generated(spec, prompt, spec.new_caches()) == generated(plain, prompt, plain.new_caches())
+    assert spec.last_stats.draft_proposed > 10 and spec.last_stats.acceptance == 1.0
