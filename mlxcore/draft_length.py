@@ -6,6 +6,13 @@ D of one draft pass (timed now and then in a round that synchronises after
 drafting) and the fixed seconds F of a round beyond its drafts (the verify pass
 and the synchronisation), so a round of k costs about F + D k. Expected tokens
 per round are 1 + sum_{j<=k} prod_{i<=j} a_i.
+
+While it decodes plainly it probes now and then; a probe first feeds the draft
+every token it missed, at a measured C seconds a token. Plain steps after a round
+number as many as the tokens a probe would feed, so probing costs about C / P of
+the plain time whatever the wait: where that is over ``probe_budget`` (a hybrid
+draft, whose prompt reading is slow on a CPU), a draft that stopped paying is
+not probed again.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ class DraftLengthController:
     weight: float = 0.15  # how fast the acceptance averages follow new rounds
     probe_every: int = 24  # while decoding plainly, try one speculative round after this many tokens...
     max_probe_every: int = 384  # ...doubling the wait after each probe that does not pay, up to this
+    probe_budget: float = 0.1  # ...if feeding the draft what it missed costs at most this share of plain steps
     accept: list[float] = field(default_factory=list)  # a_j: P(draft j accepted | drafts before it accepted)
     window: int = 15  # timings are medians of this many recent samples: robust to a stray slow step
     refresh_every: int = 64  # while drafting, take one plain step after this many rounds to re-measure P
     plain_samples: deque = field(default_factory=deque)  # recent seconds of a plain target step
     draft_samples: deque = field(default_factory=deque)  # recent seconds of one draft pass (D)
     fixed_samples: deque = field(default_factory=deque)  # recent seconds of a round beyond its drafts (F)
+    catch_up_samples: deque = field(default_factory=deque)  # recent seconds a token of a draft's catch-up (C)
     time_draft_every: ClassVar[int] = 32  # rounds between two timings of the draft passes
     plain_run: int = 0  # plain steps since the last speculative round
     round_run: int = 0  # speculative rounds since the last plain step
@@ -43,6 +52,7 @@ class DraftLengthController:
         self.plain_samples = deque(self.plain_samples, maxlen=self.window)
         self.draft_samples = deque(self.draft_samples, maxlen=self.window)
         self.fixed_samples = deque(self.fixed_samples, maxlen=self.window)
+        self.catch_up_samples = deque(self.catch_up_samples, maxlen=self.window)
 
     @property
     def plain_step(self) -> float | None:
@@ -75,10 +85,20 @@ class DraftLengthController:
         if rate > 1.0 / self.plain_step:
             self.probe_wait = self.probe_every  # drafting pays: probe promptly if that changes
             return k
-        if self.plain_run >= self.probe_wait:  # a probe: the draft may do better on this text
+        if self.plain_run >= self.probe_wait and self._probe_pays_its_catch_up():  # the draft may do better now
             self.probe_wait = min(2 * self.probe_wait, self.max_probe_every)
             return k
         return 0
+
+    def _probe_pays_its_catch_up(self) -> bool:
+        if not self.catch_up_samples or self.plain_step is None:
+            return True
+        return statistics.median(self.catch_up_samples) <= self.probe_budget * self.plain_step
+
+    def observe_catch_up(self, tokens: int, seconds: float) -> None:
+        """Record feeding the draft ``tokens`` it missed (before a round) in ``seconds``."""
+        if tokens > 0:
+            self.catch_up_samples.append(seconds / tokens)
 
     def best(self) -> tuple[int, float]:
         """(k, expected tokens per second) of the best draft length by the current estimates."""

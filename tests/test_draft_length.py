@@ -1,22 +1,29 @@
 """The adaptive draft length: drafts when it pays, falls back to plain decoding when it does not, probes again."""
 
+import pytest
+
 from mlxcore.draft_length import DraftLengthController
 from bench.draft_lengths import FixedDraftLength
 
 
-def run(controller, rounds, plain_seconds, per_draft_seconds, accepts, round_overhead=0.0):
+def run(controller, rounds, plain_seconds, per_draft_seconds, accepts, round_overhead=0.0, catch_up_seconds=0.0):
     """Feed the controller a simulated machine.
 
     A plain step costs P; a round of k costs P + overhead + c k (its drafts take
-    c k, timed when the controller asks); ``accepts(k)`` drafts are kept.
+    c k, timed when the controller asks); ``accepts(k)`` drafts are kept. Before a
+    round after plain steps, the draft is fed the tokens it missed, ``catch_up_seconds`` each.
     """
-    chosen = []
+    chosen, missed = [], 0
     for _ in range(rounds):
         k = controller.choose()
         chosen.append(k)
         if k == 0:
             controller.observe_plain(plain_seconds)
+            missed += 1
         else:
+            if missed > 1:
+                controller.observe_catch_up(missed, missed * catch_up_seconds)
+            missed = 0
             timed = controller.draft_timing_due()
             controller.observe_round(k, accepts(k), plain_seconds + round_overhead + per_draft_seconds * k,
                                      per_draft_seconds * k if timed else None)
@@ -60,6 +67,15 @@ def test_moderate_acceptance_picks_a_middle_length():
 
 def test_fixed_length_is_kept():
     assert set(run(FixedDraftLength(3, max_k=8), 20, 0.004, 0.001, lambda k: 0)) == {3}
+
+
+@pytest.mark.parametrize("catch_up, probes", [(0.0002, True), (0.002, False)])
+def test_a_draft_whose_catch_up_costs_too_much_is_not_probed_again(catch_up, probes):
+    """Feeding the draft what it missed costs C a token (a hybrid draft reading on a CPU: a sizeable share of a
+    target step): past ``probe_budget`` of a plain step, a draft that stopped paying is not probed again."""
+    controller = DraftLengthController(max_k=8, probe_every=24)
+    chosen = run(controller, 800, 0.004, 0.001, lambda k: 0, catch_up_seconds=catch_up)
+    assert any(k > 0 for k in chosen[200:]) == probes
 
 
 def test_failed_probes_back_off():
