@@ -139,7 +139,8 @@ def test_a_saved_chat_reopens_with_its_states_and_goes_on_as_the_live_one(folder
     """ChatSession over a hybrid model: a session file (or the store) keeps the linear states beside the KV,
     with its snapshots. Reopened, the next turn reads only what the live session reads (it starts where the
     live one does: a random model's broken UTF-8 makes the history's text differ from the cached tokens, which
-    sends both back to a snapshot), and answers as the live one does; so does a regenerate."""
+    sends both back to a snapshot), and answers as the live one does; so do a regenerate, an edit of the last
+    message and a fork, each reusing a prefix."""
     engine = open_engine(str(folder), kv=KINDS["standard"]).engine
     live = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=8))
     assert all(live.send(text) for text in ("What is 12 + 7?", "And 3 + 4?"))
@@ -154,11 +155,19 @@ def test_a_saved_chat_reopens_with_its_states_and_goes_on_as_the_live_one(folder
         reopened = store.load(store.save(live).id, engine)
     assert reopened.messages == live.messages and reopened.restore_note is None
     assert reopened.caches.target.tokens == live.caches.target.tokens
-    for turn in (lambda s: s.send("Name a colour."), lambda s: s.regenerate()):
-        replies = [turn(session) for session in (live, reopened)]
-        assert replies[0] == replies[1] and live.last_stats.reused_tokens == reopened.last_stats.reused_tokens
-        assert live.last_stats.prefill_tokens == reopened.last_stats.prefill_tokens
-        assert reopened.last_stats.reused_tokens > 0 and reopened.messages == live.messages
+    def forked(session):
+        child = session.fork()
+        return child.send("Name a fruit."), child.last_stats
+
+    turns = {"next turn": lambda s: (s.send("Name a colour."), s.last_stats),
+             "regenerate": lambda s: (s.regenerate(), s.last_stats),
+             "edit": lambda s: (s.edit_last_user("Name a number."), s.last_stats), "fork": forked}
+    for name, turn in turns.items():
+        (said, stats), (heard, reopened_stats) = turn(live), turn(reopened)
+        assert said == heard and reopened.messages == live.messages, name
+        assert (stats.reused_tokens, stats.prefill_tokens) == (reopened_stats.reused_tokens,
+                                                               reopened_stats.prefill_tokens), name
+        assert reopened_stats.reused_tokens > 0, name
     if where == "file":  # a later save appends what is new (the snapshots' blocks kept), and reopens as well
         size = (tmp_path / "chat.mlxchat").stat().st_size
         reopened.save(tmp_path / "chat.mlxchat")
