@@ -33,10 +33,8 @@ from mlxcore.out_of_memory import is_out_of_memory, not_enough_memory
 
 _TOO_LONG_WARNING = "sequence-length-is-longer-than-the-specified-maximum"  # transformers' key for it
 
-# mlx-lm's models whose linear-attention layers carry a recurrent state: Qwen3.5's run (kv/hybrid.py), on one
-# sequence for now; Qwen3-Next's layers are not tested yet
-HYBRID_MODEL_TYPES = ("qwen3_5", "qwen3_5_moe")
-UNTESTED_HYBRID_TYPES = ("qwen3_next",)
+# mlx-lm's models whose linear-attention layers carry a recurrent state (kv/hybrid.py), on one sequence for now
+HYBRID_MODEL_TYPES = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
 
 
 @dataclass(frozen=True)
@@ -152,9 +150,8 @@ def _check_config(folder: Path, config: dict[str, object]) -> None:
         raise ModelLoadError(f"model_type {model_type!r} in {folder / 'config.json'} is not supported "
                              "by the installed mlx-lm; use a Qwen3 model.")
     if model_type not in SPLIT_MODEL_TYPES + HYBRID_MODEL_TYPES:
-        hybrid = " (not yet Qwen3-Next's)" if model_type in UNTESTED_HYBRID_TYPES else ""
-        raise ModelLoadError(f"{folder} is a {model_type} model; mlxchat runs Qwen3, Qwen3-MoE and Qwen3.5 "
-                             f"models{hybrid}.")
+        raise ModelLoadError(f"{folder} is a {model_type} model; mlxchat runs Qwen3, Qwen3-MoE, Qwen3.5 and "
+                             "Qwen3-Next models.")
     try:
         importlib.import_module(module_name).ModelArgs.from_dict(config)
     except (TypeError, ValueError, KeyError, AttributeError) as error:

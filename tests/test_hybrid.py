@@ -24,7 +24,8 @@ from sessions import ChatSession, SessionStore
 from sessions.errors import SessionFileError
 from sessions.file_read import read_contents
 from bench.twins import twin_folder
-from tiny_models import tiny_hybrid, tiny_hybrid_config, tiny_hybrid_moe_config, write_model_folder
+from tiny_models import (tiny_hybrid, tiny_hybrid_config, tiny_hybrid_moe_config, tiny_qwen3_next,
+                         tiny_qwen3_next_config, write_model_folder)
 from twin_fixtures import twins_root  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,8 +33,21 @@ GREEDY = GenerationParams(temperature=0.0, max_tokens=40, ignore_eos=True)
 KINDS = {"standard": KVConfig(kind="standard"), "rotating": KVConfig(kind="rotating", max_kv=4096)}
 
 
+FAMILIES = {"qwen3_5": (tiny_hybrid, tiny_hybrid_config), "qwen3_next": (tiny_qwen3_next, tiny_qwen3_next_config)}
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def folder(request, tmp_path_factory) -> Path:
+    """A tiny Qwen3.5, then a tiny Qwen3-Next (their own mlx-lm modules: Qwen3-Next's attention, Gated DeltaNet
+    and experts): the tests that take it run on both."""
+    model, config = FAMILIES[request.param]
+    return write_model_folder(model(), tmp_path_factory.mktemp(request.param) / f"tiny-{request.param}",
+                              MODELS_DIR / "mini-target", config=config())
+
+
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
+def qwen35_folder(tmp_path_factory) -> Path:
+    """The tiny Qwen3.5 alone, for the tests that start processes (the command, serve, the window)."""
     return write_model_folder(tiny_hybrid(), tmp_path_factory.mktemp("hybrid") / "tiny-hybrid",
                               MODELS_DIR / "mini-target", config=tiny_hybrid_config())
 
@@ -277,20 +291,20 @@ def test_speculative_greedy_is_plain_greedy(folder, hybrid_draft, pair, k):
     assert caches.target.tokens == (prompt + expected)[:caches.target.offset]  # what it holds is what was said
 
 
-def test_what_a_hybrid_model_does_not_run_on_yet_is_refused(folder):
-    opened = open_engine(str(folder))  # the default paged cache: the standard one instead, said in the note
+def test_what_a_hybrid_model_does_not_run_on_yet_is_refused(qwen35_folder):
+    opened = open_engine(str(qwen35_folder))  # the default paged cache: the standard one instead, said in the note
     assert opened.engine.kv.kind == "standard" and "one reply at a time" in opened.note
     with pytest.raises(UsageError, match='kind="standard" or kind="rotating"'):
         Engine(opened.engine.model, opened.engine.tokenizer, kv=KVConfig(kind="paged"))
     with pytest.raises(UsageError, match='kind="standard" or kind="rotating"'):
-        open_engine(str(folder), kv=KVConfig(kind="rotating", max_kv=512, kv_bits=8))
+        open_engine(str(qwen35_folder), kv=KVConfig(kind="rotating", max_kv=512, kv_bits=8))
 
 
-def test_the_command_answers_on_the_standard_cache_and_says_so(folder):
+def test_the_command_answers_on_the_standard_cache_and_says_so(qwen35_folder):
     """``mlxchat ask`` on a hybrid model: the default paged cache becomes the standard one, with a note; what it
     cannot honour (8-bit keys and values) is one line, no traceback."""
     def ask(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "app.cli", "ask", "hi", "--model", str(folder), *args], cwd=ROOT,
+        return subprocess.run([sys.executable, "-m", "app.cli", "ask", "hi", "--model", str(qwen35_folder), *args], cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
     answered = ask("--max-tokens", "5", "--json")
     final = json.loads(answered.stdout.strip().splitlines()[-1])
@@ -305,7 +319,7 @@ def test_the_command_answers_on_the_standard_cache_and_says_so(folder):
         "layers' states yet."]
 
 
-def test_serve_answers_one_request_at_a_time(folder, tmp_path):
+def test_serve_answers_one_request_at_a_time(qwen35_folder, tmp_path):
     """A real ``mlxchat serve`` on a loopback port, the official openai client: two requests at once, each the
     reply one process gives, streamed and not."""
     from concurrent.futures import ThreadPoolExecutor
@@ -313,10 +327,10 @@ def test_serve_answers_one_request_at_a_time(folder, tmp_path):
     from serve_process import ServeProcess
 
     question = [{"role": "user", "content": "What is 12 + 7?"}]
-    engine = open_engine(str(folder), kv=KINDS["standard"]).engine
+    engine = open_engine(str(qwen35_folder), kv=KINDS["standard"]).engine
     session = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=10), enable_thinking=False)
     expected = session.send(question[0]["content"])
-    with ServeProcess(tmp_path, pair=("--model", str(folder))) as server:
+    with ServeProcess(tmp_path, pair=("--model", str(qwen35_folder))) as server:
         client = server.client()
 
         def ask(stream: bool) -> str:
@@ -333,7 +347,7 @@ def test_serve_answers_one_request_at_a_time(folder, tmp_path):
     assert replies == [expected, expected]
 
 
-def test_the_chat_window_answers_on_a_hybrid_model(folder):
+def test_the_chat_window_answers_on_a_hybrid_model(qwen35_folder):
     """The window with its engine in its own process, as ``mlxchat --model FOLDER --kv standard`` runs: two turns,
     each the reply ChatSession gives."""
     import asyncio
@@ -346,7 +360,7 @@ def test_the_chat_window_answers_on_a_hybrid_model(folder):
     questions = ("What is 12 + 7?", "And 3 + 4?")
 
     async def scenario():
-        app = ChatApp(Open(model=str(folder), no_draft=True, kv="standard", params=params))
+        app = ChatApp(Open(model=str(qwen35_folder), no_draft=True, kv="standard", params=params))
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
             for question in questions:
@@ -354,7 +368,7 @@ def test_the_chat_window_answers_on_a_hybrid_model(folder):
             return app.state.messages
 
     messages = asyncio.run(scenario())
-    session = ChatSession(open_engine(str(folder), kv=KINDS["standard"]).engine,
+    session = ChatSession(open_engine(str(qwen35_folder), kv=KINDS["standard"]).engine,
                           params=GenerationParams(**params))
     for question in questions:
         session.send(question)
@@ -395,6 +409,7 @@ def test_the_benchs_agreeing_draft_has_the_targets_logits():
     greedy speculative decoding then accepts every draft and equals plain decoding."""
     import mlx.core as mx
 
+    from bench.draft_lengths import FixedDraftLength
     from bench.hybrid_spec import agreeing_pair
 
     target, draft = agreeing_pair(tiny_hybrid(config=tiny_hybrid_config(layers=8)).language_model, layers=4)
@@ -403,6 +418,7 @@ def test_the_benchs_agreeing_draft_has_the_targets_logits():
     tokenizer = open_engine(str(MODELS_DIR / "mini-target"), kv=KINDS["standard"]).engine.tokenizer
     plain = Engine(target, tokenizer, kv=KINDS["standard"])
     spec = Engine(target, tokenizer, kv=KINDS["standard"], draft_model=draft, num_draft=4)
+    spec.draft_control = FixedDraftLength(4, max_k=4)  # every step a round (the adaptive length follows timings)
     prompt = list(range(100, 140))
     assert generated(spec, prompt, spec.new_caches()) == generated(plain, prompt, plain.new_caches())
     assert spec.last_stats.draft_proposed > 10 and spec.last_stats.acceptance == 1.0

@@ -8,7 +8,7 @@ from pathlib import Path
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models import qwen3, qwen3_5, qwen3_moe
+from mlx_lm.models import qwen3, qwen3_5, qwen3_moe, qwen3_next
 
 
 def tiny_config(vocab_size: int = 384, layers: int = 2, hidden: int = 64, heads: int = 4,
@@ -75,6 +75,29 @@ def tiny_hybrid_moe_config(vocab_size: int = 2048) -> dict:
     """Qwen3.5-MoE's: ``tiny_hybrid_config`` with 4 experts (2 a token) and a shared expert in every layer."""
     return tiny_hybrid_config(vocab_size) | {"model_type": "qwen3_5_moe", "num_experts": 4, "num_experts_per_tok": 2,
                                               "moe_intermediate_size": 96, "shared_expert_intermediate_size": 96}
+
+
+def tiny_qwen3_next_config(vocab_size: int = 2048) -> dict:
+    """A Qwen3-Next config.json dict: ``tiny_hybrid_config``'s layers (Qwen3-Next's own gated attention and
+    Gated DeltaNet modules) with a sparse expert block and a shared expert in every layer."""
+    return {"model_type": "qwen3_next", "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-6,
+            "vocab_size": vocab_size, "max_position_embeddings": 32768, "linear_num_value_heads": 4,
+            "linear_num_key_heads": 2, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+            "linear_conv_kernel_dim": 4, "full_attention_interval": 4, "tie_word_embeddings": False,
+            "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": [],
+            "moe_intermediate_size": 96, "shared_expert_intermediate_size": 96, "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.25, "norm_topk_prob": True}
+
+
+def tiny_qwen3_next(seed: int = 0) -> qwen3_next.Model:
+    """A random-weight mlx-lm Qwen3-Next model (``tiny_qwen3_next_config``), matrices scaled like ``tiny_qwen3``."""
+    mx.random.seed(seed)
+    model = qwen3_next.Model(qwen3_next.ModelArgs.from_dict(tiny_qwen3_next_config()))
+    scaled = [(k, v * 2.0 if v.ndim >= 2 and "embed" not in k else v) for k, v in tree_flatten(model.parameters())]
+    model.load_weights(scaled)
+    mx.eval(model.parameters())
+    return model
 
 
 def tiny_hybrid(seed: int = 0, config: dict | None = None) -> qwen3_5.Model:
