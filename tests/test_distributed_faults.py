@@ -182,12 +182,15 @@ def test_serve_on_two_ranks(tmp_path):
     finally:  # ctrl+c, as a terminal sends it: to mlx.launch and both ranks
         os.killpg(server.pid, signal.SIGINT)
         # the grace for replies in flight, uvicorn's shutdown, then both ranks' exits, on cores other test
-        # processes share (30 s was once not enough while the whole suite ran)
-        stopped = seconds_until_gone(server.pid, limit=60)
+        # processes share (30 s, then 60 s, were each once not enough while the whole suite ran; mlx.launch
+        # spins a core per rank)
+        stopped = seconds_until_gone(server.pid, limit=120)
+        left = "" if stopped is not None else subprocess.run(
+            ["ps", "-o", "pid,stat,etime,args", "-g", str(server.pid)], capture_output=True, text=True).stdout
         if stopped is None:
             os.killpg(server.pid, signal.SIGKILL)
         server.wait(timeout=HANG_S)
-    assert stopped is not None, log.read_text()
+    assert stopped is not None, f"{log.read_text()}\nstill running after 120 s:\n{left}"
     poll_until(lambda: _group_gone(server.pid), limit=30)  # no rank left behind
     (tmp_path / "single").mkdir()
     with ServeProcess(tmp_path / "single") as single:
