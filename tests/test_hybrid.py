@@ -193,6 +193,27 @@ def test_a_saved_chat_reopens_with_its_states_and_goes_on_as_the_live_one(folder
     store.close()
 
 
+def test_a_save_cut_short_opens_at_the_save_before_with_its_states(folder, tmp_path):
+    """A crash in the middle of a save (the file cut inside its new blocks): the file opens at its last
+    complete save, states included, and goes on as that save's chat does."""
+    engine = open_engine(str(folder), kv=KINDS["standard"]).engine
+    path = tmp_path / "chat.mlxchat"
+    live = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=8))
+    live.send("What is 12 + 7?")
+    live.save(path)
+    first = path.stat().st_size
+    saved = ChatSession.load(path, engine)
+    live.send("And 3 + 4?")
+    live.save(path)
+    with open(path, "r+b") as file:
+        file.truncate(first + (path.stat().st_size - first) // 2)
+    reopened = ChatSession.load(path, engine)
+    assert "did not finish" in reopened.restore_note and reopened.messages == saved.messages
+    assert reopened.caches.target.tokens == saved.caches.target.tokens
+    assert reopened.send("Name a colour.") == saved.send("Name a colour.")
+    assert reopened.last_stats.reused_tokens == saved.last_stats.reused_tokens > 0
+
+
 @pytest.mark.parametrize("change, said", [
     (lambda h: h.update(version=3), "holds no linear states"),
     (lambda h: h["cache"]["target"]["linear"]["offsets"].pop(), "linear states and its tokens disagree"),
