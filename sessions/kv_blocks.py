@@ -126,8 +126,7 @@ def tensors_from_blocks(saved: SavedSession, role: str, rows: Sequence[StoredBlo
     another chat, model or position is refused), and its token ids must match.
     """
     cache = saved.cache(role)
-    shapes = {name: spec for name, spec in cache.tensor_shapes(saved.cache_kind, role).items()
-              if not name.startswith(f"{role}.{LINEAR}")}
+    shapes = _kv_shapes(saved, role)
     tokens = list(cache.tokens)
     salt = _salt(saved, role, shapes)
     sets = len(cache.linear.offsets) if cache.linear is not None else 0
@@ -171,6 +170,12 @@ def _read_linear(saved: SavedSession, role: str, rows: Sequence[StoredBlock], re
     return tensors
 
 
+def _kv_shapes(saved: SavedSession, role: str) -> Layout:
+    """The ``role`` cache's tensors that its token blocks hold (its linear states, if any, have blocks of their own)."""
+    return {name: spec for name, spec in saved.cache(role).tensor_shapes(saved.cache_kind, role).items()
+            if not name.startswith(f"{role}.{LINEAR}")}
+
+
 def _linear_salt(fingerprint: str, role: str, layout: Layout, offset: int) -> bytes:
     """A linear-state set's salt: the model, the role, its tensors ("<layer>.<part>") and the tokens it had read,
     so that a block of another model or point is refused."""
@@ -181,8 +186,7 @@ def saved_keys(saved: SavedSession, role: str, payloads: Sequence[bytes]) -> lis
     """The keys of ``saved``'s ``role`` cache blocks as ``tensors_from_blocks`` checks them, for blocks that
     hold ``payloads`` in order (a session file's index names blocks by place, not by key)."""
     cache = saved.cache(role)
-    shapes = {name: spec for name, spec in cache.tensor_shapes(saved.cache_kind, role).items()
-              if not name.startswith(f"{role}.{LINEAR}")}
+    shapes = _kv_shapes(saved, role)
     salt = _salt(saved, role, shapes)
     linear = []
     if cache.linear is not None and cache.linear.offsets:  # the linear-state sets' blocks are the last
