@@ -42,9 +42,9 @@ if TYPE_CHECKING:
 def _check_hybrid(kv: KVConfig, world: World) -> None:
     """What a hybrid model (Qwen3.5) does not run on yet, refused before any reply (docs/hybrid.md)."""
     if kv.kind == "paged" or kv.kv_bits is not None:
-        raise UsageError('A hybrid model (Qwen3.5) runs one reply at a time, on a float cache of kind="standard" '
-                         'or kind="rotating", for now: the paged and 8-bit caches, which batched replies need, do '
-                         'not hold its linear layers\' states yet.')
+        raise UsageError('A hybrid model (Qwen3.5) runs on a float cache of kind="standard" (replies side by side) '
+                         'or kind="rotating" (one at a time), for now: the paged and 8-bit caches do not hold its '
+                         'linear layers\' states yet.')
     if world.distributed:
         raise UsageError("A hybrid model (Qwen3.5) runs in one process for now, not over several ranks.")
 
@@ -63,6 +63,7 @@ class Engine:
                  draft_name: str = "", generation_defaults: dict | None = None, world: World = SINGLE) -> None:
         if linear_layers(model) or (draft_model is not None and linear_layers(draft_model)):
             _check_hybrid(kv, world)
+        self.hybrid = bool(linear_layers(model))  # Qwen3.5, Qwen3-Next: linear layers with a state each
         self.model = model
         self.tokenizer = tokenizer
         self.draft_model = draft_model
@@ -97,6 +98,12 @@ class Engine:
             warm_up_fast_exp()
         if compile_works():  # the sampler's graphs, for logits of the target's size and dtype (no forward pass)
             warm_up_sampling(mx.zeros((1, self.model.args.vocab_size), dtype=activation_dtype(self.model)))
+
+    @property
+    def batches(self) -> bool:
+        """Whether replies run side by side on this engine's caches: paged ones, or a hybrid model's standard
+        ones (``batching/hybrid_batch.py``); on the others one reply runs at a time."""
+        return self.kv.kind == "paged" or (self.hybrid and self.kv.kind == "standard")
 
     @staticmethod
     def prefill_chunk(params: GenerationParams) -> int:

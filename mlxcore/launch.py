@@ -61,10 +61,10 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     target = load_found(target_files, world=world)  # this rank's share of it
     draft = load_found(draft_files) if draft_files else None  # whole on every rank
     if linear_layers(target.model) and kv.kind == "paged" and kv.kv_bits is None:
-        # A hybrid model's linear states are not in the paged cache yet: one reply at a time on the standard one.
+        # A hybrid model's linear states are not in the paged cache yet: its replies batch on standard caches.
         kv = replace(kv, kind="standard")
-        note = " ".join(filter(None, [note, f"{target.name} is a hybrid model (Qwen3.5): it answers one reply at "
-                                            "a time, on the standard KV cache, for now."]))
+        note = " ".join(filter(None, [note, f"{target.name} is a hybrid model (Qwen3.5): it answers on the standard "
+                                            "KV cache, without prefix sharing between chats, for now."]))
     if draft is not None:
         check_draft_compatible(target, draft)
     engine = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model if draft else None,

@@ -314,10 +314,10 @@ def test_speculative_greedy_is_plain_greedy(folder, hybrid_draft, pair, k):
 
 def test_what_a_hybrid_model_does_not_run_on_yet_is_refused(qwen35_folder):
     opened = open_engine(str(qwen35_folder))  # the default paged cache: the standard one instead, said in the note
-    assert opened.engine.kv.kind == "standard" and "one reply at a time" in opened.note
-    with pytest.raises(UsageError, match='kind="standard" or kind="rotating"'):
+    assert opened.engine.kv.kind == "standard" and "without prefix sharing" in opened.note
+    with pytest.raises(UsageError, match=r'kind="standard" \(replies side by side\) or kind="rotating"'):
         Engine(opened.engine.model, opened.engine.tokenizer, kv=KVConfig(kind="paged"))
-    with pytest.raises(UsageError, match='kind="standard" or kind="rotating"'):
+    with pytest.raises(UsageError, match=r'kind="standard" \(replies side by side\) or kind="rotating"'):
         open_engine(str(qwen35_folder), kv=KVConfig(kind="rotating", max_kv=512, kv_bits=8))
 
 
@@ -330,19 +330,19 @@ def test_the_command_answers_on_the_standard_cache_and_says_so(qwen35_folder):
     answered = ask("--max-tokens", "5", "--json")
     final = json.loads(answered.stdout.strip().splitlines()[-1])
     assert answered.returncode == 0 and final["stats"]["generated_tokens"] == 5, answered.stderr
-    assert "tiny-hybrid is a hybrid model (Qwen3.5): it answers one reply at a time, on the standard KV cache, " \
-           "for now." in answered.stderr
+    assert "tiny-hybrid is a hybrid model (Qwen3.5): it answers on the standard KV cache, without prefix " \
+           "sharing between chats, for now." in answered.stderr
     refused = ask("--kv-bits", "8")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().splitlines() == [
-        "mlxchat: A hybrid model (Qwen3.5) runs one reply at a time, on a float cache of --kv standard or --kv "
-        "rotating, for now: the paged and 8-bit caches, which batched replies need, do not hold its linear "
-        "layers' states yet."]
+        "mlxchat: A hybrid model (Qwen3.5) runs on a float cache of --kv standard (replies side by side) or --kv "
+        "rotating (one at a time), for now: the paged and 8-bit caches do not hold its linear layers' states yet."]
 
 
-def test_serve_answers_one_request_at_a_time(qwen35_folder, tmp_path):
-    """A real ``mlxchat serve`` on a loopback port, the official openai client: two requests at once, each the
-    reply one process gives, streamed and not."""
+def test_serve_answers_requests_side_by_side(qwen35_folder, tmp_path):
+    """A real ``mlxchat serve`` on a loopback port, the official openai client: two requests at once and a
+    request for two choices, each the reply one process gives, streamed and not; the two choices decode in
+    one pass a step (``/metrics``: more than one sequence a step on average)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from serve_process import ServeProcess
@@ -353,10 +353,10 @@ def test_serve_answers_one_request_at_a_time(qwen35_folder, tmp_path):
     expected = session.send(question[0]["content"])
     with ServeProcess(tmp_path, pair=("--model", str(qwen35_folder))) as server:
         client = server.client()
+        options = dict(model="tiny-hybrid", messages=question, temperature=0, max_tokens=10,
+                       extra_body={"chat_template_kwargs": {"enable_thinking": False}})
 
         def ask(stream: bool) -> str:
-            options = dict(model="tiny-hybrid", messages=question, temperature=0, max_tokens=10,
-                           extra_body={"chat_template_kwargs": {"enable_thinking": False}})
             if not stream:
                 return client.chat.completions.create(**options).choices[0].message.content
             chunks = client.chat.completions.create(stream=True, **options)
@@ -364,8 +364,9 @@ def test_serve_answers_one_request_at_a_time(qwen35_folder, tmp_path):
 
         with ThreadPoolExecutor(2) as pool:
             replies = list(pool.map(ask, [False, True]))
-        assert "one reply at a time" in server.log()
-    assert replies == [expected, expected]
+        choices = [c.message.content for c in client.chat.completions.create(n=2, **options).choices]
+        assert server.metrics()["mlxchat_mean_batch_size"] > 1.0
+    assert replies == [expected, expected] and choices == [expected, expected]
 
 
 def test_the_chat_window_answers_on_a_hybrid_model(qwen35_folder):

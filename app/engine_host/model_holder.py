@@ -19,8 +19,8 @@ PROGRESS_EVERY_S = 0.1  # download progress
 
 
 class ModelHolder:
-    """The opened engine (None until the first Open has loaded it) and its scheduler (None when the KV cache is
-    not paged: the scheduler needs it, and replies then run one at a time)."""
+    """The opened engine (None until the first Open has loaded it) and its scheduler (None when its caches do
+    not batch, ``Engine.batches``: replies then run one at a time)."""
 
     def __init__(self, send: SendEvent) -> None:
         self.send = send
@@ -48,7 +48,7 @@ class ModelHolder:
         """Answer with ``opened`` from now on, on a scheduler of its own."""
         self.opened = opened
         self.batch = None
-        if opened.engine.kv.kind == "paged":
+        if opened.engine.batches:
             from mlxcore import LocalBatch
             self.batch = LocalBatch(opened.engine)
 

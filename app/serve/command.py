@@ -124,11 +124,11 @@ def _say(text: str) -> None:
 
 
 def real_worker(engine, args: argparse.Namespace):
-    """One model's worker; the host takes its turns among the other loaded models'. A model that runs on
-    another KV kind than the paged one (a hybrid model, for now) answers one request at a time."""
+    """One model's worker; the host takes its turns among the other loaded models'. A model whose caches do not
+    batch (``Engine.batches``) answers one request at a time."""
     from mlxcore import BatchWorker
     options = _worker_options(args)
-    if engine.kv.kind != "paged":
+    if not engine.batches:
         options["max_running"] = 1
     return BatchWorker(engine, **options)
 

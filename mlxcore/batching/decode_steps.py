@@ -27,6 +27,7 @@ import mlx.core as mx
 
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.constraints import Bitmask, GrammarError
+from mlxcore.batching.hybrid_batch import HybridBatchDecoder
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.sequence import Sequence
 from mlxcore.kv.base import PENDING
@@ -55,7 +56,7 @@ class _Picks:
 class DecodeSteps:
     """Queues batched decode steps and reads their picks one step late (see the module docstring)."""
 
-    def __init__(self, forward, decoder: BatchDecoder) -> None:
+    def __init__(self, forward, decoder: BatchDecoder | HybridBatchDecoder) -> None:
         self.forward, self.decoder = forward, decoder
         self.last: _Picks | None = None  # the previous step's picks, read after the next step is queued
         self._next: _Picks | None = None  # the step just queued

@@ -15,6 +15,8 @@ the same either way. Events go to each request's handle.
 Requests run on the engine's paged caches: ``Engine.new_caches`` makes them in
 the engine's pools and byte budget, the pools ``BlockAccount`` reads. One reply
 at a time may also run on a rotating or standard cache (``Engine.generate``).
+A hybrid model's replies (Qwen3.5) run side by side on standard caches: its
+batched step is ``hybrid_batch.py``'s, and its prompts are read alone.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from mlxcore.batching.constraints import Constraint, Mask
 from mlxcore.batching.decode_steps import DecodeSteps
 from mlxcore.batching.errors import OverloadedError, PromptTooLongError
 from mlxcore.batching.handle import RequestHandle
+from mlxcore.batching.hybrid_batch import HybridBatchDecoder
 from mlxcore.batching.pacing import Pacing
 from mlxcore.batching.policies import Policy
 from mlxcore.batching.prompt_feed import Feeds, PromptFeed
@@ -61,10 +64,13 @@ class BatchRunner:
     def __init__(self, engine: Engine, policy: Policy, *, step_tokens: int | None = None, max_running: int = 8,
                  stall_seconds: float = STALL_SECONDS) -> None:
         paged = engine.kv.kind == "paged"
-        if not paged and max_running > 1:
-            raise UsageError('Replies side by side need the paged KV cache (kind="paged").')
+        # A hybrid model batches whole (mlx-lm's layers) on standard caches; another model needs the paged one.
+        self.hybrid = engine.hybrid and not paged
+        if not engine.batches and max_running > 1:
+            raise UsageError('Replies side by side need the paged KV cache (kind="paged"); a hybrid model\'s, '
+                             'the standard one.')
         self.engine = engine
-        self.decoder = BatchDecoder(engine.target_forward)
+        self.decoder = HybridBatchDecoder(engine.model) if self.hybrid else BatchDecoder(engine.target_forward)
         self.steps = DecodeSteps(engine.target_forward, self.decoder)
         self.account = PoolAccount(engine) if paged else NoPool()
         self.scheduler = Scheduler(policy, self.account, step_tokens=step_tokens, max_running=max_running)
@@ -219,7 +225,8 @@ class BatchRunner:
         self._apply_cancellations()
         self._pause_unread(start)
         self._spare_drafts()
-        self.scheduler.prefill_cap = self.pacing.cap()
+        # A hybrid model's prompts are read alone, whole (no chunks ride in its decode passes).
+        self.scheduler.prefill_cap = None if self.hybrid else self.pacing.cap()
         plan = self.scheduler.plan(start)
         self._unstick(plan)
         for seq in plan.preempted:

@@ -1,0 +1,104 @@
+"""One decode step for several sequences of a hybrid model (Qwen3.5, Qwen3-Next): mlx-lm's model whole, on a batch.
+
+Each sequence keeps its own ``HybridCache`` (mlx-lm's KV over the attention layers, a ``LinearState`` per
+linear layer), the owner of what it has read. A step runs mlx-lm's layers once over a (B, 1) input with a
+batch view of those caches, the way mlx-lm's ``BatchGenerator`` batches these models: the attention layers
+read a left-padded ``BatchKVCache`` (each row's padding masked, RoPE at each row's own position), the linear
+layers the rows' states stacked. Each sequence then takes its row back: its new key and value appended to
+its own cache, and as its linear states the rows of the batch's new ones (lazy slices: nothing is copied).
+
+The view is kept from step to step while the same sequences decode and nothing else fed them (their linear
+states are still the rows this decoder gave them), so a step reads no KV but the view's. When the batch
+changes it is built again from the caches, a copy of what attention reads, once per change; the rows that
+leave copy their states out first, so that no chat keeps the batch's arrays alive.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import BatchKVCache
+
+from mlxcore.kv.hybrid import HybridCache
+from mlxcore.kv.linear_state import LinearState
+
+
+class HybridBatchDecoder:
+    """Feeds one token to each of several ``HybridCache`` sequences in one pass of ``model``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self._view: list[BatchKVCache | LinearState] = []  # per layer, in the model's order
+        self._rows: list[HybridCache] = []
+        self._given: list[mx.array] = []  # each row's first linear state as this decoder left it
+        self._offsets: list[int] = []
+
+    def __call__(self, caches: list[HybridCache], ids: list[int], inputs: mx.array, feeds=()) -> mx.array:
+        """Logits (B, V) of each sequence's next token after ``inputs`` (B,); ``ids`` are the same tokens as
+        known ids (``PENDING`` where not known yet), recorded in each cache."""
+        if feeds:
+            raise ValueError("Prompt chunks do not ride in a hybrid model's decode pass: prompts are read alone.")
+        for cache, token in zip(caches, ids):
+            cache.begin([token])
+        if not self._current(caches):
+            self.release()
+            self._build(caches)
+        logits = self.model(inputs[:, None], cache=self._view)[:, -1, :]
+        self._hand_back()
+        return logits
+
+    def _current(self, caches: list[HybridCache]) -> bool:
+        """Whether the view still stands for ``caches``: the same sequences, in order, none fed since."""
+        return len(caches) == len(self._rows) and all(
+            cache is row and cache.states[0][1] is given and cache.offset == offset
+            for cache, row, given, offset in zip(caches, self._rows, self._given, self._offsets))
+
+    def _build(self, caches: list[HybridCache]) -> None:
+        self._rows = list(caches)
+        self._view = []
+        for j, is_linear in enumerate(caches[0].is_linear):
+            layers = [cache.layers[j] for cache in caches]
+            self._view.append(_stacked(layers) if is_linear else BatchKVCache.merge(layers))
+
+    def _hand_back(self) -> None:
+        """Each row's part of the pass into its own cache (see the module docstring)."""
+        written = []
+        for j, view in enumerate(self._view):
+            for i, cache in enumerate(self._rows):
+                own = cache.layers[j]
+                if isinstance(view, LinearState):
+                    own[0], own[1] = view[0][i:i + 1], view[1][i:i + 1]
+                    own.advance(1)
+                else:
+                    end = view._idx
+                    own.update_and_fetch(view.keys[i:i + 1, :, end - 1:end], view.values[i:i + 1, :, end - 1:end])
+                    written += [own.keys, own.values]
+        # Written now with the pass: left lazy, each step's writes would chain and keep the view's old arrays.
+        mx.async_eval(written)
+        self._given = [cache.states[0][1] for cache in self._rows]
+        self._offsets = [cache.offset for cache in self._rows]
+
+    def release(self) -> None:
+        """Drop the view (the batch changed, or nothing decodes); rows whose states are still slices of it copy
+        them out, so that their chats do not keep the whole batch's states."""
+        copies = []
+        for cache, given in zip(self._rows, self._given):
+            if cache.states and cache.states[0][1] is given:
+                for state in cache.states:
+                    state[0], state[1] = mx.contiguous(state[0]), mx.contiguous(state[1])
+                    copies += [state[0], state[1]]
+        mx.eval(copies)
+        self._view, self._rows, self._given, self._offsets = [], [], [], []
+
+
+def _stacked(states: list[LinearState]) -> LinearState:
+    """The rows' states of one linear layer as one batch (a row never fed reads zeros, as mlx-lm's layer does)."""
+    parts = []
+    for part in (0, 1):
+        arrays = [state[part] for state in states]
+        known = next((a for a in arrays if a is not None), None)
+        if known is None:
+            parts.append(None)
+            continue
+        parts.append(mx.concatenate([a if a is not None else mx.zeros_like(known) for a in arrays]))
+    return LinearState((parts[0], parts[1]))
