@@ -19,6 +19,7 @@ def all_rows() -> dict[str, tuple[str, Row]]:
     from bench.session_store import autosave_write_ratio, store_list_seconds
     from bench.session_turns import turn10_prefill_fraction, turn10_prefill_fraction_long
     from bench.hybrid_turns import hybrid_snapshot_bytes_per_token, hybrid_turn10_prefill_fraction
+    from bench.hybrid_serving import hybrid_batch_vs_alone, hybrid_request_turn10_prefill_fraction
     from bench.tui import tui_decode_vs_headless
     from bench import serve as serve_bench
 
@@ -32,6 +33,11 @@ def all_rows() -> dict[str, tuple[str, Row]]:
                                            lambda s: hybrid_turn10_prefill_fraction()),
         "hybrid_snapshot_bytes_per_token": ("bytes the linear states' snapshots hold / attention KV bytes, 6 turns "
                                             "on the Qwen3.5-9B twin", lambda s: hybrid_snapshot_bytes_per_token()),
+        "hybrid_batch_vs_alone": ("output tok/s of 4 requests side by side / one at a time, Qwen3.5-9B twin, greedy",
+                                  lambda s: hybrid_batch_vs_alone(s.runs)),
+        "hybrid_request_turn10_prefill_fraction": ("turn 10's prefilled / prompt tokens when every turn is a new request "
+                                                   "with the whole history (as API clients send it), Qwen3.5-9B twin",
+                                                   lambda s: hybrid_request_turn10_prefill_fraction()),
         "restore_ttft_vs_cold": ("first-token time after opening a stored 2,000+-token chat / cold re-prefill",
                                  lambda s: restore_ttft_vs_cold(s.model, s.draft, s.runs)),
         "autosave_write_ratio": ("bytes an autosave writes after a short turn in a 3,000-token chat / the "

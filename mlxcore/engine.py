@@ -27,6 +27,7 @@ from mlxcore.kv.errors import CacheStateError
 from mlxcore.kv.budget import KVBudget, format_bytes, machine_kv_bytes, weights_bytes, wire_recommended_limit
 from mlxcore.kv.geometry import KVGeometry, activation_dtype, model_geometry
 from mlxcore.kv.hybrid import HybridCache, linear_layers
+from mlxcore.kv.hybrid_prefixes import HybridPrefixCache
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
@@ -37,6 +38,10 @@ from mlxcore.sequences import common_prefix_length
 
 if TYPE_CHECKING:
     from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+
+# Of the KV budget, what a hybrid model's kept caches may hold (its live caches are not counted in it).
+PREFIX_SHARE = 0.25
 
 
 def _check_hybrid(kv: KVConfig, world: World) -> None:
@@ -82,6 +87,7 @@ class Engine:
         self.last_stats: GenerationStats | None = None
         self._pools: dict[str, BlockPool] = {}  # paged block pool per model ("target", "draft")
         self._kv_budget: KVBudget | None = None  # bytes both pools share; made with the first paged cache
+        self._prefixes: HybridPrefixCache | None = None  # a hybrid target's ended caches (prefix caching)
         # The ranks the target is split over (mlxcore.distributed); each holds its share of the KV heads.
         self.world = world
         self.kv_shards = KVShards(world)
@@ -177,11 +183,19 @@ class Engine:
             self._kv_budget = KVBudget(min(every_rank(self.world, limit)))
         return self._kv_budget
 
+    @property
+    def prefixes(self) -> HybridPrefixCache | None:
+        """A hybrid target's kept caches, for prompts that start as theirs did (``hybrid_prefixes.py``): a
+        share of the KV budget. None for another model, or a rotating window (it forgets its start)."""
+        if self._prefixes is None and self.hybrid and self.kv.kind == "standard":
+            self._prefixes = HybridPrefixCache(int(self.kv_budget.limit * PREFIX_SHARE))
+        return self._prefixes
+
     def _new_model_cache(self, model: nn.Module, role: str) -> ModelCache:
         budget = self.kv_budget if self.kv.kind == "paged" else None
         cache = make_model_cache(model, kind=self.kv.kind, block_size=self.kv.block_size, max_kv=self.kv.max_kv,
                                  max_rewind=self.rewind_room, pool=self._pools.get(role), budget=budget,
-                                 kv_bits=self.kv.kv_bits)
+                                 kv_bits=self.kv.kv_bits, prefixes=self.prefixes if role == "target" else None)
         if isinstance(cache, PagedCache):
             self._pools[role] = cache.pool
         return cache
@@ -203,6 +217,8 @@ class Engine:
         cache = ModelCache.from_state(model, tensors, meta, pool=self._pools.get(role))
         if isinstance(cache, PagedCache):
             self._pools[role] = cache.pool
+        if isinstance(cache, HybridCache) and role == "target":  # kept when released, as a new one would be
+            cache.prefixes = self.prefixes
         return cache
 
     def cache_state(self, role: str, cache: ModelCache) -> tuple[KVGeometry, Tensors, CacheMeta]:

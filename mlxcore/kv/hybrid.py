@@ -15,6 +15,10 @@ The cache also keeps ``snapshots`` of itself, the same way: where a pass follows
 latest ``MAX_SNAPSHOTS``. A next turn that does not extend what the cache holds goes back to the deepest
 snapshot within their common prefix (``restore_snapshot``) and reads only the rest: a history whose
 thinking the template dropped diverges right after the last prompt, where a snapshot is.
+
+A cache made with ``prefixes`` (the engine's target caches) gives what it holds to that store when released,
+and an empty one takes its start from there (``reuse_prefix``): prefix caching across sequences
+(``hybrid_prefixes.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from mlxcore.kv.linear_state import LinearState
 from mlxcore.kv.protocol import LayerCache
 
 if TYPE_CHECKING:
+    from mlxcore.kv.hybrid_prefixes import HybridPrefixCache
     from mlxcore.kv.paged_pool import BlockPool
 
 MAX_SNAPSHOTS = 4  # each holds every linear layer's state (tens of MiB on a 9B model), kept by reference
@@ -47,15 +52,19 @@ class HybridCache(ModelCache):
     kind = "hybrid"
 
     def __init__(self, attention: ModelCache, is_linear: Sequence[bool],
-                 states: Sequence[LinearState] | None = None) -> None:
+                 states: Sequence[LinearState] | None = None, prefixes: HybridPrefixCache | None = None) -> None:
         self.attention, self.is_linear = attention, list(is_linear)
         self.geometry = attention.geometry
         self.states = list(states) if states is not None else [LinearState() for flag in is_linear if flag]
+        self.prefixes = prefixes  # where a released cache's contents go, and an empty one's start comes from
         self._mark: tuple[int, list[LinearState]] | None = None  # (offset, states) to go back to
         self.snapshots: list[tuple[int, list[LinearState]]] = []  # (offset, states), oldest first
         self._last_fed = 0  # tokens the last pass fed
-        kv, linear = iter(attention.layers), iter(self.states)
-        # The model takes both kinds of layer cache, each where its layer is.
+        self._interleave()
+
+    def _interleave(self) -> None:
+        """The model takes both kinds of layer cache, each where its layer is."""
+        kv, linear = iter(self.attention.layers), iter(self.states)
         self.layers: list[LayerCache | LinearState] = [  # type: ignore[assignment]
             next(linear) if flag else next(kv) for flag in self.is_linear]
 
@@ -92,6 +101,22 @@ class HybridCache(ModelCache):
         self._go_back(*self._mark)
         return dropped
 
+    def settle(self) -> None:
+        """Even out a pass stopped between layers (Ctrl+C): the attention layers go back to the shortest; linear
+        states that went ahead cannot, so the cache goes back to its mark or its deepest snapshot below, else
+        to nothing. It then holds a start of what it held, every layer alike."""
+        self.attention.settle()
+        if all(state.offset == self.offset for state in self.states):
+            return
+        points = [point for point in [self._mark, *self.snapshots] if point is not None and point[0] <= self.offset]
+        if points:
+            self._go_back(*max(points, key=lambda point: point[0]))
+            return
+        self.attention.trim(self.offset)
+        for state in self.states:
+            state.clear()
+        self.snapshots = []
+
     def restore_snapshot(self, keep: int) -> int | None:
         """Go back to the deepest snapshot holding at most ``keep`` tokens; its length, or None if there is none
         (or the attention layers cannot be trimmed that far: a wrapped rotating window)."""
@@ -110,11 +135,28 @@ class HybridCache(ModelCache):
         self.snapshots = [snap for snap in self.snapshots if snap[0] <= offset]
 
     def fork(self) -> HybridCache:
-        child = HybridCache(self.attention.fork(), self.is_linear, [state.copy() for state in self.states])
+        child = HybridCache(self.attention.fork(), self.is_linear, [state.copy() for state in self.states],
+                            self.prefixes)
         child.snapshots = list(self.snapshots)  # their states are never written: shared
         return child
 
+    def reuse_prefix(self, ids: Sequence[int]) -> int:
+        """On an empty cache, start from the kept cache holding the longest start of ``ids`` (``prefixes``);
+        return the tokens it holds then (never all of ``ids``)."""
+        if self.offset:
+            raise CacheStateError("reuse_prefix needs an empty cache.")
+        found = self.prefixes.find(list(ids)) if self.prefixes is not None else None
+        if found is None:
+            return 0
+        self.attention, self.snapshots = found.attention, found.snapshots
+        for state, kept in zip(self.states, found.states):
+            state.restore(kept)
+        self._interleave()
+        return self.offset
+
     def release(self) -> None:
+        if self.prefixes is not None and self.offset:
+            self.prefixes.keep(self)
         self.attention.release()
         for state in self.states:
             state.clear()

@@ -20,6 +20,7 @@ from mlxcore.kv.base import ModelCache
 from mlxcore.kv.budget import KVBudget
 from mlxcore.kv.geometry import model_geometry
 from mlxcore.kv.hybrid import HybridCache, linear_layers
+from mlxcore.kv.hybrid_prefixes import HybridPrefixCache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool, make_block_pool
 from mlxcore.kv.rotating import RotatingCache
@@ -37,7 +38,7 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
                      max_blocks: int | None = None, max_kv: int | None = None, keep: int = 0,
                      max_rewind: int = 16, pool: BlockPool | None = None,
                      max_bytes: int | None = None, budget: KVBudget | None = None,
-                     kv_bits: int | None = None) -> ModelCache:
+                     kv_bits: int | None = None, prefixes: HybridPrefixCache | None = None) -> ModelCache:
     """An empty cache for ``model``.
 
     standard: mlx-lm's ``KVCache`` per layer; the other arguments are ignored.
@@ -49,14 +50,15 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
       ``keep`` and can rewind ``max_rewind`` tokens after it wrapped.
     ``kv_bits`` (paged, rotating): keys and values quantized to this many bits (``kv_format.py``).
     A hybrid model (Qwen3.5) gets a ``HybridCache``: a cache of ``kind`` over its attention layers, standard or
-    rotating for now, beside its linear layers' states.
+    rotating for now, beside its linear layers' states; ``prefixes``: where it keeps what it held when released,
+    and finds a prompt's start when empty (``hybrid_prefixes.py``).
     """
     linear = linear_layers(model)
     if linear:
         if kind == "paged" or kv_bits is not None:
             raise ValueError('A hybrid model (Qwen3.5) runs on a float cache of kind="standard" or "rotating" for '
                              'now: paged and 8-bit caches do not hold its linear layers\' states yet.')
-        return HybridCache(_attention_cache(model, kind, max_kv, keep, max_rewind), linear)
+        return HybridCache(_attention_cache(model, kind, max_kv, keep, max_rewind), linear, prefixes=prefixes)
     if kind == "paged":
         if pool is None:
             pool = make_block_pool(model, block_size=block_size, max_blocks=max_blocks, max_kv=max_kv,
@@ -66,7 +68,7 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
 
 
 def _attention_cache(model: nn.Module, kind: Kind, max_kv: int | None, keep: int, max_rewind: int,
-                     kv_bits: int | None = None) -> ModelCache:
+                     kv_bits: int | None = None, prefixes: HybridPrefixCache | None = None) -> ModelCache:
     if kind == "standard":
         if kv_bits is not None:
             raise ValueError('The standard cache is mlx-lm\'s float one: quantized KV needs kind="paged" or '

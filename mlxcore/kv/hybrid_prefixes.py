@@ -1,0 +1,87 @@
+"""Prefix caching for a hybrid model (Qwen3.5, Qwen3-Next): ended sequences' caches, kept for the next prompt.
+
+The paged pool keeps an ended sequence's full blocks for the next prompt that starts the same way. A hybrid
+model's linear states cannot be cut into blocks, so its caches are kept whole instead: when a sequence's
+``HybridCache`` is released, this store keeps what it held (its attention KV, its linear states and its
+snapshots, by reference: MLX never writes an array in place, so nothing is copied but the states a batch
+still shared). A new sequence's empty cache asks ``find`` for its prompt and starts from the kept cache that
+covers the most of it: all of it where the prompt extends what the cache held (an API client sending a
+conversation again with one more message), else its deepest snapshot within their common prefix (a
+history whose thinking the template dropped, a regenerate, an edit). The store holds at most ``limit``
+bytes; the least recently used cache goes first.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import mlx.core as mx
+
+from mlxcore.kv.base import PENDING
+from mlxcore.kv.errors import CacheStateError
+from mlxcore.sequences import common_prefix_length
+
+if TYPE_CHECKING:
+    from mlxcore.kv.hybrid import HybridCache
+
+
+class HybridPrefixCache:
+    """Ended hybrid caches by the tokens they hold, least recently used first, within ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.entries: list[tuple[tuple[int, ...], HybridCache, int]] = []  # (tokens, cache, bytes)
+
+    @property
+    def bytes(self) -> int:
+        return sum(size for _, _, size in self.entries)
+
+    def keep(self, cache: HybridCache) -> None:
+        """Keep what ``cache`` holds (it is released after); a cache a pass left half way is not kept."""
+        try:
+            cache.settle()
+        except CacheStateError:
+            return
+        tokens = tuple(cache.tokens)
+        if not tokens or PENDING in tokens or any(state.offset != len(tokens) for state in cache.states):
+            return
+        entry = cache.fork()
+        entry.prefixes = None
+        for state in entry.states:  # rows of a batch's arrays (hybrid_batch.py) would keep the whole batch
+            state[0], state[1] = mx.contiguous(state[0]), mx.contiguous(state[1])
+        size = _bytes(entry)
+        if size > self.limit:
+            return
+        self.entries = [e for e in self.entries if e[0] != tokens] + [(tokens, entry, size)]
+        while self.bytes > self.limit:
+            self.entries.pop(0)
+
+    def find(self, ids: list[int]) -> HybridCache | None:
+        """A cache holding the longest start of ``ids`` a kept cache can give (at least one token of ``ids``
+        left to compute), or None."""
+        best, best_tokens = None, 0
+        for entry in self.entries:
+            tokens, cache, _ = entry
+            keep = min(common_prefix_length(tokens, ids), len(ids) - 1)
+            usable = len(tokens) if keep >= len(tokens) else max(
+                (offset for offset, _ in cache.snapshots if 0 < offset <= keep), default=0)
+            if usable > best_tokens:
+                best, best_tokens = entry, usable
+        if best is None:
+            return None
+        self.entries.remove(best)
+        self.entries.append(best)  # the most recently used
+        found = best[1].fork()
+        if found.offset > best_tokens:
+            found.restore_snapshot(best_tokens)
+        return found
+
+    def clear(self) -> None:
+        self.entries = []
+
+
+def _bytes(cache: HybridCache) -> int:
+    """The attention KV and every distinct linear-state array (snapshots share some with the cache's own)."""
+    arrays = {id(a): a for states in [cache.states, *(states for _, states in cache.snapshots)]
+              for state in states for a in (state[0], state[1]) if a is not None}
+    return cache.attention.nbytes + sum(a.nbytes for a in arrays.values())
