@@ -80,10 +80,11 @@ def hybrid_batch_vs_alone(runs: int, requests: int = 4, tokens: int = 32) -> dic
 
 def hybrid_request_turn10_prefill_fraction(reply_tokens: int = 60, think_tokens: int = 30) -> dict:
     engine = _engine()
+    limit = engine.prefixes.limit
     row: dict = {"reply_tokens": reply_tokens, "think_tokens": think_tokens, "model": f"{TWIN} twin, float32"}
     for thinking in (False, True):
         for kept in (True, False):
-            engine._prefixes = HybridPrefixCache(engine.prefixes.limit if kept else 0)
+            engine._prefixes = HybridPrefixCache(limit if kept else 0)
             with scripted_replies(engine.tokenizer, thinking=thinking, think_tokens=think_tokens):
                 turns = _request_turns(engine, reply_tokens, thinking)
             name = ("on" if thinking else "off") + ("" if kept else "_not_kept")

@@ -16,9 +16,10 @@ from mlxcore.errors import PromptError
 
 if TYPE_CHECKING:  # (imported for its type only: the window's process never loads mlx-lm)
     from mlx_lm.tokenizer_utils import TokenizerWrapper
-from mlxcore.think_blocks import keep_empty_blocks
+from mlxcore.think_blocks import OPEN, keep_empty_blocks
 
 ROLES = ("system", "user", "assistant", "tool")
+TURN_START = "<|im_start|>"
 
 
 def render_chat(tokenizer: TokenizerWrapper | None, messages: Sequence[dict], *, enable_thinking: bool,
@@ -49,6 +50,18 @@ def render_chat_text(tokenizer: TokenizerWrapper | None, messages: Sequence[dict
                                          add_generation_prompt=add_generation_prompt,
                                          enable_thinking=enable_thinking, tokenize=False, **extra)
     return text if enable_thinking else keep_empty_blocks(text, messages)
+
+
+def turn_marks(tokenizer: TokenizerWrapper | None) -> tuple[int, int] | None:
+    """The ids of the tokens that open every turn (``<|im_start|>``) and a think block (``<think>``) in Qwen's
+    templates; None for a tokenizer without both."""
+    if tokenizer is None:
+        return None
+    found = [tokenizer.convert_tokens_to_ids(mark) for mark in (TURN_START, OPEN)]
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    if not all(isinstance(i, int) and i != unknown for i in found):
+        return None
+    return found[0], found[1]
 
 
 def template_message(message: dict) -> dict:

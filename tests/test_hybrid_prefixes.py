@@ -16,6 +16,7 @@ import pytest
 from mlxcore import GenerationParams, TokenEvent
 from mlxcore.batching.local import LocalBatch
 from mlxcore.batching.request import Request
+from mlxcore.chat_template import render_chat
 from mlxcore.kv.hybrid_prefixes import HybridPrefixCache
 from test_batching_runner import Collector
 from test_hybrid_batch import engine_of, folder, mlx_lm_tokens  # noqa: F401  (the tiny Qwen3.5 and Qwen3-Next)
@@ -54,6 +55,26 @@ def test_a_prompt_that_leaves_a_kept_cache_starts_from_its_snapshot(folder):  # 
     assert tokens == mlx_lm_tokens(folder, [second], [10])[0]
     unrelated = list(range(900, 920))
     assert answer(engine, unrelated) == (mlx_lm_tokens(folder, [unrelated], [10])[0], 0)
+
+
+def test_a_history_rendered_without_the_empty_think_block_starts_at_that_turns_header(folder):  # noqa: F811
+    """Thinking off, the template gives the reply an empty think block to start from, and drops it from the
+    history of the next request: the two agree up to that turn's header, where the prompt's reading left a
+    snapshot. The second request starts there, and answers as mlx-lm does."""
+    engine = engine_of(folder)
+    tokenizer = engine.tokenizer
+    turn_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    first = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 12 + 7?"}]
+    prompt = render_chat(tokenizer, first, enable_thinking=False)
+    answer(engine, prompt)
+    history = first + [{"role": "assistant", "content": "19"}, {"role": "user", "content": "And 3 + 4?"}]
+    second = render_chat(tokenizer, history, enable_thinking=False)
+    header = max(at for at, token in enumerate(prompt) if token == turn_start)
+    agree = next(at for at, (a, b) in enumerate(zip(prompt, second)) if a != b)
+    assert header < agree < len(prompt) - 1, "the histories part inside the header's think block"
+    tokens, reused = answer(engine, second)
+    assert reused == header
+    assert tokens == mlx_lm_tokens(folder, [second], [10])[0]
 
 
 def test_requests_side_by_side_sharing_a_start_each_answer_as_alone(folder):  # noqa: F811

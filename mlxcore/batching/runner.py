@@ -43,6 +43,7 @@ from mlxcore.batching.sequence import Sequence
 from mlxcore.batching.pool_account import NoPool, PoolAccount
 from mlxcore.batching.tally import Tally
 from mlxcore.caches import Caches
+from mlxcore.chat_template import turn_marks
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
@@ -71,6 +72,8 @@ class BatchRunner:
                              'the standard one.')
         self.engine = engine
         self.decoder = HybridBatchDecoder(engine.model) if self.hybrid else BatchDecoder(engine.target_forward)
+        # (``_turn_split``) the ids of <|im_start|> and <think>, for a hybrid model
+        self._turn_marks = turn_marks(engine.tokenizer) if self.hybrid else None
         self.steps = DecodeSteps(engine.target_forward, self.decoder)
         self.account = PoolAccount(engine) if paged else NoPool()
         self.scheduler = Scheduler(policy, self.account, step_tokens=step_tokens, max_running=max_running)
@@ -327,14 +330,34 @@ class BatchRunner:
             count = min(count, seq.prefill_left)
             if count:
                 ids = seq.ids[seq.cached:seq.cached + count]
-                prefill(self.engine.model, seq.caches.target, ids, self.engine.prefill_chunk(seq.params))
-                seq.cached += count
-                seq.computed_prompt += count
+                split = self._turn_split(seq, len(ids))
+                for n, part in enumerate([ids[:split], ids[split:]] if split else [ids]):
+                    if n:  # where the prompt's last turn opens
+                        seq.caches.target.snapshot()
+                    prefill(self.engine.model, seq.caches.target, part, self.engine.prefill_chunk(seq.params))
+                    seq.cached += len(part)
+                    seq.computed_prompt += len(part)
         except PoolExhaustedError as error:
             self._refused(seq, error)
             return
         if seq.prefill_left == 0 and seq.followers:
             self._fork(seq)
+
+    def _turn_split(self, seq: Sequence, count: int) -> int:
+        """Where, in the next ``count`` tokens of ``seq``'s prompt to read, a hybrid model's cache takes a snapshot
+        (0: nowhere): where the prompt's last turn opens, when that turn starts with a think block (thinking
+        off: an empty one). An API client's next request renders this turn without it, so its history agrees
+        with this prompt up to that turn's header: a kept cache goes back to that snapshot
+        (``hybrid_prefixes.py``). With thinking on, the prompt's end serves (``HybridCache``)."""
+        if self._turn_marks is None:
+            return 0
+        turn_start, think = self._turn_marks
+        prompt = seq.ids[:seq.prompt_tokens]
+        starts = [at for at, token in enumerate(prompt) if token == turn_start]
+        if not starts or think not in prompt[starts[-1]:]:
+            return 0
+        split = starts[-1] - seq.cached
+        return split if 0 < split < count else 0
 
     def _attach(self, seq: Sequence) -> None:
         """Caches for a (re)admitted sequence: the ones the request came with, kept up to their common

@@ -60,6 +60,7 @@ class HybridCache(ModelCache):
         self._mark: tuple[int, list[LinearState]] | None = None  # (offset, states) to go back to
         self.snapshots: list[tuple[int, list[LinearState]]] = []  # (offset, states), oldest first
         self._last_fed = 0  # tokens the last pass fed
+        self._asked: int | None = None  # where the caller last asked for a snapshot (``snapshot``)
         self._interleave()
 
     def _interleave(self) -> None:
@@ -206,9 +207,18 @@ class HybridCache(ModelCache):
     def _token_ids(self) -> list[int]:
         return self.attention._token_ids()
 
-    def _begin(self, ids: list[int]) -> None:
-        if self._last_fed > 1 and self.offset and (not self.snapshots or self.snapshots[-1][0] < self.offset):
+    def snapshot(self, asked: bool = True) -> None:
+        """Keep a snapshot here (the latest ``MAX_SNAPSHOTS``): a caller that knows a point worth going back to
+        asks; ``_begin`` takes one after a pass of several tokens, unless that pass started where one was asked
+        (a few tokens back: the slot is worth more for an older turn)."""
+        if asked:
+            self._asked = self.offset
+        if self.offset and (not self.snapshots or self.snapshots[-1][0] < self.offset):
             self.snapshots = [*self.snapshots[-(MAX_SNAPSHOTS - 1):], (self.offset, [s.copy() for s in self.states])]
+
+    def _begin(self, ids: list[int]) -> None:
+        if self._last_fed > 1 and self._asked != self.offset - self._last_fed:
+            self.snapshot(asked=False)
         self._last_fed = len(ids)
         self.attention._begin(ids)
 
