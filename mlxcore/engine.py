@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -136,15 +137,21 @@ class Engine:
     def token_limit(self) -> int | None:
         """The most tokens one sequence may hold: the model's context; with the paged cache also what the
         pool (``--max-kv``) and the byte budget hold for it alone, less a draft round's room (its drafted
-        tokens sit in both caches before the round rewinds them). A rotating window never fills: its limit
-        is the context. None: no limit known."""
-        if self.kv.kind != "paged":
+        tokens sit in both caches before the round rewinds them); with a hybrid model's standard caches, what
+        the byte budget holds beside its linear states. A rotating window never fills: its limit is the
+        context. None: no limit known."""
+        if not self.batches:
             return self.context_length
         room = self.kv_room()[0]
         return room if self.context_length is None else min(self.context_length, room)
 
     def kv_room(self) -> tuple[int, str]:
-        """(tokens the paged pools hold for one sequence, what bounds them, in words for a message)."""
+        """(tokens the paged pools hold for one sequence, what bounds them, in words for a message); for a hybrid
+        model's standard caches, what the byte budget holds beside one set of linear states and its snapshot
+        (``batching/byte_account.py``)."""
+        if self.kv.kind != "paged":
+            room = (self.kv_budget.limit - 2 * self.linear_state_bytes) // self.kv_token_bytes
+            return max(room, 1), f"its {format_bytes(self.kv_budget.limit)} budget"
         pools = [self.pool("target")] + ([self.pool("draft")] if self.draft_model is not None else [])
         block = pools[0].block_size
         by_tokens = min(p.config.max_blocks for p in pools) * block
@@ -153,6 +160,24 @@ class Engine:
         if by_bytes < by_tokens:
             return max(by_bytes - spare, 1), f"its {format_bytes(self.kv_budget.limit)} budget"
         return max(by_tokens - spare, 1), f"its {by_tokens:,} tokens"
+
+    @cached_property
+    def kv_token_bytes(self) -> int:
+        """Bytes of one token's keys and values in the target's cache and the draft's."""
+        caches = self.new_caches()
+        return sum(cache.geometry.token_bytes for cache in (caches.target, caches.draft) if cache is not None)
+
+    @cached_property
+    def linear_state_bytes(self) -> int:
+        """Bytes of one sequence's linear-layer states (0 for a model without any): one token through the
+        model, once."""
+        if not self.hybrid:
+            return 0
+        cache = make_model_cache(self.model, kind="standard")
+        assert isinstance(cache, HybridCache)
+        cache.begin([0])
+        mx.eval(self.model(mx.array([[0]]), cache=cache.layers))
+        return sum(state.nbytes for state in cache.states)
 
     @property
     def rewind_room(self) -> int:

@@ -156,3 +156,44 @@ def test_the_qwen35_twin_batched_equals_each_alone(twins_root):
     batch.run()
     assert batch.batch.runner.tally.largest_batch == 3
     assert [batch.tokens(h) for h in handles] == mlx_lm_tokens(folder, prompts, [6] * 3)
+
+
+def test_replies_that_outgrow_the_kv_budget_preempt_one_another_and_answer_as_alone(folder):
+    """Three replies whose caches fit the KV budget side by side until their keys and values grow past 256
+    tokens (mlx-lm's cache grows in steps of 256): then one is preempted, waits, reads its ids again (or
+    starts from its kept cache) and goes on. Each reply is still mlx-lm's alone."""
+    from mlxcore.kv.budget import KVBudget
+
+    engine = engine_of(folder)
+    prompts = [list(range(100 + 50 * s, 140 + 50 * s)) for s in range(3)]
+    params = GenerationParams(temperature=0.0, max_tokens=260)
+    probe = Collector(LocalBatch(engine))
+    kept = probe.submit(Request(tuple(prompts[0]), params.replaced({"max_tokens": 20}), keep_caches=True))[0]
+    probe.run()
+    short = kept.caches.target.held_bytes  # a sequence under 256 tokens, with its snapshot
+    engine.prefixes.clear()
+    engine._kv_budget = KVBudget(int(3.5 * short))  # three short ones fit; three long ones do not
+    batch = Collector(LocalBatch(engine, max_running=4))
+    handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts]
+    batch.run()
+    runner = batch.batch.runner
+    assert runner.tally.largest_batch == 3 and runner.tally.preemptions > 0
+    assert [batch.tokens(h) for h in handles] == mlx_lm_tokens(folder, prompts, [260] * 3)
+
+
+def test_a_prompt_the_kv_budget_cannot_hold_is_refused_with_what_bounds_it(folder):
+    """With a hybrid model's standard caches the byte budget bounds a chat (its KV beside its linear states and
+    a snapshot of them): a longer prompt is refused before any work, naming the budget."""
+    from mlxcore.errors import PromptError
+    from mlxcore.kv.budget import KVBudget
+
+    engine = engine_of(folder)
+    engine._kv_budget = KVBudget(2**17)
+    room, bound = engine.kv_room()
+    assert room == (2**17 - 2 * engine.linear_state_bytes) // engine.kv_token_bytes and "budget" in bound
+    with pytest.raises(PromptError, match=f"do not fit in {bound}"):
+        list(engine.generate(list(range(10, 10 + room + 1)), engine.new_caches(), GenerationParams(max_tokens=4)))
+    tokens = [e.token for e in engine.generate(list(range(10, 40)), engine.new_caches(),
+                                               GenerationParams(temperature=0.0, max_tokens=4))
+              if isinstance(e, TokenEvent)]
+    assert tokens == mlx_lm_tokens(folder, [list(range(10, 40))], [4])[0]

@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from mlxcore import decision_clock
 from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.byte_account import ByteAccount
 from mlxcore.batching.constraints import Constraint, Mask
 from mlxcore.batching.decode_steps import DecodeSteps
 from mlxcore.batching.errors import OverloadedError, PromptTooLongError
@@ -76,6 +77,8 @@ class BatchRunner:
         self._turn_marks = turn_marks(engine.tokenizer) if self.hybrid else None
         self.steps = DecodeSteps(engine.target_forward, self.decoder)
         self.account = PoolAccount(engine) if paged else NoPool()
+        if self.hybrid and engine.batches:  # (its caches in the KV budget: byte_account.py)
+            self.account = ByteAccount(engine, lambda: self.scheduler.running)
         self.scheduler = Scheduler(policy, self.account, step_tokens=step_tokens, max_running=max_running)
         self.sequences: dict[str, Sequence] = {}  # a choice's request id -> the sequence the scheduler runs it in
         self.tally = Tally()
@@ -137,7 +140,10 @@ class BatchRunner:
         if seq.generated:
             self._end(seq, reason="length")
         else:
-            self._end(seq, error=PromptTooLongError(self.engine.pool("target").full_message(1)))
+            self._end(seq, error=PromptTooLongError(
+                self.engine.pool("target").full_message(1) if self.engine.kv.kind == "paged" else
+                f"The KV cache cannot hold this prompt and its reply in {self.engine.kv_room()[1]}: give more "
+                "memory (max_kv), or start a new chat."))
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step (its blocks are free after it)."""

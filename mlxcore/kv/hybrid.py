@@ -167,6 +167,14 @@ class HybridCache(ModelCache):
     def nbytes(self) -> int:
         return self.attention.nbytes + sum(state.nbytes for state in self.states)
 
+    @property
+    def held_bytes(self) -> int:
+        """What letting go of this cache frees: its KV, and every linear-state array it keeps (its own and its
+        snapshots', which share some)."""
+        arrays = {id(a): a for states in [self.states, *(states for _, states in self.snapshots)]
+                  for state in states for a in (state[0], state[1]) if a is not None}
+        return self.attention.nbytes + sum(a.nbytes for a in arrays.values())
+
     def state_dict(self) -> tuple[Tensors, CacheMeta]:
         """The attention cache's state, and (``linear.<set>.<layer>.<part>``) the linear states of its snapshots
         and its own, last: a reopened chat goes back where the live one would (a history that drops the last

@@ -49,12 +49,11 @@ class HybridPrefixCache:
         entry.prefixes = None
         for state in entry.states:  # rows of a batch's arrays (hybrid_batch.py) would keep the whole batch
             state[0], state[1] = mx.contiguous(state[0]), mx.contiguous(state[1])
-        size = _bytes(entry)
+        size = entry.held_bytes
         if size > self.limit:
             return
         self.entries = [e for e in self.entries if e[0] != tokens] + [(tokens, entry, size)]
-        while self.bytes > self.limit:
-            self.entries.pop(0)
+        self.shrink(self.limit)
 
     def find(self, ids: list[int]) -> HybridCache | None:
         """A cache holding the longest start of ``ids`` a kept cache can give (at least one token of ``ids``
@@ -76,12 +75,12 @@ class HybridPrefixCache:
             found.restore_snapshot(best_tokens)
         return found
 
+    def shrink(self, room: int) -> None:
+        """Let go of the least recently used caches until they hold at most ``room`` bytes (live caches want
+        the rest: ``batching/pool_account.py``)."""
+        while self.entries and self.bytes > room:
+            self.entries.pop(0)
+
     def clear(self) -> None:
         self.entries = []
 
-
-def _bytes(cache: HybridCache) -> int:
-    """The attention KV and every distinct linear-state array (snapshots share some with the cache's own)."""
-    arrays = {id(a): a for states in [cache.states, *(states for _, states in cache.snapshots)]
-              for state in states for a in (state[0], state[1]) if a is not None}
-    return cache.attention.nbytes + sum(a.nbytes for a in arrays.values())

@@ -1,0 +1,53 @@
+"""The scheduler's ``BlockAccount`` for caches outside a pool: a hybrid model's (Qwen3.5) standard caches.
+
+Counted in units of one token's attention KV (target and draft) within the engine's KV budget. A running
+sequence holds what its caches hold (KV, linear states, snapshots); a waiting one needs its prompt's KV,
+its linear states and a snapshot of them at its prompt's end, as if nothing kept were found. The caches
+that ended requests left (``kv/hybrid_prefixes.py``) count as obtainable, as a pool's cached blocks do:
+each time the scheduler asks, they are let go of as far as the live caches need the room. So replies
+side by side preempt one another (by recompute: a preempted reply's cache is kept while room lasts, and
+it starts from there again) instead of outgrowing the machine's memory.
+
+Caches of chats that are not running (a ChatSession between turns) are outside the count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from mlxcore.batching.sequence import Sequence
+from mlxcore.kv.hybrid import HybridCache
+
+if TYPE_CHECKING:
+    from mlxcore.engine import Engine
+
+
+class ByteAccount:
+    """Bytes of the running sequences' caches against the engine's KV budget, in tokens of KV."""
+
+    def __init__(self, engine: Engine, running: Callable[[], list[Sequence]]) -> None:
+        self.engine, self.running = engine, running
+        self.unit = engine.kv_token_bytes
+
+    def obtainable(self) -> int:
+        room = max(self.engine.kv_budget.limit - sum(self._bytes(seq) for seq in self.running()), 0)
+        if self.engine.prefixes is not None:
+            self.engine.prefixes.shrink(room)
+        return room // self.unit
+
+    def needed(self, seq: Sequence, tokens: int) -> int:
+        if seq.caches is None:
+            return tokens + 2 * -(-self.engine.linear_state_bytes // self.unit)
+        return tokens
+
+    def held(self, seq: Sequence) -> int:
+        return self._bytes(seq) // self.unit
+
+    @staticmethod
+    def _bytes(seq: Sequence) -> int:
+        if seq.caches is None:
+            return 0
+        target, draft = seq.caches.target, seq.caches.draft
+        held = target.held_bytes if isinstance(target, HybridCache) else target.nbytes
+        return held + (draft.nbytes if draft is not None else 0)
