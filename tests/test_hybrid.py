@@ -372,24 +372,12 @@ def test_serve_answers_requests_side_by_side(qwen35_folder, tmp_path):
 def test_the_chat_window_answers_on_a_hybrid_model(qwen35_folder):
     """The window with its engine in its own process, as ``mlxchat --model FOLDER --kv standard`` runs: two turns,
     each the reply ChatSession gives."""
-    import asyncio
-
     from app.engine_host.protocol import Open
-    from app.tui.app import ChatApp
-    from test_tui_helpers import SIZE, send, wait_ready
+    from test_tui_helpers import window_messages
 
     params = {"temperature": 0.0, "max_tokens": 12}
     questions = ("What is 12 + 7?", "And 3 + 4?")
-
-    async def scenario():
-        app = ChatApp(Open(model=str(qwen35_folder), no_draft=True, kv="standard", params=params))
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_ready(pilot, app)
-            for question in questions:
-                await send(pilot, app, question)
-            return app.state.messages
-
-    messages = asyncio.run(scenario())
+    messages = window_messages(Open(model=str(qwen35_folder), no_draft=True, kv="standard", params=params), questions)
     session = ChatSession(open_engine(str(qwen35_folder), kv=KINDS["standard"]).engine,
                           params=GenerationParams(**params))
     for question in questions:

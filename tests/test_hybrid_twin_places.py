@@ -82,19 +82,8 @@ def test_serve_answers_as_chat_session(twin, replies, tmp_path):
 
 
 def test_the_window_answers_as_chat_session(twin, chat):
-    import asyncio
-
     from app.engine_host.protocol import Open
-    from app.tui.app import ChatApp
-    from test_tui_helpers import SIZE, send, wait_ready
+    from test_tui_helpers import window_messages
 
-    async def scenario():
-        app = ChatApp(Open(model=str(twin), no_draft=True, params=PARAMS, think=False))
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_ready(pilot, app)
-            for question in QUESTIONS:
-                await send(pilot, app, question)
-            return app.state.messages
-
-    messages = asyncio.run(scenario())
-    assert list(messages) == [(m.role, m.content) for m in chat[0].messages] and len(messages) == 4
+    messages = window_messages(Open(model=str(twin), no_draft=True, params=PARAMS, think=False), QUESTIONS)
+    assert messages == [(m.role, m.content) for m in chat[0].messages] and len(messages) == 4

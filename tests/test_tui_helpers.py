@@ -108,3 +108,20 @@ async def send(pilot, app: ChatApp, text: str) -> None:
     app.prompt.load_text(text)
     await pilot.press("enter")
     await settle(pilot, app, done + 1)
+
+
+
+def window_messages(command: Open, questions: tuple[str, ...] | list[str]) -> list:
+    """The chat's messages in a window started with ``command`` (its engine in its own process, as the command
+    line starts it) after each of ``questions`` was sent and answered."""
+    import asyncio
+
+    async def scenario():
+        app = ChatApp(command)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            for question in questions:
+                await send(pilot, app, question)
+            return list(app.state.messages)
+
+    return asyncio.run(scenario())
