@@ -96,8 +96,9 @@ class DraftLengthController:
         return statistics.median(self.catch_up_samples) <= self.probe_budget * self.plain_step
 
     def observe_catch_up(self, tokens: int, seconds: float) -> None:
-        """Record feeding the draft ``tokens`` it missed (before a round) in ``seconds``."""
-        if tokens > 0:
+        """Record feeding the draft ``tokens`` it missed (before a round) in ``seconds``. Only a catch-up as long as
+        a probe's counts: the few tokens a round leaves the draft short of cost mostly a pass's fixed time."""
+        if tokens >= self.probe_every - 1:
             self.catch_up_samples.append(seconds / tokens)
 
     def best(self) -> tuple[int, float]:

@@ -6,12 +6,14 @@ from mlxcore.draft_length import DraftLengthController
 from bench.draft_lengths import FixedDraftLength
 
 
-def run(controller, rounds, plain_seconds, per_draft_seconds, accepts, round_overhead=0.0, catch_up_seconds=0.0):
+def run(controller, rounds, plain_seconds, per_draft_seconds, accepts, round_overhead=0.0, catch_up_seconds=0.0,
+        round_catch_up=0.0):
     """Feed the controller a simulated machine.
 
     A plain step costs P; a round of k costs P + overhead + c k (its drafts take
     c k, timed when the controller asks); ``accepts(k)`` drafts are kept. Before a
-    round after plain steps, the draft is fed the tokens it missed, ``catch_up_seconds`` each.
+    round after plain steps, the draft is fed the tokens it missed, ``catch_up_seconds`` each;
+    after each round, the two a round leaves it short of, in ``round_catch_up`` seconds.
     """
     chosen, missed = [], 0
     for _ in range(rounds):
@@ -27,6 +29,8 @@ def run(controller, rounds, plain_seconds, per_draft_seconds, accepts, round_ove
             timed = controller.draft_timing_due()
             controller.observe_round(k, accepts(k), plain_seconds + round_overhead + per_draft_seconds * k,
                                      per_draft_seconds * k if timed else None)
+            if round_catch_up:
+                controller.observe_catch_up(2, round_catch_up)
     return chosen
 
 
@@ -76,6 +80,16 @@ def test_a_draft_whose_catch_up_costs_too_much_is_not_probed_again(catch_up, pro
     controller = DraftLengthController(max_k=8, probe_every=24)
     chosen = run(controller, 800, 0.004, 0.001, lambda k: 0, catch_up_seconds=catch_up)
     assert any(k > 0 for k in chosen[200:]) == probes
+
+
+def test_a_rounds_own_short_catch_ups_do_not_stop_probes():
+    """The one or two tokens a round leaves the draft short of cost it about a pass's fixed time (over the budget
+    per token); only catch-ups as long as a probe's say what a probe costs. A draft that agreed, then stops
+    agreeing, is still probed when its long catch-ups are cheap."""
+    controller = DraftLengthController(max_k=8, probe_every=24)
+    run(controller, 200, 0.004, 0.0004, lambda k: k, round_catch_up=0.004)
+    chosen = run(controller, 800, 0.004, 0.001, lambda k: 0, catch_up_seconds=0.0002, round_catch_up=0.004)
+    assert any(k > 0 for k in chosen[200:])
 
 
 def test_failed_probes_back_off():
