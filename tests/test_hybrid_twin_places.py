@@ -87,3 +87,30 @@ def test_the_window_answers_as_chat_session(twin, chat):
 
     messages = window_messages(Open(model=str(twin), no_draft=True, params=PARAMS, think=False), QUESTIONS)
     assert messages == [(m.role, m.content) for m in chat[0].messages] and len(messages) == 4
+
+
+def test_a_twin_chat_reuses_its_prefix_and_a_saved_one_goes_on_as_the_live_one(twin, tmp_path):
+    """On the twin as on the tiny models (tests/test_hybrid.py): a chat saved with its linear states and
+    reopened answers its next turn, a regenerate, an edit of the last message and a fork as the live chat
+    does, each reading the same tokens and reusing a prefix."""
+    engine = open_engine(str(twin)).engine
+    live = ChatSession(engine, params=GenerationParams(**PARAMS), enable_thinking=False)
+    for question in QUESTIONS:
+        live.send(question)
+    live.save(tmp_path / "chat.mlxchat")
+    reopened = ChatSession.load(tmp_path / "chat.mlxchat", engine)
+    assert reopened.caches.target.tokens == live.caches.target.tokens
+
+    def forked(session):
+        child = session.fork()
+        return child.send("Name a fruit."), child.last_stats
+
+    turns = {"next turn": lambda s: (s.send("Name a colour."), s.last_stats),
+             "regenerate": lambda s: (s.regenerate(), s.last_stats),
+             "edit": lambda s: (s.edit_last_user("Name a number."), s.last_stats), "fork": forked}
+    for name, turn in turns.items():
+        (said, stats), (heard, reopened_stats) = turn(live), turn(reopened)
+        assert said == heard and reopened.messages == live.messages, name
+        assert (stats.reused_tokens, stats.prefill_tokens) == (reopened_stats.reused_tokens,
+                                                               reopened_stats.prefill_tokens), name
+        assert reopened_stats.reused_tokens > 0, name
