@@ -432,3 +432,31 @@ def test_the_benchs_agreeing_draft_has_the_targets_logits():
     prompt = list(range(100, 140))
     assert generated(spec, prompt, spec.new_caches()) == generated(plain, prompt, plain.new_caches())
     assert spec.last_stats.draft_proposed > 10 and spec.last_stats.acceptance == 1.0
+
+
+def test_the_window_lets_a_hybrid_chat_answer_in_the_background(qwen35_folder, tmp_path, monkeypatch):
+    """``--kv standard`` on a hybrid model: its engine batches (``Ready.batches``), so a chat answering goes on
+    while the user opens another chat and asks there; both answer at once."""
+    import asyncio
+
+    from test_tui_background import ask_in_a_new_chat, record_generating
+    from test_tui_helpers import SIZE, make_app, settle, wait_for, wait_ready
+
+    monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / "home"))
+
+    async def scenario():
+        app = make_app(max_tokens=400, ignore_eos=True, model=str(qwen35_folder), draft=None, no_draft=True,
+                       kv="standard")
+        seen = record_generating(app)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_ready(pilot, app)
+            assert app.engine_batches
+            app.prompt.load_text("Tell me a long story.")
+            await pilot.press("enter")
+            await ask_in_a_new_chat(pilot, app, "What is 12 + 7?", 12)
+            await settle(pilot, app, 1)
+            await wait_for(pilot, lambda: not app.answering, what="the first chat to finish")
+            return seen
+
+    seen = asyncio.run(scenario())
+    assert any(len(event.session_ids) == 2 for event, _ in seen), "both chats were generating at once"

@@ -145,6 +145,7 @@ class Ready:
     draft: str | None
     note: str  # e.g. why the embedded models are used; "" when nothing to say
     defaults: Params = field(default_factory=dict)  # the sampling the model's generation_config.json sets
+    batches: bool = True  # several chats answer at once (``Engine.batches``): a chat answering may be left
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ class ChatActions(ChatHost):
     alternatives_count: int
     answering: tuple[str, ...] = ()  # the stored chats generating a reply, on screen or not
     running_tools: bool
+    engine_batches: bool
     tool_rounds: int
     _thinking_shown = False
 
@@ -92,9 +93,9 @@ class ChatActions(ChatHost):
             self.prompt.focus()
 
     def _may_leave(self) -> bool:
-        """Whether the user may go to another chat now: a chat answering goes on in the background (on the
-        paged KV cache: with the others, a reply runs to its end first)."""
-        if self.open_command.kv != "paged" or self.running_tools:  # a tool's result goes to the chat on screen
+        """Whether the user may go to another chat now: a chat answering goes on in the background (where the
+        engine batches, ``Ready.batches``: else a reply runs to its end first)."""
+        if not self.engine_batches or self.running_tools:  # a tool's result goes to the chat on screen
             return not self._busy()
         if self._engine_running() and (self.generating or self.picking):
             self.notify("This chat goes on in the background: the sidebar (ctrl+b) shows when it is done.")

@@ -59,6 +59,7 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
         self.client = EngineClient(lambda event: self.post_message(EngineEvent(event)))
         self.state: p.Conversation | None = None
         self.ready = False
+        self.engine_batches = False  # chats answer side by side (``Ready.batches``); known once it is ready
         self.generating = False
         self.completion_lags: list[float] = []  # seconds from last token sent to reply complete on screen
         self.replies_done = 0
@@ -164,6 +165,7 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
 
     async def _engine_ready(self, event: p.Ready) -> None:
         self.ready = True
+        self.engine_batches = event.batches
         self.model_defaults = {name: float(value) for name, value in event.defaults.items()
                                if isinstance(value, (int, float)) and not isinstance(value, bool)}
         if self._download is not None and self._download.is_current:
