@@ -49,6 +49,7 @@ class HybridPrefixCache:
         entry.prefixes = None
         for state in entry.states:  # rows of a batch's arrays (hybrid_batch.py) would keep the whole batch
             state[0], state[1] = mx.contiguous(state[0]), mx.contiguous(state[1])
+        mx.eval([part for state in entry.states for part in (state[0], state[1])])  # (lazy, they would too)
         size = entry.held_bytes
         if size > self.limit:
             return
