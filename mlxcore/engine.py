@@ -45,14 +45,21 @@ if TYPE_CHECKING:
 PREFIX_SHARE = 0.25
 
 
-def _check_hybrid(kv: KVConfig, world: World) -> None:
+def _check_hybrid(kv: KVConfig) -> None:
     """What a hybrid model (Qwen3.5) does not run on yet, refused before any reply (docs/hybrid.md)."""
     if kv.kind == "paged" or kv.kv_bits is not None:
         raise UsageError('A hybrid model (Qwen3.5) runs on a float cache of kind="standard" (replies side by side) '
                          'or kind="rotating" (one at a time), for now: the paged and 8-bit caches do not hold its '
                          'linear layers\' states yet.')
-    if world.distributed:
-        raise UsageError("A hybrid model (Qwen3.5) runs in one process for now, not over several ranks.")
+
+
+def _linear_state_bytes(model: nn.Module) -> int:
+    """Bytes of one sequence's linear-layer states: one token through ``model``."""
+    cache = make_model_cache(model, kind="standard")
+    assert isinstance(cache, HybridCache)
+    cache.begin([0])
+    mx.eval(model(mx.array([[0]]), cache=cache.layers))
+    return sum(state.nbytes for state in cache.states)
 
 
 class Engine:
@@ -68,8 +75,10 @@ class Engine:
                  fingerprint: str = "", draft_fingerprint: str = "", model_name: str = "",
                  draft_name: str = "", generation_defaults: dict | None = None, world: World = SINGLE) -> None:
         if linear_layers(model) or (draft_model is not None and linear_layers(draft_model)):
-            _check_hybrid(kv, world)
+            _check_hybrid(kv)
         self.hybrid = bool(linear_layers(model))  # Qwen3.5, Qwen3-Next: linear layers with a state each
+        # Bytes of one sequence's linear states, measured here: on every rank alike (a sharded pass is collective)
+        self.linear_state_bytes = _linear_state_bytes(model) if self.hybrid else 0
         self.model = model
         self.tokenizer = tokenizer
         self.draft_model = draft_model
@@ -167,18 +176,6 @@ class Engine:
         caches = self.new_caches()
         return sum(cache.geometry.token_bytes for cache in (caches.target, caches.draft) if cache is not None)
 
-    @cached_property
-    def linear_state_bytes(self) -> int:
-        """Bytes of one sequence's linear-layer states (0 for a model without any): one token through the
-        model, once."""
-        if not self.hybrid:
-            return 0
-        cache = make_model_cache(self.model, kind="standard")
-        assert isinstance(cache, HybridCache)
-        cache.begin([0])
-        mx.eval(self.model(mx.array([[0]]), cache=cache.layers))
-        return sum(state.nbytes for state in cache.states)
-
     @property
     def rewind_room(self) -> int:
         """Tokens a rotating cache must rewind after its window wrapped, for this engine's longest drafts.
@@ -250,8 +247,12 @@ class Engine:
         """What a session file keeps of the ``role`` cache: (geometry, tensors, metadata), whole over the ranks
         (over several ranks every rank calls this, in the same order: it gathers their heads)."""
         tensors, meta = cache.state_dict()
-        return (self.kv_shards.whole_geometry(role, cache.geometry), self.kv_shards.whole_tensors(role, tensors),
-                meta)
+        whole = self.kv_shards.whole_tensors(role, tensors)
+        if "linear" in meta and whole is not tensors:  # the linear states' shapes as the whole model's
+            shapes = {key: (dtype, list(whole[f"linear.0.{key}"].shape)) for key, (dtype, _) in
+                      meta["linear"]["shapes"].items()}
+            meta = {**meta, "linear": {**meta["linear"], "shapes": shapes}}
+        return self.kv_shards.whole_geometry(role, cache.geometry), whole, meta
 
     def whole_geometry(self, role: str) -> KVGeometry:
         """The ``role`` model's KV geometry as a session file records it (every rank's heads)."""

@@ -89,6 +89,31 @@ def test_a_file_opens_on_another_rank_count(tmp_path, one_process_turns, saved_o
     assert tokens == expected and stats["reused_tokens"] > 0 and stats["world_size"] == opened_on
 
 
+@pytest.fixture(scope="module")
+def hybrid_folder(tmp_path_factory) -> Path:
+    from assets import MODELS_DIR
+    from tiny_models import tiny_hybrid, tiny_hybrid_config, write_model_folder
+
+    return write_model_folder(tiny_hybrid(), tmp_path_factory.mktemp("hybrid") / "tiny-hybrid",
+                              MODELS_DIR / "mini-target", config=tiny_hybrid_config())
+
+
+def test_two_ranks_answer_as_one_process_hybrid(tmp_path, one_process_turns, hybrid_folder):
+    """A tiny Qwen3.5 split by mlx-lm's ``shard()`` (its linear heads and convolution channels too): each turn
+    a new launch continuing the session file, whose linear states hold every rank's heads."""
+    turns_as_one_process(tmp_path, one_process_turns, ("--model", str(hybrid_folder), "--no-draft"),
+                         kv=("--kv", "standard"))
+
+
+def test_a_hybrid_file_saved_on_two_ranks_goes_on_in_one_process(tmp_path, one_process_turns, hybrid_folder):
+    model, kv, moved = ("--model", str(hybrid_folder), "--no-draft"), ("--kv", "standard"), tmp_path / "moved.json"
+    for prompt in TURNS[:2]:
+        ask(moved, prompt, model, ranks=2, kv=kv)
+    tokens, stats = ask(moved, TURNS[2], model, ranks=1, kv=kv)
+    expected, single = one_process_turns(model, kv)[0][2]
+    assert tokens == expected and stats["reused_tokens"] == single["reused_tokens"] > 0
+
+
 SCRIPT = """
 import mlxcore
 from mlxcore import open_engine

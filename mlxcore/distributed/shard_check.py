@@ -12,12 +12,14 @@ from mlxcore.distributed.errors import ShardingError
 
 # config key -> what it is, for each width mlx-lm's shard() divides between ranks (KV heads first: the fewest)
 SPLIT_WIDTHS = {"num_key_value_heads": "KV heads", "num_attention_heads": "attention heads",
-                "intermediate_size": "MLP width", "moe_intermediate_size": "expert MLP width"}
+                "intermediate_size": "MLP width", "moe_intermediate_size": "expert MLP width",
+                "linear_num_key_heads": "linear key heads", "linear_num_value_heads": "linear value heads"}
 
 
 def check_shardable(config: Mapping[str, object], ranks: int, where: Path | str) -> None:
     """``ShardingError`` unless mlx-lm can split this model (``shard()``) evenly over ``ranks``."""
     model_type = str(config.get("model_type", ""))
+    config = {**(config.get("text_config") or {}), **config}  # Qwen3.5's checkpoints nest the text model's
     module = importlib.import_module(f"mlx_lm.models.{MODEL_REMAPPING.get(model_type, model_type)}")
     if not hasattr(module.Model, "shard"):
         raise ShardingError(f"{where}: mlx-lm cannot split {model_type} models over several ranks "

@@ -47,7 +47,8 @@ def model_geometry(model: nn.Module, kv_bits: int | None = None) -> KVGeometry:
     head_dim = getattr(args, "head_dim", None) or args.hidden_size // heads
     kv_heads = getattr(args, "num_key_value_heads", None) or heads
     attention = [layer for layer in model.layers if hasattr(layer, "self_attn")]  # a hybrid model's linear ones hold none
-    kv_heads = getattr(attention[0].self_attn, "n_kv_heads", kv_heads)  # sharded: this rank's
+    layer = attention[0].self_attn  # sharded: this rank's (Qwen3's n_kv_heads; Qwen3.5's and Qwen3-Next's own name)
+    kv_heads = getattr(layer, "n_kv_heads", None) or getattr(layer, "num_key_value_heads", kv_heads)
     return KVGeometry(len(attention), kv_heads, head_dim, activation_dtype(model), kv_format(kv_bits, head_dim))
 
 
