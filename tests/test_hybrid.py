@@ -169,6 +169,21 @@ def test_a_saved_chat_reopens_with_its_states_and_goes_on_as_the_live_one(folder
         reopened = store.load(store.save(live).id, engine)
     assert reopened.messages == live.messages and reopened.restore_note is None
     assert reopened.caches.target.tokens == live.caches.target.tokens
+    assert_goes_on_as_the_live_one(live, reopened)
+    if where == "file":  # a later save appends what is new (the snapshots' blocks kept), and reopens as well
+        size = (tmp_path / "chat.mlxchat").stat().st_size
+        reopened.save(tmp_path / "chat.mlxchat")
+        grew = (tmp_path / "chat.mlxchat").stat().st_size - size
+        assert 0 < grew < size
+        again = ChatSession.load(tmp_path / "chat.mlxchat", engine)
+        assert again.send("And 5 + 5?") == live.send("And 5 + 5?")
+        assert again.last_stats.reused_tokens == live.last_stats.reused_tokens > 0
+    store.close()
+
+
+def assert_goes_on_as_the_live_one(live: ChatSession, reopened: ChatSession) -> None:
+    """A next turn, a regenerate, an edit of the last message and a fork: each the live chat's, reading the same
+    tokens (reused and prefilled), reusing a prefix."""
     def forked(session):
         child = session.fork()
         return child.send("Name a fruit."), child.last_stats
@@ -182,15 +197,6 @@ def test_a_saved_chat_reopens_with_its_states_and_goes_on_as_the_live_one(folder
         assert (stats.reused_tokens, stats.prefill_tokens) == (reopened_stats.reused_tokens,
                                                                reopened_stats.prefill_tokens), name
         assert reopened_stats.reused_tokens > 0, name
-    if where == "file":  # a later save appends what is new (the snapshots' blocks kept), and reopens as well
-        size = (tmp_path / "chat.mlxchat").stat().st_size
-        reopened.save(tmp_path / "chat.mlxchat")
-        grew = (tmp_path / "chat.mlxchat").stat().st_size - size
-        assert 0 < grew < size
-        again = ChatSession.load(tmp_path / "chat.mlxchat", engine)
-        assert again.send("And 5 + 5?") == live.send("And 5 + 5?")
-        assert again.last_stats.reused_tokens == live.last_stats.reused_tokens > 0
-    store.close()
 
 
 def test_a_save_cut_short_opens_at_the_save_before_with_its_states(folder, tmp_path):

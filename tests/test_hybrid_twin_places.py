@@ -21,6 +21,7 @@ from mlx_lm.sample_utils import make_sampler
 from bench.twins import twin_folder
 from mlxcore import GenerationParams, open_engine, render_chat
 from sessions import ChatSession
+from test_hybrid import assert_goes_on_as_the_live_one
 from twin_fixtures import twins_root  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,17 +101,4 @@ def test_a_twin_chat_reuses_its_prefix_and_a_saved_one_goes_on_as_the_live_one(t
     live.save(tmp_path / "chat.mlxchat")
     reopened = ChatSession.load(tmp_path / "chat.mlxchat", engine)
     assert reopened.caches.target.tokens == live.caches.target.tokens
-
-    def forked(session):
-        child = session.fork()
-        return child.send("Name a fruit."), child.last_stats
-
-    turns = {"next turn": lambda s: (s.send("Name a colour."), s.last_stats),
-             "regenerate": lambda s: (s.regenerate(), s.last_stats),
-             "edit": lambda s: (s.edit_last_user("Name a number."), s.last_stats), "fork": forked}
-    for name, turn in turns.items():
-        (said, stats), (heard, reopened_stats) = turn(live), turn(reopened)
-        assert said == heard and reopened.messages == live.messages, name
-        assert (stats.reused_tokens, stats.prefill_tokens) == (reopened_stats.reused_tokens,
-                                                               reopened_stats.prefill_tokens), name
-        assert reopened_stats.reused_tokens > 0, name
+    assert_goes_on_as_the_live_one(live, reopened)
