@@ -162,12 +162,20 @@ def test_a_rank_with_another_model_is_named(tmp_path):
     assert "Traceback" not in stderr + outputs[1][1]
 
 
-def test_serve_on_two_ranks(tmp_path):
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_5"])
+def test_serve_on_two_ranks(tmp_path, family):
     """rank 0 serves HTTP: the openai client gets one process's greedy replies (three at once, batched);
-    /metrics shows both ranks; ctrl+c stops every rank."""
+    /metrics shows both ranks; ctrl+c stops every rank. The embedded pair, and a tiny Qwen3.5 (hybrid layers,
+    standard caches, its replies batched whole)."""
+    model, name = EMBEDDED["draft"], "mini-target"
+    if family == "qwen3_5":
+        from tiny_models import tiny_hybrid, tiny_hybrid_config
+        folder = write_model_folder(tiny_hybrid(), tmp_path / "tiny-hybrid", TOKENIZER_SOURCE,
+                                    config=tiny_hybrid_config())
+        model, name = ("--model", str(folder)), "tiny-hybrid"
     port = free_port()
     command = [str(MLX_LAUNCH), "-n", "2", "--backend", "ring", "-p", str(free_ports(2)), "--",
-               *mlxchat("serve", "--port", str(port), *EMBEDDED["draft"])]
+               *mlxchat("serve", "--port", str(port), *model)]
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
         server = subprocess.Popen(command, cwd=ROOT, env=dict(ENV, MLXCHAT_HOME=str(tmp_path / "home")),
@@ -176,7 +184,7 @@ def test_serve_on_two_ranks(tmp_path):
     try:
         poll_until(lambda: server.poll() is not None or _healthy(url), every=0.1)
         assert server.poll() is None, log.read_text()
-        reply = _chat(url)
+        reply = _chat(url, name)
         status, _, metrics = http("GET", f"{url}/metrics")
         saved, _, _ = http("POST", f"{url}/v1/sessions/kept/save", {"messages": [{"role": "user", "content": "hi"}]})
     finally:  # ctrl+c, as a terminal sends it: to mlx.launch and both ranks
@@ -193,8 +201,8 @@ def test_serve_on_two_ranks(tmp_path):
     assert stopped is not None, f"{log.read_text()}\nstill running after 120 s:\n{left}"
     poll_until(lambda: _group_gone(server.pid), limit=30)  # no rank left behind
     (tmp_path / "single").mkdir()
-    with ServeProcess(tmp_path / "single") as single:
-        expected = _chat(single.url)
+    with ServeProcess(tmp_path / "single", pair=model) as single:
+        expected = _chat(single.url, name)
     assert reply == expected, (reply, expected)
     assert all(r["content"] for r in reply)
     assert status == 200 and "mlxchat_world_size 2.0" in metrics, metrics
@@ -204,13 +212,13 @@ def test_serve_on_two_ranks(tmp_path):
     assert not re.search(r'File "[^"]*/(app|mlxcore|sessions)/', log.read_text()), log.read_text()
 
 
-def _chat(url: str) -> list[dict]:
+def _chat(url: str, model: str) -> list[dict]:
     """The replies to TURNS, asked at once (the scheduler batches them)."""
     import openai
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60)
 
     def ask(prompt: str) -> dict:
-        reply = client.chat.completions.create(model="mini-target", messages=[{"role": "user", "content": prompt}],
+        reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}],
                                                temperature=0, max_tokens=64)
         return reply.choices[0].message.model_dump()
     with ThreadPoolExecutor(len(TURNS)) as pool:
