@@ -44,10 +44,14 @@ class ByteAccount:
     def held(self, seq: Sequence) -> int:
         return self._bytes(seq) // self.unit
 
-    @staticmethod
-    def _bytes(seq: Sequence) -> int:
+    def _bytes(self, seq: Sequence) -> int:
+        """A running sequence's bytes, read every step: its KV, and a set of linear states for its own and each
+        snapshot's (counted whole even where a new snapshot still shares the cache's arrays: a bound, and a few
+        operations a sequence rather than one a state array)."""
         if seq.caches is None:
             return 0
         target, draft = seq.caches.target, seq.caches.draft
-        held = target.held_bytes if isinstance(target, HybridCache) else target.nbytes
+        held = target.nbytes
+        if isinstance(target, HybridCache):
+            held = target.attention.nbytes + self.engine.linear_state_bytes * (1 + len(target.snapshots))
         return held + (draft.nbytes if draft is not None else 0)
