@@ -15,6 +15,10 @@ def main() -> None:
     build.add_argument("--quick", action="store_true", help="a few-minute smoke build (low accuracy)")
     build.add_argument("--device", default="cpu", help="torch device for training (default: cpu)")
     build.add_argument("--no-export", action="store_true", help="stop after training (checkpoints in recipe/work/hf)")
+    finetune = sub.add_parser("finetune", help="teach a trained pair tools, in rounds (checkpoints in recipe/work/hf)")
+    finetune.add_argument("--base", type=Path, required=True,
+                          help="folder holding the pair to start from (mini-target/, mini-draft/)")
+    finetune.add_argument("--device", default="cpu", help="torch device for training (default: cpu)")
     export = sub.add_parser("export", help="convert recipe/work/hf checkpoints into assets/models/")
     export.add_argument("--to", type=Path, default=MODELS, help="destination folder (default: assets/models/)")
     evaluate = sub.add_parser("evaluate", help="accuracy, tool use, draft acceptance, sizes and speeds")
@@ -26,6 +30,10 @@ def main() -> None:
         from recipe.config import FULL, QUICK
 
         run_build(QUICK if args.quick else FULL, args.device, not args.no_export)
+    elif args.command == "finetune":
+        from recipe.finetune import finetune as run_finetune
+
+        run_finetune(args.base.resolve(), args.device)
     elif args.command == "export":
         from recipe.build import export_all
 
