@@ -196,6 +196,11 @@ class Engine:
                    if id(member) in own or id(getattr(member, "pool", None)) in own)
 
     @property
+    def pools(self) -> dict[str, BlockPool]:
+        """The paged block pools made so far, by role ("target", "draft"); none before the first paged cache."""
+        return dict(self._pools)
+
+    @property
     def kv_budget(self) -> KVBudget:
         """The KV memory the paged pools of target and draft share: ``max_kv_bytes``, else the machine's."""
         if self._kv_budget is None:

@@ -115,7 +115,7 @@ def test_batches_joining_at_different_steps_with_one_cancelled_equal_each_alone(
     runner = batch.batch.runner
     assert runner.decoder.mirror is not None, "the batch was read from a mirror"
     assert runner.decoder.mirror.bytes == 0, "with nothing decoding, the mirror's memory went back"
-    assert runner.engine.kv_budget.in_use == sum(pool.bytes_allocated for pool in runner.engine._pools.values())
+    assert runner.engine.kv_budget.in_use == sum(pool.bytes_allocated for pool in runner.engine.pools.values())
 
 
 def test_a_cancelled_requests_blocks_are_free_after_the_next_step():

@@ -133,7 +133,7 @@ def test_warm_up_leaves_engine_state_alone():
     engine = Engine(tiny_qwen3(seed=7), draft_model=tiny_qwen3(seed=8))
     before = vars(engine.draft_control).copy()
     engine.warm_up()
-    assert vars(engine.draft_control) == before and engine._pools == {}
+    assert vars(engine.draft_control) == before and engine.pools == {}
     caches = engine.new_caches()
     list(engine.generate([1, 2, 3], caches, GenerationParams(max_tokens=6)))
     assert caches.target.offset == caches.draft.offset == 3 + engine.last_stats.generated_tokens

@@ -25,7 +25,6 @@ from test_batching_runner import Collector
 from tiny_models import tiny_hybrid, tiny_hybrid_config, tiny_qwen3_next, tiny_qwen3_next_config, write_model_folder
 from twin_fixtures import twins_root  # noqa: F401
 
-STANDARD = KVConfig(kind="standard")
 FAMILIES = {"qwen3_5": (tiny_hybrid, tiny_hybrid_config), "qwen3_next": (tiny_qwen3_next, tiny_qwen3_next_config)}
 
 
@@ -36,8 +35,8 @@ def folder(request, tmp_path_factory):
                               MODELS_DIR / "mini-target", config=config())
 
 
-def engine_of(folder):
-    engine = open_engine(str(folder), kv=STANDARD).engine
+def engine_of(folder, max_kv_bytes: int | None = None):
+    engine = open_engine(str(folder), kv=KVConfig(kind="standard", max_kv_bytes=max_kv_bytes)).engine
     engine.eos_ids = set()  # replies run to max_tokens
     return engine
 
@@ -162,8 +161,6 @@ def test_replies_that_outgrow_the_kv_budget_preempt_one_another_and_answer_as_al
     """Three replies whose caches fit the KV budget side by side until their keys and values grow past 256
     tokens (mlx-lm's cache grows in steps of 256): then one is preempted, waits, reads its ids again (or
     starts from its kept cache) and goes on. Each reply is still mlx-lm's alone."""
-    from mlxcore.kv.budget import KVBudget
-
     engine = engine_of(folder)
     prompts = [list(range(100 + 50 * s, 140 + 50 * s)) for s in range(3)]
     params = GenerationParams(temperature=0.0, max_tokens=260)
@@ -171,8 +168,7 @@ def test_replies_that_outgrow_the_kv_budget_preempt_one_another_and_answer_as_al
     kept = probe.submit(Request(tuple(prompts[0]), params.replaced({"max_tokens": 20}), keep_caches=True))[0]
     probe.run()
     short = kept.caches.target.held_bytes  # a sequence under 256 tokens, with its snapshot
-    engine.prefixes.clear()
-    engine._kv_budget = KVBudget(int(3.5 * short))  # three short ones fit; three long ones do not
+    engine = engine_of(folder, max_kv_bytes=int(3.5 * short))  # three short ones fit; three long ones do not
     batch = Collector(LocalBatch(engine, max_running=4))
     handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts]
     batch.run()
@@ -185,10 +181,8 @@ def test_a_prompt_the_kv_budget_cannot_hold_is_refused_with_what_bounds_it(folde
     """With a hybrid model's standard caches the byte budget bounds a chat (its KV beside its linear states and
     a snapshot of them): a longer prompt is refused before any work, naming the budget."""
     from mlxcore.errors import PromptError
-    from mlxcore.kv.budget import KVBudget
 
-    engine = engine_of(folder)
-    engine._kv_budget = KVBudget(2**17)
+    engine = engine_of(folder, max_kv_bytes=2**17)
     room, bound = engine.kv_room()
     assert room == (2**17 - 2 * engine.linear_state_bytes) // engine.kv_token_bytes and "budget" in bound
     with pytest.raises(PromptError, match=f"do not fit in {bound}"):

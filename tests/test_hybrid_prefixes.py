@@ -17,7 +17,6 @@ from mlxcore import GenerationParams, TokenEvent
 from mlxcore.batching.local import LocalBatch
 from mlxcore.batching.request import Request
 from mlxcore.chat_template import render_chat
-from mlxcore.kv.hybrid_prefixes import HybridPrefixCache
 from test_batching_runner import Collector
 from test_hybrid_batch import engine_of, folder, mlx_lm_tokens  # noqa: F401  (the tiny Qwen3.5 and Qwen3-Next)
 
@@ -100,14 +99,14 @@ def test_the_store_keeps_within_its_limit_least_recently_used_first(folder):  # 
     store = engine.prefixes
     sizes = [size for _, _, size in store.entries]
     assert len(sizes) == 3 and store.bytes == sum(sizes)
-    small = HybridPrefixCache(limit=sizes[0] + sizes[1] + sizes[2] // 2)
-    engine._prefixes = small
+    store.clear()
+    store.limit = sizes[0] + sizes[1] + sizes[2] // 2
     for p in prompts:
         answer(engine, p)  # each kept as it ends: the third pushes out the first
-    assert [tokens[:30] for tokens, _, _ in small.entries] == [tuple(prompts[1]), tuple(prompts[2])]
-    assert small.bytes <= small.limit
+    assert [tokens[:30] for tokens, _, _ in store.entries] == [tuple(prompts[1]), tuple(prompts[2])]
+    assert store.bytes <= store.limit
     assert answer(engine, prompts[1] + [5])[1] > 0  # a hit makes it the most recently used
-    assert [tokens[:30] for tokens, _, _ in small.entries][-1] == tuple(prompts[1])
+    assert [tokens[:30] for tokens, _, _ in store.entries][-1] == tuple(prompts[1])
 
 
 def test_a_pass_stopped_between_layers_leaves_a_cache_that_goes_on_right(folder):  # noqa: F811
