@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 
@@ -31,17 +31,28 @@ class DeviceProfile:
     prefill_chunk: int  # prompt tokens a forward pass while a prompt is read alone
     join_chunk: int  # prompt tokens a chunk at most while a prompt joins running streams
     step_tokens: int  # a batch step's token budget: decode rows count one each, prompt chunks their tokens
+    # How attention reads a paged cache's keys and values (the read paths; docs/device-profile.md):
+    max_segments: int  # runs of blocks a lone sequence attends over as views; more, one gathered copy
+    max_runs: int  # runs of adjacent blocks a copy takes by slicing; more (in one slab), by a row gather
+    span_slack_slots: int  # runs in one slab read as one view while the gaps between them hold this many slots a run
+    gather_limit_bytes: int  # a batch gathers every row into one padded array while a layer's copy stays under this
+    mirror_limit_bytes: int  # the batch mirror's rows at most (all layers); beyond, gather or per sequence
+    alone_cost_keys: int  # what a row attended on its own costs, in keys of every padded row
 
 
 PROFILES = {
     # A layer of a 4-bit model costs about the same for 1 or 512 tokens on a GPU (it is bound by reading the
     # weights), so prompts go in large chunks, as mlx-lm's 2,048-token prefill step; fused kernels throughout.
+    # The read thresholds are the CPU's until a GPU measures its own (none was lent for it yet).
     "gpu": DeviceProfile("gpu", fused_attention=True, fast_exp=False, prefill_chunk=2048, join_chunk=512,
-                         step_tokens=2048),
+                         step_tokens=2048, max_segments=64, max_runs=4, span_slack_slots=64,
+                         gather_limit_bytes=16 * 2**20, mirror_limit_bytes=64 * 2**20, alone_cost_keys=512),
     # MLX's CPU attention over a long prefix grows with the chunk (scores of chunk x keys), so short chunks
     # read a prompt fastest; joining chunks are shorter still, to keep the running streams' gaps small.
+    # On the CPU each read of a run costs attention a few more MLX operations a layer, as much as hundreds of keys.
     "cpu": DeviceProfile("cpu", fused_attention=False, fast_exp=True, prefill_chunk=128, join_chunk=64,
-                         step_tokens=512),
+                         step_tokens=512, max_segments=64, max_runs=4, span_slack_slots=64,
+                         gather_limit_bytes=16 * 2**20, mirror_limit_bytes=64 * 2**20, alone_cost_keys=512),
 }
 
 _forced: DeviceProfile | None = None
@@ -62,10 +73,11 @@ def current() -> DeviceProfile:
 
 
 @contextmanager
-def forced(name: str) -> Iterator[DeviceProfile]:
-    """Run with the ``name`` profile's branches whatever the device (for tests: the GPU's on the CPU)."""
+def forced(name: str, **changes: int) -> Iterator[DeviceProfile]:
+    """Run with the ``name`` profile's branches whatever the device (for tests: the GPU's on the CPU), its
+    fields ``changes`` replaced (for tests: a threshold that sends the reads down one path)."""
     global _forced
-    before, _forced = _forced, PROFILES[name]
+    before, _forced = _forced, replace(PROFILES[name], **changes)
     try:
         yield _forced
     finally:

@@ -6,6 +6,8 @@ Compiled graphs keep the branch they were traced with, so a test that compiles
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mlxcore import device_profile
@@ -15,10 +17,16 @@ _forwards: dict[tuple[int, str], CompiledForward] = {}
 
 
 @pytest.fixture(params=["cpu", "gpu"])
-def profile(request):
+def profile(request, monkeypatch):
     """The test runs once with the CPU's branches and once with the GPU's."""
-    with device_profile.forced(request.param) as chosen:
-        yield chosen
+    # Through the test's monkeypatch, as ``tuned`` is: undone in reverse order, the device's own comes back.
+    monkeypatch.setattr(device_profile, "_forced", device_profile.PROFILES[request.param])
+    return device_profile.current()
+
+
+def tuned(monkeypatch, **changes: int) -> None:
+    """For the rest of the test, the profile in force with ``changes`` (a threshold that sends reads one way)."""
+    monkeypatch.setattr(device_profile, "_forced", dataclasses.replace(device_profile.current(), **changes))
 
 
 def forward_for(model) -> CompiledForward:

@@ -6,13 +6,12 @@ import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
 import pytest
 
-from mlxcore.batching import batch_forward, batch_mirror
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.prefill import prefill
-from device_profiles import forward_for, profile  # noqa: F401
+from device_profiles import forward_for, profile, tuned  # noqa: F401
 from tiny_models import tiny_qwen3
 
 MODEL = tiny_qwen3(seed=21, layers=3, heads=6, kv_heads=2)
@@ -39,8 +38,8 @@ def alone(prompt: list[int]) -> list[int]:
 def test_each_sequence_of_a_batch_decodes_as_it_would_alone(monkeypatch, path):
     """Six sequences of different lengths, blocks of 4 tokens in slabs of 8 blocks (so tables span slabs
     and interleave), one of them a fork sharing another's prompt."""
-    monkeypatch.setattr(batch_mirror, "MIRROR_LIMIT_BYTES", 1 << 30 if path == "mirror" else 0)
-    monkeypatch.setattr(batch_forward, "GATHER_LIMIT_BYTES", 1 << 30 if path == "gather" else 0)
+    tuned(monkeypatch, mirror_limit_bytes=1 << 30 if path == "mirror" else 0,
+          gather_limit_bytes=1 << 30 if path == "gather" else 0)
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
     caches = []
     for p in prompts()[:5]:
@@ -73,8 +72,7 @@ def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved
     read their runs as one view with the gaps masked (``Gather.span``). Everyone's tokens equal each
     sequence's alone; a chunk in flight is not found by prefix hits, a read one is. Under both device
     profiles (the GPU's attends with MLX's fused kernel and the chunk's causal mask)."""
-    monkeypatch.setattr(batch_mirror, "MIRROR_LIMIT_BYTES", 1 << 30 if path == "mirror" else 0)
-    monkeypatch.setattr(batch_forward, "GATHER_LIMIT_BYTES", 0)
+    tuned(monkeypatch, mirror_limit_bytes=1 << 30 if path == "mirror" else 0, gather_limit_bytes=0)
     pool = make_block_pool(MODEL, block_size=4)  # one slab holds everything
     caches = []
     for p in prompts()[:3]:

@@ -11,10 +11,11 @@ import pytest
 from mlxcore.batching import batch_mirror
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.compiled_forward import CompiledForward
+from mlxcore.device_profile import current
 from mlxcore.kv.budget import KVBudget
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.prefill import prefill
-from device_profiles import forward_for, profile  # noqa: F401
+from device_profiles import forward_for, profile, tuned  # noqa: F401
 from tiny_models import tiny_qwen3
 
 MODEL = tiny_qwen3(seed=33, layers=2, heads=4, kv_heads=2)
@@ -45,10 +46,10 @@ def new_cache(pool, stream: int, length: int):
     return cache
 
 
-@pytest.mark.parametrize("alone_cost", [batch_mirror.ALONE_COST_KEYS, 0])
+@pytest.mark.parametrize("alone_cost", [current().alone_cost_keys, 0])
 def test_rows_follow_joins_leaves_reorders_and_outside_changes(monkeypatch, alone_cost, profile):  # noqa: F811
     """alone_cost 0: the longest rows are attended on their own, not in the padded block."""
-    monkeypatch.setattr(batch_mirror, "ALONE_COST_KEYS", alone_cost)
+    tuned(monkeypatch, alone_cost_keys=alone_cost)
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
     a, b, c = new_cache(pool, 0, 9), new_cache(pool, 1, 21), new_cache(pool, 2, 4)
     decoder = BatchDecoder(forward_for(MODEL))
@@ -81,7 +82,7 @@ def test_the_mirror_grows_past_its_first_capacity(monkeypatch):
 def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch, limit):
     """A budget that the pool fills: the mirror's bytes count in it, the pool's next block takes them back,
     and the batch goes on reading the pool (limit 0: the mirror is never made)."""
-    monkeypatch.setattr(batch_mirror, "MIRROR_LIMIT_BYTES", limit)
+    tuned(monkeypatch, mirror_limit_bytes=limit)
     monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
     geometry = make_block_pool(MODEL, block_size=4).geometry
     budget = KVBudget(geometry.token_bytes * 4 * 8 * 3)  # three slabs of 8 blocks of 4 tokens
@@ -112,9 +113,9 @@ def test_more_rows_of_fewer_tokens_when_the_limit_allows_no_more(monkeypatch):
     """The mirror's room takes 3 rows of 32 tokens or 4 of 16: a long sequence leaves the batch and two
     short ones join, so the storage is made again with shorter rows (every row filled from the pool)."""
     monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
-    monkeypatch.setattr(batch_mirror, "ALONE_COST_KEYS", 1 << 20)
+    tuned(monkeypatch, alone_cost_keys=1 << 20)
     token_bytes = 2 * 2 * 16 * 4 * 2  # keys and values, 2 kv heads x 16, float32, 2 layers
-    monkeypatch.setattr(batch_mirror, "MIRROR_LIMIT_BYTES", 3 * 32 * token_bytes)
+    tuned(monkeypatch, mirror_limit_bytes=3 * 32 * token_bytes)
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
     long, b, c = new_cache(pool, 0, 30), new_cache(pool, 1, 5), new_cache(pool, 2, 6)
     decoder = BatchDecoder(FORWARD)

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from mlxcore.compiled_forward import CompiledForward
+from mlxcore.device_profile import current
 from mlxcore.cpu_prefill import cpu_prefill_body
-from mlxcore.kv import paged, slab_storage
 from mlxcore.kv.model_cache import ModelCache, make_block_pool, make_model_cache
 from mlxcore.kv.slab_storage import Gather
+from device_profiles import tuned
 from tiny_models import tiny_qwen3
 
 MODEL = tiny_qwen3(seed=3)
@@ -157,7 +158,7 @@ def test_sequences_taking_blocks_in_turn_and_a_new_chat_on_a_shared_prompt():
 
 
 def test_a_table_of_more_runs_than_attention_takes_is_read_as_one_copy(monkeypatch):
-    monkeypatch.setattr(paged, "MAX_SEGMENTS", 2)
+    tuned(monkeypatch, max_segments=2)
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=4)
     paged_cache, standard = pair(ids(40, 6), pool=pool, block_size=4)
     assert runs(paged_cache) == 3
@@ -187,12 +188,12 @@ def test_span_of_runs_maps_slots_to_positions_and_refuses_wide_gaps_and_other_sl
     assert positions.tolist() == list(range(8)) + [12, 13, 14, -1] + [8, 9, 10, 11]
     assert Gather([0, 1, 2], block_size=4, slab_blocks=8).span(12) is None  # one run
     assert Gather([0, 9], block_size=4, slab_blocks=8).span(8) is None  # two slabs
-    wide = 1 + slab_storage.SPAN_SLACK_SLOTS // 4
+    wide = 1 + current().span_slack_slots // 4
     assert Gather([0, 1 + wide], block_size=4, slab_blocks=64).span(8) is None  # too many slots between
 
 
 def test_a_span_with_a_wide_gap_reads_runs_and_decodes_like_the_standard_cache(monkeypatch):
-    monkeypatch.setattr(slab_storage, "SPAN_SLACK_SLOTS", 0)
+    tuned(monkeypatch, span_slack_slots=0)
     paged_cache, standard = pair(ids(246, 2))
     child, child_standard = paged_cache.fork(), standard.fork()
     decode_alongside(child, child_standard, 20, "child, runs")

@@ -16,7 +16,7 @@ rows read their keys and values one of three ways:
 - gathered: each slab's keys and values of every sequence are taken with one
   ``mx.take`` into a (B, kv_heads, longest, dim) array padded with a mask, and
   one attention serves the batch. Its cost is a copy of what attention reads,
-  so it is taken while that is small (short chats, ``GATHER_LIMIT_BYTES``);
+  so it is taken while that is small (short chats; the profile's ``gather_limit_bytes``);
 - per sequence: each sequence attends over views of its runs of blocks
   (``decode_attention.attend``), no copy, a few operations per sequence.
 
@@ -34,12 +34,10 @@ from mlxcore.batching.batch_mirror import BatchMirror, MirrorStep
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import Attended, attend, attend_batch_parts, normalized
+from mlxcore.device_profile import current
 from mlxcore.errors import ModelLoadError
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.slab_storage import LayerStorage
-
-# Gather while one layer's gathered keys and values of the whole batch stay under this.
-GATHER_LIMIT_BYTES = 16 * 2**20
 
 
 class BatchDecoder:
@@ -163,7 +161,7 @@ class _Reads:
             for slab, count in _per_slab(table).items():
                 longest[slab] = max(longest[slab], count)
         gathered = len(caches) * sum(longest.values()) * layer_token_bytes
-        self.gather = gathered <= GATHER_LIMIT_BYTES and len(caches) > 1
+        self.gather = gathered <= current().gather_limit_bytes and len(caches) > 1
         if self.gather:
             self.slabs = sorted(longest)
             self.slots, valid = self._layout(runs, longest)

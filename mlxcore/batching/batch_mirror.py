@@ -20,7 +20,7 @@ over, not read again from the pool). A sequence much longer than the others is
 not mirrored: it attends alone over views of its blocks, so that neither every
 row is padded to it nor the mirror grows to hold it (``_alone``).
 
-Its bytes come from the KV budget, at most ``MIRROR_LIMIT_BYTES``; when the
+Its bytes come from the KV budget, at most the profile's ``mirror_limit_bytes``; when the
 batch would need more, or the budget has no room, the caller gathers as
 before. The budget can take the bytes back (``release_free_slabs``).
 """
@@ -34,13 +34,10 @@ import mlx.core as mx
 import numpy as np
 
 from mlxcore.decode_attention import Attended, attend_batch_parts, attend_parts
+from mlxcore.device_profile import current
 from mlxcore.kv.paged import PagedCache
 
-MIRROR_LIMIT_BYTES = 64 * 2**20  # all layers together
 CAPACITY_STEP = 256  # row lengths are multiples of this (and double as rows grow)
-# A row attended on its own costs about as much as this many more keys for every row of the padded block
-# (a few more MLX operations a layer against the cost of a key and row; measured in docs/decisions.md).
-ALONE_COST_KEYS = 512
 
 
 @dataclass
@@ -188,7 +185,8 @@ class BatchMirror:
         least = -(-needed // CAPACITY_STEP) * CAPACITY_STEP
         token_bytes = 2 * self.kv_heads * self.head_dim * self.dtype.size
         budget = self.pool.budget
-        room = MIRROR_LIMIT_BYTES if budget is None else min(MIRROR_LIMIT_BYTES, budget.free + self.bytes)
+        limit = current().mirror_limit_bytes
+        room = limit if budget is None else min(limit, budget.free + self.bytes)
         fits = [c for c in (max(least, 2 * old_capacity), max(least, old_capacity), least)
                 if self.num_layers * row_count * c * token_bytes <= room]
         if not fits:
@@ -245,12 +243,13 @@ class BatchMirror:
 
 def _alone(lengths: list[int]) -> list[int]:
     """The batch rows attended alone over the pool rather than padded together in the mirror: the longest,
-    while that costs less than padding every row to them (one alone costs about ``ALONE_COST_KEYS`` more
-    keys). A long chat among short ones then neither makes every row read its length nor fills the mirror."""
+    while that costs less than padding every row to them (one alone costs about ``alone_cost_keys`` more keys, a
+    device profile's figure). A long chat among short ones then neither makes every row read its length nor
+    fills the mirror."""
     by_length = sorted(range(len(lengths)), key=lambda b: -lengths[b])
-    best, best_cost, extra = 0, len(lengths) * lengths[by_length[0]], 0
+    best, best_cost, extra, alone_cost = 0, len(lengths) * lengths[by_length[0]], 0, current().alone_cost_keys
     for k in range(1, len(lengths)):
-        extra += lengths[by_length[k - 1]] + ALONE_COST_KEYS
+        extra += lengths[by_length[k - 1]] + alone_cost
         cost = (len(lengths) - k) * lengths[by_length[k]] + extra
         if cost < best_cost:
             best, best_cost = k, cost

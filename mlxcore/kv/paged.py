@@ -26,6 +26,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import create_attention_mask
 
+from mlxcore.device_profile import current
 from mlxcore.kv.base import CacheMeta, ModelCache, Tensors, layer_tensors, saved_layer
 from mlxcore.kv.block_manager import AppendPlan
 from mlxcore.kv.errors import CacheShapeError, CacheStateError, KVCacheError, PoolExhaustedError, TrimError
@@ -47,9 +48,6 @@ def _as_float(parts: list[mx.array], fmt: KVFormat, geometry: KVGeometry) -> tup
 # would cost more than the copy. The block manager keeps tables far below it (a run per slab spanned,
 # plus one per fork or prefix hit).
 Span = tuple[tuple[int, int, int], mx.array]  # (slab, start, size) of one view, and its (queries, slots) mask
-
-MAX_SEGMENTS = 64
-
 
 class PagedLayerCache:
     """One layer's view of a paged sequence; follows ``LayerCache``. Made by ``PagedCache``."""
@@ -344,9 +342,9 @@ class PagedCache(ModelCache):
         return self.pool.storage[layer.index].fetch(self._gather_index(), layer.offset)
 
     def _segments(self, layer: PagedLayerCache) -> list[tuple[mx.array, mx.array]]:
-        """The layer's tokens as views, one per run (one gathered copy past ``MAX_SEGMENTS`` runs)."""
+        """The layer's tokens as views, one per run (one gathered copy past the profile's ``max_segments``)."""
         gather = self._gather_index()
-        if len(gather.runs) > MAX_SEGMENTS:
+        if len(gather.runs) > current().max_segments:
             return [self._fetch(layer)]
         return self.pool.storage[layer.index].segments(gather, layer.offset)
 

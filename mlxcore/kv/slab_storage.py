@@ -14,17 +14,13 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 import numpy as np
 
+from mlxcore.device_profile import current
 from mlxcore.kv.block_manager import WriteSegment
 from mlxcore.kv.geometry import KVGeometry
 
 if TYPE_CHECKING:
     from mlxcore.kv.paged_pool import PoolConfig
 
-MAX_RUNS = 4  # a table of up to this many runs of adjacent blocks is gathered by slicing; more, by row gather
-# Several runs in one slab are read as one view over the slots between them (the gaps masked out) while the
-# gaps hold at most this many slots a run: on the CPU a run costs attention a few more MLX operations a layer,
-# as much as hundreds more keys (docs/decisions.md; a fork's gap is one or two blocks).
-SPAN_SLACK_SLOTS = 64
 
 
 class Gather:
@@ -61,7 +57,9 @@ class Gather:
         if len(runs) < 2 or len({slab for slab, _, _ in runs}) > 1:
             return None
         first, stop = min(start for _, start, _ in runs), max(start + size for _, start, size in runs)
-        if stop - first - length > SPAN_SLACK_SLOTS * (len(runs) - 1):
+        # Several runs in one slab are one view over the slots between them (the gaps masked out) while the
+        # gaps are small (a fork's gap is one or two blocks).
+        if stop - first - length > current().span_slack_slots * (len(runs) - 1):
             return None
         positions, at = np.full(stop - first, -1, np.int32), 0
         for _, start, size in runs:
@@ -197,7 +195,7 @@ class LayerStorage:
     def gather(self, gather: Gather, length: int) -> tuple:
         """A new contiguous copy of the first ``length`` tokens (keys, values)."""
         slabs = {slab for slab, _, _ in gather.runs}
-        if len(gather.runs) > MAX_RUNS and len(slabs) == 1:
+        if len(gather.runs) > current().max_runs and len(slabs) == 1:
             slab = slabs.pop()
             parts = []
             for part in self.slabs[slab]:
