@@ -11,6 +11,9 @@ STREAMS = 8  # streams decoding at once in the throughput row
 REPLY_TOKENS = 256  # tokens every stream generates (end-of-sequence made impossible)
 JOIN_RUNNING = 4  # streams already decoding when the long prompt joins
 JOIN_PROMPT_TOKENS = 2000  # length of the prompt that joins them
+# The running streams' length in the join rows: they must decode until the joined prompt's watch ends (they are
+# stopped then); streams that ended during the join let the rest of the prompt be read with nothing decoding.
+JOIN_RUNNING_TOKENS = 1 << 14
 _JOIN_STREAM = 99  # the stream number the joining prompt is made with, apart from the batch's
 
 

@@ -28,8 +28,8 @@ from functools import lru_cache
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from bench import mlx_lm_batch, speculative
-from bench.batch_load import (JOIN_PROMPT_TOKENS, JOIN_RUNNING, REPLY_TOKENS, STREAMS, batch_prompts,
-                                      long_prompt, stream_prompt)
+from bench.batch_load import (JOIN_PROMPT_TOKENS, JOIN_RUNNING, JOIN_RUNNING_TOKENS, REPLY_TOKENS, STREAMS,
+                              batch_prompts, long_prompt, stream_prompt)
 from bench.mlx_lm_batch import JOIN_AFTER, JOIN_WATCH_STEPS, StreamTrace, decode_rate, stall_figures
 from bench.timing import paired_median
 from mlxcore.device_profile import current
@@ -98,7 +98,7 @@ def join_run(engine: Engine, prompt_tokens: int = JOIN_PROMPT_TOKENS,
     it has 1 + ``JOIN_WATCH_STEPS`` tokens. (traces: the running ones', then the joined one's; time it joined)."""
     vocab = engine.model.args.vocab_size
     batch = LocalBatch(engine, max_running=JOIN_RUNNING + 1)
-    params = GenerationParams(max_tokens=REPLY_TOKENS)
+    params = GenerationParams(max_tokens=JOIN_RUNNING_TOKENS)
     handles = [batch.submit(Request(tuple(p), params))[0] for p in batch_prompts(vocab, JOIN_RUNNING)]
     traces = [StreamTrace() for _ in handles]
 
@@ -141,7 +141,8 @@ def join_steps(engine: Engine, prompt: list[int]) -> dict:
     """Steps and seconds from ``prompt``'s arrival beside ``JOIN_RUNNING`` decoding streams to its first token."""
     vocab = engine.model.args.vocab_size
     batch = LocalBatch(engine, max_running=JOIN_RUNNING + 1)
-    running = [batch.submit(Request(tuple(p), GenerationParams()))[0] for p in batch_prompts(vocab, JOIN_RUNNING)]
+    params = GenerationParams(max_tokens=JOIN_RUNNING_TOKENS)
+    running = [batch.submit(Request(tuple(p), params))[0] for p in batch_prompts(vocab, JOIN_RUNNING)]
     made = [0] * JOIN_RUNNING
     while min(made) < JOIN_AFTER:
         batch.step()

@@ -22,8 +22,8 @@ from mlx_lm import stream_generate
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from bench.batch_load import (JOIN_PROMPT_TOKENS, JOIN_RUNNING, REPLY_TOKENS, STREAMS, batch_prompts,
-                                      long_prompt)
+from bench.batch_load import (JOIN_PROMPT_TOKENS, JOIN_RUNNING, JOIN_RUNNING_TOKENS, REPLY_TOKENS, STREAMS,
+                              batch_prompts, long_prompt)
 from mlxcore.loading import load_model
 
 JOIN_AFTER = 32  # tokens each running stream has produced when the long prompt joins
@@ -118,7 +118,7 @@ def join_run(model: nn.Module, prompt_tokens: int) -> tuple[list[StreamTrace], f
     """The join scenario once: (traces, the running ones' then the joined one's; time of the insertion)."""
     vocab = vocab_size(model)
     generator = greedy_generator(model)
-    running = generator.insert(batch_prompts(vocab, JOIN_RUNNING), [REPLY_TOKENS] * JOIN_RUNNING)
+    running = generator.insert(batch_prompts(vocab, JOIN_RUNNING), [JOIN_RUNNING_TOKENS] * JOIN_RUNNING)
     traces = {uid: StreamTrace() for uid in running}
     drive(generator, traces, lambda: all(len(traces[u].tokens) >= JOIN_AFTER for u in running))
     joined_at = time.perf_counter()

@@ -30,6 +30,7 @@ class DeviceProfile:
     fast_exp: bool  # softmax, log-sum-exp and SiLU through fast_exp (whole-array polynomials), not MLX's exp
     prefill_chunk: int  # prompt tokens a forward pass while a prompt is read alone
     join_chunk: int  # prompt tokens a chunk at most while a prompt joins running streams
+    min_join_chunk: int  # and at least (when the prompt has that many left), whatever the pace
     step_tokens: int  # a batch step's token budget: decode rows count one each, prompt chunks their tokens
     # How attention reads a paged cache's keys and values (the read paths; docs/device-profile.md):
     max_segments: int  # runs of blocks a lone sequence attends over as views; more, one gathered copy
@@ -45,13 +46,13 @@ PROFILES = {
     # weights), so prompts go in large chunks, as mlx-lm's 2,048-token prefill step; fused kernels throughout.
     # The read thresholds are the CPU's until a GPU measures its own (none was lent for it yet).
     "gpu": DeviceProfile("gpu", fused_attention=True, fast_exp=False, prefill_chunk=2048, join_chunk=512,
-                         step_tokens=2048, max_segments=64, max_runs=4, span_slack_slots=64,
+                         min_join_chunk=128, step_tokens=2048, max_segments=64, max_runs=4, span_slack_slots=64,
                          gather_limit_bytes=16 * 2**20, mirror_limit_bytes=64 * 2**20, alone_cost_keys=512),
     # MLX's CPU attention over a long prefix grows with the chunk (scores of chunk x keys), so short chunks
     # read a prompt fastest; joining chunks are shorter still, to keep the running streams' gaps small.
     # On the CPU each read of a run costs attention a few more MLX operations a layer, as much as hundreds of keys.
     "cpu": DeviceProfile("cpu", fused_attention=False, fast_exp=True, prefill_chunk=128, join_chunk=64,
-                         step_tokens=512, max_segments=64, max_runs=4, span_slack_slots=64,
+                         min_join_chunk=16, step_tokens=512, max_segments=64, max_runs=4, span_slack_slots=64,
                          gather_limit_bytes=16 * 2**20, mirror_limit_bytes=64 * 2**20, alone_cost_keys=512),
 }
 

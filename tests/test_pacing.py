@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mlxcore.batching.pacing import FIRST_WORK, SHORT_PROMPT, STALL_SHARE, Pacing
+from mlxcore.device_profile import current
 
 
 def paced(rows_seconds: dict[int, float], layers: int = 6) -> Pacing:
@@ -73,4 +74,6 @@ def test_short_prompts_are_read_at_once_and_long_ones_in_power_of_two_chunks_of_
     assert pacing.chunk(20, 30, started=False) == (16, False), "a step's share of a short prompt: paced"
     assert pacing.chunk(5, 5, started=True) == (4, False), "a long prompt's last tokens are paced too"
     pacing.work = 1
-    assert pacing.chunk(64, 300, started=True) == (1, False)
+    floor = current().min_join_chunk
+    assert pacing.chunk(64, 300, started=True) == (min(64, floor), False), "never below the profile's floor"
+    assert pacing.chunk(5, 5, started=True) == (4, False), "a prompt's last tokens are fewer"

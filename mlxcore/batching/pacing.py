@@ -74,8 +74,11 @@ class Pacing:
         """(tokens, read at once) of the next chunk of a prompt with ``left`` tokens to read, of which the step
         may start ``count``; ``started`` if chunks of it were read before. A short prompt, or a chat's new
         message after its cached history, goes whole through every layer in one step; a long one's chunk
-        is as large as the pace allows through one layer, a power of two (each new length compiles anew)."""
+        is as large as the pace allows through one layer, a power of two (each new length compiles anew), and
+        never under the profile's ``min_join_chunk``: a smaller chunk costs a layer nearly as much (its
+        attention over the prompt read so far, and the operations a chunk takes) for fewer tokens, so the
+        prompt took many times the steps and the steps were no shorter."""
         if count == left <= SHORT_PROMPT and not started:
             return left, True
-        tokens = max(1, min(count, self.work))
+        tokens = max(1, min(count, max(self.work, current().min_join_chunk)))
         return 1 << (tokens.bit_length() - 1), False
