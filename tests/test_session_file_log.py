@@ -379,4 +379,4 @@ def test_a_file_with_dead_space_and_its_compact_copy_open_alike(tmp_path):
     row = open_dead_vs_compact(tiny_engine("paged"), tmp_path, 1, min_tokens=300)
     assert 0.2 < row["dead_share"] < COMPACT_AT and row["compact_bytes"] < row["dead_bytes"] and row["value"] > 0
     restore = measure_appended_restore(tiny_engine("paged", draft=False), 1, tmp_path / "a.mlxchat", min_tokens=1500)
-    assert restore["saves"] > 1 and 0 < restore["value"] < 1
+    assert restore["saves"] > 1 and restore["value"] > 0  # a timing: the bench judges it, not a test

