@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mlxcore.batching.pacing import FIRST_WORK, SHORT_PROMPT, STALL_SHARE, Pacing
-from mlxcore.device_profile import current
+from mlxcore.device_profile import current, forced
 
 
 def paced(rows_seconds: dict[int, float], layers: int = 6) -> Pacing:
@@ -77,3 +79,14 @@ def test_short_prompts_are_read_at_once_and_long_ones_in_power_of_two_chunks_of_
     floor = current().min_join_chunk
     assert pacing.chunk(64, 300, started=True) == (min(64, floor), False), "never below the profile's floor"
     assert pacing.chunk(5, 5, started=True) == (4, False), "a prompt's last tokens are fewer"
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_a_paced_chunk_keeps_each_profiles_floor(kind):
+    """Whatever the pace, a joining chunk is at least ``min_join_chunk`` tokens (the GPU's floor forced on the CPU)."""
+    with forced(kind) as profile:
+        pacing = paced({4: 0.01})
+        pacing.work = 1
+        assert pacing.chunk(profile.join_chunk, 10_000, started=True) == (profile.min_join_chunk, False)
+        pacing.work = 10 * profile.join_chunk
+        assert pacing.chunk(profile.join_chunk, 10_000, started=True) == (profile.join_chunk, False)
