@@ -41,19 +41,21 @@ class DeviceProfile:
     alone_cost_keys: int  # what a row attended on its own costs, in keys of every padded row
 
 
+# Measured on the CPU, where each read of a run costs attention a few more MLX operations a layer (as much as
+# hundreds of keys): docs/device-profile.md.
+_CPU_READS = dict(max_segments=64, max_runs=4, span_slack_slots=64, gather_limit_bytes=16 * 2**20,
+                  mirror_limit_bytes=64 * 2**20, alone_cost_keys=512)
+
 PROFILES = {
     # A layer of a 4-bit model costs about the same for 1 or 512 tokens on a GPU (it is bound by reading the
     # weights), so prompts go in large chunks, as mlx-lm's 2,048-token prefill step; fused kernels throughout.
     # The read thresholds are the CPU's until a GPU measures its own (none was lent for it yet).
     "gpu": DeviceProfile("gpu", fused_attention=True, fast_exp=False, prefill_chunk=2048, join_chunk=512,
-                         min_join_chunk=128, step_tokens=2048, max_segments=64, max_runs=4, span_slack_slots=64,
-                         gather_limit_bytes=16 * 2**20, mirror_limit_bytes=64 * 2**20, alone_cost_keys=512),
+                         min_join_chunk=128, step_tokens=2048, **_CPU_READS),
     # MLX's CPU attention over a long prefix grows with the chunk (scores of chunk x keys), so short chunks
     # read a prompt fastest; joining chunks are shorter still, to keep the running streams' gaps small.
-    # On the CPU each read of a run costs attention a few more MLX operations a layer, as much as hundreds of keys.
     "cpu": DeviceProfile("cpu", fused_attention=False, fast_exp=True, prefill_chunk=128, join_chunk=64,
-                         min_join_chunk=16, step_tokens=512, max_segments=64, max_runs=4, span_slack_slots=64,
-                         gather_limit_bytes=16 * 2**20, mirror_limit_bytes=64 * 2**20, alone_cost_keys=512),
+                         min_join_chunk=16, step_tokens=512, **_CPU_READS),
 }
 
 _forced: DeviceProfile | None = None
