@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mcp-config", metavar="FILE", default=None,
                         help="MCP servers whose tools the chat offers the model, each call asked first "
                              '("mcpServers" JSON; default ~/.config/mlxchat/mcp.json if it exists)')
+    parser.add_argument("--demo-tools", action="store_true",
+                        help="also offer the three tools the embedded model learned to call (calculator, "
+                             "get_time, convert_units), from a bundled MCP server: tool calls offline, e.g. "
+                             '"what is 417 times 386?"')
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     ask = commands.add_parser("ask", help="answer one prompt on stdout",

@@ -19,6 +19,8 @@ def main() -> None:
     finetune.add_argument("--base", type=Path, required=True,
                           help="folder holding the pair to start from (mini-target/, mini-draft/)")
     finetune.add_argument("--device", default="cpu", help="torch device for training (default: cpu)")
+    finetune.add_argument("--start", type=int, default=1,
+                          help="resume at this round, --base holding the pair the earlier rounds made (default: 1)")
     export = sub.add_parser("export", help="convert recipe/work/hf checkpoints into assets/models/")
     export.add_argument("--to", type=Path, default=MODELS, help="destination folder (default: assets/models/)")
     evaluate = sub.add_parser("evaluate", help="accuracy, tool use, draft acceptance, sizes and speeds")
@@ -33,7 +35,7 @@ def main() -> None:
     elif args.command == "finetune":
         from recipe.finetune import finetune as run_finetune
 
-        run_finetune(args.base.resolve(), args.device)
+        run_finetune(args.base.resolve(), args.device, args.start)
     elif args.command == "export":
         from recipe.build import export_all
 

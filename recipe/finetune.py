@@ -83,9 +83,12 @@ def mix(r: Round) -> list[dict]:
     return corpus.read_jsonl(path)
 
 
-def finetune(base: Path, device: str = "cpu") -> None:
+def finetune(base: Path, device: str = "cpu", first: int = 1) -> None:
     """The pair in ``base`` (an exported folder of mini-target and mini-draft), fine-tuned round by round
-    into recipe/work/hf/ (then ``python -m recipe export``)."""
+    into recipe/work/hf/ (then ``python -m recipe export``). ``first`` resumes: the rounds before it are
+    taken as done, ``base`` holding the pair they made."""
+    if not 1 <= first <= len(ROUNDS):
+        raise SystemExit(f"--start takes a round from 1 to {len(ROUNDS)}, not {first}")
     from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
     from recipe.data import to_example
@@ -97,7 +100,7 @@ def finetune(base: Path, device: str = "cpu") -> None:
     tok = PreTrainedTokenizerFast.from_pretrained(str(tok_dir))
     models = {name: Qwen3ForCausalLM.from_pretrained(str(base / name), torch_dtype="float32")
               for name in ("mini-target", "mini-draft")}
-    for number, r in enumerate(ROUNDS, 1):
+    for number, r in enumerate(ROUNDS[first - 1:], first):
         convs = mix(r)
         _same_without_tools(base / "mini-target", [c for c in convs if not c.get("tools")][:300])
         examples = [to_example(tok, c) for c in convs]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,11 @@ def _names(server: str, names: object) -> tuple[str, ...]:
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise McpConfigError(f'MCP server {server!r}: "alwaysAllow" is a list of tool names, not {names!r}')
     return tuple(names)
+
+
+def demo_config() -> ServerConfig:
+    """The bundled server of the embedded pair's three tools (``app.mcp.demo_server``), run by this Python."""
+    return ServerConfig(name="demo", command=sys.executable, args=("-m", "app.mcp.demo_server"))
 
 
 def default_config() -> Path | None:

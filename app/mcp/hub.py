@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the SDK loads when the hub connects, not when the window im
     from mcp.types import Result
 
 CONNECT_TIMEOUT_S = 30.0  # starting a server and listing its tools
+_SCHEMA_ORDER = ("type", "properties", "required")
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,11 @@ class McpTool:
     input_schema: dict[str, object]  # JSON Schema, passed on to the model as the server wrote it
 
     def schema(self) -> dict:
-        """OpenAI's function-tool schema, as ChatSession offers tools to the model."""
-        parameters = self.input_schema or {"type": "object", "properties": {}}
+        """OpenAI's function-tool schema, as ChatSession offers tools to the model: the parameters' keys in
+        the order clients write them (``type``, ``properties``, ``required``; the SDK's client sorts them)."""
+        given = self.input_schema or {"type": "object", "properties": {}}
+        first = [k for k in _SCHEMA_ORDER if k in given]
+        parameters = {k: given[k] for k in first + [k for k in given if k not in _SCHEMA_ORDER]}
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": parameters}}
 

@@ -25,14 +25,18 @@ def run_tui(args: argparse.Namespace) -> int:
     """Run the chat until the user quits; returns the exit status."""
     from app.options import models_dir
     from app.tui.app import ChatApp
-    config, servers = mcp_servers(getattr(args, "mcp_config", None))
+    config, servers = mcp_servers(getattr(args, "mcp_config", None), getattr(args, "demo_tools", False))
     result = ChatApp(open_command(args), mcp_servers=servers, mcp_config=config, models_dir=models_dir(args)).run()
     return result or 0
 
 
-def mcp_servers(given: str | None) -> tuple[str | None, list]:
-    """The MCP config file to read (``--mcp-config``, else the default one if it exists) and its servers;
-    McpConfigError before the window opens when it cannot be read."""
-    from app.mcp.config import default_config, read_config
+def mcp_servers(given: str | None, demo: bool = False) -> tuple[str | None, list]:
+    """The MCP config file to read (``--mcp-config``, else the default one if it exists) and its servers,
+    then the bundled demo server (``--demo-tools``); McpConfigError before the window opens when the file
+    cannot be read."""
+    from app.mcp.config import default_config, demo_config, read_config
     path = given or default_config()
-    return (str(path), read_config(path)) if path is not None else (None, [])
+    servers = read_config(path) if path is not None else []
+    if demo and all(s.name != "demo" for s in servers):
+        servers.append(demo_config())
+    return (str(path) if path is not None else None), servers
