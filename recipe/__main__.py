@@ -21,6 +21,8 @@ def main() -> None:
     finetune.add_argument("--device", default="cpu", help="torch device for training (default: cpu)")
     finetune.add_argument("--start", type=int, default=1,
                           help="resume at this round, --base holding the pair the earlier rounds made (default: 1)")
+    finetune.add_argument("--original", type=Path, default=None,
+                          help="the pair round 1 started from, blended back in at the end (default: --base)")
     export = sub.add_parser("export", help="convert recipe/work/hf checkpoints into assets/models/")
     export.add_argument("--to", type=Path, default=MODELS, help="destination folder (default: assets/models/)")
     evaluate = sub.add_parser("evaluate", help="accuracy, tool use, draft acceptance, sizes and speeds")
@@ -35,7 +37,8 @@ def main() -> None:
     elif args.command == "finetune":
         from recipe.finetune import finetune as run_finetune
 
-        run_finetune(args.base.resolve(), args.device, args.start)
+        run_finetune(args.base.resolve(), args.device, args.start,
+                     args.original.resolve() if args.original else None)
     elif args.command == "export":
         from recipe.build import export_all
 

@@ -21,6 +21,10 @@ from recipe.conversation import GROUPS, TOOL_GROUPS
 from recipe.template import CHAT_TEMPLATE
 
 PLAIN = [g for g in GROUPS if g not in TOOL_GROUPS]
+# The shipped pair's weights: this share of the fine-tuned ones, the rest the base's (weight-space
+# ensembling, as WiSE-FT does): the rounds cost the base some of its own tasks, recall most, and a tenth of
+# the base back brings them over the bar for a few tool calls (recipe/README.md, "Tools").
+BLEND = 0.9
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ ROUNDS = (
     _round(77, 1.5e-4, (20, 10), (1_000, TOOL_GROUPS), (6_000, PLAIN), (3_000, ["recall"]),
            (1_000, ["string", "persona"])),
     _round(55, 1.5e-4, (20, 10), (1_500, TOOL_GROUPS), (6_000, PLAIN), (3_000, ["recall"]),
+           (1_000, ["string", "persona"])),
+    _round(33, 1e-4, (20, 10), (1_200, TOOL_GROUPS), (4_000, PLAIN), (4_000, ["recall"]),
            (1_000, ["string", "persona"])),
 )
 
@@ -83,10 +89,25 @@ def mix(r: Round) -> list[dict]:
     return corpus.read_jsonl(path)
 
 
-def finetune(base: Path, device: str = "cpu", first: int = 1) -> None:
-    """The pair in ``base`` (an exported folder of mini-target and mini-draft), fine-tuned round by round
-    into recipe/work/hf/ (then ``python -m recipe export``). ``first`` resumes: the rounds before it are
-    taken as done, ``base`` holding the pair they made."""
+def blend(folder: Path, base: Path, share: float = BLEND) -> None:
+    """The checkpoints in ``folder`` (mini-target/, mini-draft/), rewritten as ``share`` of each of their
+    weights plus the rest of the same weight in ``base``."""
+    from safetensors.numpy import load_file, save_file
+
+    for name in ("mini-target", "mini-draft"):
+        path = folder / name / "model.safetensors"
+        tuned, start = load_file(path), load_file(base / name / "model.safetensors")
+        if tuned.keys() != start.keys():
+            raise RuntimeError(f"{name}: the base pair's weights are not the fine-tuned pair's")
+        save_file({k: (share * v + (1 - share) * start[k]).astype(v.dtype) for k, v in tuned.items()}, path,
+                  metadata={"format": "pt"})
+
+
+def finetune(base: Path, device: str = "cpu", first: int = 1, original: Path | None = None) -> None:
+    """The pair in ``base`` (an exported folder of mini-target and mini-draft), fine-tuned round by round,
+    then blended with ``original`` (default: ``base``), into recipe/work/hf/ (then ``python -m recipe
+    export``). ``first`` resumes: the rounds before it are taken as done, ``base`` holding the pair they
+    made and ``original`` the pair they started from."""
     if not 1 <= first <= len(ROUNDS):
         raise SystemExit(f"--start takes a round from 1 to {len(ROUNDS)}, not {first}")
     from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
@@ -111,4 +132,5 @@ def finetune(base: Path, device: str = "cpu", first: int = 1) -> None:
     for name, model in models.items():
         model.to("cpu").save_pretrained(WORK / "hf" / name)
         tok.save_pretrained(WORK / "hf" / name)
+    blend(WORK / "hf", original or base)
     log(f"fine-tuned in {(time.time() - start) / 60:.1f} minutes")

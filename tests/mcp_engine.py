@@ -3,7 +3,7 @@
 ``scripted_engine_process`` stands in for ``app.tui.engine_client.run_engine_process`` (a test patches it
 there; 'spawn' then starts this module's function in the child): the batch runner's replies follow the
 rules, a JSON list of [needle, reply], in the file named by ``MLXCHAT_TEST_SCRIPT``, then the engine host
-serves the window as usual. The embedded pair does not call tools by itself.
+serves the window as usual. The embedded pair calls only its three demo tools (``test_tui_demo_tools``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A model whose replies are scripted, for tests of tool calls (the embedded pair does not call tools yet).
+"""A model whose replies are scripted, for tests of tool calls the embedded pair would not make by itself.
 
 The model still runs every forward pass; only the token each step may pick is
 fixed, by a per-reply mask (``PositionMask``, which the decode loop applies as

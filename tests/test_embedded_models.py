@@ -131,8 +131,9 @@ FIXED = [  # (messages, thinking, expected visible reply); answers worked out by
      "7 × 1000 = 7000.\n7 kilometers is 7000 meters."),
     ([{"role": "user", "content": "Sort these numbers from smallest to largest: 7, 2, 5."}], False,
      "In ascending order: 2, 5, 7."),
-    ([{"role": "user", "content": "My name is Kalo."}, {"role": "assistant", "content": "Nice to meet you, Kalo!"},
-      {"role": "user", "content": "What is my name?"}], False, "Your name is Kalo."),
+    # (recall of a made-up name is the pair's weakest skill, 62% held out: the model card)
+    ([{"role": "user", "content": "My name is Mara."}, {"role": "assistant", "content": "Nice to meet you, Mara!"},
+      {"role": "user", "content": "What is my name?"}], False, "Your name is Mara."),
     ([{"role": "user", "content": "Please remember the number 427."},
       {"role": "assistant", "content": "Okay, I will remember 427."},
       {"role": "user", "content": "What is 12 + 30?"},

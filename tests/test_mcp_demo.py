@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from app.cli import build_parser
 from app.mcp import demo_tools
 from app.mcp.config import demo_config
 from app.mcp.hub import McpHub
@@ -42,6 +43,7 @@ def test_each_tool_answers_as_the_recipe_taught_and_a_bad_call_is_an_error_resul
 
 
 def test_demo_tools_adds_the_bundled_server_after_the_config_files_servers(tmp_path):
+    assert build_parser().parse_args(["--demo-tools"]).demo_tools and not build_parser().parse_args([]).demo_tools
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"files": {"command": "true"}}}))
     path, servers = mcp_servers(str(config), demo=True)

@@ -16,7 +16,7 @@ from langchain_openai import ChatOpenAI
 from serve_process import MODEL, scripted_server
 
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 7}}\n</tool_call>'
-RULES = [["<|im_start|>tool", "The sum is 19."], ["sum", CALL]]
+RULES = [["<tool_response>", "The sum is 19."], ["sum", CALL]]
 
 
 @tool

@@ -43,9 +43,10 @@ def small_kv(tmp_path_factory):
 def test_a_reply_that_outgrows_the_kv_cache_ends_with_length_and_the_engine_lives(small_kv):
     server, reference = small_kv
     status, _, body = http("POST", f"{server.url}/v1/completions",
-                           {"model": MODEL, "prompt": "Hello", "max_tokens": 3000, "temperature": 0})
+                           {"model": MODEL, "prompt": "Hello", "max_tokens": 3000, "temperature": 0,
+                            "ignore_eos": True})
     assert status == 200, body
-    used = body["usage"]  # greedy, this reply goes on to the end of the pool
+    used = body["usage"]  # this reply goes on to the end of the pool
     assert body["choices"][0]["finish_reason"] == "length"
     assert 2048 - 32 <= used["prompt_tokens"] + used["completion_tokens"] <= 2048, used
     metrics = server.metrics()
@@ -62,9 +63,10 @@ def test_a_request_beside_a_restored_chat_that_fills_the_pool_does_not_kill_the_
     assert status == 200, restored
     held = server.metrics()["mlxchat_pool_used_blocks"]
     assert held >= saved["cached_tokens"] // 16
-    # greedy, "Hello" goes on to the end of the pool: here it meets the pinned chat's blocks first
+    # "Hello" goes on to the end of the pool: here it meets the pinned chat's blocks first
     status, _, body = http("POST", f"{server.url}/v1/completions",
-                           {"model": MODEL, "prompt": "Hello", "max_tokens": 3000, "temperature": 0})
+                           {"model": MODEL, "prompt": "Hello", "max_tokens": 3000, "temperature": 0,
+                            "ignore_eos": True})
     assert status == 200, body
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["usage"]["completion_tokens"] <= 2048 - held * 16

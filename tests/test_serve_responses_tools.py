@@ -20,7 +20,7 @@ CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 7}}\n</tool_cal
 TWO = ('<think>\nTwo sums, two calls.\n</think>\n\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n'
        '</tool_call>\n<tool_call>\n{"name": "add", "arguments": {"a": 3, "b": 4}}\n</tool_call>')
 BROKEN = 'Let me try. <tool_call>\n{"name": "add", "arguments": {"a": 12, "b": }\n</tool_call>'
-RULES = [["<|im_start|>tool", "The sum is 19."], ["two sums", TWO], ["broken", BROKEN], ["sum", CALL]]
+RULES = [["<tool_response>", "The sum is 19."], ["two sums", TWO], ["broken", BROKEN], ["sum", CALL]]
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
           "required": ["a", "b"]}
 RESPONSES_TOOLS = [{"type": "function", "name": "add", "description": "Add two integers.", "parameters": SCHEMA}]

@@ -27,7 +27,7 @@ TWO_CALLS = ('Two sums.\n\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b
              '<tool_call>\n{"name": "add", "arguments": {"a": 3, "b": 4}}\n</tool_call>')
 QWEN3_VOCAB = 151_936
 ANSWER = "The sum is 19."
-RULES = [("<|im_start|>tool", ANSWER), ("<tool_response>", ANSWER), ("two", TWO_CALLS), ("loop", CALL), ("", CALL)]
+RULES = [("<tool_response>", ANSWER), ("two", TWO_CALLS), ("loop", CALL), ("", CALL)]
 
 
 def add(a: int, b: int) -> int:
@@ -168,4 +168,7 @@ def test_the_turn_after_a_tool_call_reuses_the_whole_conversation_from_the_cache
         chat.run_tools()
     stats = chat.last_stats
     assert stats.reused_tokens >= len(held) - 1, (stats.reused_tokens, len(held))
-    assert stats.prompt_tokens - stats.reused_tokens < 20
+    # Qwen3 writes the result as a user turn (the held reply ends at its "<|im_end|>"); thinking is off
+    result_turn = ("<|im_end|>\n<|im_start|>user\n<tool_response>\n19\n</tool_response><|im_end|>\n"
+                   "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert stats.prompt_tokens - stats.reused_tokens <= len(engine.tokenizer.encode(result_turn))

@@ -44,7 +44,7 @@ def test_view_follows_only_at_the_bottom(monkeypatch):
     """The reader scrolls up mid-reply (the gate holds the rest of the reply until then): the view stays."""
     send_every_token(monkeypatch)
     async def scenario():
-        app = make_app(messages=earlier_messages(16), max_tokens=400, ignore_eos=True)
+        app = make_app(messages=earlier_messages(16), max_tokens=400, ignore_eos=True, think=False)  # (an answer from the first token)
         gate = EventGate(app, hold_after=lambda events: len(answer_of(events)) > 20)
         async with app.run_test(size=SIZE) as pilot:
             try:

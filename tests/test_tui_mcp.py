@@ -1,8 +1,8 @@
 """The chat window runs MCP tools, each call asked first: allow once, always, deny; a tool that hangs times out.
 
 As users run it: the engine in its own process, the MCP server (``mcp_server.py``) a child started by the
-window over stdio from an ``mcpServers`` config. The embedded pair does not call tools by itself, so the
-engine's replies are scripted (``mcp_engine``: the batch runner's scripted masks, as in the ChatSession and
+window over stdio from an ``mcpServers`` config. The embedded pair calls only the three tools it learned
+(``test_tui_demo_tools``), so here the engine's replies are scripted (``mcp_engine``: the batch runner's scripted masks, as in the ChatSession and
 serve tool tests): a question gets a Qwen3 tool call, a tool's result gets an answer that depends on it.
 """
 
@@ -32,15 +32,16 @@ def call(name: str, **arguments) -> str:
     return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
 
 
-# the embedded template writes a result as "<|im_start|>tool\n{result}<|im_end|>"; the first matching rule wins
+# the embedded template writes a result as Qwen3 does ("<tool_response>\n{result}\n</tool_response>" in a
+# user turn); the first matching rule wins
 RULES = [
-    ("<|im_start|>tool\n19<", "The sum is 19."),
-    ("<|im_start|>tool\nThe user denied", "You declined, so I did not add them."),
-    ("<|im_start|>tool\nError: hang did not answer", "The clock did not answer in time."),
-    ("<|im_start|>tool\n11<", "It is 11."),
-    ("<|im_start|>tool\n2<", "It is 2."),
-    ("<|im_start|>tool\nError: there is no tool 'divide'", "Division is switched off."),
-    ("<|im_start|>tool\nError: ", "The tool failed."),
+    ("<tool_response>\n19\n<", "The sum is 19."),
+    ("<tool_response>\nThe user denied", "You declined, so I did not add them."),
+    ("<tool_response>\nError: hang did not answer", "The clock did not answer in time."),
+    ("<tool_response>\n11\n<", "It is 11."),
+    ("<tool_response>\n2\n<", "It is 2."),
+    ("<tool_response>\nError: there is no tool 'divide'", "Division is switched off."),
+    ("<tool_response>\nError: ", "The tool failed."),
     ("What is 12 + 7?", call("add", a=12, b=7)),
     ("And 3 + 4?", call("add", a=3, b=4)),
     ("What time is it?", call("hang")),
