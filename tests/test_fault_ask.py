@@ -95,13 +95,19 @@ def test_ctrl_c_during_prefill_adds_no_empty_reply(tmp_path, engine):
     path = tmp_path / "chat.mlxchat"
     assert ask(path, *SETTINGS, FIRST).returncode == 0
     first = history(path)
+    # the child at a lower priority: on busy cores this test is still scheduled as soon as the notice comes,
+    # so that ctrl+c lands in the prefill it announces
     run = subprocess.Popen(command(path, "-"), cwd=ROOT, text=True, stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+                           preexec_fn=lambda: os.nice(10))
     run.stdin.write(LONG)
     run.stdin.close()
+    said = []
     for line in run.stderr:  # the notice comes as the prefill starts
+        said.append(line)
         if "reading the prompt" in line:
             break
+    assert said and "reading the prompt" in said[-1], f"no notice of the prefill: {''.join(said)!r}"
     run.send_signal(signal.SIGINT)
     assert run.wait(HANG_S) == 130 and "interrupted" in run.stderr.read()
     assert history(path) == first + [("user", LONG)], "the message is kept, with no empty reply after it"
