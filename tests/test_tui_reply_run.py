@@ -113,6 +113,20 @@ def test_replies_side_by_side_each_say_when_they_end(monkeypatch):
     assert turn.kept == 1 and run.done(1, 4096, False).finish_reason == "stopped"
 
 
+def test_the_end_of_a_reply_brings_the_text_its_token_events_did_not_carry(monkeypatch):
+    """The detokenizer may hold a tail back until the reply ends: the UI must show what the chat keeps."""
+    turn = ScriptedTurn(2, [[(0, "It is"), (1, "No")], [(0, final("cancelled", "It is 4<|im_end|>")),
+                                                         (1, final("eos", "Other text"))]])
+    monkeypatch.setattr(reply_stream, "FLUSH_SECONDS", 0.0)
+    run, sent = ReplyRun(turn, 3), []
+    pump_all(run, sent.append)
+    shown = ["".join(c.raw for c in sent if isinstance(c, p.Chunk) and c.choice == choice) for choice in (0, 1)]
+    assert shown[0] == "It is 4<|im_end|>" == run.keep(0), "the held tail is sent before the reply's end"
+    assert shown[1] == "No", "a final text that does not extend what was shown adds nothing"
+    assert sent.index(p.ChoiceEnded(0, "stopped")) > max(i for i, e in enumerate(sent) if isinstance(e, p.Chunk)
+                                                          and e.choice == 0)
+
+
 def test_a_failed_request_ends_its_reply_and_keeps_what_it_generated(monkeypatch):
     failure = RequestFailedError("The engine failed while generating")
     failure.__cause__ = OverloadedError("The KV memory budget is held by other chats")

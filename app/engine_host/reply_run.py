@@ -88,6 +88,7 @@ class ReplyRun:
                 self.relays[choice].add(event.text)
                 self._flush(send)
             elif isinstance(event, FinalEvent):
+                self.relays[choice].catch_up(event.text)
                 self._end(choice, event.finish_reason, send)
         for choice, failure in enumerate(self.turn.failures):  # a reply whose request failed ends there
             if failure is not None and not self.ended[choice]:

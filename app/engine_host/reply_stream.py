@@ -54,6 +54,13 @@ class ReplyRelay:
         self.answer.append(a)
         self.raw.append(text)
 
+    def catch_up(self, text: str) -> None:
+        """``text``, the whole reply at its end: what its token events did not carry (a detokenizer's held
+        tail) is fed now, so the UI shows what the chat keeps."""
+        fed = self.fed
+        if len(text) > len(fed) and text.startswith(fed):
+            self.add(text[len(fed):])
+
     @property
     def pending(self) -> bool:
         return bool(self.raw)
