@@ -7,6 +7,10 @@ drafting) and the fixed seconds F of a round beyond its drafts (the verify pass
 and the synchronisation), so a round of k costs about F + D k. Expected tokens
 per round are 1 + sum_{j<=k} prod_{i<=j} a_i.
 
+A position's acceptance is learned only by drafting it, so now and then a round
+drafts one past the best k: an estimate that fell early (a reply's first words)
+is not kept for good.
+
 While it decodes plainly it probes now and then; a probe first feeds the draft
 every token it missed, at a measured C seconds a token. Plain steps after a round
 number as many as the tokens a probe would feed, so probing costs about C / P of
@@ -33,6 +37,7 @@ class DraftLengthController:
     accept: list[float] = field(default_factory=list)  # a_j: P(draft j accepted | drafts before it accepted)
     window: int = 15  # timings are medians of this many recent samples: robust to a stray slow step
     refresh_every: int = 64  # while drafting, take one plain step after this many rounds to re-measure P
+    explore_every: int = 16  # while drafting, draft one past the best k after this many rounds
     plain_samples: deque = field(default_factory=deque)  # recent seconds of a plain target step
     draft_samples: deque = field(default_factory=deque)  # recent seconds of one draft pass (D)
     fixed_samples: deque = field(default_factory=deque)  # recent seconds of a round beyond its drafts (F)
@@ -42,6 +47,7 @@ class DraftLengthController:
     round_run: int = 0  # speculative rounds since the last plain step
     untimed_rounds: int = 0  # rounds since the draft passes were last timed
     probe_wait: int = 0  # plain steps before the next probe (starts at probe_every)
+    unexplored_rounds: int = 0  # rounds since one drafted past the best k
     _best: tuple[int, float] | None = field(default=None, repr=False)  # best() until the next round
 
     def __post_init__(self) -> None:
@@ -84,6 +90,10 @@ class DraftLengthController:
         k, rate = self.best()
         if rate > 1.0 / self.plain_step:
             self.probe_wait = self.probe_every  # drafting pays: probe promptly if that changes
+            self.unexplored_rounds += 1
+            if k < self.max_k and self.unexplored_rounds >= self.explore_every:
+                self.unexplored_rounds = 0
+                return k + 1
             return k
         if self.plain_run >= self.probe_wait and self._probe_pays_its_catch_up():  # the draft may do better now
             self.probe_wait = min(2 * self.probe_wait, self.max_probe_every)

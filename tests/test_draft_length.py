@@ -69,6 +69,20 @@ def test_moderate_acceptance_picks_a_middle_length():
     assert 1 <= sorted(settled)[len(settled) // 2] <= 4
 
 
+def test_a_position_that_looked_bad_early_is_drafted_again_and_long_drafts_come_back():
+    """Early on the draft's second guess is always wrong (a reply's first words), later every guess is right: the
+    second position's acceptance is only learned by drafting it, so the controller must go past k = 1 to see it."""
+    def climb(controller):
+        run(controller, 40, 0.004, 0.0004, lambda k: min(k, 1))
+        assert controller.choose() == 1 and controller.accept[1] < 0.5
+        return run(controller, 300, 0.004, 0.0004, lambda k: k)
+
+    settled = climb(DraftLengthController(max_k=8))[-40:]
+    assert set(settled) <= {0, 8} and settled.count(8) >= 39  # (a plain step now and then re-measures P)
+    stuck = climb(DraftLengthController(max_k=8, explore_every=10**9))  # (never exploring: the old controller)
+    assert set(stuck[-40:]) <= {0, 1}
+
+
 def test_fixed_length_is_kept():
     assert set(run(FixedDraftLength(3, max_k=8), 20, 0.004, 0.001, lambda k: 0)) == {3}
 
