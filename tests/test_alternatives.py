@@ -24,7 +24,7 @@ def session(draft: bool = True, kind: str = "paged", **params) -> ChatSession:
 
 
 def test_three_sampled_replies_one_kept_and_the_chat_goes_on_from_it():
-    chat = session(temperature=0.9, seed=5)
+    chat = session(temperature=1.5, seed=5)  # (hot: the embedded pair is sure of its short answers)
     chat.send("Hello there, who are you?")
     before = list(chat.messages)
     alts = chat.alternatives("Tell me a story about a cat.", 3)
