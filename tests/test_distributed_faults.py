@@ -177,9 +177,13 @@ def test_serve_on_two_ranks(tmp_path, family):
     command = [str(MLX_LAUNCH), "-n", "2", "--backend", "ring", "-p", str(free_ports(2)), "--",
                *mlxchat("serve", "--port", str(port), *model)]
     log = tmp_path / "serve.log"
+    # stdin a pipe that stays open and silent, as a terminal nobody types in: on a stdin at end of file
+    # mlx.launch's main thread queues an empty read for its ranks all the time, and a ctrl+c landing inside
+    # Queue.put leaves that queue's lock held, so the thread of a rank that exits waits on it for ever
     with open(log, "wb") as out:
         server = subprocess.Popen(command, cwd=ROOT, env=dict(ENV, MLXCHAT_HOME=str(tmp_path / "home")),
-                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                  stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         poll_until(lambda: server.poll() is not None or _healthy(url), every=0.1)
@@ -198,6 +202,7 @@ def test_serve_on_two_ranks(tmp_path, family):
         if stopped is None:
             os.killpg(server.pid, signal.SIGKILL)
         server.wait(timeout=HANG_S)
+        server.stdin.close()
     assert stopped is not None, f"{log.read_text()}\nstill running after 120 s:\n{left}"
     poll_until(lambda: _group_gone(server.pid), limit=30)  # no rank left behind
     (tmp_path / "single").mkdir()
