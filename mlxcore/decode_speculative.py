@@ -33,7 +33,6 @@ from mlxcore import decision_clock
 from mlxcore.batching.constraints import Bitmask, Mask
 from mlxcore.device_profile import current
 from mlxcore.draft_length import DraftLengthController
-from mlxcore.kv.base import PENDING
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.params import SamplingParams
 from mlxcore.prefill import prefill, settle
@@ -97,16 +96,16 @@ class SpeculativeDecoder:
             draft_seconds = decision_clock.now() - start
         fed = ids[tcache.offset:]
         _mark(tcache)
-        tcache.begin(fed + [PENDING] * k)  # the drafted ids are known after the sync below
+        tcache.begin(fed, unknown=k)  # the drafted ids are read at the sync below
         inputs = mx.concatenate([mx.array(fed), drafted])[None]
         logits = self.target(inputs, cache=tcache.layers)[0, -(k + 1):, : self.vocab]  # (k + 1, V)
         if self.constraint is not None:
             logits = self._masked(logits, drafted)
         n, t, logprobs = self._accept(logits, drafted, q)
         proposed = drafted.tolist()
-        tcache.correct_tail(proposed)
+        tcache.known(proposed)
         if k > 1:
-            dcache.correct_tail(proposed[: k - 1])
+            dcache.known(proposed[: k - 1])
         self.controller.observe_round(k, n, decision_clock.now() - start, draft_seconds)
         self._count(k, n)
         _rewind(tcache, k - n)
@@ -133,7 +132,7 @@ class SpeculativeDecoder:
         inputs, tokens, rows, matched = mx.array(fed)[None], [], [], 0
         for i in range(k):
             if i:
-                dcache.begin([PENDING])
+                dcache.begin((), unknown=1)
             logits = self.draft(inputs, cache=dcache.layers)[0, -1, : self.vocab]
             if self.constrain_draft:
                 matched += bool(i) and self.constraint.advance(tokens[-1].item())  # drawn under the mask

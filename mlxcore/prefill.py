@@ -29,6 +29,9 @@ def settle(cache, ids: Sequence[int], model: nn.Module | None = None) -> None:
         cache.rewind_to_mark()
     elif ahead > 0:
         cache.trim(ahead)
+    told = len(cache.tokens)
+    if told < cache.offset:  # a pass fed tokens whose ids were read but not told yet
+        cache.known(ids[told:cache.offset])
     missing = list(ids[cache.offset:])
     if model is not None and missing:
         cache.begin(missing)

@@ -20,7 +20,8 @@ def check_invariants(manager: BlockManager) -> None:
     """Ref counts equal table references; free blocks are exactly those unreferenced; hashes agree."""
     refs = [0] * manager.materialized_blocks
     for seq in manager._sequences.values():
-        assert len(seq.block_ids) == -(-len(seq.token_ids) // manager.block_size)
+        assert len(seq.block_ids) == -(-seq.length // manager.block_size)
+        assert len(seq.token_ids) <= seq.length
         for block_id in seq.block_ids:
             refs[block_id] += 1
     for block in manager._blocks:
@@ -34,6 +35,9 @@ def check_invariants(manager: BlockManager) -> None:
             chunk = seq.token_ids[index * manager.block_size:(index + 1) * manager.block_size]
             parent = chain_hash(parent, chunk)
             assert manager._blocks[seq.block_ids[index]].hash == parent
+        if len(seq.token_ids) < seq.length:  # a block holding a token whose id is not known is no prefix hit
+            for index in range(len(seq.token_ids) // manager.block_size, len(seq.block_ids)):
+                assert manager._blocks[seq.block_ids[index]].hash is None
 
 
 def test_blocks_are_taken_as_tokens_arrive_and_slots_follow_the_table():
@@ -136,6 +140,31 @@ def test_trim_releases_blocks_past_the_boundary():
     check_invariants(manager)
 
 
+def test_tokens_fed_before_they_are_read_are_hashed_once_told():
+    """A pass queued before its input was read appends slots without ids; ``known`` tells them, and only then
+    does the block they fill become a prefix hit (no placeholder id is ever hashed)."""
+    manager = BlockManager(block_size=4, num_blocks=8)
+    seq = filled(manager, [1, 2, 3])
+    plan = manager.append(seq, [], unknown=1)
+    assert (plan.start, plan.length, manager.length(seq), manager.token_ids(seq)) == (3, 1, 4, [1, 2, 3])
+    assert manager.cached_prefix([1, 2, 3, 4, 5]) == (0, 0)  # the full block's last id is not known
+    with pytest.raises(CacheStateError, match="not known yet"):
+        manager.append(seq, [9])  # an id after an unknown one
+    manager.known(seq, [4])
+    assert manager.token_ids(seq) == [1, 2, 3, 4]
+    assert manager.cached_prefix([1, 2, 3, 4, 5]) == (4, 0)
+    with pytest.raises(CacheStateError):
+        manager.known(seq, [5])  # nothing left unknown
+    manager.append(seq, [5], unknown=3)  # a speculative pass: the last known id, then k drafted ones
+    manager.known(seq, [6, 7])
+    manager.trim(seq, 1)  # the rejected draft: gone unread
+    assert (manager.length(seq), manager.token_ids(seq)) == (7, [1, 2, 3, 4, 5, 6, 7])
+    manager.append(seq, [], unknown=2)
+    manager.trim(seq, 2)
+    assert (manager.length(seq), manager.token_ids(seq)) == (7, [1, 2, 3, 4, 5, 6, 7])
+    check_invariants(manager)
+
+
 def test_errors_change_nothing():
     manager = BlockManager(block_size=4, num_blocks=2)
     seq = filled(manager, list(range(6)))
@@ -160,6 +189,8 @@ operation = st.one_of(
     st.tuples(st.just("fork"), st.integers(0, 3), st.none()),
     st.tuples(st.just("release"), st.integers(0, 3), st.none()),
     st.tuples(st.just("reuse"), st.integers(0, 3), st.lists(st.integers(0, 3), min_size=1, max_size=14)),
+    st.tuples(st.just("unknown"), st.integers(0, 3), st.integers(1, 5)),
+    st.tuples(st.just("known"), st.integers(0, 3), st.lists(st.integers(0, 3), min_size=1, max_size=5)),
 )
 
 
@@ -170,20 +201,35 @@ def test_random_schedules_keep_the_books_straight(schedule):
     seqs = [manager.new_sequence()]
     for name, which, arg in schedule:
         seq = seqs[which % len(seqs)]
-        tokens = len(manager.token_ids(seq))
+        tokens, told = manager.length(seq), len(manager.token_ids(seq))
         try:
-            if name == "append":
+            if name == "append" and told < tokens:
+                with pytest.raises(CacheStateError):
+                    manager.append(seq, arg)
+            elif name == "append":
                 manager.append(seq, arg)
                 assert manager.token_ids(seq)[-len(arg):] == arg
             elif name == "trim":
                 manager.trim(seq, min(arg, tokens))
+            elif name == "fork" and told < tokens:
+                with pytest.raises(CacheStateError):
+                    manager.fork(seq)
             elif name == "fork":
                 seqs.append(manager.fork(seq))
             elif name == "release":
                 manager.release(seq)
+            elif name == "unknown":
+                manager.append(seq, [], unknown=arg)
+                assert (manager.length(seq), len(manager.token_ids(seq))) == (tokens + arg, told)
+            elif name == "known":
+                manager.known(seq, arg[:tokens - told])
+                assert manager.token_ids(seq)[told:] == arg[:tokens - told]
             elif not tokens:
                 assert manager.reuse_prefix(seq, arg) < len(arg)
                 assert manager.token_ids(seq) == arg[:len(manager.token_ids(seq))]
         except PoolExhaustedError:
-            assert len(manager.token_ids(seq)) == tokens
+            assert manager.length(seq) == tokens
+        except CacheStateError:
+            assert name == "known" and told == tokens  # nothing was unknown
+            assert manager.length(seq) == tokens
         check_invariants(manager)

@@ -48,6 +48,41 @@ def test_layers_follow_the_protocol_and_tokens_follow_the_layers(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_tokens_fed_unread_are_told_later(kind):
+    """A decoder queues a pass before it reads the id it feeds (``begin(..., unknown=n)``); ``tokens`` holds the
+    known ids only until ``known`` tells the rest, and the keys and values are the same as fed by id."""
+    cache, reference = make(kind), make(kind)
+    feed(cache, [5, 6, 7])
+    feed(reference, [5, 6, 7, 8, 9, 10])
+    cache.begin([8], unknown=2)
+    mx.eval(MODEL(mx.array([[8, 9, 10]]), cache=cache.layers))
+    assert (cache.offset, cache.tokens) == (6, [5, 6, 7, 8])
+    with pytest.raises(CacheStateError):
+        cache.begin([11])  # an id after unknown ones
+    with pytest.raises(CacheStateError):
+        cache.known([9, 10, 11])  # more than are unknown
+    cache.known([9, 10])
+    assert cache.tokens == reference.tokens
+    after = [feed(c, [11]) for c in (cache, reference)]
+    assert mx.allclose(after[0], after[1], atol=1e-5)
+    cache.begin([], unknown=1)
+    mx.eval(MODEL(mx.array([[12]]), cache=cache.layers))
+    assert cache.trim(1) == 1 and cache.tokens == [5, 6, 7, 8, 9, 10, 11]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_pass_left_untold_is_settled_to_the_ids_emitted(kind):
+    """An error between reading a token and telling its id (``prefill.settle``, as an abandoned reply)."""
+    from mlxcore.prefill import settle
+    cache = make(kind)
+    feed(cache, [5, 6, 7])
+    cache.begin([], unknown=1)
+    mx.eval(MODEL(mx.array([[8]]), cache=cache.layers))
+    settle(cache, [5, 6, 7, 8])
+    assert cache.tokens == [5, 6, 7, 8]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_forks_are_independent(kind):
     parent = make(kind)
     feed(parent, list(range(10)))

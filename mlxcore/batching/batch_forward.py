@@ -32,6 +32,7 @@ import numpy as np
 
 from mlxcore.batching.batch_mirror import BatchMirror, MirrorStep
 from mlxcore.batching.prompt_feed import PromptFeed
+from mlxcore.kv.base import feed_one
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import Attended, attend, attend_batch_parts, normalized
 from mlxcore.device_profile import current
@@ -47,12 +48,12 @@ class BatchDecoder:
         self.forward = forward
         self.mirror: BatchMirror | None = None
 
-    def __call__(self, caches: list[PagedCache], ids: list[int], inputs: mx.array | None,
+    def __call__(self, caches: list[PagedCache], ids: list[int | None], inputs: mx.array | None,
                  feeds: list[PromptFeed] = ()) -> mx.array | None:
         """Logits (B, V) of the next token of each sequence after ``inputs`` (B,) int32 (None for no B).
 
-        ``ids`` are the same tokens as known ids (or ``PENDING`` where the value is not known yet:
-        correct it with ``cache.correct_tail`` afterwards), recorded as each cache's tokens.
+        ``ids`` are the same tokens as known ids (None where the value is not read yet: tell it with
+        ``cache.known`` afterwards), recorded as each cache's tokens.
         ``feeds``: prompt chunks joining the batch (``prompt_feed.py``), each taken through the layers
         this step's plan gave it: in those layers its tokens are rows beside the decoding ones, at their
         own positions, attending causally over their own sequence; its hidden state waits for the next
@@ -103,12 +104,12 @@ class BatchDecoder:
             cache.finish_batched_pass()
         return self.forward._head(h)[:, -1, :] if rows else None
 
-    def _reads(self, pool, caches: list[PagedCache], ids: list[int]) -> _Reads | _MirrorReads:
+    def _reads(self, pool, caches: list[PagedCache], ids: list[int | None]) -> _Reads | _MirrorReads:
         """Announce each sequence's one token; how the batch reads its keys and values this pass."""
         mirror = self._mirror(pool, caches)
         step = mirror.plan(caches) if mirror is not None else None
         for cache, token in zip(caches, ids):
-            cache.begin([token])
+            feed_one(cache, token)
         if step is not None and mirror.live(step):  # a begin may have made the budget take the mirror back
             mirror.commit(caches, step)
             return _MirrorReads(mirror, step)

@@ -2,7 +2,7 @@
 
 Pipelined like mlx-lm's generation, for a batch: each step feeds every decoding sequence
 its newest token, the one the previous step picked and nobody has read yet
-(recorded as ``PENDING`` in its cache, corrected once read), then queues the
+(announced to its cache as unknown, told once read), then queues the
 pass and only then reads the previous picks. Building a step's graph (and the
 Python of the events) overlaps computing the previous one.
 
@@ -30,7 +30,7 @@ from mlxcore.batching.constraints import Bitmask, GrammarError
 from mlxcore.batching.hybrid_batch import HybridBatchDecoder
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.sequence import Sequence
-from mlxcore.kv.base import PENDING
+from mlxcore.kv.base import feed_one
 from mlxcore.sampling_graphs import greedy_pick, same_graph, sampled_pick
 
 Read = tuple[Sequence, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
@@ -44,7 +44,7 @@ class _Picks:
     tokens: mx.array  # (B,) int
     logprobs: mx.array  # (B,)
     tops: list[tuple[mx.array, mx.array] | None]
-    fed: set[int]  # id(seq) of those whose pick the next step fed (their caches' tail is PENDING)
+    fed: set[int]  # id(seq) of those whose pick the next step fed (their caches' last id is unknown)
     values: list | None = None
 
     def read(self) -> list:
@@ -71,7 +71,7 @@ class DecodeSteps:
         last = self.last
         where = {id(seq): row for row, seq in enumerate(last.seqs)} if last else {}
         rows = [where.get(id(seq)) for seq in seqs]
-        ids = [seq.ids[-1] if row is None else PENDING for seq, row in zip(seqs, rows)]
+        ids = [seq.ids[-1] if row is None else None for seq, row in zip(seqs, rows)]  # None: fed unread
         if last is not None:
             last.fed.update(id(seq) for seq, row in zip(seqs, rows) if row is not None)
         inputs = self._inputs(seqs, rows, last)
@@ -93,11 +93,11 @@ class DecodeSteps:
                    for seq, row in zip(seqs, rows)]
         return sources[0] if len(sources) == 1 else mx.concatenate(sources)
 
-    def _logits(self, seqs: list[Sequence], ids: list[int], inputs: mx.array,
+    def _logits(self, seqs: list[Sequence], ids: list[int | None], inputs: mx.array,
                 feeds: list[PromptFeed]) -> mx.array:
         if len(seqs) == 1 and not feeds:
             cache = seqs[0].caches.target
-            cache.begin(ids)
+            feed_one(cache, ids[0])
             return self.forward(inputs[None], cache=cache.layers)[:, -1, :]
         return self.decoder([seq.caches.target for seq in seqs], ids, inputs, feeds)
 
@@ -116,7 +116,7 @@ class DecodeSteps:
         row = last.seqs.index(seq)
         token, logprob = last.read()[row]
         self._forget(seq)
-        self._correct(seq, token, fed=id(seq) in last.fed)
+        self._tell(seq, token, fed=id(seq) in last.fed)
         return seq, token, logprob, _pairs(last.tops[row])
 
     def drop(self, seq: Sequence) -> None:
@@ -131,14 +131,14 @@ class DecodeSteps:
     def _read(self, picks: _Picks) -> list[Read]:
         reads = []
         for row, (seq, (token, logprob)) in enumerate(zip(picks.seqs, picks.read())):
-            self._correct(seq, token, fed=id(seq) in picks.fed)
+            self._tell(seq, token, fed=id(seq) in picks.fed)
             reads.append((seq, token, logprob, _pairs(picks.tops[row])))
         return reads
 
     @staticmethod
-    def _correct(seq: Sequence, token: int, fed: bool) -> None:
-        if fed:  # its cache holds the token as PENDING since this step's pass fed it
-            seq.caches.target.correct_tail([token])
+    def _tell(seq: Sequence, token: int, fed: bool) -> None:
+        if fed:  # this step's pass fed the token before anyone read it
+            seq.caches.target.known([token])
 
 
 def _without(picks: _Picks, row: int) -> _Picks | None:

@@ -5,8 +5,10 @@ The engine and the chat session hold one ``ModelCache`` per model and pass
 rotating) subclasses it; ``model_cache.py`` builds and restores them.
 
 The token ids are told, not inferred: call ``begin(ids)`` with the ids about to
-be fed, before the forward pass. ``tokens`` is then always the ids of the
-``offset`` tokens the layers hold.
+be fed, before the forward pass. ``tokens`` is then the ids of the ``offset``
+tokens the layers hold; a decoder that queues a pass before it has read the ids
+it feeds announces them as ``unknown`` and tells them with ``known`` once read
+(until then ``tokens`` stops short of ``offset``).
 """
 
 from __future__ import annotations
@@ -57,8 +59,6 @@ class CacheMeta(CacheCounters, total=False):
     linear: LinearMeta  # a hybrid model's: its attention layers' kind is ``kind``
 
 
-PENDING = -1  # stands for a token id not known yet; see ``ModelCache.correct_tail``
-
 
 class ModelCache(ABC):
     """Per-layer KV caches of one model (``layers``) and the token ids they hold (``tokens``)."""
@@ -81,29 +81,27 @@ class ModelCache(ABC):
 
     @property
     def tokens(self) -> list[int]:
-        """The ids of the tokens held, oldest first (a copy)."""
+        """The ids of the tokens held, oldest first (a copy); those of ``unknown`` ones not told yet are not."""
         return list(self._token_ids()[:self.offset])
 
-    def begin(self, ids: Sequence[int]) -> None:
-        """Record ``ids`` as the tokens the next forward pass feeds; call it before that pass.
+    def begin(self, ids: Sequence[int], unknown: int = 0) -> None:
+        """Record ``ids``, then ``unknown`` tokens not read yet, as what the next forward pass feeds; call it
+        before that pass. ``known`` tells the unknown ones' ids once read (a pass queued before the previous
+        one is read: graph building overlaps the computation); ids are then fed again only after them.
 
         A ``begin`` whose forward pass never ran is dropped by the next one.
         """
-        if not ids:
-            raise ValueError("begin needs at least one token id.")
+        if not ids and not unknown:
+            raise ValueError("begin needs at least one token.")
         self._check_layers_agree()
-        self._begin(list(ids))
+        self._begin(list(ids), unknown)
 
-    def correct_tail(self, ids: Sequence[int]) -> None:
-        """Replace the ids of the last ``len(ids)`` tokens held.
-
-        Lets a decoder queue the forward pass of a token before its value is known
-        (``begin([PENDING])``, then ``correct_tail([value])``): graph building
-        overlaps the previous computation. Keys and values are not touched.
-        """
-        if not 0 < len(ids) <= self.offset:
-            raise CacheStateError(f"Cannot correct {len(ids)} token ids of a cache holding {self.offset}.")
-        self._correct_tail(list(ids))
+    def known(self, ids: Sequence[int]) -> None:
+        """The ids of the oldest tokens fed as ``unknown``, in order. Keys and values are not touched."""
+        if not 0 < len(ids) <= self.offset - len(self._token_ids()[:self.offset]):
+            raise CacheStateError(f"Cannot tell {len(ids)} token ids of a cache holding {self.offset}, "
+                                  f"{len(self.tokens)} of them known.")
+        self._known(list(ids))
 
     def trim(self, n: int) -> int:
         """Remove the last ``n`` tokens from every layer and return ``n``.
@@ -191,10 +189,10 @@ class ModelCache(ABC):
     def _token_ids(self) -> list[int]: ...
 
     @abstractmethod
-    def _begin(self, ids: list[int]) -> None: ...
+    def _begin(self, ids: list[int], unknown: int) -> None: ...
 
     @abstractmethod
-    def _correct_tail(self, ids: list[int]) -> None: ...
+    def _known(self, ids: list[int]) -> None: ...
 
     def _after_trim(self) -> None:
         """Hook run after every layer trimmed."""
@@ -216,20 +214,30 @@ class ModelCache(ABC):
 class RecordedTokens(ModelCache, ABC):
     """Kinds that just record the ids they are told (standard, rotating)."""
 
-    _ids: list[int]
+    _ids: list[int]  # the known ones
 
     def _token_ids(self) -> list[int]:
         return self._ids
 
-    def _begin(self, ids: list[int]) -> None:
+    def _begin(self, ids: list[int], unknown: int) -> None:
         del self._ids[self.offset:]  # a begin whose forward pass never ran
+        if ids and len(self._ids) < self.offset:
+            raise CacheStateError("The ids of tokens fed earlier are not known yet (known() first).")
         self._ids.extend(ids)
 
     def _after_trim(self) -> None:
         del self._ids[self.offset:]
 
-    def _correct_tail(self, ids: list[int]) -> None:
-        self._ids[self.offset - len(ids):self.offset] = ids
+    def _known(self, ids: list[int]) -> None:
+        self._ids.extend(ids)
+
+
+def feed_one(cache: ModelCache, token: int | None) -> None:
+    """``cache.begin`` for one token: ``token``, or (None) one a pass picked that nobody has read yet."""
+    if token is None:
+        cache.begin((), unknown=1)
+    else:
+        cache.begin((token,))
 
 
 def layer_tensors(names: tuple[str, ...], arrays: list[tuple[mx.array, ...]]) -> Tensors:

@@ -1,10 +1,12 @@
 """Tensor-free bookkeeping of the paged KV cache: blocks, block tables, prefix hashes.
 
 A pool of ``num_blocks`` blocks of ``block_size`` token slots each. Every
-sequence has a block table (its block ids in order) and its token ids. A block
-that is full gets a chained hash (parent block's hash + its own token ids); the
-hash -> block dict is the prefix cache, so a sequence with the same leading
-tokens attaches those blocks instead of recomputing them.
+sequence has a block table (its block ids in order), its length and the ids of
+its tokens known so far: a decoder may queue a pass for tokens it has not read
+yet (``append(..., unknown=n)``), whose ids it tells later (``known``). A block
+that is full of known tokens gets a chained hash (parent block's hash + its own
+token ids); the hash -> block dict is the prefix cache, so a sequence with the
+same leading tokens attaches those blocks instead of recomputing them.
 
 Free blocks wait in one ordered dict that is also the eviction order: blocks
 without a hash (nothing worth keeping) at the front, hashed blocks at the back
@@ -89,7 +91,8 @@ class PoolStats:
 @dataclass
 class _Sequence:
     block_ids: list[int] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)  # the known ones: the first ``len`` of ``length``
+    length: int = 0  # tokens held (slots written or announced)
     version: int = 0  # bumped whenever block_ids changes; keys cached gather indices
 
 
@@ -120,10 +123,12 @@ class BlockManager:
     def fork(self, seq_id: int) -> int:
         """A new sequence sharing every block of ``seq_id`` (copy-on-write of its partial tail)."""
         source = self._sequence(seq_id)
+        if len(source.token_ids) < source.length:  # two sequences would each tell the ids of one block
+            raise CacheStateError("fork: the ids of tokens fed last are not known yet (known() first).")
         for block_id in source.block_ids:
             self._blocks[block_id].ref_count += 1
         child = self.new_sequence()
-        self._sequences[child] = _Sequence(list(source.block_ids), list(source.token_ids))
+        self._sequences[child] = _Sequence(list(source.block_ids), list(source.token_ids), source.length)
         return child
 
     def release(self, seq_id: int) -> None:
@@ -131,6 +136,7 @@ class BlockManager:
         seq = self._sequence(seq_id)
         self._free_tail(seq, len(seq.block_ids))
         seq.token_ids.clear()
+        seq.length = 0
 
     def drop_sequence(self, seq_id: int) -> None:
         """Release ``seq_id`` and forget it; unknown ids are ignored (used by finalizers)."""
@@ -139,7 +145,11 @@ class BlockManager:
             del self._sequences[seq_id]
 
     def token_ids(self, seq_id: int) -> list[int]:
+        """The ids known so far (``length`` of them unless a pass fed tokens not read yet)."""
         return self._sequence(seq_id).token_ids
+
+    def length(self, seq_id: int) -> int:
+        return self._sequence(seq_id).length
 
     def block_ids(self, seq_id: int) -> list[int]:
         return self._sequence(seq_id).block_ids
@@ -171,7 +181,7 @@ class BlockManager:
         always has at least one token to compute.
         """
         seq = self._sequence(seq_id)
-        if seq.token_ids:
+        if seq.length:
             raise CacheStateError("reuse_prefix needs an empty cache.")
         parent: bytes | None = None
         for start in range(0, (len(token_ids) - 1) // self.block_size * self.block_size, self.block_size):
@@ -181,31 +191,45 @@ class BlockManager:
             if block_id is None or self._blocks[block_id].token_ids != chunk:
                 break
             self._attach(seq, block_id, chunk)
-        reused = len(seq.token_ids)
+        reused = seq.length
         self._prefix_hit_tokens += reused
         return reused
 
-    def append(self, seq_id: int, token_ids: Sequence[int], hashed: bool = True) -> AppendPlan:
-        """Add ``token_ids`` to the sequence; raise ``PoolExhaustedError`` (changing nothing) if they do not fit.
+    def append(self, seq_id: int, token_ids: Sequence[int], hashed: bool = True, unknown: int = 0) -> AppendPlan:
+        """Add ``token_ids``, then ``unknown`` tokens whose ids ``known`` tells later, to the sequence; raise
+        ``PoolExhaustedError`` (changing nothing) if they do not fit.
 
         ``hashed=False``: the blocks they fill are not found by prefix hits until ``hash_blocks`` (their
         keys and values are written over several passes, and another sequence must not read them before)."""
         seq = self._sequence(seq_id)
-        if not token_ids:
+        count = len(token_ids) + unknown
+        if not count:
             raise ValueError("append needs at least one token.")
-        start, size = len(seq.token_ids), self.block_size
+        if token_ids and len(seq.token_ids) < seq.length:
+            raise CacheStateError("append: the ids of tokens fed earlier are not known yet (known() first).")
+        start, size = seq.length, self.block_size
         tail_shared = start % size != 0 and self._blocks[seq.block_ids[-1]].ref_count > 1
-        needed = self.blocks_needed(seq_id, len(token_ids))
+        needed = self.blocks_needed(seq_id, count)
         if needed > self.available_blocks:
             raise PoolExhaustedError(
-                f"The KV block pool is full: {len(token_ids)} more tokens need {needed} blocks, "
+                f"The KV block pool is full: {count} more tokens need {needed} blocks, "
                 f"{self.available_blocks} are free. Free a session or raise the pool size.")
         copies = self._prepare_tail(seq, tail_shared)
-        segments = self._place(seq, start, len(token_ids))
+        segments = self._place(seq, start, count)
         seq.token_ids.extend(token_ids)
+        seq.length += count
         if hashed:
             self._hash_full_blocks(seq, start // size)
-        return AppendPlan(start, len(token_ids), copies, segments)
+        return AppendPlan(start, count, copies, segments)
+
+    def known(self, seq_id: int, token_ids: Sequence[int]) -> None:
+        """The ids of the oldest tokens appended as ``unknown``, in order; the blocks they fill are hashed."""
+        seq = self._sequence(seq_id)
+        start = len(seq.token_ids)
+        if start + len(token_ids) > seq.length:
+            raise CacheStateError(f"known: {len(token_ids)} ids for {seq.length - start} tokens not known.")
+        seq.token_ids.extend(token_ids)
+        self._hash_full_blocks(seq, start // self.block_size)
 
     def hash_blocks(self, seq_id: int) -> None:
         """Hash the full blocks an ``append(..., hashed=False)`` left out: prefix hits may find them now."""
@@ -218,7 +242,7 @@ class BlockManager:
     def blocks_needed(self, seq_id: int, count: int) -> int:
         """Blocks an append of ``count`` tokens takes (new ones, and a copy of a shared partial tail)."""
         seq = self._sequence(seq_id)
-        start, size = len(seq.token_ids), self.block_size
+        start, size = seq.length, self.block_size
         tail_shared = start % size != 0 and self._blocks[seq.block_ids[-1]].ref_count > 1
         return -(-(start + count) // size) - len(seq.block_ids) + tail_shared
 
@@ -237,25 +261,14 @@ class BlockManager:
             del self._free[block.block_id]
         del self._blocks[keep:]
 
-    def correct_tail(self, seq_id: int, token_ids: Sequence[int]) -> None:
-        """Replace the last ``len(token_ids)`` ids (appended as placeholders) and re-hash their full blocks."""
-        seq = self._sequence(seq_id)
-        start = len(seq.token_ids) - len(token_ids)
-        if start < 0:
-            raise TrimError(f"Cannot correct {len(token_ids)} ids of a sequence of {len(seq.token_ids)}.")
-        seq.token_ids[start:] = token_ids
-        first = start // self.block_size
-        for index in range(first, len(seq.token_ids) // self.block_size):
-            self._unhash(self._blocks[seq.block_ids[index]])
-        self._hash_full_blocks(seq, first)
-
     def trim(self, seq_id: int, n: int) -> None:
         """Remove the last ``n`` tokens, releasing blocks that no longer hold any."""
         seq = self._sequence(seq_id)
-        if not 0 <= n <= len(seq.token_ids):
-            raise TrimError(f"Cannot trim {n} tokens from a sequence of {len(seq.token_ids)}.")
-        del seq.token_ids[len(seq.token_ids) - n:]
-        keep_blocks = -(-len(seq.token_ids) // self.block_size)
+        if not 0 <= n <= seq.length:
+            raise TrimError(f"Cannot trim {n} tokens from a sequence of {seq.length}.")
+        seq.length -= n
+        del seq.token_ids[seq.length:]
+        keep_blocks = -(-seq.length // self.block_size)
         self._free_tail(seq, len(seq.block_ids) - keep_blocks)
 
     # metrics -------------------------------------------------------------
@@ -305,6 +318,7 @@ class BlockManager:
         seq.block_ids.append(block_id)
         seq.version += 1
         seq.token_ids.extend(chunk)
+        seq.length += len(chunk)
 
     def _allocate(self, after: int | None = None) -> int:
         """Take a block: the one after ``after`` if free or never used (see the module docstring),
@@ -347,7 +361,7 @@ class BlockManager:
 
     def _prepare_tail(self, seq: _Sequence, shared: bool) -> tuple[tuple[int, int], ...]:
         """Make the partial tail block writable: copy it if shared, drop its stale hash if not."""
-        if len(seq.token_ids) % self.block_size == 0:
+        if seq.length % self.block_size == 0:
             return ()
         tail = seq.block_ids[-1]
         if not shared:

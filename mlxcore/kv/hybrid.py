@@ -224,11 +224,11 @@ class HybridCache(ModelCache):
         if self.offset and (not self.snapshots or self.snapshots[-1][0] < self.offset):
             self.snapshots = [*self.snapshots[-(MAX_SNAPSHOTS - 1):], (self.offset, [s.copy() for s in self.states])]
 
-    def _begin(self, ids: list[int]) -> None:
+    def _begin(self, ids: list[int], unknown: int) -> None:
         if self._last_fed > 1 and self._asked != self.offset - self._last_fed:
             self.snapshot(asked=False)
-        self._last_fed = len(ids)
-        self.attention._begin(ids)
+        self._last_fed = len(ids) + unknown
+        self.attention._begin(ids, unknown)
 
-    def _correct_tail(self, ids: list[int]) -> None:
-        self.attention._correct_tail(ids)
+    def _known(self, ids: list[int]) -> None:
+        self.attention._known(ids)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from mlxcore.kv.base import PENDING
 from mlxcore.kv.errors import CacheStateError
 from mlxcore.sequences import common_prefix_length
 
@@ -43,7 +42,7 @@ class HybridPrefixCache:
         except CacheStateError:
             return
         tokens = tuple(cache.tokens)
-        if not tokens or PENDING in tokens or any(state.offset != len(tokens) for state in cache.states):
+        if not tokens or len(tokens) != cache.offset or any(state.offset != len(tokens) for state in cache.states):
             return
         entry = cache.fork()
         entry.prefixes = None

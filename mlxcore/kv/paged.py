@@ -127,7 +127,7 @@ class PagedCache(ModelCache):
         layer = QuantizedPagedLayerCache if pool.geometry.format.quantized else PagedLayerCache
         self.layers: list[PagedLayerCache] = [layer(self, i) for i in range(pool.geometry.num_layers)]
         for layer in self.layers:
-            layer.offset = len(pool.manager.token_ids(self.seq_id))
+            layer.offset = pool.manager.length(self.seq_id)
         self._plan: AppendPlan | None = None
         self._pending_layers = 0
         self._gather: tuple[int, Gather] | None = None  # (table version, gather) cache
@@ -258,7 +258,7 @@ class PagedCache(ModelCache):
         """``begin`` for a prompt chunk that rides in batched passes, a few layers a step (``prompt_feed.py``):
         the blocks it fills are found by prefix hits only once ``finish_batched_pass`` says all layers hold them."""
         self._settle()
-        self._begin(list(ids), hashed=False)
+        self._begin(list(ids), 0, hashed=False)
         self._unhashed = True
 
     def finish_batched_pass(self) -> None:
@@ -287,19 +287,19 @@ class PagedCache(ModelCache):
     def _token_ids(self) -> list[int]:
         return self.pool.manager.token_ids(self.seq_id)
 
-    def _begin(self, ids: list[int], hashed: bool = True) -> None:
+    def _begin(self, ids: list[int], unknown: int, hashed: bool = True) -> None:
         self.edits += 1
-        self.pool.make_room(self.seq_id, len(ids))
-        try:
-            plan = self.pool.manager.append(self.seq_id, ids, hashed)  # raises before any change if the pool is full
+        self.pool.make_room(self.seq_id, len(ids) + unknown)
+        try:  # raises before any change if the pool is full
+            plan = self.pool.manager.append(self.seq_id, ids, hashed, unknown)
         except PoolExhaustedError:
-            raise PoolExhaustedError(self.pool.full_message(len(ids))) from None
+            raise PoolExhaustedError(self.pool.full_message(len(ids) + unknown)) from None
         self.pool.copy_blocks(plan.copies)
         self.pool.ensure()
         self._plan, self._pending_layers = plan, len(self.layers)
 
-    def _correct_tail(self, ids: list[int]) -> None:
-        self.pool.manager.correct_tail(self.seq_id, ids)
+    def _known(self, ids: list[int]) -> None:
+        self.pool.manager.known(self.seq_id, ids)
 
     def _check_layers_agree(self) -> None:
         self._settle()
@@ -315,7 +315,7 @@ class PagedCache(ModelCache):
     def _sync_table(self) -> None:
         """Trim the block table to the longest layer (layers trim one by one)."""
         manager = self.pool.manager
-        excess = len(manager.token_ids(self.seq_id)) - max(layer.offset for layer in self.layers)
+        excess = manager.length(self.seq_id) - max(layer.offset for layer in self.layers)
         if excess > 0 and self._plan is None:
             manager.trim(self.seq_id, excess)
 
