@@ -83,6 +83,26 @@ def test_an_always_allowed_tool_that_cannot_be_kept_says_why_and_leaves_the_file
     assert [p.name for p in tmp_path.iterdir()] == ["mcp.json"], "the unfinished copy is gone"
 
 
+def test_always_for_a_demo_tool_beside_a_config_file_allows_it_in_the_window_and_leaves_the_file(tmp_path):
+    """``--demo-tools`` with an MCP config file: the bundled server is not one of the file's, so "always" for
+    its tool holds in the window, and neither writes the file nor warns that the file lacks the server."""
+    from app.engine_host.protocol import Open
+    from app.tui.app import ChatApp
+    from app.tui.run import mcp_servers
+    path = config(tmp_path, {"calc": {"command": "x"}})
+    before = path.read_text()
+    given, servers = mcp_servers(str(path), demo=True)
+    assert [(s.name, s.bundled) for s in servers] == [("calc", False), ("demo", True)]
+    warnings = []
+    app = ChatApp(Open(model="mini-target"), mcp_servers=servers, mcp_config=given)  # not run: nothing starts
+    app.notify = lambda message, **kwargs: warnings.append(message)
+    app._always_allow("demo", "calculator")
+    assert ("demo", "calculator") in app.always_allowed and warnings == []
+    assert path.read_text() == before
+    app._always_allow("calc", "add")  # a server of the file: kept there
+    assert read_config(path)[0].always_allow == ("add",) and warnings == []
+
+
 def test_a_config_that_is_not_there_or_not_json_says_so(tmp_path):
     with pytest.raises(McpConfigError, match="Cannot read"):
         read_config(tmp_path / "missing.json")

@@ -47,6 +47,7 @@ class ServerConfig:
     headers: dict[str, str] = field(default_factory=dict)  # sent with every HTTP request (e.g. a token)
     timeout: float = DEFAULT_TIMEOUT_S  # seconds a tool call may take before the model gets an error
     always_allow: tuple[str, ...] = ()  # its tools that run without asking ("alwaysAllow")
+    bundled: bool = False  # shipped with mlxchat (``--demo-tools``), not one of the config file's
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
@@ -137,7 +138,7 @@ def _names(server: str, names: object) -> tuple[str, ...]:
 
 def demo_config() -> ServerConfig:
     """The bundled server of the embedded pair's three tools (``app.mcp.demo_server``), run by this Python."""
-    return ServerConfig(name="demo", command=sys.executable, args=("-m", "app.mcp.demo_server"))
+    return ServerConfig(name="demo", command=sys.executable, args=("-m", "app.mcp.demo_server"), bundled=True)
 
 
 def default_config() -> Path | None:

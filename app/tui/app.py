@@ -73,6 +73,7 @@ class ChatApp(EngineRecovery, TurnView, ToolTurns, ChatActions, App[int]):
         self.models_dir = models_dir  # --models-dir, whose folders the model switch (F5) lists
         self.mcp_servers = []
         self.always_allowed = {(server.name, name) for server in mcp_servers for name in server.always_allow}
+        self.bundled_servers = frozenset(server.name for server in mcp_servers if server.bundled)
         if mcp_servers:
             from app.mcp.hub import McpHub
             self.mcp = McpHub(mcp_servers)

@@ -40,6 +40,7 @@ class ToolTurns(ChatHost):
     tools_ready = False  # the servers answered (or failed) and the engine was told the tools
     switched_off: frozenset[str] = frozenset()
     always_allowed: set[tuple[str, str]]  # (server, its tool name) run without asking: alwaysAllow, "always"
+    bundled_servers: frozenset[str] = frozenset()  # servers not in the MCP config file (the demo's)
     running_tools = False  # calls wait for the user's answer, or run
     tool_rounds = 0  # rounds of calls since the user's last message
 
@@ -95,9 +96,10 @@ class ToolTurns(ChatHost):
 
     def _always_allow(self, server: str, name: str) -> None:
         """``server``'s tool ``name`` runs without asking from now on, in this window and (kept in the MCP
-        config's ``alwaysAllow``) the next ones; a config that cannot be written says so, and only this window knows."""
+        config's ``alwaysAllow``) the next ones; a config that cannot be written says so, and only this window knows.
+        A bundled server's tools (``--demo-tools``) are allowed for this window: the file has no entry for it."""
         self.always_allowed.add((server, name))
-        if self.mcp_config is None:
+        if self.mcp_config is None or server in self.bundled_servers:
             return
         try:
             remember_always_allowed(self.mcp_config, server, name)
