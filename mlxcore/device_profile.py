@@ -37,7 +37,8 @@ class DeviceProfile:
     max_runs: int  # runs of adjacent blocks a copy takes by slicing; more (in one slab), by a row gather
     span_slack_slots: int  # runs in one slab read as one view while the gaps between them hold this many slots a run
     gather_limit_bytes: int  # a batch gathers every row into one padded array while a layer's copy stays under this
-    mirror_limit_bytes: int  # the batch mirror's rows at most (all layers); beyond, gather or per sequence
+    mirror_limit_bytes: int | None  # the batch mirror's rows at most (all layers; None: the KV budget decides);
+    # beyond, gather or per sequence
     alone_cost_keys: int  # what a row attended on its own costs, in keys of every padded row
 
 
@@ -49,9 +50,11 @@ _CPU_READS = dict(max_segments=64, max_runs=4, span_slack_slots=64, gather_limit
 PROFILES = {
     # A layer of a 4-bit model costs about the same for 1 or 512 tokens on a GPU (it is bound by reading the
     # weights), so prompts go in large chunks, as mlx-lm's 2,048-token prefill step; fused kernels throughout.
-    # The read thresholds are the CPU's until a GPU measures its own (none was lent for it yet).
+    # A batch reads dense rows (the mirror: one fused kernel a layer, each key read once) bounded by the KV
+    # budget alone, not a gather a step or a kernel a row (docs/decisions.md, "the running batch on a GPU").
+    # The other read thresholds are the CPU's until a GPU measures its own (none was lent for it yet).
     "gpu": DeviceProfile("gpu", fused_attention=True, fast_exp=False, prefill_chunk=2048, join_chunk=512,
-                         min_join_chunk=128, step_tokens=2048, **_CPU_READS),
+                         min_join_chunk=128, step_tokens=2048, **(_CPU_READS | {"mirror_limit_bytes": None})),
     # MLX's CPU attention over a long prefix grows with the chunk (scores of chunk x keys), so short chunks
     # read a prompt fastest; joining chunks are shorter still, to keep the running streams' gaps small.
     "cpu": DeviceProfile("cpu", fused_attention=False, fast_exp=True, prefill_chunk=128, join_chunk=64,

@@ -8,6 +8,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from mlxcore import device_profile
 from mlxcore.batching import batch_mirror
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.compiled_forward import CompiledForward
@@ -78,10 +79,11 @@ def test_the_mirror_grows_past_its_first_capacity(monkeypatch):
     assert decoder.mirror.capacity >= max(cache.offset for cache in caches)
 
 
-@pytest.mark.parametrize("limit", [0, 1 << 30])
+@pytest.mark.parametrize("limit", [0, 1 << 30, None])
 def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch, limit):
     """A budget that the pool fills: the mirror's bytes count in it, the pool's next block takes them back,
-    and the batch goes on reading the pool (limit 0: the mirror is never made)."""
+    and the batch goes on reading the pool (limit 0: the mirror is never made; None, the GPU's: no limit
+    but the budget's)."""
     tuned(monkeypatch, mirror_limit_bytes=limit)
     monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
     geometry = make_block_pool(MODEL, block_size=4).geometry
@@ -91,7 +93,7 @@ def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch
     decoder = BatchDecoder(FORWARD)
     step(decoder, caches, [1, 2])
     held = decoder.mirror.bytes if decoder.mirror else 0
-    assert (held > 0) == bool(limit)
+    assert (held > 0) == (limit != 0)
     assert budget.in_use == pool.bytes_allocated + held
     others = [new_cache(pool, 5 + s, 22) for s in range(2)]  # the pool needs the mirror's room
     assert budget.in_use == pool.bytes_allocated == budget.limit, "the pool took the mirror's room"
@@ -101,6 +103,22 @@ def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch
     assert budget.in_use == pool.bytes_allocated + (decoder.mirror.bytes if decoder.mirror else 0)
     decoder.release()
     assert budget.in_use == pool.bytes_allocated, "release gives every byte of the mirror back"
+
+
+def test_on_a_gpu_the_mirror_holds_as_much_as_the_budget_or_the_pool(monkeypatch):
+    """The GPU's profile sets no limit of its own: a batch whose rows need more than the CPU's limit is
+    mirrored while the budget (with none, the pool's size) has room, and read from the pool beyond it."""
+    monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
+    with device_profile.forced("gpu") as gpu:
+        assert gpu.mirror_limit_bytes is None
+        token_bytes = make_block_pool(MODEL, block_size=4).geometry.token_bytes
+        for max_blocks, mirrored in ((64, True), (6, False)):  # two rows of 16 tokens: 32 tokens' bytes
+            pool = make_block_pool(MODEL, block_size=4, slab_blocks=8, max_blocks=max_blocks)
+            caches = [new_cache(pool, s, 10) for s in range(2)]
+            decoder = BatchDecoder(forward_for(MODEL))
+            step(decoder, caches, [1, 2])
+            assert (decoder.mirror.bytes > 0) == mirrored, (max_blocks, decoder.mirror.bytes)
+            assert decoder.mirror.bytes <= max_blocks * 4 * token_bytes
 
 
 def test_long_rows_go_alone_when_padding_to_them_costs_more():

@@ -20,9 +20,10 @@ over, not read again from the pool). A sequence much longer than the others is
 not mirrored: it attends alone over views of its blocks, so that neither every
 row is padded to it nor the mirror grows to hold it (``_alone``).
 
-Its bytes come from the KV budget, at most the profile's ``mirror_limit_bytes``; when the
-batch would need more, or the budget has no room, the caller gathers as
-before. The budget can take the bytes back (``release_free_slabs``).
+Its bytes come from the KV budget, at most the profile's ``mirror_limit_bytes`` (on a GPU
+none: the budget decides, and with no budget the pool's own size); when the batch would
+need more, or the budget has no room, the caller gathers as before. The budget can take
+the bytes back (``release_free_slabs``).
 """
 
 from __future__ import annotations
@@ -186,6 +187,8 @@ class BatchMirror:
         token_bytes = 2 * self.kv_heads * self.head_dim * self.dtype.size
         budget = self.pool.budget
         limit = current().mirror_limit_bytes
+        if limit is None:  # as much as the pool may hold
+            limit = self.pool.config.max_blocks * self.pool.block_bytes
         room = limit if budget is None else min(limit, budget.free + self.bytes)
         fits = [c for c in (max(least, 2 * old_capacity), max(least, old_capacity), least)
                 if self.num_layers * row_count * c * token_bytes <= room]
