@@ -76,6 +76,29 @@ def test_stopping_early_leaves_cache_exact(model):
     assert cache.tokens == prompt + seen
 
 
+@pytest.mark.parametrize("kind", ["paged", "standard", "rotating"])
+def test_caches_the_caller_made_decode_as_mlx_lm_and_stop_exactly(model, kind):
+    """A paged engine given caches it did not make (a paged cache in a pool of its own, a standard or rotating
+    one), as the bench rows do: the same greedy tokens as mlx-lm's, stopped part way and stepped in turn
+    with another reply's generator, each cache left holding exactly what its caller took."""
+    from mlxcore.caches import Caches
+    from mlxcore.kv.model_cache import make_model_cache
+    engine = Engine(model, None, kv=KVConfig(kind="paged"))
+    prompts = [random_prompt(10, 30), random_prompt(11, 25)]
+    options = {"rotating": {"max_kv": 256}}.get(kind, {})
+    caches = [Caches(make_model_cache(model, kind, **options)) for _ in prompts]
+    streams = [engine.generate(p, c, GenerationParams(max_tokens=40)) for p, c in zip(prompts, caches)]
+    taken: list[list[int]] = [[], []]
+    for _ in range(12):  # in turns, as bench/paged_decode.py steps its two caches
+        for stream, seen in zip(streams, taken):
+            seen.append(next(e for e in stream if isinstance(e, TokenEvent)).token)
+    for stream in streams:
+        stream.close()
+    for prompt, seen, cache in zip(prompts, taken, caches):
+        assert seen == mlx_lm_tokens(model, prompt, 12)[0]
+        assert cache.tokens == prompt + seen
+
+
 def test_next_turn_reuses_the_cached_prefix(model):
     engine = Engine(model, None, kv=KVConfig(kind="standard"))
     prompt = random_prompt(4, 40)

@@ -1,11 +1,13 @@
-"""The scheduler's ``BlockAccount``: block counts of the engine's target pool, read from the block manager;
-or, for a reply on caches of another kind (rotating, standard), no bound (``NoPool``)."""
+"""The scheduler's ``BlockAccount``: block counts of the engine's target pool, read from the block manager (a
+reply's own from its cache's pool); or, for a reply on caches of another kind (rotating, standard), no bound
+(``NoPool``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from mlxcore.batching.sequence import Sequence
+from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
 
 if TYPE_CHECKING:
@@ -27,9 +29,9 @@ class PoolAccount:
 
     def needed(self, seq: Sequence, tokens: int) -> int:
         cache = self._cache(seq)
+        if cache is not None:  # its own pool's count (a caller's cache may be in a pool of its own, or in none)
+            return cache.pool.manager.blocks_needed(cache.seq_id, tokens) if isinstance(cache, PagedCache) else 0
         manager = self.pool.manager
-        if cache is not None:
-            return manager.blocks_needed(cache.seq_id, tokens)
         ids = seq.ids[:tokens]
         hit_tokens, free_hits = manager.cached_prefix(ids)
         blocks = -(-tokens // manager.block_size)
@@ -37,9 +39,9 @@ class PoolAccount:
 
     def held(self, seq: Sequence) -> int:
         cache = self._cache(seq)
-        if cache is None:
+        if not isinstance(cache, PagedCache):
             return 0
-        manager = self.pool.manager
+        manager = cache.pool.manager
         return sum(1 for block in manager.block_ids(cache.seq_id) if manager.ref_count(block) == 1)
 
     @staticmethod
