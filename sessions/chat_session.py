@@ -340,10 +340,12 @@ class ChatSession:
 
         The streamed text can differ: mlx-lm's detokenizer drops a reply's leading space.
         A reply cut at a stop string keeps the text shown (the cache holds the stop string too).
+        An end token that closed the reply is not text; one the reply went on past (``ignore_eos``), and so
+        showed, is kept as shown, even as the last token of a reply stopped or cut by its length.
         """
         if finish == "stop":
             return shown
-        if ids and ids[-1] in self.engine.eos_ids:
+        if ids and ids[-1] in self.engine.eos_ids and not shown.endswith(self.tokenizer.decode(ids[-1:])):
             ids = ids[:-1]
         return str(self.tokenizer.decode(ids))
 

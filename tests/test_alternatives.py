@@ -23,6 +23,27 @@ def session(draft: bool = True, kind: str = "paged", **params) -> ChatSession:
     return made
 
 
+def test_a_reply_that_went_past_its_end_token_keeps_it_as_shown():
+    """``ignore_eos``: a reply cut by its length right after the end token it went on past showed that token as
+    text, and is kept as shown, alone and side by side (the window's stopped columns met this by timing)."""
+    plain = session(draft=False)
+    plain.send("Hello there, who are you?")
+    assert plain.last_stats.finish_reason == "eos"
+    cut = GenerationParams(max_tokens=plain.last_stats.generated_tokens, ignore_eos=True)  # up to its end token
+    alone, side = session(draft=False), session(draft=False)
+    alone.params = side.params = cut
+    shown = "".join(alone.stream("Hello there, who are you?"))
+    assert shown.endswith("<|im_end|>"), shown
+    alts = side.alternatives("Hello there, who are you?", 2)
+    list(alts)
+    assert alts.texts[0] == shown
+    for chat, kept in ((alone, alone.messages[-1].content), (side, alts.keep(0))):
+        assert kept == chat.messages[-1].content
+        assert kept.removeprefix("<think>\n\n</think>\n\n") == shown  # (thinking off: the empty block)
+        chat.params = GenerationParams(max_tokens=24)
+        send_matching_a_cold_run(chat, "And then?")  # the next turn reads on from the cache it left
+
+
 def test_three_sampled_replies_one_kept_and_the_chat_goes_on_from_it():
     chat = session(temperature=1.5, seed=5)  # (hot: the embedded pair is sure of its short answers)
     chat.send("Hello there, who are you?")
