@@ -98,7 +98,7 @@ class ModelCache(ABC):
 
     def known(self, ids: Sequence[int]) -> None:
         """The ids of the oldest tokens fed as ``unknown``, in order. Keys and values are not touched."""
-        if not 0 < len(ids) <= self.offset - len(self._token_ids()[:self.offset]):
+        if not 0 < len(ids) <= self.offset - min(len(self._token_ids()), self.offset):  # (no copy: every step)
             raise CacheStateError(f"Cannot tell {len(ids)} token ids of a cache holding {self.offset}, "
                                   f"{len(self.tokens)} of them known.")
         self._known(list(ids))
