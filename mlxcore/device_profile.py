@@ -33,28 +33,21 @@ class DeviceProfile:
     min_join_chunk: int  # and at least (when the prompt has that many left), whatever the pace
     step_tokens: int  # a batch step's token budget: decode rows count one each, prompt chunks their tokens
     # How attention reads a paged cache's keys and values (the read paths; docs/device-profile.md):
-    max_segments: int  # runs of blocks a lone sequence attends over as views; more, one gathered copy
-    max_runs: int  # runs of adjacent blocks a copy takes by slicing; more (in one slab), by a row gather
     span_slack_slots: int  # runs in one slab read as one view while the gaps between them hold this many slots a run
-    gather_limit_bytes: int  # a batch gathers every row into one padded array while a layer's copy stays under this
-    mirror_limit_bytes: int | None  # the batch mirror's rows at most (all layers; None: the KV budget decides);
-    # beyond, gather or per sequence
-    alone_cost_keys: int  # what a row attended on its own costs, in keys of every padded row
+    alone_cost_keys: int  # what a batch row attended on its own costs, in keys of every padded row
 
 
 # Measured on the CPU, where each read of a run costs attention a few more MLX operations a layer (as much as
 # hundreds of keys): docs/device-profile.md.
-_CPU_READS = dict(max_segments=64, max_runs=4, span_slack_slots=64, gather_limit_bytes=16 * 2**20,
-                  mirror_limit_bytes=64 * 2**20, alone_cost_keys=512)
+_CPU_READS = dict(span_slack_slots=64, alone_cost_keys=512)
 
 PROFILES = {
     # A layer of a 4-bit model costs about the same for 1 or 512 tokens on a GPU (it is bound by reading the
-    # weights), so prompts go in large chunks, as mlx-lm's 2,048-token prefill step; fused kernels throughout.
-    # A batch reads dense rows (the mirror: one fused kernel a layer, each key read once) bounded by the KV
-    # budget alone, not a gather a step or a kernel a row (docs/decisions.md, "the running batch on a GPU").
-    # The other read thresholds are the CPU's until a GPU measures its own (none was lent for it yet).
+    # weights), so prompts go in large chunks, as mlx-lm's 2,048-token prefill step; fused kernels throughout
+    # (a batch's dense rows, the mirror, are one fused kernel a layer). The read thresholds are the CPU's
+    # until a GPU measures its own (none was lent for it yet).
     "gpu": DeviceProfile("gpu", fused_attention=True, fast_exp=False, prefill_chunk=2048, join_chunk=512,
-                         min_join_chunk=128, step_tokens=2048, **(_CPU_READS | {"mirror_limit_bytes": None})),
+                         min_join_chunk=128, step_tokens=2048, **_CPU_READS),
     # MLX's CPU attention over a long prefix grows with the chunk (scores of chunk x keys), so short chunks
     # read a prompt fastest; joining chunks are shorter still, to keep the running streams' gaps small.
     "cpu": DeviceProfile("cpu", fused_attention=False, fast_exp=True, prefill_chunk=128, join_chunk=64,

@@ -9,13 +9,17 @@ import pytest
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
+from mlxcore.kv.budget import KVBudget
+from mlxcore.kv.geometry import model_geometry
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.prefill import prefill
-from device_profiles import forward_for, profile, tuned  # noqa: F401
+from device_profiles import forward_for, profile  # noqa: F401
 from tiny_models import tiny_qwen3
 
 MODEL = tiny_qwen3(seed=21, layers=3, heads=6, kv_heads=2)
 FORWARD = CompiledForward(MODEL)
+QUANTIZABLE = tiny_qwen3(seed=21, layers=3, heads=6, kv_heads=2, head_dim=32)  # 8-bit groups need 32 or 64
+QUANTIZABLE_FORWARD = CompiledForward(QUANTIZABLE)
 STEPS = 30
 
 
@@ -23,38 +27,47 @@ def prompts() -> list[list[int]]:
     return [[(s * 131 + i * 7919) % 383 + 1 for i in range(5 + 19 * s)] for s in range(6)]
 
 
-def alone(prompt: list[int]) -> list[int]:
-    cache = make_model_cache(MODEL, "paged", block_size=4)
-    prefill(MODEL, cache, prompt[:-1], 64)
+def budget(path: str, slots: int, kv_bits: int | None = None) -> KVBudget | None:
+    """None for the mirror (it takes what it needs); else a KV budget of ``slots`` tokens, room for the
+    pool's blocks but not for the mirror's rows (256 tokens a row at least), so each sequence reads its own."""
+    model = MODEL if kv_bits is None else QUANTIZABLE
+    return None if path == "mirror" else KVBudget(slots * model_geometry(model, kv_bits).token_bytes)
+
+
+def alone(prompt: list[int], kv_bits: int | None = None) -> list[int]:
+    model, forward = (MODEL, FORWARD) if kv_bits is None else (QUANTIZABLE, QUANTIZABLE_FORWARD)
+    cache = make_model_cache(model, "paged", block_size=4, kv_bits=kv_bits)
+    prefill(model, cache, prompt[:-1], 64)
     token, out = prompt[-1], []
     for _ in range(STEPS):
         cache.begin([token])
-        token = int(mx.argmax(FORWARD(mx.array([[token]]), cache=cache.layers)[0, -1]).item())
+        token = int(mx.argmax(forward(mx.array([[token]]), cache=cache.layers)[0, -1]).item())
         out.append(token)
     return out
 
 
-@pytest.mark.parametrize("path", ["mirror", "gather", "per sequence"])
-def test_each_sequence_of_a_batch_decodes_as_it_would_alone(monkeypatch, path):
+@pytest.mark.parametrize("kv_bits", [None, 8])
+@pytest.mark.parametrize("path", ["mirror", "per sequence"])
+def test_each_sequence_of_a_batch_decodes_as_it_would_alone(path, kv_bits):
     """Six sequences of different lengths, blocks of 4 tokens in slabs of 8 blocks (so tables span slabs
-    and interleave), one of them a fork sharing another's prompt."""
-    tuned(monkeypatch, mirror_limit_bytes=1 << 30 if path == "mirror" else 0,
-          gather_limit_bytes=1 << 30 if path == "gather" else 0)
-    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
+    and interleave), one of them a fork sharing another's prompt; float keys and values, and 8-bit ones
+    (the mirror's rows then hold them quantized, as the pool does)."""
+    model, forward = (MODEL, FORWARD) if kv_bits is None else (QUANTIZABLE, QUANTIZABLE_FORWARD)
+    pool = make_block_pool(model, block_size=4, slab_blocks=8, budget=budget(path, 600, kv_bits), kv_bits=kv_bits)
     caches = []
     for p in prompts()[:5]:
-        cache = make_model_cache(MODEL, "paged", pool=pool, block_size=4)
-        prefill(MODEL, cache, p[:-1], 64)
+        cache = make_model_cache(model, "paged", pool=pool, block_size=4)
+        prefill(model, cache, p[:-1], 64)
         caches.append(cache)
     caches.append(caches[4].fork())  # the sixth shares the fifth's prompt
-    decoder, last = BatchDecoder(FORWARD), [p[-1] for p in prompts()[:5]] + [prompts()[4][-1]]
+    decoder, last = BatchDecoder(forward), [p[-1] for p in prompts()[:5]] + [prompts()[4][-1]]
     outs = [[] for _ in caches]
     for _ in range(STEPS):
         logits = decoder(caches, last, mx.array(last))
         last = mx.argmax(logits, axis=-1).tolist()
         for out, token in zip(outs, last):
             out.append(token)
-    expected = [alone(p) for p in prompts()[:5]] + [alone(prompts()[4])]
+    expected = [alone(p, kv_bits) for p in prompts()[:5]] + [alone(prompts()[4], kv_bits)]
     assert outs == expected
     for cache, p, out in zip(caches, prompts()[:5] + [prompts()[4]], outs):
         assert cache.tokens == p + out[:-1], "each cache holds its prompt and the tokens fed since"
@@ -65,15 +78,14 @@ def test_each_sequence_of_a_batch_decodes_as_it_would_alone(monkeypatch, path):
 @pytest.mark.parametrize("path", ["mirror", "per sequence"])
 @pytest.mark.parametrize("layers", [1, 2, 3])
 @pytest.mark.parametrize("readers", [1, 2])
-def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved_blocks(monkeypatch, path, layers,
+def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved_blocks(path, layers,
                                                                                       readers, profile):  # noqa: F811
     """Prompts read 5 tokens a chunk, ``layers`` layers a step, as rows of three decoding sequences' passes
     (``PromptFeed``): in one slab everyone's blocks interleave, and the chunks (and, per sequence, every row)
     read their runs as one view with the gaps masked (``Gather.span``). Everyone's tokens equal each
     sequence's alone; a chunk in flight is not found by prefix hits, a read one is. Under both device
     profiles (the GPU's attends with MLX's fused kernel and the chunk's causal mask)."""
-    tuned(monkeypatch, mirror_limit_bytes=1 << 30 if path == "mirror" else 0, gather_limit_bytes=0)
-    pool = make_block_pool(MODEL, block_size=4)  # one slab holds everything
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=256, budget=budget(path, 1024 + 256))  # one slab holds all
     caches = []
     for p in prompts()[:3]:
         caches.append(make_model_cache(MODEL, "paged", pool=pool, block_size=4))

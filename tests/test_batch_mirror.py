@@ -8,7 +8,6 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxcore import device_profile
 from mlxcore.batching import batch_mirror
 from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.compiled_forward import CompiledForward
@@ -79,12 +78,9 @@ def test_the_mirror_grows_past_its_first_capacity(monkeypatch):
     assert decoder.mirror.capacity >= max(cache.offset for cache in caches)
 
 
-@pytest.mark.parametrize("limit", [0, 1 << 30, None])
-def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch, limit):
+def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch):
     """A budget that the pool fills: the mirror's bytes count in it, the pool's next block takes them back,
-    and the batch goes on reading the pool (limit 0: the mirror is never made; None, the GPU's: no limit
-    but the budget's)."""
-    tuned(monkeypatch, mirror_limit_bytes=limit)
+    and the batch goes on reading the pool."""
     monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
     geometry = make_block_pool(MODEL, block_size=4).geometry
     budget = KVBudget(geometry.token_bytes * 4 * 8 * 3)  # three slabs of 8 blocks of 4 tokens
@@ -92,8 +88,8 @@ def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch
     caches = [new_cache(pool, s, 10) for s in range(2)]
     decoder = BatchDecoder(FORWARD)
     step(decoder, caches, [1, 2])
-    held = decoder.mirror.bytes if decoder.mirror else 0
-    assert (held > 0) == (limit != 0)
+    held = decoder.mirror.bytes
+    assert held > 0
     assert budget.in_use == pool.bytes_allocated + held
     others = [new_cache(pool, 5 + s, 22) for s in range(2)]  # the pool needs the mirror's room
     assert budget.in_use == pool.bytes_allocated == budget.limit, "the pool took the mirror's room"
@@ -105,20 +101,18 @@ def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch
     assert budget.in_use == pool.bytes_allocated, "release gives every byte of the mirror back"
 
 
-def test_on_a_gpu_the_mirror_holds_as_much_as_the_budget_or_the_pool(monkeypatch):
-    """The GPU's profile sets no limit of its own: a batch whose rows need more than the CPU's limit is
-    mirrored while the budget (with none, the pool's size) has room, and read from the pool beyond it."""
+def test_the_mirror_holds_as_much_as_the_budget_or_the_pool(monkeypatch, profile):  # noqa: F811
+    """No limit of its own: a batch is mirrored while the budget (with none, the pool's size) has room, and
+    each row reads the pool beyond it."""
     monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
-    with device_profile.forced("gpu") as gpu:
-        assert gpu.mirror_limit_bytes is None
-        token_bytes = make_block_pool(MODEL, block_size=4).geometry.token_bytes
-        for max_blocks, mirrored in ((64, True), (6, False)):  # two rows of 16 tokens: 32 tokens' bytes
-            pool = make_block_pool(MODEL, block_size=4, slab_blocks=8, max_blocks=max_blocks)
-            caches = [new_cache(pool, s, 10) for s in range(2)]
-            decoder = BatchDecoder(forward_for(MODEL))
-            step(decoder, caches, [1, 2])
-            assert (decoder.mirror.bytes > 0) == mirrored, (max_blocks, decoder.mirror.bytes)
-            assert decoder.mirror.bytes <= max_blocks * 4 * token_bytes
+    token_bytes = make_block_pool(MODEL, block_size=4).geometry.token_bytes
+    for max_blocks, mirrored in ((64, True), (6, False)):  # two rows of 16 tokens: 32 tokens' bytes
+        pool = make_block_pool(MODEL, block_size=4, slab_blocks=8, max_blocks=max_blocks)
+        caches = [new_cache(pool, s, 10) for s in range(2)]
+        decoder = BatchDecoder(forward_for(MODEL))
+        step(decoder, caches, [1, 2])
+        assert (decoder.mirror.bytes > 0) == mirrored, (max_blocks, decoder.mirror.bytes)
+        assert decoder.mirror.bytes <= max_blocks * 4 * token_bytes
 
 
 def test_long_rows_go_alone_when_padding_to_them_costs_more():
@@ -128,13 +122,12 @@ def test_long_rows_go_alone_when_padding_to_them_costs_more():
 
 
 def test_more_rows_of_fewer_tokens_when_the_limit_allows_no_more(monkeypatch):
-    """The mirror's room takes 3 rows of 32 tokens or 4 of 16: a long sequence leaves the batch and two
+    """The mirror's room (the pool's size, without a budget) takes 3 rows of 32 tokens or 4 of 16: a long sequence leaves the batch and two
     short ones join, so the storage is made again with shorter rows (every row filled from the pool)."""
     monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
     tuned(monkeypatch, alone_cost_keys=1 << 20)
     token_bytes = 2 * 2 * 16 * 4 * 2  # keys and values, 2 kv heads x 16, float32, 2 layers
-    tuned(monkeypatch, mirror_limit_bytes=3 * 32 * token_bytes)
-    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8, max_blocks=24)  # room for 3 rows of 32 tokens
     long, b, c = new_cache(pool, 0, 30), new_cache(pool, 1, 5), new_cache(pool, 2, 6)
     decoder = BatchDecoder(FORWARD)
     step(decoder, [long, b, c], [1, 2, 3])

@@ -2,14 +2,11 @@
 
 Attention of a batch reads every sequence's tokens as one padded array
 (``batch_forward.py``). Taking that array out of the block pool in every layer
-of every step copied all the batch reads, and a batch spread over several of
-the pool's slabs took one copy and one score product per slab. Measured on the
-embedded target, 8 sequences of ~200 tokens, CPU: the copy was 20% of a step;
-over three slabs (a pool that grew while prefixes stayed cached) the 8-stream
-throughput fell by a third.
+of every step would copy all the batch reads, once per slab the batch spans
+(docs/decisions.md, "Batching: the mirror"; "The running batch on a GPU").
 
 The mirror keeps the copy instead: row r holds one sequence's tokens in order,
-(2, rows, kv_heads, capacity, head_dim) flattened to (-1, head_dim) per layer
+(2, rows, kv_heads, capacity, width) flattened to (-1, width) per layer and stored part
 so that one ``put_along_axis`` writes each step's new keys and values (beside the pool's
 own write: the pool stays the record). A row is filled from the pool only when
 its sequence joins the batch or was changed outside it (a prompt chunk, a
@@ -20,10 +17,10 @@ over, not read again from the pool). A sequence much longer than the others is
 not mirrored: it attends alone over views of its blocks, so that neither every
 row is padded to it nor the mirror grows to hold it (``_alone``).
 
-Its bytes come from the KV budget, at most the profile's ``mirror_limit_bytes`` (on a GPU
-none: the budget decides, and with no budget the pool's own size); when the batch would
-need more, or the budget has no room, the caller gathers as before. The budget can take
-the bytes back (``release_free_slabs``).
+Rows hold keys and values as the pool stores them: float, or quantized (packed words, scales and biases,
+attended as they are, as mlx-lm's quantized cache is). Its bytes come from the KV budget (without one, at
+most the pool's own size); when the batch would need more, or the budget has no room, each sequence attends
+over views of its blocks. The budget can take the bytes back (``release_free_slabs``).
 """
 
 from __future__ import annotations
@@ -56,7 +53,7 @@ class MirrorStep:
     alone: list[tuple[int, PagedCache]]  # (batch row, cache) of much longer ones, read from the pool alone
     fills: list[tuple[int, PagedCache, int]]  # (mirror row, cache, tokens): rows to copy from the pool first
     select: mx.array | None  # (M,) the mirrored batch rows, to pick their keys and values; None: every row
-    writes: mx.array  # (2 * kv_heads * M, head_dim) flat row each new key and value number goes to
+    writes: mx.array  # (2 * kv_heads * M, 1) flat row each new key and value number goes to
     valid: mx.array  # (R, 1, 1, longest) True where a mirror row holds a token, the new ones included
     longest: int  # keys the mirror's rows attend to together (padded)
     order: mx.array | None  # (R,) the batch row each mirror row reads its query from; None: the same order
@@ -70,20 +67,15 @@ class BatchMirror:
     def __init__(self, pool) -> None:
         geometry = pool.geometry
         self.pool = pool
-        self.kv_heads, self.head_dim, self.dtype = geometry.kv_heads, geometry.head_dim, geometry.dtype
-        self.num_layers = geometry.num_layers
+        self.kv_heads, self.num_layers = geometry.kv_heads, geometry.num_layers
+        self.parts = pool.storage[0].parts()  # ((kv_heads, width), dtype) of each stored part
         self.rows: list[_Row | None] = []
         self.capacity = 0
-        self.layers: list[mx.array] = []
+        self.layers: list[tuple[mx.array, ...]] = []  # per layer, each part (2 * rows * kv_heads * capacity, width)
         self.bytes = 0
         self.generation = 0  # bumped whenever storage is dropped
         if pool.budget is not None:
             pool.budget.pools.add(self)
-
-    @staticmethod
-    def serves(pool) -> bool:
-        """Float pools only (quantized blocks are attended as stored, never copied to float)."""
-        return not pool.geometry.format.quantized
 
     def plan(self, caches: list[PagedCache]) -> MirrorStep | None:
         """Before the batch's ``begin``: rows for ``caches`` (stale ones are filled in the pass, ``write``);
@@ -111,26 +103,38 @@ class BatchMirror:
         """Whether ``step`` may still be used (the budget may have taken the storage back since)."""
         return step.generation == self.generation and bool(self.layers)
 
-    def write(self, index: int, step: MirrorStep, both: mx.array) -> None:
-        """Layer ``index``'s new keys and values (2, kv_heads, B, head_dim) into the mirrored rows, after
+    def write(self, index: int, step: MirrorStep, both: tuple[mx.array, ...]) -> None:
+        """Layer ``index``'s new keys and values, as the pool stores them (each part (2, kv_heads, B, width)),
+        into the mirrored rows, after
         the tokens of stale rows copied from the pool. Called once the pool's own write of the layer is
         queued: a copy then reads the pool's newest storage, and the pool's next write still finds that
         storage read by nothing pending, so it is made in place (reading it before would have either
         copied the pool's storage or waited for the computation to catch up)."""
         for row, cache, length in step.fills:
-            keys, values = cache.layers[index].state  # (1, kv_heads, length, dim) each: the tokens held
+            keys, values = cache.layers[index].state  # (1, kv_heads, length, width) each (per part): the tokens held
             where = self._flat_index(np.full(length, row), np.arange(length))
-            self.layers[index] = mx.put_along_axis(self.layers[index], where,
-                                                   mx.concatenate([keys, values]).reshape(-1, self.head_dim), axis=0)
+            held = zip(keys, values) if isinstance(keys, tuple) else [(keys, values)]
+            self._put(index, where, [mx.concatenate(pair) for pair in held])
         if step.select is not None:
-            both = mx.take(both, step.select, axis=2)
-        self.layers[index] = mx.put_along_axis(self.layers[index], step.writes, both.reshape(-1, self.head_dim), axis=0)
+            both = tuple(mx.take(part, step.select, axis=2) for part in both)
+        self._put(index, step.writes, both)
+
+    def _put(self, index: int, where: mx.array, parts: list[mx.array] | tuple[mx.array, ...]) -> None:
+        """Write parts (2, kv_heads, n, width) at the flat rows ``where`` (2 * kv_heads * n, 1) of layer ``index``."""
+        self.layers[index] = tuple(
+            mx.put_along_axis(layer, mx.broadcast_to(where, (where.shape[0], part.shape[-1])),
+                              part.reshape(-1, part.shape[-1]), axis=0)
+            for layer, part in zip(self.layers[index], parts))
 
     def attend(self, index: int, step: MirrorStep, q: mx.array) -> Attended:
         """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens (``attend_parts``):
         the mirrored ones together, the others each over views of its blocks in the pool."""
-        view = self.layers[index].reshape(2, self._row_count(), self.kv_heads, self.capacity, self.head_dim)
-        keys, values = view[0, :, :, :step.longest], view[1, :, :, :step.longest]
+        views = [part.reshape(2, self._row_count(), self.kv_heads, self.capacity, -1) for part in self.layers[index]]
+        # Each half sliced on its own: slicing both halves to the length first, then taking one, made the
+        # products copy them every layer.
+        keys = [view[0, :, :, :step.longest] for view in views]
+        values = [view[1, :, :, :step.longest] for view in views]
+        keys, values = (keys[0], values[0]) if len(views) == 1 else (tuple(keys), tuple(values))
         out, total = attend_batch_parts(q if step.order is None else q[step.order], [(keys, values)], 1.0, step.valid)
         if step.alone:
             parts = [attend_parts(q[b:b + 1], *_read(cache, index)) for b, cache in step.alone]
@@ -159,7 +163,7 @@ class BatchMirror:
     # internals -------------------------------------------------------------
 
     def _row_count(self) -> int:
-        return self.layers[0].shape[0] // (2 * self.kv_heads * self.capacity) if self.layers else 0
+        return self.layers[0][0].shape[0] // (2 * self.kv_heads * self.capacity) if self.layers else 0
 
     def _assign(self, caches: list[PagedCache]) -> list[int]:
         """A row per cache: its own if it has one, else a row no cache of this batch holds (new ones at the end)."""
@@ -184,28 +188,28 @@ class BatchMirror:
         allows), the rows held so far copied over (one lazy copy a layer: no reading of the pool)."""
         old_rows, old_capacity = self._row_count(), self.capacity
         least = -(-needed // CAPACITY_STEP) * CAPACITY_STEP
-        token_bytes = 2 * self.kv_heads * self.head_dim * self.dtype.size
+        token_bytes = self.pool.geometry.token_bytes  # keys and values of a token over every layer, as stored
         budget = self.pool.budget
-        limit = current().mirror_limit_bytes
-        if limit is None:  # as much as the pool may hold
-            limit = self.pool.config.max_blocks * self.pool.block_bytes
-        room = limit if budget is None else min(limit, budget.free + self.bytes)
+        pool_size = self.pool.config.max_blocks * self.pool.block_bytes
+        room = pool_size if budget is None else budget.free + self.bytes
         fits = [c for c in (max(least, 2 * old_capacity), max(least, old_capacity), least)
-                if self.num_layers * row_count * c * token_bytes <= room]
+                if row_count * c * token_bytes <= room]
         if not fits:
             self.drop()
             return False
         capacity = fits[0]
         if capacity < old_capacity:  # fewer tokens a row, more rows: nothing is copied, every row is filled again
             self.rows = [None] * len(self.rows)
-        size = self.num_layers * row_count * capacity * token_bytes
+        size = row_count * capacity * token_bytes
         grown = []
         for layer in self.layers or [None] * self.num_layers:
-            new = mx.zeros((2, row_count, self.kv_heads, capacity, self.head_dim), self.dtype)
-            if layer is not None and capacity >= old_capacity:
-                new[:, :old_rows, :, :old_capacity, :] = layer.reshape(2, old_rows, self.kv_heads, old_capacity,
-                                                                       self.head_dim)
-            grown.append(new.reshape(-1, self.head_dim))
+            parts = []
+            for i, ((heads, width), dtype) in enumerate(self.parts):
+                new = mx.zeros((2, row_count, heads, capacity, width), dtype)
+                if layer is not None and capacity >= old_capacity:
+                    new[:, :old_rows, :, :old_capacity, :] = layer[i].reshape(2, old_rows, heads, old_capacity, width)
+                parts.append(new.reshape(-1, width))
+            grown.append(tuple(parts))
         if budget is not None:
             budget.give(self.bytes)
             budget.force(size)
@@ -213,12 +217,12 @@ class BatchMirror:
         return True
 
     def _flat_index(self, rows: np.ndarray, positions: np.ndarray) -> mx.array:
-        """Where keys and values (2, kv_heads, n, head_dim) flattened go: token i at ``positions[i]`` of mirror
-        row ``rows[i]``; (2 * kv_heads * n, head_dim), ``put_along_axis``'s index into a layer's flat array."""
+        """Where keys and values (2, kv_heads, n, width) flattened go: token i at ``positions[i]`` of mirror
+        row ``rows[i]``; (2 * kv_heads * n, 1), ``put_along_axis``'s index into a layer's flat parts."""
         part_head = np.arange(2)[:, None] * self._row_count() + rows[None, :]  # (2, n): part, then row
         flat = ((part_head[:, None, :] * self.kv_heads + np.arange(self.kv_heads)[None, :, None]) * self.capacity
                 + positions[None, None, :])
-        return mx.broadcast_to(mx.array(flat.reshape(-1, 1).astype(np.int32)), (flat.size, self.head_dim))
+        return mx.array(flat.reshape(-1, 1).astype(np.int32))
 
     def _step(self, mirrored: list[tuple[int, int]], alone: list[tuple[int, PagedCache]],
               lengths: list[int], fills: list[tuple[int, PagedCache, int]]) -> MirrorStep:

@@ -27,10 +27,7 @@ class Gather:
     """Where one sequence's tokens sit in storage, in order: runs of adjacent slots within one slab.
 
     Attention reads each run as a view (``segments``; ``decode_attention.py``).
-    Where one array is needed, several runs are gathered into a new one: a few
-    by slicing and concatenating, many (all in one slab) with one ``mx.take``
-    over rows of the (2 * kv_heads * slab slots, head_dim) view of that slab (a
-    row gather is several times faster on CPU than a take along the token axis).
+    Where one array is needed (a session file), the runs' views are joined.
     """
 
     def __init__(self, block_ids: list[int], block_size: int, slab_blocks: int) -> None:
@@ -42,7 +39,6 @@ class Gather:
             else:
                 runs.append([slab, first * block_size, block_size])
         self.runs = [tuple(run) for run in runs]  # (slab, first slot in the slab, slots)
-        self._rows: dict[tuple[int, int], mx.array] = {}  # (kv_heads, slab slots) -> (kv_heads, slots) rows
 
     def span(self, length: int) -> tuple[tuple[int, int, int], np.ndarray] | None:
         """For the first ``length`` tokens in several runs of one slab with small gaps between them: the run
@@ -67,15 +63,6 @@ class Gather:
             at += size
         return (runs[0][0], first, stop - first), positions
 
-    def rows(self, kv_heads: int, capacity: int) -> mx.array:
-        """Row of every slot of the sequence in its (only) slab, flattened; (2, kv_heads, slots) int32."""
-        key = (kv_heads, capacity)
-        if key not in self._rows:
-            slots = np.concatenate([np.arange(start, start + size) for _, start, size in self.runs])
-            rows = np.arange(2 * kv_heads).reshape(2, kv_heads, 1) * capacity + slots
-            self._rows[key] = mx.array(rows.astype(np.int32))
-        return self._rows[key]
-
 
 class LayerStorage:
     """The keys and values of every block, for one layer (layout in the module docstring).
@@ -92,9 +79,9 @@ class LayerStorage:
 
     def add_slab(self) -> None:
         slots = self._config.slab_size(len(self.slabs)) * self._config.block_size
-        self.slabs.append(tuple(mx.zeros((2, *shape[:1], slots, *shape[1:]), dtype) for shape, dtype in self._parts()))
+        self.slabs.append(tuple(mx.zeros((2, *shape[:1], slots, *shape[1:]), dtype) for shape, dtype in self.parts()))
 
-    def _parts(self) -> list[tuple[tuple[int, int], mx.Dtype]]:
+    def parts(self) -> list[tuple[tuple[int, int], mx.Dtype]]:
         """((kv_heads, width), dtype) of each part."""
         g, fmt = self._geometry, self._geometry.format
         if not fmt.quantized:
@@ -143,22 +130,12 @@ class LayerStorage:
             for target, part in zip(self.slabs[slab], parts):
                 target[:, :, at:at + seg.length, :] = part[:, :, seg.source:seg.source + seg.length, :]
 
-    def scatter(self, slab: int, slots: mx.array, both: mx.array) -> None:
-        """Write one token each into ``slots`` (1, 1, n, 1) of ``slab``: ``both`` (2, kv_heads, n, head_dim).
-
-        ``put_along_axis`` with the slots broadcast: 4 us a call on CPU, where the same write as
-        ``target[:, :, slots, :] = part`` took 27 (measured, 8 tokens in a 4,096-slot slab)."""
+    def scatter(self, slab: int, slots: mx.array, parts: tuple[mx.array, ...]) -> None:
+        """Write one token each into ``slots`` (1, 1, n, 1) of ``slab``: ``parts`` (2, kv_heads, n, width), as
+        ``encode`` gives them. ``put_along_axis`` with the slots broadcast: one operation, where slice
+        assignment at a list of slots is several."""
         self.slabs[slab] = tuple(mx.put_along_axis(target, mx.broadcast_to(slots, part.shape), part, axis=2)
-                                 for target, part in zip(self.slabs[slab], self.encode(both)))
-
-    def take(self, slab: int, rows: mx.array) -> tuple:
-        """Keys and values of a batch, (B, kv_heads, n, width) each (per part), from ``rows`` (2, B, kv_heads, n)
-        of the (2 * kv_heads * slab slots, width) view of ``slab``'s parts (keys first: each half contiguous)."""
-        taken = []
-        for part in self.slabs[slab]:
-            two, heads, capacity, width = part.shape
-            taken.append(mx.take(part.reshape(two * heads * capacity, width), rows, axis=0))  # (2, B, heads, n, w)
-        return self._pair([t[0] for t in taken], [t[1] for t in taken])
+                                 for target, part in zip(self.slabs[slab], parts))
 
     def fetch(self, gather: Gather, length: int) -> tuple:
         """The first ``length`` tokens of a sequence in order, keys and values (1, kv_heads, length, width).
@@ -194,18 +171,7 @@ class LayerStorage:
 
     def gather(self, gather: Gather, length: int) -> tuple:
         """A new contiguous copy of the first ``length`` tokens (keys, values)."""
-        slabs = {slab for slab, _, _ in gather.runs}
-        if len(gather.runs) > current().max_runs and len(slabs) == 1:
-            slab = slabs.pop()
-            parts = []
-            for part in self.slabs[slab]:
-                two, heads, capacity, width = part.shape
-                rows = gather.rows(heads, capacity)[..., :length]
-                # take over rows gives (2, kv_heads, length, width), contiguous
-                parts.append(mx.take(part.reshape(two * heads * capacity, width), rows, axis=0))
-            return self._split(parts)
-        views = self.segments(gather, length)
-        keys, values = zip(*views)
+        keys, values = zip(*self.segments(gather, length))
         return _joined(keys), _joined(values)
 
     def _split(self, parts) -> tuple:
@@ -218,7 +184,7 @@ class LayerStorage:
         return keys[0], values[0]
 
     def _empty(self) -> tuple:
-        return self._split([mx.zeros((2, shape[0], 0, shape[1]), dtype) for shape, dtype in self._parts()])
+        return self._split([mx.zeros((2, shape[0], 0, shape[1]), dtype) for shape, dtype in self.parts()])
 
     @property
     def arrays(self) -> list[mx.array]:
