@@ -37,7 +37,7 @@ from mlxcore.loading import load_model
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
 
-TEXT = Path(__file__).resolve().parents[2] / "README.md"
+TEXT = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def bytes_ratio(model_ref: str, bits: int) -> dict:

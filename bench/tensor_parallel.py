@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mlxcore.distributed.ports import local_hostfile
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PROBE_TIMEOUT_S = 600
 
 

@@ -157,7 +157,15 @@ def test_sequences_taking_blocks_in_turn_and_a_new_chat_on_a_shared_prompt():
     assert only_slabs(pool) and runs(pairs[0][0]) > 3 and spanned(pairs[0][0])  # many small gaps, one span
 
 
-def test_a_table_across_slabs_is_read_as_a_view_a_run(monkeypatch):
+def test_a_table_of_more_runs_than_attention_takes_is_read_as_one_copy(monkeypatch):
+    tuned(monkeypatch, max_segments=2)
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=4)
+    paged_cache, standard = pair(ids(40, 6), pool=pool, block_size=4)
+    assert runs(paged_cache) == 3
+    decode_alongside(paged_cache, standard, 10, "many runs")
+
+
+def test_a_table_across_slabs_is_read_as_a_view_a_run():
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=4)
     paged_cache, standard = pair(ids(40, 6), pool=pool, block_size=4)
     assert runs(paged_cache) == 3

@@ -26,6 +26,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import create_attention_mask
 
+from mlxcore.device_profile import current
 from mlxcore.kv.base import CacheMeta, ModelCache, Tensors, layer_tensors, saved_layer
 from mlxcore.kv.block_manager import AppendPlan
 from mlxcore.kv.errors import CacheShapeError, CacheStateError, KVCacheError, PoolExhaustedError, TrimError
@@ -43,6 +44,9 @@ def _as_float(parts: list[mx.array], fmt: KVFormat, geometry: KVGeometry) -> tup
     options = {"group_size": fmt.group_size, "bits": fmt.bits}
     keys, values = (mx.dequantize(*group, **options).astype(geometry.dtype) for group in (parts[:3], parts[3:]))
     return keys, values
+# A table of more runs than this is read as one gathered copy per forward pass: a product per run
+# would cost more than the copy. The block manager keeps tables far below it (a run per slab spanned,
+# plus one per fork or prefix hit).
 Span = tuple[tuple[int, int, int], mx.array]  # (slab, start, size) of one view, and its (queries, slots) mask
 
 class PagedLayerCache:
@@ -338,8 +342,11 @@ class PagedCache(ModelCache):
         return self.pool.storage[layer.index].fetch(self._gather_index(), layer.offset)
 
     def _segments(self, layer: PagedLayerCache) -> list[tuple[mx.array, mx.array]]:
-        """The layer's tokens as views, one per run."""
-        return self.pool.storage[layer.index].segments(self._gather_index(), layer.offset)
+        """The layer's tokens as views, one per run (one gathered copy past the profile's ``max_segments``)."""
+        gather = self._gather_index()
+        if len(gather.runs) > current().max_segments:
+            return [self._fetch(layer)]
+        return self.pool.storage[layer.index].segments(gather, layer.offset)
 
     def _read(self, layer: PagedLayerCache, queries: int, mask: Mask) -> tuple[Sequence[Segment], Mask]:
         """The layer's tokens for attention of the last ``queries`` of them: views and their mask."""
