@@ -48,8 +48,11 @@ class FixedPacing(Pacing):
         super().__init__(layers, decode={1: 1.0})
         self.work = self.max_tokens
 
-    def observe_decode(self, rows: int, seconds: float) -> None:
+    def observe_decode(self, rows: int, seconds: float, held: int = 0) -> None:
         pass
+
+    def decode_due(self, rows: int, held: int) -> bool:
+        return False
 
     def observe_feed(self, rows: int, work: int, seconds: float) -> None:
         pass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlxcore.batching.pacing import FIRST_WORK, SHORT_PROMPT, STALL_SHARE, Pacing
+from mlxcore.batching.pacing import FIRST_WORK, MIN_WORK, REFRESH_STEPS, SHORT_PROMPT, STALL_SHARE, TIMING_STEPS, Pacing
 from mlxcore.device_profile import current, forced
 
 
@@ -90,3 +90,63 @@ def test_a_paced_chunk_keeps_each_profiles_floor(kind):
         assert pacing.chunk(profile.join_chunk, 10_000, started=True) == (profile.min_join_chunk, False)
         pacing.work = 10 * profile.join_chunk
         assert pacing.chunk(profile.join_chunk, 10_000, started=True) == (profile.join_chunk, False)
+
+
+READ_COST = 1e-4  # seconds a token-layer of prompt adds to a step
+
+
+def joined(refresh: bool, steps: int = 3000) -> tuple[Pacing, float]:
+    """4 rows decode while a long prompt is read, driven as the runner drives the pace: a decode step reads
+    every token the rows hold (it grows as they do), a step that reads the prompt costs that plus its
+    token-layers; with ``refresh``, a step only decodes when ``decode_due`` says so, and is timed."""
+    def decode(held: int) -> float:
+        return 0.01 + 2e-5 * held
+
+    pacing, rows, held = Pacing(28), 4, 4 * 32
+    pacing.observe_decode(rows, decode(held), held)
+    for _ in range(steps):
+        held += rows
+        if refresh and pacing.decode_due(rows, held):
+            pacing.observe_decode(rows, decode(held), held)
+        else:
+            pacing.observe_feed(rows, pacing.work, decode(held) + READ_COST * pacing.work)
+    return pacing, decode(held)
+
+
+def test_the_pace_follows_the_reading_while_the_decoding_rows_grow():
+    """Timed only before the join, a decode step grew 20-fold while the prompt was read and the growth
+    counted as the reading's: the pace fell to its floor (the 0.6B twin read an 8,000-token prompt at under
+    a token a step). Timed again as the rows grow, the pace is what the reading itself costs."""
+    (stale, _), (timed, decode_now) = joined(refresh=False), joined(refresh=True)
+    assert stale.work == MIN_WORK
+    assert timed.decode_seconds(4) > 15 * 0.0126, "the decode step's time follows the rows"
+    added = READ_COST * timed.work / decode_now
+    assert 0.2 < added < 1.5 * STALL_SHARE, f"reading adds about the stall share of a step ({added:.2f})"
+    assert timed.work < timed.max_tokens * timed.layers, "(the pace's own bound did not decide it)"
+
+
+def test_a_decode_step_is_timed_again_once_in_a_while_and_never_right_after_a_step_that_read():
+    pacing = Pacing(28)
+    pacing.observe_decode(4, 0.010, 400)
+    for _ in range(REFRESH_STEPS - 1):
+        pacing.observe_feed(4, pacing.work, 0.011)
+    assert not pacing.decode_due(4, 1000), "too soon after the last time"
+    pacing.observe_feed(4, pacing.work, 0.011)
+    assert not pacing.decode_due(4, 450), "the rows grew less than a quarter"
+    assert pacing.decode_due(4, 600)
+    pacing.observe_decode(4, 0.5, 600)  # right after a step that read: the previous pass's time
+    assert pacing.decode_seconds(4) == 0.010
+    assert pacing.decode_due(4, 604)
+    pacing.observe_decode(4, 0.016, 604)
+    assert pacing.decode_seconds(4) == 0.016, "grown a quarter: a new cost, not averaged with the old"
+    assert not pacing.decode_due(4, 608), "timed: the steps read again"
+
+
+def test_a_due_time_gives_up_after_a_few_steps_when_none_could_be_timed():
+    """(A step that starts reading a new prompt is not a decode step's time; the reading waits a few steps
+    at most.)"""
+    pacing = Pacing(28)
+    pacing.observe_decode(4, 0.010, 100)
+    for _ in range(REFRESH_STEPS):
+        pacing.observe_feed(4, pacing.work, 0.011)
+    assert [pacing.decode_due(4, 1000) for _ in range(TIMING_STEPS + 1)] == [True] * TIMING_STEPS + [False]

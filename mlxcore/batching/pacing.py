@@ -16,6 +16,14 @@ prompt is read: the share follows from the goal that a stream's gaps stay within
 step whatever the pace, as a chat's new message or a server request usually is: its first token
 comes sooner. A long prompt's last chunk is not: it is paced like the others.
 With nothing decoding, prompts are read at full speed.
+
+A decode step reads every token the running rows hold, so it grows as they do, and a long prompt
+may take thousands of steps to join. A time taken before the join then counted the rows' own growth
+as the reading's, and the pace fell to its floor while the streams grew (an 8,000-token prompt beside
+4 streams on the 0.6B twin read under one token a step). So once the rows hold a quarter more tokens
+than when their decode step was timed, steps only decode, to time one again (``decode_due``), at
+most once in ``REFRESH_STEPS`` steps. Steps are pipelined (a step waits for the previous step's pass), so
+the first step after one that read a prompt takes that pass's time, and is not counted as a decode step.
 """
 
 from __future__ import annotations
@@ -30,6 +38,9 @@ GROWTH = 1.25
 MIN_WORK, FIRST_WORK = 1, 16  # token-layers a step
 SHORT_PROMPT = 64  # prompts with at most this many tokens to read are read in one step (first token sooner)
 WEIGHT = 0.2  # how fast a decode step's average follows new measurements
+REFRESH_GROWTH = 1.25  # the rows hold this many times the tokens they held when timed: time a decode step again
+REFRESH_STEPS = 16  # steps at least from one decode step timed while a prompt is read to the next
+TIMING_STEPS = 3  # decode-only steps at most to time one (the first takes the previous pass's time)
 
 
 @dataclass
@@ -38,11 +49,35 @@ class Pacing:
     max_tokens: int = field(default_factory=lambda: current().join_chunk)  # a chunk's tokens at most
     work: int = FIRST_WORK  # token-layers a step may feed
     decode: dict[int, float] = field(default_factory=dict)  # rows -> seconds of a step that only decoded (average)
+    held: dict[int, int] = field(default_factory=dict)  # rows -> tokens they held when last timed
     added: float | None = None  # what reading added to a step at this pace, as a share of a decode step (average)
+    since: int = 0  # steps that read a prompt since a decode step was timed
+    timing: int = 0  # decode-only steps left to time a decode step while a prompt is read
+    fed: bool = False  # the last step timed read a prompt
 
-    def observe_decode(self, rows: int, seconds: float) -> None:
+    def observe_decode(self, rows: int, seconds: float, held: int = 0) -> None:
+        """A step of ``rows`` decode rows holding ``held`` tokens in all only decoded, and took ``seconds``."""
+        if self.fed:  # its time was mostly the previous pass's, which read a prompt
+            self.fed = False
+            return
         known = self.decode.get(rows)
-        self.decode[rows] = seconds if known is None else known + WEIGHT * (seconds - known)
+        grown = known is not None and held > REFRESH_GROWTH * self.held.get(rows, 0)
+        # A time taken after the rows grew replaces the average: it is a step of another cost.
+        self.decode[rows] = seconds if known is None or grown else known + WEIGHT * (seconds - known)
+        self.held[rows], self.since, self.timing = held, 0, 0
+
+    def decode_due(self, rows: int, held: int) -> bool:
+        """Whether a step of ``rows`` decode rows holding ``held`` tokens should only decode, to time a decode
+        step again while a prompt is read: the time known is of another batch size, or of a quarter fewer
+        tokens held. Once due, the next few steps are (until one is timed, ``TIMING_STEPS`` at most)."""
+        if not self.timing:
+            if not self.decode or self.since < REFRESH_STEPS:
+                return False
+            if rows in self.decode and held <= REFRESH_GROWTH * self.held.get(rows, 0):
+                return False
+            self.timing, self.since = TIMING_STEPS, 0
+        self.timing -= 1
+        return True
 
     def decode_seconds(self, rows: int) -> float | None:
         """A decode-only step of ``rows`` rows, or of the nearest batch size measured; None before any."""
@@ -55,6 +90,7 @@ class Pacing:
         base = self.decode_seconds(rows)
         if base is None or work <= 0:
             return
+        self.since, self.fed = self.since + 1, True
         share = (seconds - base) / base
         if 2 * work < self.work:  # a step that fed far less than the pace says little
             return

@@ -256,7 +256,9 @@ class BatchRunner:
                     self._start_feed(seq, count, start)
                 else:
                     self._prefill(seq, count, start)
-        feeds = self.feeds.plan(self.pacing.work, self._alive) if paced else []
+        held = sum(seq.length for seq in decoding)
+        timing = paced and bool(self.feeds) and self.pacing.decode_due(len(decoding), held)  # a step that only decodes
+        feeds = self.feeds.plan(self.pacing.work, self._alive) if paced and not timing else []
         decoded = self._decode(decoding, self._lone(plan), feeds)
         work = self._feed(feeds, passed=True) if feeds else 0
         if not self.scheduler.running:
@@ -265,8 +267,8 @@ class BatchRunner:
         self.tally.step(len(plan.decode), decoded, seconds)
         if decoded:
             self.scheduler.step_seconds = seconds
-            if not plan.prefill and not work and not self.feeds:
-                self.pacing.observe_decode(len(plan.decode), seconds)
+            if not plan.prefill and not work and (timing or not self.feeds):
+                self.pacing.observe_decode(len(plan.decode), seconds, held)
             elif work:
                 self.pacing.observe_feed(len(plan.decode), work, seconds)
 
