@@ -137,8 +137,9 @@ def join_stall(model_ref: str) -> dict:
             "mlx_lm_ratio": theirs["ratio"], "mlx_lm_join_ttft_seconds": theirs["join_ttft_seconds"]}
 
 
-def join_steps(engine: Engine, prompt: list[int]) -> dict:
-    """Steps and seconds from ``prompt``'s arrival beside ``JOIN_RUNNING`` decoding streams to its first token."""
+def join_steps(engine: Engine, prompt: list[int], progress=None) -> dict:
+    """Steps and seconds from ``prompt``'s arrival beside ``JOIN_RUNNING`` decoding streams to its first token;
+    ``progress(batch, steps, seconds)`` is called after every step while it joins (``studies/join_progress.py``)."""
     vocab = engine.model.args.vocab_size
     batch = LocalBatch(engine, max_running=JOIN_RUNNING + 1)
     params = GenerationParams(max_tokens=JOIN_RUNNING_TOKENS)
@@ -155,6 +156,8 @@ def join_steps(engine: Engine, prompt: list[int]) -> dict:
         steps += 1
         for handle in running:  # read, as a client does: an unread stream would be paused
             list(drain(handle))
+        if progress is not None:
+            progress(batch, steps, time.perf_counter() - start)
     seconds = time.perf_counter() - start
     for handle in running:
         handle.cancel()
