@@ -38,6 +38,9 @@ from mlxcore.kv.paged import PagedCache
 CAPACITY_STEP = 256  # row lengths are multiples of this (and double as rows grow)
 
 
+Where = tuple[mx.array, ...]  # per stored part, the flat rows (put_along_axis's index) tokens go to
+
+
 @dataclass
 class _Row:
     cache: weakref.ref  # the PagedCache this row copies
@@ -51,9 +54,9 @@ class MirrorStep:
 
     mirrored: list[tuple[int, int]]  # (batch row, mirror row) of the sequences read from the mirror
     alone: list[tuple[int, PagedCache]]  # (batch row, cache) of much longer ones, read from the pool alone
-    fills: list[tuple[int, PagedCache, int]]  # (mirror row, cache, tokens): rows to copy from the pool first
+    fills: list[tuple[PagedCache, Where]]  # stale rows' caches, and where their tokens go: copied from the pool first
     select: mx.array | None  # (M,) the mirrored batch rows, to pick their keys and values; None: every row
-    writes: mx.array  # (2 * kv_heads * M, 1) flat row each new key and value number goes to
+    writes: Where  # where each new key and value number goes
     valid: mx.array  # (R, 1, 1, longest) True where a mirror row holds a token, the new ones included
     longest: int  # keys the mirror's rows attend to together (padded)
     order: mx.array | None  # (R,) the batch row each mirror row reads its query from; None: the same order
@@ -110,21 +113,18 @@ class BatchMirror:
         queued: a copy then reads the pool's newest storage, and the pool's next write still finds that
         storage read by nothing pending, so it is made in place (reading it before would have either
         copied the pool's storage or waited for the computation to catch up)."""
-        for row, cache, length in step.fills:
+        for cache, where in step.fills:
             keys, values = cache.layers[index].state  # (1, kv_heads, length, width) each (per part): the tokens held
-            where = self._flat_index(np.full(length, row), np.arange(length))
             held = zip(keys, values) if isinstance(keys, tuple) else [(keys, values)]
             self._put(index, where, [mx.concatenate(pair) for pair in held])
         if step.select is not None:
             both = tuple(mx.take(part, step.select, axis=2) for part in both)
         self._put(index, step.writes, both)
 
-    def _put(self, index: int, where: mx.array, parts: list[mx.array] | tuple[mx.array, ...]) -> None:
-        """Write parts (2, kv_heads, n, width) at the flat rows ``where`` (2 * kv_heads * n, 1) of layer ``index``."""
-        self.layers[index] = tuple(
-            mx.put_along_axis(layer, mx.broadcast_to(where, (where.shape[0], part.shape[-1])),
-                              part.reshape(-1, part.shape[-1]), axis=0)
-            for layer, part in zip(self.layers[index], parts))
+    def _put(self, index: int, where: Where, parts: list[mx.array] | tuple[mx.array, ...]) -> None:
+        """Write parts (2, kv_heads, n, width) at their flat rows ``where`` in layer ``index``."""
+        self.layers[index] = tuple(mx.put_along_axis(layer, at, part.reshape(-1, part.shape[-1]), axis=0)
+                                   for layer, at, part in zip(self.layers[index], where, parts))
 
     def attend(self, index: int, step: MirrorStep, q: mx.array) -> Attended:
         """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens (``attend_parts``):
@@ -216,16 +216,18 @@ class BatchMirror:
         self.layers, self.capacity, self.bytes = grown, capacity, size
         return True
 
-    def _flat_index(self, rows: np.ndarray, positions: np.ndarray) -> mx.array:
+    def _flat_index(self, rows: np.ndarray, positions: np.ndarray) -> Where:
         """Where keys and values (2, kv_heads, n, width) flattened go: token i at ``positions[i]`` of mirror
-        row ``rows[i]``; (2 * kv_heads * n, 1), ``put_along_axis``'s index into a layer's flat parts."""
+        row ``rows[i]``; per stored part, ``put_along_axis``'s index (2 * kv_heads * n, width) into its flat
+        array (made once a step, for every layer)."""
         part_head = np.arange(2)[:, None] * self._row_count() + rows[None, :]  # (2, n): part, then row
         flat = ((part_head[:, None, :] * self.kv_heads + np.arange(self.kv_heads)[None, :, None]) * self.capacity
                 + positions[None, None, :])
-        return mx.array(flat.reshape(-1, 1).astype(np.int32))
+        flat = mx.array(flat.reshape(-1, 1).astype(np.int32))
+        return tuple(mx.broadcast_to(flat, (flat.shape[0], width)) for (_, width), _ in self.parts)
 
     def _step(self, mirrored: list[tuple[int, int]], alone: list[tuple[int, PagedCache]],
-              lengths: list[int], fills: list[tuple[int, PagedCache, int]]) -> MirrorStep:
+              lengths: list[int], stale: list[tuple[int, PagedCache, int]]) -> MirrorStep:
         count, batch = self._row_count(), len(lengths)
         sources = [b for b, _ in mirrored]  # the mirrored batch rows
         rows = np.asarray([row for _, row in mirrored])
@@ -240,6 +242,7 @@ class BatchMirror:
         place[sources] = rows
         place[[b for b, _ in alone]] = count + np.arange(len(alone))
         identity = list(range(batch))
+        fills = [(cache, self._flat_index(np.full(length, row), np.arange(length))) for row, cache, length in stale]
         return MirrorStep(mirrored, alone, fills,
                           select=None if sources == identity else mx.array(np.asarray(sources, np.int32)),
                           writes=self._flat_index(rows, news), valid=mx.array(valid), longest=longest,

@@ -227,17 +227,6 @@ class PagedCache(ModelCache):
         plan, where = self._announced(), self.pool.storage[0].where
         return [where(seg.slot + i) for seg in plan.segments for i in range(seg.length)]
 
-    def read_runs(self) -> list[tuple[int, int, int]]:
-        """(slab, first slot, slots) runs holding the sequence's tokens once the announced ones are written."""
-        plan, runs = self._announced(), []
-        left = plan.start + plan.length
-        for slab, first, size in self._gather_index().runs:
-            if left <= 0:
-                break
-            runs.append((slab, first, min(size, left)))
-            left -= size
-        return runs
-
     def layer_segments(self, index: int) -> list[tuple[mx.array, mx.array]]:
         """Layer ``index``'s tokens, the announced ones included, as views (one per run)."""
         plan = self._announced()
