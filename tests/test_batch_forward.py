@@ -19,7 +19,6 @@ from tiny_models import tiny_qwen3
 MODEL = tiny_qwen3(seed=21, layers=3, heads=6, kv_heads=2)
 FORWARD = CompiledForward(MODEL)
 QUANTIZABLE = tiny_qwen3(seed=21, layers=3, heads=6, kv_heads=2, head_dim=32)  # 8-bit groups need 32 or 64
-QUANTIZABLE_FORWARD = CompiledForward(QUANTIZABLE)
 STEPS = 30
 
 
@@ -35,7 +34,8 @@ def budget(path: str, slots: int, kv_bits: int | None = None) -> KVBudget | None
 
 
 def alone(prompt: list[int], kv_bits: int | None = None) -> list[int]:
-    model, forward = (MODEL, FORWARD) if kv_bits is None else (QUANTIZABLE, QUANTIZABLE_FORWARD)
+    model = MODEL if kv_bits is None else QUANTIZABLE
+    forward = forward_for(model)  # traced under the profile in force
     cache = make_model_cache(model, "paged", block_size=4, kv_bits=kv_bits)
     prefill(model, cache, prompt[:-1], 64)
     token, out = prompt[-1], []
@@ -48,11 +48,13 @@ def alone(prompt: list[int], kv_bits: int | None = None) -> list[int]:
 
 @pytest.mark.parametrize("kv_bits", [None, 8])
 @pytest.mark.parametrize("path", ["mirror", "per sequence"])
-def test_each_sequence_of_a_batch_decodes_as_it_would_alone(path, kv_bits):
+def test_each_sequence_of_a_batch_decodes_as_it_would_alone(path, kv_bits, profile):  # noqa: F811
     """Six sequences of different lengths, blocks of 4 tokens in slabs of 8 blocks (so tables span slabs
     and interleave), one of them a fork sharing another's prompt; float keys and values, and 8-bit ones
-    (the mirror's rows then hold them quantized, as the pool does)."""
-    model, forward = (MODEL, FORWARD) if kv_bits is None else (QUANTIZABLE, QUANTIZABLE_FORWARD)
+    (the mirror's rows then hold them quantized, as the pool does); under both device profiles (the GPU's
+    attends over float rows with MLX's fused kernel, over quantized ones with MLX's softmax)."""
+    model = MODEL if kv_bits is None else QUANTIZABLE
+    forward = forward_for(model)
     pool = make_block_pool(model, block_size=4, slab_blocks=8, budget=budget(path, 600, kv_bits), kv_bits=kv_bits)
     caches = []
     for p in prompts()[:5]:
