@@ -48,6 +48,9 @@ def test_a_full_queue_is_529_overloaded_with_retry_after(slow):
     client = server.anthropic()
     running = client.messages.create(model=MODEL, max_tokens=60, messages=QUESTION, stream=True)
     next(iter(running))  # message_start: the request is in
+    # admitted, not waiting: the stream opens before the next step admits it (on a loaded host, long enough
+    # for the second request to find the queue full)
+    poll_until(lambda: server.metrics()["mlxchat_running_requests"] == 1 and server.metrics()["mlxchat_queue_length"] == 0)
     waiting: list = []
     thread = threading.Thread(target=lambda: waiting.append(
         client.messages.create(model=MODEL, max_tokens=20, messages=QUESTION)))

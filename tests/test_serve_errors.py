@@ -117,6 +117,9 @@ def test_a_full_queue_is_429_with_retry_after(guarded):
     client = guarded.client()
     running = client.chat.completions.create(model=MODEL, messages=QUESTION, stream=True, max_tokens=40)
     first = next(running)  # the first request is decoding
+    # admitted, not waiting: the stream opens before the next step admits it (on a loaded host, long enough
+    # for the second request to find the queue full)
+    poll_until(lambda: guarded.metrics()["mlxchat_running_requests"] == 1 and guarded.metrics()["mlxchat_queue_length"] == 0)
     waiting: list = []
     thread = threading.Thread(target=lambda: waiting.append(
         client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=40)))
