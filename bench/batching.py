@@ -122,44 +122,69 @@ def join_run(engine: Engine, prompt_tokens: int = JOIN_PROMPT_TOKENS,
 def join_stall(model_ref: str) -> dict:
     """``join_stall_seconds``: ours, then mlx-lm's on the same load, each after an untimed run. Ours warms up
     with another 2,000-token prompt, so the measured one is not in the pool's cache: it is read in full, as
-    mlx-lm reads it (the running streams' prompts are, as they are on mlx-lm's side after its warm-up)."""
+    mlx-lm reads it (the running streams' prompts are, as they are on mlx-lm's side after its warm-up).
+
+    Beside them, what the figures are made of (docs/decisions.md, "What a join can reach"): the same streams
+    decoding as many steps with nobody joining (``quiet``), so the reading's own cost shows at the same context
+    lengths; and the first token of a prompt as long read with nothing else running."""
     engine = _engine(model_ref)
     vocab = engine.model.args.vocab_size
     join_run(engine, joining=stream_prompt(vocab, 98, JOIN_PROMPT_TOKENS))
     traces, joined_at = join_run(engine)
     ours = stall_figures(traces[:-1], traces[-1], joined_at)
-    quiet = _quiet_worst(engine, sum(ours["gaps_after_join"]) // JOIN_RUNNING)
+    quiet = decode_streams(engine, batch_prompts(vocab, JOIN_RUNNING), JOIN_AFTER + max(ours["gaps_after_join"]))
+    alone = join_steps(engine, stream_prompt(vocab, 97, JOIN_PROMPT_TOKENS), running=0)["seconds"]
     theirs = mlx_lm_batch.measure_join(engine.model).figures
     return {"value": ours["worst_gap_seconds"], "goal_seconds": 2 * ours["median_step_seconds"],
             "ratio": ours["ratio"], "p99_ratio": ours["p99_ratio"], "median_step_seconds": ours["median_step_seconds"],
-            "join_ttft_seconds": ours["join_ttft_seconds"], "no_join_worst_ratio": quiet,
-            "mlx_lm_worst_gap_seconds": theirs["worst_gap_seconds"],
-            "mlx_lm_ratio": theirs["ratio"], "mlx_lm_join_ttft_seconds": theirs["join_ttft_seconds"]}
+            "join_ttft_seconds": ours["join_ttft_seconds"], "after_join_step_ratio": ours["after_join_step_ratio"],
+            **_reading(traces[:-1], traces[-1].times[0], joined_at, quiet, ours["median_step_seconds"]),
+            "read_alone_seconds": alone,
+            "mlx_lm_worst_gap_seconds": theirs["worst_gap_seconds"], "mlx_lm_ratio": theirs["ratio"],
+            "mlx_lm_p99_ratio": theirs["p99_ratio"], "mlx_lm_after_join_step_ratio": theirs["after_join_step_ratio"],
+            "mlx_lm_join_ttft_seconds": theirs["join_ttft_seconds"]}
 
 
-def join_steps(engine: Engine, prompt: list[int], progress=None) -> dict:
-    """Steps and seconds from ``prompt``'s arrival beside ``JOIN_RUNNING`` decoding streams to its first token;
+def _reading(running: list[StreamTrace], first: float, joined_at: float, quiet: list[StreamTrace],
+             median_step: float) -> dict:
+    """The running streams' gaps while the prompt is read (insertion to its first token) against the same
+    streams' gaps at the same tokens with nobody joining: ``reading_p99_vs_quiet`` (99th percentile / the
+    quiet median), ``reading_seconds`` (what the reading added to a stream's time, the mean over streams),
+    ``no_join_worst_ratio`` (this machine's own worst quiet gap there, against the median step before)."""
+    joined, alone, added = [], [], []
+    for trace, control in zip(running, quiet):
+        window = [k for k, (at, _) in enumerate(trace.gaps()) if joined_at < at <= first]
+        quiet_gaps = control.gaps()
+        joined += [trace.gaps()[k][1] for k in window]
+        alone += [quiet_gaps[k][1] for k in window]
+        added.append(sum(trace.gaps()[k][1] - quiet_gaps[k][1] for k in window))
+    return {"reading_p99_vs_quiet": mlx_lm_batch.percentile(sorted(joined), 0.99) / statistics.median(alone),
+            "reading_seconds": statistics.mean(added), "no_join_worst_ratio": max(alone) / median_step}
+
+
+def join_steps(engine: Engine, prompt: list[int], progress=None, running: int = JOIN_RUNNING) -> dict:
+    """Steps and seconds from ``prompt``'s arrival beside ``running`` decoding streams to its first token;
     ``progress(batch, steps, seconds)`` is called after every step while it joins (``studies/join_progress.py``)."""
     vocab = engine.model.args.vocab_size
-    batch = LocalBatch(engine, max_running=JOIN_RUNNING + 1)
+    batch = LocalBatch(engine, max_running=running + 1)
     params = GenerationParams(max_tokens=JOIN_RUNNING_TOKENS)
-    running = [batch.submit(Request(tuple(p), params))[0] for p in batch_prompts(vocab, JOIN_RUNNING)]
-    made = [0] * JOIN_RUNNING
-    while min(made) < JOIN_AFTER:
+    streams = [batch.submit(Request(tuple(p), params))[0] for p in batch_prompts(vocab, running)]
+    made = [0] * running
+    while streams and min(made) < JOIN_AFTER:
         batch.step()
-        made = [count + sum(isinstance(e, TokenEvent) for e in drain(h)) for count, h in zip(made, running)]
+        made = [count + sum(isinstance(e, TokenEvent) for e in drain(h)) for count, h in zip(made, streams)]
     start = time.perf_counter()
     joined = batch.submit(Request(tuple(prompt), GenerationParams(max_tokens=1)))[0]
     steps = 0
     while not any(isinstance(e, TokenEvent) for e in drain(joined)):
         batch.step()
         steps += 1
-        for handle in running:  # read, as a client does: an unread stream would be paused
+        for handle in streams:  # read, as a client does: an unread stream would be paused
             list(drain(handle))
         if progress is not None:
             progress(batch, steps, time.perf_counter() - start)
     seconds = time.perf_counter() - start
-    for handle in running:
+    for handle in streams:
         handle.cancel()
     batch.run_until(lambda: False)
     return {"steps": steps, "seconds": seconds, "prompt_tokens": len(prompt)}
@@ -176,15 +201,6 @@ def prefill_steps_8k(model_ref: str) -> dict:
         measured = join_steps(engine, long_prompt(vocab, tokens))
         figures.update({f"{name}_{key}": value for key, value in measured.items()})
     return {"value": figures["twin_steps"], **figures}
-
-
-def _quiet_worst(engine: Engine, steps: int) -> float:
-    """The worst gap / median gap of the same 4 streams over ``steps`` steps with nobody joining: this
-    machine's own spread, to read the join's figure against."""
-    traces = decode_streams(engine, batch_prompts(engine.model.args.vocab_size, JOIN_RUNNING), JOIN_AFTER + steps)
-    before = [gap for t in traces for _, gap in t.gaps()[:JOIN_AFTER]]
-    after = [gap for t in traces for _, gap in t.gaps()[JOIN_AFTER:]]
-    return max(after) / statistics.median(before)
 
 
 def spec_lone_vs_plain(model_ref: str, draft_ref: str, runs: int) -> dict:

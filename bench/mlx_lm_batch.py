@@ -130,18 +130,29 @@ def join_run(model: nn.Module, prompt_tokens: int) -> tuple[list[StreamTrace], f
 
 
 def stall_figures(running: list[StreamTrace], joined: StreamTrace, joined_at: float) -> dict:
-    """Worst running gap in (insertion, joined's last watched token] against the median gap before it."""
-    end = joined.times[-1]
+    """Worst running gap in (insertion, joined's last watched token] against the median gap before it.
+
+    ``after_join_step_ratio``: the running gaps' median once the joined stream decodes too (after its first
+    token), against the same median before: what the batch's new rows and longer context cost a step, which
+    no way of reading the prompt changes (a floor under the window's 99th percentile)."""
+    first, end = joined.times[0], joined.times[-1]
     before = [gap for t in running for at, gap in t.gaps() if at <= joined_at]
     during = [[gap for at, gap in t.gaps() if joined_at < at <= end] for t in running]
-    if not before or not all(during):
+    settled = [gap for t in running for at, gap in t.gaps() if first < at <= end]
+    if not before or not all(during) or not settled:
         raise RuntimeError("every running stream needs gaps before the join and after it")
     worst, median = max(max(g) for g in during), statistics.median(before)
     gaps = sorted(gap for g in during for gap in g)
     return {"worst_gap_seconds": worst, "median_step_seconds": median, "ratio": worst / median,
-            "p99_ratio": gaps[int(0.99 * (len(gaps) - 1))] / median,
-            "join_ttft_seconds": joined.times[0] - joined_at, "joined_tokens": len(joined.tokens),
+            "p99_ratio": percentile(gaps, 0.99) / median,
+            "after_join_step_ratio": statistics.median(settled) / median,
+            "join_ttft_seconds": first - joined_at, "joined_tokens": len(joined.tokens),
             "gaps_after_join": [len(g) for g in during]}
+
+
+def percentile(ordered: list[float], share: float) -> float:
+    """The value ``share`` of the way up ``ordered`` (sorted), by rank."""
+    return ordered[int(share * (len(ordered) - 1))]
 
 
 def decode_batch(model: nn.Module, prompts: list[list[int]], tokens: int) -> list[StreamTrace]:
