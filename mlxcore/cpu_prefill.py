@@ -4,7 +4,8 @@ mlx-lm's layers compute attention's softmax and SwiGLU's SiLU with MLX's own
 ``exp``/``sigmoid``, which MLX's x86 CPU backend evaluates one element at a
 time: with OpenBLAS doing the products, they were ~70% of a prefill. Here the
 two run on ``fast_exp`` (whole-array multiplies and adds), attention in blocks
-of keys that stay in cache (``cpu_attention``); everything else (norms,
+of keys that stay in cache (``decode_attention.attend``, which takes ``cpu_attention``
+for a causal chunk on the CPU); everything else (norms,
 projections, RoPE, the cache update) is the model's own modules.
 Values match mlx-lm's to float32 rounding (tests compare caches and tokens).
 
@@ -19,8 +20,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 
 from mlxcore.compiled_forward import has_qwen3_layout
-from mlxcore.cpu_attention import segmented_causal_attention
-from mlxcore.decode_attention import attend, dequantized
+from mlxcore.decode_attention import attend
 from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_silu
 from mlxcore.kv.protocol import LayerCache, Mask
@@ -45,17 +45,9 @@ def _layer(layer: nn.Module, h: mx.array, mask: Mask, cache: LayerCache) -> mx.a
     q, k = attn.rope(q, offset=cache.offset), attn.rope(k, offset=cache.offset)
     if hasattr(cache, "update_and_segments"):  # a paged cache hands over its runs of blocks as views
         segments = cache.update_and_segments(k, v)
-        if mask != "causal":  # one token: decode attention reads float and quantized runs alike
-            attended = attend(q, segments, attn.scale, mask)
-        else:  # quantized runs become float a layer at a time: never the whole cache in float at once
-            quantized = isinstance(segments[0][0], tuple)
-            attended = segmented_causal_attention(q, dequantized(segments, q.shape[-1]) if quantized else segments,
-                                                  attn.scale)
-    elif mask == "causal":
-        attended = segmented_causal_attention(q, [cache.update_and_fetch(k, v)], attn.scale)
-    else:  # one token (no mask) or a cache's own mask array (a sliding window)
-        k, v = cache.update_and_fetch(k, v)
-        attended = mx.fast.scaled_dot_product_attention(q, k, v, scale=attn.scale, mask=mask)
+    else:
+        segments = [cache.update_and_fetch(k, v)]
+    attended = attend(q, segments, attn.scale, mask)  # a chunk: key blocks that stay in cache (cpu_attention)
     h = h + attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))
     x = layer.post_attention_layernorm(h)
     return h + mlp.down_proj(fast_silu(mlp.gate_proj(x)) * mlp.up_proj(x))

@@ -16,8 +16,10 @@ MLX's CPU attention broadcasts a 5-D product per query head.
   padded rows with their mask too; several segments (joining them would copy the
   sequence every step) and quantized keys take the grouped products above with
   MLX's softmax.
-- The CPU: always the grouped products, with the softmax's exp from ``fast_exp``
-  (MLX's CPU exp runs one element at a time; figures in docs/device-profile.md).
+- The CPU: the grouped products, with the softmax's exp from ``fast_exp``
+  (MLX's CPU exp runs one element at a time; figures in docs/device-profile.md);
+  a causal chunk of queries (a prompt read alone or beside decoding) in blocks of
+  keys that stay in cache (``cpu_attention``), quantized runs made float first.
   Outputs agree to float32 rounding.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import itertools
 import mlx.core as mx
 
+from mlxcore.cpu_attention import SCORES_PER_BLOCK, segmented_causal_attention
 from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_exp_below
 from mlxcore.kv.protocol import Mask, Segment
@@ -51,6 +54,9 @@ def attend_parts(q: mx.array, segments: list[Segment], scale: float, mask: Mask 
     out: (B, kv_heads, rep * L, dim) unnormalised, total: (B, kv_heads, rep * L, 1); or (attention, None)."""
     profile = current()
     quantized = isinstance(segments[0][0], tuple)
+    if profile.fast_exp and isinstance(mask, str) and _scores_outgrow_cache(q, segments):  # a long prompt chunk
+        return segmented_causal_attention(q, dequantized(segments, q.shape[-1]) if quantized else segments,
+                                          scale), None
     if (profile.fused_attention and len(segments) == 1 and not quantized) or not _grouped_mask_ok(mask):
         keys, values = _joined(dequantized(segments, q.shape[-1]) if quantized else segments)
         return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask), None
@@ -90,7 +96,7 @@ def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, fast: boo
     """Grouped-query softmax attention over ``segments``; ``mask`` maps float32 scores to masked scores."""
     batch, heads, n, dim = q.shape
     keys = segments[0][0]
-    kv_heads = (keys[0] if isinstance(keys, tuple) else keys).shape[1]
+    kv_heads = _keys_of(keys).shape[1]
     rows = (q if scale == 1.0 else q * scale).reshape(batch, kv_heads, heads // kv_heads * n, dim)  # head h: kv h // rep
     scores = [_scores(rows, keys) for keys, _ in segments]  # (B, kv_heads, rep * L, length) each
     scores = scores[0] if len(scores) == 1 else mx.concatenate(scores, axis=-1)
@@ -136,8 +142,12 @@ def _quantization(parts: tuple, dim: int) -> dict:
     return {"group_size": dim // scales.shape[-1], "bits": packed.shape[-1] * 32 // dim}
 
 
+def _keys_of(keys) -> mx.array:
+    return keys[0] if isinstance(keys, tuple) else keys
+
+
 def _length(keys) -> int:
-    return (keys[0] if isinstance(keys, tuple) else keys).shape[2]
+    return _keys_of(keys).shape[2]
 
 
 def _dtype(values) -> mx.Dtype:
@@ -153,6 +163,14 @@ def _joined(segments: list[Segment]) -> Segment:
     if len(segments) == 1:
         return segments[0]
     return mx.concatenate([k for k, _ in segments], axis=2), mx.concatenate([v for _, v in segments], axis=2)
+
+
+def _scores_outgrow_cache(q: mx.array, segments: list[Segment]) -> bool:
+    """Float32 queries whose scores for one kv head are more than ``cpu_attention``'s key block holds: a
+    chunk of a prompt (verification blocks and short chunks make one block, read the same either way)."""
+    kv_heads = _keys_of(segments[0][0]).shape[1]
+    rows = q.shape[1] // kv_heads * q.shape[2]
+    return q.dtype == mx.float32 and q.shape[2] > 1 and rows * sum(_length(k) for k, _ in segments) > SCORES_PER_BLOCK
 
 
 def _grouped_mask_ok(mask: Mask) -> bool:

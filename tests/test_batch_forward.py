@@ -124,3 +124,36 @@ def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved
         assert mine == alone(long)
     assert spanned > 5
     assert [out[:STEPS] for out in outs] == [alone(p)[:min(len(outs[0]), STEPS)] for p in prompts()[:3]]
+
+
+def test_a_long_chunk_beside_decoding_reads_its_prompt_as_prefill_does(profile, monkeypatch):  # noqa: F811
+    """200 prompt tokens after 700 read, through every layer in one pass beside two decoding sequences: more
+    scores than one of ``cpu_attention``'s key blocks holds, so the CPU attends in key blocks (the GPU with its
+    fused kernel). The reader then decodes as the prompt read alone by ``prefill`` does, and so does everyone."""
+    import mlxcore.decode_attention as decode_attention
+    blocked, real = [], decode_attention.segmented_causal_attention
+    monkeypatch.setattr(decode_attention, "segmented_causal_attention",
+                        lambda *args: blocked.append(args[0].shape) or real(*args))
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=512)
+    caches = []
+    for p in prompts()[:2]:
+        caches.append(make_model_cache(MODEL, "paged", pool=pool, block_size=4))
+        prefill(MODEL, caches[-1], p[:-1], 64)
+    long = [(i * 7919) % 383 + 1 for i in range(901)]
+    reader = make_model_cache(MODEL, "paged", pool=pool, block_size=4)
+    prefill(MODEL, reader, long[:700], 64)
+    blocked.clear()
+    forward = forward_for(MODEL)
+    feed = PromptFeed(forward, reader, long[700:900], at_once=True)
+    feed.stop = feed.layers
+    last = [p[-1] for p in prompts()[:2]]
+    first = mx.argmax(BatchDecoder(forward)(caches, last, mx.array(last), [feed]), axis=-1).tolist()
+    assert feed.ran() and reader.tokens == long[:900]
+    assert len(blocked) == (MODEL.args.num_hidden_layers if profile.kind == "cpu" else 0), blocked
+    assert first == [alone(p)[0] for p in prompts()[:2]]
+    token, mine = long[900], []
+    for _ in range(STEPS):
+        reader.begin([token])
+        token = int(mx.argmax(FORWARD(mx.array([[token]]), cache=reader.layers)[0, -1]).item())
+        mine.append(token)
+    assert mine == alone(long)

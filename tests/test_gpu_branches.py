@@ -93,6 +93,29 @@ def test_one_sequence_attention_agrees_across_profiles_and_with_mlx(case, fused_
         assert len(fused_calls) == fuses, f"{kind} profile, {case}"
 
 
+@pytest.mark.parametrize("cuts,packed", [([], False), ([700], False), ([700], True)])
+def test_a_long_prompt_chunk_attends_in_key_blocks_on_the_cpu_only(cuts, packed, fused_calls, monkeypatch):
+    """128 queries, the last of 1,200 keys: too many scores for one of ``cpu_attention``'s key blocks."""
+    import mlxcore.decode_attention as decode_attention
+    blocked, real = [], decode_attention.segmented_causal_attention
+    monkeypatch.setattr(decode_attention, "segmented_causal_attention",
+                        lambda *args: blocked.append(args[0].shape) or real(*args))
+    q, k, v = tensors(3, 1, 128, 1200)
+    segments = split(k, v, cuts)
+    if packed:
+        segments = quantized(segments)
+        k, v = (mx.concatenate(parts, axis=2) for parts in zip(*dequantized(segments, DIM)))
+    expected = np.array(mx.fast.scaled_dot_product_attention(q, k, v, scale=SCALE, mask="causal"))
+    for kind in device_profile.PROFILES:
+        fused_calls.clear(), blocked.clear()
+        with device_profile.forced(kind):
+            parts = attend_parts(q, segments, SCALE, "causal")
+            np.testing.assert_allclose(np.array(normalized(parts, q.shape)), expected, atol=2e-5,
+                                       err_msg=f"{kind} profile")
+        assert blocked == ([q.shape] if kind == "cpu" else []), kind
+        assert len(fused_calls) == (kind == "gpu" and not cuts), kind
+
+
 @pytest.mark.parametrize("packed", [False, True])
 def test_a_batchs_padded_rows_attend_as_each_row_alone(packed, fused_calls):
     """Rows of 40 keys of which the first 9, 23, 40 and 31 are held (the rest padding)."""

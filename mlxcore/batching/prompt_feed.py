@@ -48,8 +48,6 @@ class PromptFeed:
         self.stop = 0  # the layer this step's pass stops before
         self.h = forward.model.embed_tokens(mx.array(ids)[:, None])  # (L, 1, hidden): a row a token
         self.offsets = mx.arange(cache.offset, cache.offset + len(ids), dtype=mx.int32)
-        keys = cache.offset + len(ids)  # query i sees keys up to its own position
-        self.causal = mx.arange(keys)[None] <= mx.arange(len(ids))[:, None] + cache.offset
 
     @property
     def stale(self) -> bool:
@@ -67,7 +65,7 @@ class PromptFeed:
     def attend(self, q: mx.array, index: int) -> mx.array:
         """The chunk's queries (L, heads, 1, dim; scaled) over its tokens in layer ``index``; shaped as ``q``."""
         segments, seen = self.cache.layer_read(index)
-        out = attend(q.transpose(2, 1, 0, 3), segments, 1.0, self.causal if seen is None else seen)
+        out = attend(q.transpose(2, 1, 0, 3), segments, 1.0, "causal" if seen is None else seen)
         return out.transpose(2, 1, 0, 3)
 
     def ran(self) -> bool:
