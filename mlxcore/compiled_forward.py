@@ -26,8 +26,6 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from mlxcore.compile_support import compile_works
 from mlxcore.decode_attention import Attended, attend_parts
-from mlxcore.device_profile import current
-from mlxcore.fast_exp import fast_silu
 from mlxcore.fused_linear import fuse
 from mlxcore.kv.protocol import LayerCache, Mask
 
@@ -79,12 +77,9 @@ class _FusedLayer:
         if _dense_mlp(mlp):
             gate_up = fuse([mlp.gate_proj, mlp.up_proj])
 
-            fast = current().fast_exp  # MLX's CPU sigmoid runs one element at a time (fast_exp.py)
-
             def feed_forward(x: mx.array) -> mx.array:
                 gate, up = gate_up(x)
-                act = fast_silu(gate) * up if fast and gate.dtype == mx.float32 else swiglu(gate, up)
-                return mlp.down_proj(act)
+                return mlp.down_proj(swiglu(gate, up))
         else:  # Qwen3-MoE's sparse block: its router and experts as mlx-lm runs them
             feed_forward = mlp
 
