@@ -150,7 +150,8 @@ def _reading(running: list[StreamTrace], first: float, joined_at: float, quiet: 
     """The running streams' gaps while the prompt is read (insertion to its first token) against the same
     streams' gaps at the same tokens with nobody joining: ``reading_p99_vs_quiet`` (99th percentile / the
     quiet median), ``reading_seconds`` (what the reading added to a stream's time, the mean over streams),
-    ``no_join_worst_ratio`` (this machine's own worst quiet gap there, against the median step before)."""
+    ``no_join_worst_ratio`` (this machine's own worst quiet gap there, against the median step before). The quiet
+    run comes after the join's, not interleaved with it: where the host's speed drifts, ``reading_seconds`` does."""
     joined, alone, added = [], [], []
     for trace, control in zip(running, quiet):
         window = [k for k, (at, _) in enumerate(trace.gaps()) if joined_at < at <= first]
