@@ -35,3 +35,16 @@ def forward_for(model) -> CompiledForward:
     if key not in _forwards:
         _forwards[key] = CompiledForward(model)
     return _forwards[key]
+
+
+@pytest.fixture
+def blocked_calls(monkeypatch) -> list[tuple]:
+    """The shapes of queries attended in the CPU's key blocks (``cpu_attention``) while the test runs."""
+    import mlxcore.decode_attention as decode_attention
+    calls, real = [], decode_attention.segmented_causal_attention
+
+    def spy(q, *args):
+        calls.append(q.shape)
+        return real(q, *args)
+    monkeypatch.setattr(decode_attention, "segmented_causal_attention", spy)
+    return calls

@@ -13,7 +13,7 @@ from mlxcore.kv.budget import KVBudget
 from mlxcore.kv.geometry import model_geometry
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
 from mlxcore.prefill import prefill
-from device_profiles import forward_for, profile  # noqa: F401
+from device_profiles import blocked_calls, forward_for, profile  # noqa: F401
 from tiny_models import tiny_qwen3
 
 MODEL = tiny_qwen3(seed=21, layers=3, heads=6, kv_heads=2)
@@ -126,14 +126,11 @@ def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved
     assert [out[:STEPS] for out in outs] == [alone(p)[:min(len(outs[0]), STEPS)] for p in prompts()[:3]]
 
 
-def test_a_long_chunk_beside_decoding_reads_its_prompt_as_prefill_does(profile, monkeypatch):  # noqa: F811
+def test_a_long_chunk_beside_decoding_reads_its_prompt_as_prefill_does(profile, blocked_calls):  # noqa: F811
     """200 prompt tokens after 700 read, through every layer in one pass beside two decoding sequences: more
     scores than one of ``cpu_attention``'s key blocks holds, so the CPU attends in key blocks (the GPU with its
     fused kernel). The reader then decodes as the prompt read alone by ``prefill`` does, and so does everyone."""
-    import mlxcore.decode_attention as decode_attention
-    blocked, real = [], decode_attention.segmented_causal_attention
-    monkeypatch.setattr(decode_attention, "segmented_causal_attention",
-                        lambda *args: blocked.append(args[0].shape) or real(*args))
+    blocked = blocked_calls
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=512)
     caches = []
     for p in prompts()[:2]:

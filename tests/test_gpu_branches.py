@@ -23,6 +23,7 @@ from mlxcore.loading import load_model
 from mlxcore.params import GenerationParams, SamplingParams
 from mlxcore.sampling import KeyStream
 from mlxcore.sampling_graphs import greedy_pick, sampled_pick
+from device_profiles import blocked_calls  # noqa: F401
 from twin_fixtures import twin_06b, twins_root  # noqa: F401
 
 HEADS, KV_HEADS, DIM = 8, 2, 64
@@ -94,12 +95,9 @@ def test_one_sequence_attention_agrees_across_profiles_and_with_mlx(case, fused_
 
 
 @pytest.mark.parametrize("cuts,packed", [([], False), ([700], False), ([700], True)])
-def test_a_long_prompt_chunk_attends_in_key_blocks_on_the_cpu_only(cuts, packed, fused_calls, monkeypatch):
+def test_a_long_prompt_chunk_attends_in_key_blocks_on_the_cpu_only(cuts, packed, fused_calls, blocked_calls):
     """128 queries, the last of 1,200 keys: too many scores for one of ``cpu_attention``'s key blocks."""
-    import mlxcore.decode_attention as decode_attention
-    blocked, real = [], decode_attention.segmented_causal_attention
-    monkeypatch.setattr(decode_attention, "segmented_causal_attention",
-                        lambda *args: blocked.append(args[0].shape) or real(*args))
+    blocked = blocked_calls
     q, k, v = tensors(3, 1, 128, 1200)
     segments = split(k, v, cuts)
     if packed:
