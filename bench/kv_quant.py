@@ -59,8 +59,8 @@ def decode_vs_float_long(model_ref: str, runs: int, context: int = 3000, chunks:
     ratios = []
     for run in range(runs + 1):  # the first run warms both up
         caches = {name: engine.new_caches() for name, engine in engines.items()}
-        for cache in caches.values():
-            prefill(model, cache.target, ids[:context], current().prefill_chunk)
+        for name, cache in caches.items():
+            prefill(engines[name].target_forward, cache.target, ids[:context], current().prefill_chunk)
         streams = {name: engines[name].generate(ids, cache, GenerationParams(max_tokens=chunks * (chunk + 1)))
                    for name, cache in caches.items()}
         rates = in_turns(streams, chunks, chunk)
@@ -93,11 +93,12 @@ def prefill_peak(model_ref: str, bits: int | None, tokens: int) -> int:
     """MLX's peak memory above what the loaded model holds, prefilling ``tokens`` into a new paged cache."""
     loaded = load_model(model_ref)
     ids = _tokens(loaded.tokenizer, tokens)
+    forward = CompiledForward(loaded.model)  # before the base: its fused weights are not the prefill's
     mx.synchronize()
     base = mx.get_active_memory()
     mx.reset_peak_memory()
     cache = make_model_cache(loaded.model, "paged", kv_bits=bits)
-    prefill(loaded.model, cache, ids, current().prefill_chunk)
+    prefill(forward, cache, ids, current().prefill_chunk)
     mx.synchronize()
     return mx.get_peak_memory() - base
 
@@ -120,7 +121,7 @@ def _compare(model, bits: int, prompt: list[int], steps: int, follow: list[int] 
     forward = CompiledForward(model)
     caches = {"float": _cache(model, None), "quantized": _cache(model, bits)}
     for cache in caches.values():
-        prefill(model, cache, prompt[:-1], current().prefill_chunk)
+        prefill(forward, cache, prompt[:-1], current().prefill_chunk)
     kls, agree, token = [], 0, prompt[-1]
     for step in range(steps):
         rows = {}

@@ -58,7 +58,7 @@ def paged_decode_vs_standard(model_ref: str, runs: int, context: int, *, chunks:
     engine.eos_ids = set()  # no reply ends early
     ids = [(index * 7919) % (model.args.vocab_size - 1) + 1 for index in range(context + 1)]
     root = make_model_cache(model, "standard")
-    prefill(model, root, ids[:context], current().prefill_chunk)
+    prefill(engine.target_forward, root, ids[:context], current().prefill_chunk)
     tensors, meta = root.state_dict()
     del root
     held: list[ModelCache] = []  # forked tables' parents, alive while their child decodes

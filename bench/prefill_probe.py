@@ -26,7 +26,7 @@ def main(model_ref: str, tokens: int, repeats: int) -> None:
     for _ in range(repeats + 1):  # the first run warms up
         cache = engine.new_caches().target
         start = time.perf_counter()
-        prefill(loaded.model, cache, ids, chunk=current().prefill_chunk)
+        prefill(engine.target_forward, cache, ids, chunk=current().prefill_chunk)
         seconds.append(time.perf_counter() - start)
     print(json.dumps({"blas": mlxcore.blas.loaded_library, "seconds": seconds[1:]}))
 

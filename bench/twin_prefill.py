@@ -10,8 +10,8 @@ computes logits (mlx-lm's are left unevaluated), and both run with the same BLAS
 and every BLAS thread.
 
 The float32 twin, not the 4-bit one the users run: on a Mac both run on Metal,
-where this code path is not taken; on this CPU ``cpu_prefill`` applies to float32
-models only, and the 4-bit twin's bfloat16 attention would time MLX's bfloat16
+where this code path is not taken; on this CPU our layers' ``fast_exp`` applies to
+float32 only, and the 4-bit twin's bfloat16 attention would time MLX's bfloat16
 CPU kernels, the same on both sides.
 """
 
@@ -45,7 +45,7 @@ def twin_prefill_vs_mlx_lm(runs: int, tokens: int = 2000, twin: str = "qwen3-8b"
     def ours(count: int = tokens) -> float:
         cache = engine.new_caches().target
         start = time.perf_counter()
-        prefill(model, cache, ids[:count], chunk)
+        prefill(engine.target_forward, cache, ids[:count], chunk)
         return time.perf_counter() - start
 
     def theirs(count: int = tokens) -> float:

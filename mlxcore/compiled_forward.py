@@ -9,8 +9,11 @@ its runs of blocks as views (no copy of the sequence per step); other caches
 their one array. The logits equal the model's own to float rounding (on Metal,
 bit for bit for one segment; tests compare them).
 
-Only short inputs take this path (decode steps, speculative verification): each
-new input length compiles new kernels. Prefill chunks go through the model as is.
+Only short inputs run compiled (decode steps, speculative verification): each
+new input length compiles new kernels. Prompt chunks (``prefill.py``, any length)
+and longer inputs run the same layers uncompiled, with the device's SwiGLU (on the CPU, SiLU through
+``fast_exp``: MLX's CPU ``exp`` runs one element at a time) and attention through
+``decode_attention.attend`` (on the CPU, key blocks that stay in cache).
 ``MLXCHAT_COMPILE=0`` turns compiling off; so does a platform where compiling
 fails (``report_compile_failure`` tells the user why): the same layers then run
 uncompiled, so attention still reads segments.
@@ -25,7 +28,9 @@ from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxcore.compile_support import compile_works
-from mlxcore.decode_attention import Attended, attend_parts
+from mlxcore.decode_attention import Attended, attend, attend_parts
+from mlxcore.device_profile import current
+from mlxcore.fast_exp import fast_silu
 from mlxcore.fused_linear import fuse
 from mlxcore.kv.protocol import LayerCache, Mask
 
@@ -37,6 +42,8 @@ _LAYER_PARTS = ("input_layernorm", "post_attention_layernorm", "self_attn", "mlp
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "rope", "n_heads", "n_kv_heads", "scale")
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 SPLIT_MODEL_TYPES = ("qwen3", "qwen3_moe")
+
+
 def has_qwen3_layout(model: nn.Module) -> bool:
     """True when ``model`` is laid out like mlx-lm's dense Qwen3 (every layer's MLP fused here too)."""
     return _has_qwen3_attention(model, ("qwen3",)) and all(_dense_mlp(layer.mlp) for layer in model.model.layers)
@@ -77,11 +84,12 @@ class _FusedLayer:
         if _dense_mlp(mlp):
             gate_up = fuse([mlp.gate_proj, mlp.up_proj])
 
-            def feed_forward(x: mx.array) -> mx.array:
+            def feed_forward(x: mx.array, gated=swiglu) -> mx.array:
                 gate, up = gate_up(x)
-                return mlp.down_proj(swiglu(gate, up))
+                return mlp.down_proj(gated(gate, up))
         else:  # Qwen3-MoE's sparse block: its router and experts as mlx-lm runs them
-            feed_forward = mlp
+            def feed_forward(x: mx.array, gated=swiglu) -> mx.array:
+                return mlp(x)
 
         def before(h: mx.array, offset: mx.array) -> tuple[mx.array, mx.array, mx.array]:
             b, n, _ = h.shape
@@ -95,10 +103,10 @@ class _FusedLayer:
             q, k, v = before(h, offsets)  # h (B, 1, hidden), offsets (B,)
             return q, mx.concatenate([k, v], axis=2).transpose(2, 1, 0, 3)  # keys, values: (2, kv_heads, B, dim)
 
-        def after(h: mx.array, attended: mx.array) -> mx.array:
+        def after(h: mx.array, attended: mx.array, gated=swiglu) -> mx.array:
             b, n, _ = h.shape
             h = h + attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))
-            return h + feed_forward(layer.post_attention_layernorm(h))
+            return h + feed_forward(layer.post_attention_layernorm(h), gated)
 
         def after_parts(h: mx.array, out: mx.array, total: mx.array) -> mx.array:
             b, n, _ = h.shape  # out, total: decode_attention.attend_parts' grouped layout
@@ -107,11 +115,22 @@ class _FusedLayer:
         wrap = mx.compile if compiled else (lambda fn: fn)
         self.before, self.before_batch = wrap(before), wrap(before_batch)
         self._after, self._after_parts = wrap(after), wrap(after_parts)
+        self._before_chunk, self._after_chunk = before, lambda h, attended: after(h, attended, _device_swiglu)
 
     def after(self, h: mx.array, parts: Attended) -> mx.array:
         """The rest of the layer after attention; the attention's last division runs inside it."""
         out, total = parts
         return self._after(h, out) if total is None else self._after_parts(h, out, total)
+
+    def chunk(self, h: mx.array, offset: mx.array, mask: Mask, cache: LayerCache) -> mx.array:
+        """The layer for a prompt chunk of any length: uncompiled (no kernels built per length), attention over
+        the sequence's runs as they lie, the device's SwiGLU."""
+        q, k, v = self._before_chunk(h, offset)
+        if hasattr(cache, "update_and_segments"):
+            segments = cache.update_and_segments(k, v)
+        else:
+            segments = [cache.update_and_fetch(k, v)]
+        return self._after_chunk(h, attend(q, segments, 1.0, mask))
 
     def __call__(self, h: mx.array, offset: mx.array, mask: Mask, cache: LayerCache) -> mx.array:
         q, k, v = self.before(h, offset)
@@ -122,6 +141,11 @@ class _FusedLayer:
         else:
             segments = [cache.update_and_fetch(k, v)]
         return self.after(h, attend_parts(q, segments, 1.0, mask))  # q carries the scale
+
+
+def _device_swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    """SwiGLU for a prompt chunk: the CPU's takes SiLU through ``fast_exp`` (float32 only)."""
+    return fast_silu(gate) * up if current().fast_exp and gate.dtype == mx.float32 else swiglu(gate, up)
 
 
 class CompiledForward:
@@ -144,19 +168,26 @@ class CompiledForward:
             def head(h: mx.array) -> mx.array:
                 return inner.embed_tokens.as_linear(inner.norm(h)) if lm_head is None else lm_head(inner.norm(h))
 
-            self._head = mx.compile(head) if self.enabled else head
+            self._head, self._head_long = (mx.compile(head) if self.enabled else head), head
 
     def __call__(self, inputs: mx.array, cache: list | None = None) -> mx.array:
-        if not self.split or cache is None or inputs.shape[1] > MAX_COMPILED_TOKENS:
+        if not self.split or cache is None:
             return self.wrapped(inputs, cache=cache)
-        return self._head(self._body(inputs, cache))
+        short = inputs.shape[1] <= MAX_COMPILED_TOKENS
+        h = self.body(inputs, cache, compiled=short)
+        return self._head(h) if short else self._head_long(h)
 
-    def _body(self, inputs: mx.array, cache: list) -> mx.array:
+    def body(self, inputs: mx.array, cache: list, compiled: bool = False) -> mx.array:
+        """The layers' output for ``inputs`` (B, L), written into ``cache``: what a prompt chunk needs (no
+        logits), through ``_FusedLayer.chunk``; ``compiled``: the compiled layers (a decode step or a
+        verification block). Before the final norm here; the model's own (normed) for a model not split here."""
+        if not self.split:
+            return self.model(inputs, cache=cache)
         h = self.model.embed_tokens(inputs)
         mask = create_attention_mask(h, cache[0])
         offset = mx.array(cache[0].offset, dtype=mx.int32)  # an array: one compiled graph for every position
         for layer, layer_cache in zip(self._layers, cache):
-            h = layer(h, offset, mask, layer_cache)
+            h = layer(h, offset, mask, layer_cache) if compiled else layer.chunk(h, offset, mask, layer_cache)
         return h
 
     def warm_up(self) -> None:

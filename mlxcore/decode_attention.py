@@ -13,9 +13,10 @@ MLX's CPU attention broadcasts a 5-D product per query head.
 
 - The GPU (``device_profile``'s ``fused_attention``): one segment of float keys
   goes to ``mx.fast.scaled_dot_product_attention`` (its fused kernel), a batch's
-  padded rows with their mask too; several segments (joining them would copy the
-  sequence every step) and quantized keys take the grouped products above with
-  MLX's softmax.
+  padded rows with their mask too, and so do several segments joined when the
+  scores would outweigh the copy (a prompt chunk); a decode step over several
+  segments (joining them would copy the sequence every step) and quantized keys
+  take the grouped products above with MLX's softmax.
 - The CPU: the grouped products, with the softmax's exp from ``fast_exp``
   (MLX's CPU exp runs one element at a time; figures in docs/device-profile.md);
   a causal chunk of queries (a prompt read alone or beside decoding) in blocks of
@@ -57,7 +58,8 @@ def attend_parts(q: mx.array, segments: list[Segment], scale: float, mask: Mask 
     if profile.fast_exp and isinstance(mask, str) and _scores_outgrow_cache(q, segments):  # a long prompt chunk
         return segmented_causal_attention(q, dequantized(segments, q.shape[-1]) if quantized else segments,
                                           scale), None
-    if (profile.fused_attention and len(segments) == 1 and not quantized) or not _grouped_mask_ok(mask):
+    if (profile.fused_attention and not quantized and (len(segments) == 1 or _scores_outweigh_keys(q, segments))
+            or not _grouped_mask_ok(mask)):
         keys, values = _joined(dequantized(segments, q.shape[-1]) if quantized else segments)
         return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask), None
     return _grouped(q, segments, scale, lambda scores: _masked(scores, mask, q.shape[2]), profile.fast_exp)
@@ -171,6 +173,14 @@ def _scores_outgrow_cache(q: mx.array, segments: list[Segment]) -> bool:
     kv_heads = _keys_of(segments[0][0]).shape[1]
     rows = q.shape[1] // kv_heads * q.shape[2]
     return q.dtype == mx.float32 and q.shape[2] > 1 and rows * sum(_length(k) for k, _ in segments) > SCORES_PER_BLOCK
+
+
+def _scores_outweigh_keys(q: mx.array, segments: list[Segment]) -> bool:
+    """Whether the grouped products' scores (a float per query row and key) would outweigh the keys and values
+    themselves: then joining the runs (a copy of each once) for the fused kernel moves less memory (a prompt
+    chunk over several runs; a decode step or a verification block reads them in place)."""
+    kv_heads, dim = _keys_of(segments[0][0]).shape[1], q.shape[-1]
+    return q.shape[1] * q.shape[2] > 2 * kv_heads * dim
 
 
 def _grouped_mask_ok(mask: Mask) -> bool:

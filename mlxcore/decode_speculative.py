@@ -121,7 +121,7 @@ class SpeculativeDecoder:
         missed = ids[dcache.offset:-1]
         if len(missed) > 1:  # a whole prompt when it starts: in the device's prefill chunks
             start = decision_clock.now()
-            prefill(self.draft.wrapped, dcache, missed, current().prefill_chunk)  # evaluated: it synchronises
+            prefill(self.draft, dcache, missed, current().prefill_chunk)  # evaluated: it synchronises
             self.controller.observe_catch_up(len(missed), decision_clock.now() - start)
 
     def _propose(self, dcache, ids: list[int], k: int) -> tuple[mx.array, mx.array | None]:

@@ -13,7 +13,6 @@ from mlxcore.caches import Caches
 from mlxcore.compile_support import compile_works
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.configs import KVConfig
-from mlxcore.cpu_prefill import uses_cpu_prefill
 from mlxcore.device_profile import current
 from mlxcore.distributed.broadcast import every_rank
 from mlxcore.distributed.kv_shards import KVShards
@@ -110,7 +109,7 @@ class Engine:
         for forward in (self.target_forward, self.draft_forward):
             if forward is not None:
                 forward.warm_up()
-        if uses_cpu_prefill(self.model, []):
+        if current().fast_exp:
             warm_up_fast_exp()
         if compile_works():  # the sampler's graphs, for logits of the target's size and dtype (no forward pass)
             warm_up_sampling(mx.zeros((1, self.model.args.vocab_size), dtype=activation_dtype(self.model)))

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import partial
 
 import mlx.core as mx
-import mlx.nn as nn
 
 from mlxcore.blas import parallel_products
-from mlxcore.cpu_prefill import cpu_prefill_body, uses_cpu_prefill
+from mlxcore.compiled_forward import CompiledForward
 from mlxcore.kv.hybrid import HybridCache
 
 Progress = Callable[[int, int], None]  # (prompt tokens done, prompt tokens in all)
@@ -19,9 +17,9 @@ class StopPrefill(Exception):
     """Raised by a Progress callback to stop before the first token; the cache keeps the chunks done."""
 
 
-def settle(cache, ids: Sequence[int], model: nn.Module | None = None) -> None:
+def settle(cache, ids: Sequence[int], forward: CompiledForward | None = None) -> None:
     """Make ``cache`` hold ``ids``: even out a pass stopped between layers, trim what is ahead of them and,
-    with ``model``, feed what it lacks of them. Without, a cache behind ``ids`` stays a prefix of them
+    with ``forward``, feed what it lacks of them. Without, a cache behind ``ids`` stays a prefix of them
     (an interrupted prefill keeps the chunks every layer completed)."""
     cache.settle()  # first: a pass stopped between layers leaves layer 0 ahead of the rest
     ahead = cache.offset - len(ids)
@@ -33,26 +31,21 @@ def settle(cache, ids: Sequence[int], model: nn.Module | None = None) -> None:
     if told < cache.offset:  # a pass fed tokens whose ids were read but not told yet
         cache.known(ids[told:cache.offset])
     missing = list(ids[cache.offset:])
-    if model is not None and missing:
-        cache.begin(missing)
-        mx.eval(getattr(model, "model", model)(mx.array(missing)[None], cache=cache.layers))
+    if forward is not None and missing:
+        prefill(forward, cache, missing, len(missing))
 
 
-def prefill(model: nn.Module, cache, ids: Sequence[int], chunk: int, progress: Progress | None = None) -> None:
+def prefill(forward: CompiledForward, cache, ids: Sequence[int], chunk: int, progress: Progress | None = None) -> None:
     """Feed ``ids`` into ``cache`` in chunks of ``chunk`` tokens.
 
-    Runs the transformer body only (mlx-lm models keep it in ``model.model``), so
-    no vocabulary-sized logits are computed for tokens whose prediction nobody reads.
-    On the CPU, Qwen3 models take ``cpu_prefill_body`` (a cheaper exp; see there).
+    Runs the layers only (``CompiledForward.body``: for a long chunk uncompiled, with
+    the device's attention and SiLU), so no vocabulary-sized logits are computed for
+    tokens whose prediction nobody reads.
     ``progress`` is called with 0 done before the first chunk and after every chunk;
     it may raise ``StopPrefill`` to stop between chunks.
     """
     if not ids:
         return
-    if uses_cpu_prefill(model, cache.layers):
-        body = partial(cpu_prefill_body, model)
-    else:
-        body = getattr(model, "model", model)
     done = 0
     with parallel_products():
         if progress is not None:
@@ -60,7 +53,7 @@ def prefill(model: nn.Module, cache, ids: Sequence[int], chunk: int, progress: P
         while done < len(ids):
             piece = list(ids[done : done + chunk])
             cache.begin(piece)
-            hidden = body(mx.array(piece)[None], cache.layers)  # (1, n, hidden)
+            hidden = forward.body(mx.array(piece)[None], cache.layers)  # (1, n, hidden)
             mx.eval(hidden)  # evaluating the last layer's output materialises every layer's cache
             done += len(piece)
             if progress is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import mlx.core as mx
 import pytest
 
 from mlxcore import device_profile
@@ -47,4 +48,16 @@ def blocked_calls(monkeypatch) -> list[tuple]:
         calls.append(q.shape)
         return real(q, *args)
     monkeypatch.setattr(decode_attention, "segmented_causal_attention", spy)
+    return calls
+
+
+@pytest.fixture
+def fused_calls(monkeypatch) -> list[tuple]:
+    """The shapes of queries given to MLX's fused attention while the test runs."""
+    calls, fused = [], mx.fast.scaled_dot_product_attention
+
+    def spy(q, *args, **kwargs):
+        calls.append(q.shape)
+        return fused(q, *args, **kwargs)
+    monkeypatch.setattr(mx.fast, "scaled_dot_product_attention", spy)
     return calls

@@ -37,7 +37,7 @@ def alone(prompt: list[int], kv_bits: int | None = None) -> list[int]:
     model = MODEL if kv_bits is None else QUANTIZABLE
     forward = forward_for(model)  # traced under the profile in force
     cache = make_model_cache(model, "paged", block_size=4, kv_bits=kv_bits)
-    prefill(model, cache, prompt[:-1], 64)
+    prefill(forward, cache, prompt[:-1], 64)
     token, out = prompt[-1], []
     for _ in range(STEPS):
         cache.begin([token])
@@ -59,7 +59,7 @@ def test_each_sequence_of_a_batch_decodes_as_it_would_alone(path, kv_bits, profi
     caches = []
     for p in prompts()[:5]:
         cache = make_model_cache(model, "paged", pool=pool, block_size=4)
-        prefill(model, cache, p[:-1], 64)
+        prefill(forward, cache, p[:-1], 64)
         caches.append(cache)
     caches.append(caches[4].fork())  # the sixth shares the fifth's prompt
     decoder, last = BatchDecoder(forward), [p[-1] for p in prompts()[:5]] + [prompts()[4][-1]]
@@ -91,7 +91,7 @@ def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved
     caches = []
     for p in prompts()[:3]:
         caches.append(make_model_cache(MODEL, "paged", pool=pool, block_size=4))
-        prefill(MODEL, caches[-1], p[:-1], 64)
+        prefill(forward_for(MODEL), caches[-1], p[:-1], 64)
     longs = prompts()[5:3:-1][:readers]
     reading = [make_model_cache(MODEL, "paged", pool=pool, block_size=4) for _ in longs]
     forward = forward_for(MODEL)
@@ -135,10 +135,10 @@ def test_a_long_chunk_beside_decoding_reads_its_prompt_as_prefill_does(profile, 
     caches = []
     for p in prompts()[:2]:
         caches.append(make_model_cache(MODEL, "paged", pool=pool, block_size=4))
-        prefill(MODEL, caches[-1], p[:-1], 64)
+        prefill(forward_for(MODEL), caches[-1], p[:-1], 64)
     long = [(i * 7919) % 383 + 1 for i in range(901)]
     reader = make_model_cache(MODEL, "paged", pool=pool, block_size=4)
-    prefill(MODEL, reader, long[:700], 64)
+    prefill(forward_for(MODEL), reader, long[:700], 64)
     blocked.clear()
     forward = forward_for(MODEL)
     feed = PromptFeed(forward, reader, long[700:900], at_once=True)

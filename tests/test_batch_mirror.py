@@ -42,7 +42,7 @@ def step(decoder: BatchDecoder, caches: list, tokens: list[int]) -> None:
 
 def new_cache(pool, stream: int, length: int):
     cache = make_model_cache(MODEL, "paged", pool=pool, block_size=4)
-    prefill(MODEL, cache, prompt(stream, length), 64)
+    prefill(forward_for(MODEL), cache, prompt(stream, length), 64)
     return cache
 
 
@@ -59,7 +59,7 @@ def test_rows_follow_joins_leaves_reorders_and_outside_changes(monkeypatch, alon
     step(decoder, [a, b], [8, 9])  # fewer sequences than the mirror has rows, in its first rows
     a.trim(3)  # a rewind outside the batch, then new tokens at the same positions
     step(decoder, [c, a], [11, 12])  # b left; order changed
-    prefill(MODEL, b, prompt(9, 5), 64)  # b read more tokens on its own
+    prefill(forward_for(MODEL), b, prompt(9, 5), 64)  # b read more tokens on its own
     d = b.fork()  # a new cache sharing b's blocks
     step(decoder, [b, d, a, c], [13, 14, 15, 16])
     c.release()

@@ -34,7 +34,7 @@ def test_prefill_uses_every_thread_and_decode_one():
     caches = engine.new_caches()
     during: list[int] = []
     assert blas.blas_threads() == 1
-    prefill(model, caches.target, list(range(40)), chunk=16, progress=lambda done, total: during.append(
+    prefill(engine.target_forward, caches.target, list(range(40)), chunk=16, progress=lambda done, total: during.append(
         blas.blas_threads()))
     assert during == [blas._threads[2]] * 4  # at the start, then after each of three chunks: every thread
     assert blas.blas_threads() == 1

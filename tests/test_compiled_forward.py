@@ -73,15 +73,26 @@ def test_embedded_models_equal(name):
     _feed_both(load_model(name).model, "paged", SCHEDULE * 2)
 
 
-def test_long_inputs_take_the_models_own_path():
+@pytest.mark.parametrize("kind", ["standard", "paged"])
+def test_long_inputs_run_the_same_layers_uncompiled(kind, monkeypatch):
+    """A prompt chunk longer than the compiled lengths builds no kernels for its length: the layers run
+    uncompiled (the model's own forward is not called either), with the model's logits."""
     model = tiny_qwen3(seed=3)
-    calls = []
     forward = CompiledForward(model)
-    forward.wrapped = lambda inputs, cache=None: calls.append(inputs.shape) or model(inputs, cache=cache)
-    cache = make_model_cache(model, "standard")
-    forward(mx.zeros((1, MAX_COMPILED_TOKENS + 1), dtype=mx.int32), cache=cache.layers)
-    forward(mx.zeros((1, 1), dtype=mx.int32), cache=cache.layers)
-    assert calls == [(1, MAX_COMPILED_TOKENS + 1)]
+    monkeypatch.setattr(forward, "wrapped", None)  # calling the model's own forward would fail
+    compiled = []
+    for layer in forward._layers:
+        monkeypatch.setattr(layer, "before", lambda *args, real=layer.before: compiled.append(1) or real(*args))
+    ids = np.random.default_rng(3).integers(0, model.args.vocab_size, (1, MAX_COMPILED_TOKENS + 30)).tolist()
+    ours, theirs = make_model_cache(model, kind), make_model_cache(model, kind)
+    for cache in (ours, theirs):
+        cache.begin(ids[0])
+    got = forward(mx.array(ids), cache=ours.layers)
+    np.testing.assert_allclose(np.array(got), np.array(model(mx.array(ids), cache=theirs.layers)), atol=ATOL)
+    assert not compiled
+    ours.begin([5])
+    forward(mx.array([[5]]), cache=ours.layers)
+    assert len(compiled) == len(forward._layers)
 
 
 def test_other_architectures_are_left_alone(monkeypatch):

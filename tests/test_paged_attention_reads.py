@@ -17,10 +17,9 @@ import pytest
 
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.device_profile import current
-from mlxcore.cpu_prefill import cpu_prefill_body
 from mlxcore.kv.model_cache import ModelCache, make_block_pool, make_model_cache
 from mlxcore.kv.slab_storage import Gather
-from device_profiles import tuned
+from device_profiles import blocked_calls, forward_for, fused_calls, profile, tuned  # noqa: F401
 from tiny_models import tiny_qwen3
 
 MODEL = tiny_qwen3(seed=3)
@@ -175,15 +174,20 @@ def test_a_table_across_slabs_is_read_as_a_view_a_run():
     np.testing.assert_array_equal(np.array(keys), np.array(standard.layers[0].state[0][:, :, :standard.offset]))
 
 
-def test_cpu_prefill_over_a_forked_table_across_slabs():
-    """Prefill chunks attend over the runs too (``cpu_attention``): key blocks cut at run boundaries."""
+def test_a_prompt_chunk_over_a_forked_table_across_slabs(profile, blocked_calls, fused_calls):  # noqa: F811
+    """A prompt chunk attends over the runs too: on the CPU in key blocks cut at run boundaries
+    (``cpu_attention``), on the GPU through the fused kernel, the runs joined."""
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
     paged_cache, standard = pair(ids(50, 7), pool=pool, block_size=4)
     child, child_standard = paged_cache.fork(), standard.fork()
-    chunk = ids(45, 8)
+    chunk = ids(400, 8)  # 800 query rows a kv head over 450 keys: more scores than one key block holds
     child.begin(chunk)
     child_standard.begin(chunk)
-    ours = cpu_prefill_body(MODEL, mx.array([chunk]), child.layers)
+    blocked_calls.clear(), fused_calls.clear()
+    ours = MODEL.model.norm(forward_for(MODEL).body(mx.array([chunk]), child.layers))
+    mx.eval(ours)
+    layers = len(MODEL.model.layers)
+    assert (len(blocked_calls), len(fused_calls)) == ((layers, 0) if profile.kind == "cpu" else (0, layers))
     theirs = MODEL.model(mx.array([chunk]), cache=child_standard.layers)
     np.testing.assert_allclose(np.array(ours), np.array(theirs), atol=ATOL)
     assert runs(child) > 2

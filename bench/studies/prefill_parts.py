@@ -3,12 +3,13 @@
 Usage: .venv/bin/python bench/studies/prefill_parts.py
 Times the pieces of one layer on arrays of the embedded target's shapes (best of five), MLX's
 exp-based functions beside mlxchat's (``mlxcore/fast_exp.py``), then the whole prefill through
-mlx-lm's model and through ``mlxcore/cpu_prefill.py``, so the share of exp can be read off.
+mlx-lm's model and through ``mlxcore.prefill`` (``CompiledForward.body``), so the share of exp can be read off.
 """
 
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import mlxcore  # noqa: F401  (loads OpenBLAS before MLX)
 import mlx.core as mx
@@ -53,16 +54,15 @@ def main() -> None:
         print(f"{name:42s} {best_ms(fn):7.2f} ms per layer")
     engine = Engine(loaded.model, loaded.tokenizer, kv=KVConfig(kind="standard"))
     ids = [(i * 7919) % a.vocab_size for i in range(TOKENS)]
-    uses_cpu_prefill = mlxcore.prefill.uses_cpu_prefill
-    for name, fast in (("mlx-lm's model", False), ("cpu_prefill", True)):
-        mlxcore.prefill.uses_cpu_prefill = uses_cpu_prefill if fast else (lambda model, layers: False)
+    theirs = SimpleNamespace(body=lambda inputs, cache: loaded.model.model(inputs, cache=cache))
+    for name, forward in (("mlx-lm's model", theirs), ("mlxchat's layers", engine.target_forward)):
         seconds = []
         for _ in range(6):
             cache = engine.new_caches().target
             start = time.perf_counter()
-            mlxcore.prefill.prefill(loaded.model, cache, ids, chunk=128)
+            mlxcore.prefill.prefill(forward, cache, ids, chunk=128)
             seconds.append(time.perf_counter() - start)
-        print(f"whole prefill, {TOKENS} tokens, {name:14s} {min(seconds[1:]) * 1e3:11.1f} ms")
+        print(f"whole prefill, {TOKENS} tokens, {name:16s} {min(seconds[1:]) * 1e3:11.1f} ms")
 
 if __name__ == "__main__":
     main()

@@ -342,7 +342,7 @@ class BatchRunner:
                 for n, part in enumerate([ids[:split], ids[split:]] if split else [ids]):
                     if n:  # where the prompt's last turn opens
                         seq.caches.target.snapshot()
-                    prefill(self.engine.model, seq.caches.target, part, self.engine.prefill_chunk(seq.params))
+                    prefill(self.engine.target_forward, seq.caches.target, part, self.engine.prefill_chunk(seq.params))
                     seq.cached += len(part)
                     seq.computed_prompt += len(part)
         except PoolExhaustedError as error:

@@ -1,4 +1,5 @@
-"""The CPU prefill forward (cheaper exp) against mlx-lm's own model on mlx-lm's caches."""
+"""Prompt chunks through ``CompiledForward.body`` (the one prefill path) against mlx-lm's own model on its caches,
+under the CPU's branches (key-block attention, SiLU through fast_exp) and the GPU's (fused attention)."""
 
 import mlxcore  # noqa: F401
 import mlx.core as mx
@@ -7,37 +8,42 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxcore.cpu_attention import MIN_KEYS_PER_BLOCK, QUERIES_PER_PASS, SCORES_PER_BLOCK
-from mlxcore.cpu_prefill import cpu_prefill_body, uses_cpu_prefill
 from mlxcore.kv.model_cache import make_model_cache
 from mlxcore.loading import load_model
 from mlxcore.prefill import prefill
+from device_profiles import forward_for, profile  # noqa: F401
 from tiny_models import tiny_qwen3
 
 
-def chunked(body, model, ids, chunk, cache):
+def chunked(body, ids, chunk, cache):
     """Final hidden states of every chunk, fed in order through ``body`` into ``cache``."""
     outputs = []
     for start in range(0, len(ids), chunk):
-        outputs.append(body(model, mx.array(ids[start:start + chunk])[None], cache))
+        outputs.append(body(mx.array(ids[start:start + chunk])[None], cache))
         mx.eval(outputs[-1])
     return outputs
 
 
-def mlx_lm_body(model, inputs, cache):
-    return model.model(inputs, cache=cache)
+def ours_body(model):
+    """``CompiledForward.body`` (traced under the profile in force) and the final norm mlx-lm's body ends with."""
+    forward = forward_for(model)
+    return lambda inputs, cache: model.model.norm(forward.body(inputs, cache))
+
+
+def mlx_lm_body(model):
+    return lambda inputs, cache: model.model(inputs, cache=cache)
 
 
 @pytest.mark.parametrize("heads,kv_heads,chunk,max_kv", [(4, 2, 48, None), (4, 4, 200, None), (6, 2, 1, None),
                                                          (4, 2, 32, 64)])
-def test_hidden_states_and_caches_match_mlx_lm(heads, kv_heads, chunk, max_kv):
-    """Grouped and plain heads, one chunk or several (queries after a prefix), one token at a time,
-    and mlx-lm's rotating cache (its window mask takes the model's own attention)."""
+def test_hidden_states_and_caches_match_mlx_lm(heads, kv_heads, chunk, max_kv, profile):  # noqa: F811
+    """Grouped and plain heads, one chunk or several (queries after a prefix), one token at a time (the
+    compiled layers), and mlx-lm's rotating cache (its window mask)."""
     model = tiny_qwen3(seed=5, layers=3, heads=heads, kv_heads=kv_heads)
     ids = np.random.default_rng(1).integers(0, model.args.vocab_size, 150).tolist()
     ours_cache, ref_cache = make_prompt_cache(model, max_kv), make_prompt_cache(model, max_kv)
-    assert uses_cpu_prefill(model, ours_cache)
-    ours = chunked(cpu_prefill_body, model, ids, chunk, ours_cache)
-    reference = chunked(mlx_lm_body, model, ids, chunk, ref_cache)
+    ours = chunked(ours_body(model), ids, chunk, ours_cache)
+    reference = chunked(mlx_lm_body(model), ids, chunk, ref_cache)
     for i, (a, b) in enumerate(zip(ours, reference)):
         np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-5, atol=1e-5, err_msg=f"chunk {i} differs")
     assert_same_caches(ours_cache, ref_cache)
@@ -62,31 +68,33 @@ def assert_same_caches(ours, reference):
 
 
 @pytest.mark.parametrize("chunk", [QUERIES_PER_PASS, 2 * QUERIES_PER_PASS + 44])  # the default; passes
-def test_wide_heads_at_long_context_match_mlx_lm(chunk):
+def test_wide_heads_at_long_context_match_mlx_lm(chunk, profile):  # noqa: F811
     model = tiny_qwen3(seed=3, **WIDE)
     ids = np.random.default_rng(2).integers(0, model.args.vocab_size, WIDE_PROMPT).tolist()
     ours_cache, ref_cache = make_prompt_cache(model), make_prompt_cache(model)
-    ours = chunked(cpu_prefill_body, model, ids, chunk, ours_cache)
-    reference = chunked(mlx_lm_body, model, ids, chunk, ref_cache)
+    ours = chunked(ours_body(model), ids, chunk, ours_cache)
+    reference = chunked(mlx_lm_body(model), ids, chunk, ref_cache)
     for i, (a, b) in enumerate(zip(ours, reference)):
         np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-5, atol=1e-5, err_msg=f"chunk {i} differs")
     assert_same_caches(ours_cache, ref_cache)
 
 
-def test_wide_heads_prefill_into_the_paged_cache_matches_mlx_lm():
+def test_wide_heads_prefill_into_the_paged_cache_matches_mlx_lm(profile):  # noqa: F811
     """The Engine's path: ``prefill`` into the default paged cache, against mlx-lm's forward into its KVCache."""
     model = tiny_qwen3(seed=4, **WIDE)
     ids = np.random.default_rng(3).integers(0, model.args.vocab_size, WIDE_KEYS + 100).tolist()  # 2 key blocks
     ours = make_model_cache(model, "paged")
-    assert uses_cpu_prefill(model, ours.layers)
-    prefill(model, ours, ids, chunk=QUERIES_PER_PASS)
+    prefill(forward_for(model), ours, ids, chunk=QUERIES_PER_PASS)
     reference = make_prompt_cache(model)
-    chunked(mlx_lm_body, model, ids, QUERIES_PER_PASS, reference)
+    chunked(mlx_lm_body(model), ids, QUERIES_PER_PASS, reference)
     assert_same_caches(ours.layers, reference)
 
 
-def test_applies_to_the_float32_target_only():
-    target = load_model("mini-target").model
-    assert uses_cpu_prefill(target, make_prompt_cache(target))
-    quantized = load_model("mini-target-4bit").model  # its exp-heavy steps are not the float32 ones
-    assert not uses_cpu_prefill(quantized, make_prompt_cache(quantized))
+def test_the_4bit_target_reads_a_prompt_as_mlx_lm(profile):  # noqa: F811
+    """Quantized weights take the same layers (MLX's SiLU: fast_exp is for float32 activations only)."""
+    model = load_model("mini-target-4bit").model
+    ids = np.random.default_rng(4).integers(0, model.args.vocab_size, 300).tolist()
+    ours, reference = make_model_cache(model, "paged"), make_prompt_cache(model)
+    prefill(forward_for(model), ours, ids, chunk=128)
+    chunked(mlx_lm_body(model), ids, 128, reference)
+    assert_same_caches(ours.layers, reference)
