@@ -44,11 +44,6 @@ _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 SPLIT_MODEL_TYPES = ("qwen3", "qwen3_moe")
 
 
-def has_qwen3_layout(model: nn.Module) -> bool:
-    """True when ``model`` is laid out like mlx-lm's dense Qwen3 (every layer's MLP fused here too)."""
-    return _has_qwen3_attention(model, ("qwen3",)) and all(_dense_mlp(layer.mlp) for layer in model.model.layers)
-
-
 def has_split_layers(model: nn.Module) -> bool:
     """True when this module can run ``model``'s layers split around attention: dense Qwen3, or Qwen3-MoE
     (Qwen3's attention; its expert MLP is called as mlx-lm has it)."""
@@ -75,7 +70,8 @@ class _FusedLayer:
 
     The queries come out already multiplied by the attention scale (one multiply fewer per layer).
     ``before_batch`` is ``before`` for a batch of one new token per sequence, with the keys and
-    values stacked as the block pool's scatter takes them (``batching/batch_forward.py``).
+    values stacked as the block pool's scatter takes them (``batching/batch_forward.py``). ``chunk`` is the
+    whole layer for a prompt chunk read alone (``prefill.py``), never compiled.
     """
 
     def __init__(self, layer: nn.Module, compiled: bool) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mlxcore.compile_support import compile_works
-from mlxcore.compiled_forward import MAX_COMPILED_TOKENS, CompiledForward, has_qwen3_layout
+from mlxcore.compiled_forward import MAX_COMPILED_TOKENS, CompiledForward, has_split_layers
 from mlxcore.kv.model_cache import make_model_cache
 from mlxcore.loading import load_model
 from tests.tiny_models import tiny_qwen3, tiny_qwen3_moe
@@ -60,7 +60,7 @@ def test_tiny_qwen3_logits_and_caches_equal(kind):
 def test_tiny_qwen3_moe_logits_and_caches_equal(kind):
     """Qwen3-MoE runs split too (its expert block as mlx-lm has it), so the scheduler can batch it."""
     model = tiny_qwen3_moe(seed=9)
-    assert CompiledForward(model).split and not has_qwen3_layout(model)  # prefill stays the model's own
+    assert CompiledForward(model).split
     _feed_both(model, kind, SCHEDULE * 2, trims=True)
 
 
@@ -98,7 +98,7 @@ def test_long_inputs_run_the_same_layers_uncompiled(kind, monkeypatch):
 def test_other_architectures_are_left_alone(monkeypatch):
     model = tiny_qwen3(seed=4)
     monkeypatch.setattr(model.args, "model_type", "llama")
-    assert not has_qwen3_layout(model)
+    assert not has_split_layers(model)
     assert not CompiledForward(model).enabled
 
 

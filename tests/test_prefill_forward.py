@@ -12,7 +12,7 @@ from mlxcore.kv.model_cache import make_model_cache
 from mlxcore.loading import load_model
 from mlxcore.prefill import prefill
 from device_profiles import forward_for, profile  # noqa: F401
-from tiny_models import tiny_qwen3
+from tiny_models import tiny_qwen3, tiny_qwen3_moe
 
 
 def chunked(body, ids, chunk, cache):
@@ -97,4 +97,14 @@ def test_the_4bit_target_reads_a_prompt_as_mlx_lm(profile):  # noqa: F811
     ours, reference = make_model_cache(model, "paged"), make_prompt_cache(model)
     prefill(forward_for(model), ours, ids, chunk=128)
     chunked(mlx_lm_body(model), ids, 128, reference)
+    assert_same_caches(ours.layers, reference)
+
+
+def test_a_qwen3_moe_model_reads_a_prompt_as_mlx_lm(profile):  # noqa: F811
+    """Qwen3-MoE's layers run split too: its expert block as mlx-lm calls it, around our attention."""
+    model = tiny_qwen3_moe(seed=6)
+    ids = np.random.default_rng(5).integers(0, model.args.vocab_size, 130).tolist()
+    ours, reference = make_model_cache(model, "paged"), make_prompt_cache(model)
+    prefill(forward_for(model), ours, ids, chunk=48)
+    chunked(mlx_lm_body(model), ids, 48, reference)
     assert_same_caches(ours.layers, reference)
