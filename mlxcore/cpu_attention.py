@@ -1,7 +1,7 @@
 """Causal attention for CPU prefill: blocks of keys whose scores stay in the CPU's cache.
 
 MLX's CPU attention makes the whole (heads, queries, keys) score matrix and
-runs softmax over it with MLX's exp (one element at a time, ~20 ns each on x86).
+runs softmax over it with MLX's exp (one element at a time on x86; docs/decisions.md).
 Here each kv head's queries (its grouped query heads x the chunk's rows) meet
 the keys a block at a time: a block's scores, one MiB at most, stay in cache
 through softmax's passes, each key and value is read once per chunk, and the

@@ -1,7 +1,8 @@
 """``exp`` built from multiplies and adds, for prefill on MLX's x86 CPU backend.
 
-There MLX computes ``exp`` and ``sigmoid`` one element at a time, ~15-20 ns
-each, while a multiply or an add over the same array costs ~0.3 ns an element.
+There MLX computes ``exp`` and ``sigmoid`` one element at a time, many times
+the cost of a multiply or an add over the same array (docs/decisions.md,
+"Prefill on the CPU: fast_exp", has the figures).
 Attention's softmax and SwiGLU's SiLU make those two functions most of a
 prefill once OpenBLAS does the matrix products (``bench/studies/prefill_parts.py``).
 Range reduction plus a Taylor polynomial gets the same values (relative error
