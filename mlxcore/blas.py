@@ -1,8 +1,9 @@
 """Point MLX's Linux CPU backend at an optimized BLAS when the system has one.
 
 MLX's Linux wheel links against a bundled reference BLAS, many times slower
-for float32 matmuls (``blas_speedup`` in docs/benchmarks.md). Loading OpenBLAS with RTLD_GLOBAL *before* ``mlx.core`` is
-first imported makes the dynamic linker resolve MLX's BLAS symbols to it.
+for float32 matmuls (``blas_speedup`` in docs/benchmarks.md). Loading OpenBLAS
+with RTLD_GLOBAL *before* ``mlx.core`` is first imported makes the dynamic
+linker resolve MLX's BLAS symbols to it.
 Set ``MLXCHAT_BLAS=reference`` to keep the bundled one (the bench does, to
 measure the difference).
 

@@ -11,9 +11,10 @@ bit for bit for one segment; tests compare them).
 
 Only short inputs run compiled (decode steps, speculative verification): each
 new input length compiles new kernels. Prompt chunks (``prefill.py``, any length)
-and longer inputs run the same layers uncompiled, with the device's SwiGLU (on the CPU, SiLU through
-``fast_exp``: MLX's CPU ``exp`` runs one element at a time) and attention through
-``decode_attention.attend`` (on the CPU, key blocks that stay in cache).
+and longer inputs run the same layers uncompiled, with the device's SwiGLU (on
+the CPU, SiLU through ``fast_exp``: MLX's CPU ``exp`` runs one element at a time)
+and attention through ``decode_attention.attend`` (on the CPU, key blocks that
+stay in cache).
 ``MLXCHAT_COMPILE=0`` turns compiling off; so does a platform where compiling
 fails (``report_compile_failure`` tells the user why): the same layers then run
 uncompiled, so attention still reads segments.
@@ -32,7 +33,7 @@ from mlxcore.decode_attention import Attended, attend, attend_parts
 from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_silu
 from mlxcore.fused_linear import fuse
-from mlxcore.kv.protocol import LayerCache, Mask
+from mlxcore.kv.protocol import LayerCache, Mask, Segment
 
 MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer inputs run uncompiled
 # Lengths whose kernels a warm-up builds: one decode step, and one verification block, whose kernels
@@ -83,7 +84,7 @@ class _FusedLayer:
             def feed_forward(x: mx.array, gated=swiglu) -> mx.array:
                 gate, up = gate_up(x)
                 return mlp.down_proj(gated(gate, up))
-        else:  # Qwen3-MoE's sparse block: its router and experts as mlx-lm runs them
+        else:  # Qwen3-MoE's sparse block: its router and experts as mlx-lm runs them (its own SwiGLU)
             def feed_forward(x: mx.array, gated=swiglu) -> mx.array:
                 return mlp(x)
 
@@ -122,21 +123,23 @@ class _FusedLayer:
         """The layer for a prompt chunk of any length: uncompiled (no kernels built per length), attention over
         the sequence's runs as they lie, the device's SwiGLU."""
         q, k, v = self._before_chunk(h, offset)
-        if hasattr(cache, "update_and_segments"):
-            segments = cache.update_and_segments(k, v)
-        else:
-            segments = [cache.update_and_fetch(k, v)]
-        return self._after_chunk(h, attend(q, segments, 1.0, mask))
+        return self._after_chunk(h, attend(q, _updated(cache, k, v), 1.0, mask))
 
     def __call__(self, h: mx.array, offset: mx.array, mask: Mask, cache: LayerCache) -> mx.array:
         q, k, v = self.before(h, offset)
         if hasattr(cache, "update_and_read"):  # a paged cache: views of its runs (or one span) and their mask
             segments, mask = cache.update_and_read(k, v, mask)
-        elif hasattr(cache, "update_and_segments"):
-            segments = cache.update_and_segments(k, v)
         else:
-            segments = [cache.update_and_fetch(k, v)]
+            segments = _updated(cache, k, v)
         return self.after(h, attend_parts(q, segments, 1.0, mask))  # q carries the scale
+
+
+def _updated(cache: LayerCache, keys: mx.array, values: mx.array) -> list[Segment]:
+    """Write ``keys`` and ``values`` into ``cache``; the sequence's segments: a paged cache's runs of blocks as
+    views, another cache's one array."""
+    if hasattr(cache, "update_and_segments"):
+        return cache.update_and_segments(keys, values)
+    return [cache.update_and_fetch(keys, values)]
 
 
 def _device_swiglu(gate: mx.array, up: mx.array) -> mx.array:

@@ -38,9 +38,9 @@ def settle(cache, ids: Sequence[int], forward: CompiledForward | None = None) ->
 def prefill(forward: CompiledForward, cache, ids: Sequence[int], chunk: int, progress: Progress | None = None) -> None:
     """Feed ``ids`` into ``cache`` in chunks of ``chunk`` tokens.
 
-    Runs the layers only (``CompiledForward.body``: for a long chunk uncompiled, with
-    the device's attention and SiLU), so no vocabulary-sized logits are computed for
-    tokens whose prediction nobody reads.
+    Runs the layers only (``CompiledForward.body``: uncompiled, with the device's
+    attention and SiLU), so no vocabulary-sized logits are computed for tokens whose
+    prediction nobody reads.
     ``progress`` is called with 0 done before the first chunk and after every chunk;
     it may raise ``StopPrefill`` to stop between chunks.
     """

@@ -1,6 +1,7 @@
 """A 2,048-token prompt read with nothing else running, two ways: ``prefill()`` (``CompiledForward.body``,
 every layer for one chunk before the next) and the batch pass (``BatchDecoder`` with the prompt's chunks as
-its only rows, through every layer, as a chunk rides beside decoding rows). Seconds for each, three rounds alternated, for each chunk length given.
+its only rows, through every layer, as a chunk rides beside decoding rows). Seconds for each, three rounds
+alternated, for each chunk length given.
 
 Run from the project's root: ``.venv/bin/python bench/studies/chunk_read.py [--model REF] [CHUNK ...]``
 (default: the embedded target, chunks of 128 and 512).
