@@ -71,8 +71,10 @@ class _FusedLayer:
 
     The queries come out already multiplied by the attention scale (one multiply fewer per layer).
     ``before_batch`` is ``before`` for a batch of one new token per sequence, with the keys and
-    values stacked as the block pool's scatter takes them (``batching/batch_forward.py``). ``chunk`` is the
-    whole layer for a prompt chunk read alone (``prefill.py``), never compiled.
+    values stacked as the block pool's scatter takes them (``batching/batch_forward.py``); ``before_rows`` and
+    ``after_rows`` are its halves for prompt rows with no decode row beside them, never compiled (a prompt's
+    chunk lengths vary). ``chunk`` is the whole layer for a prompt chunk on a cache of one sequence
+    (``prefill.py``), never compiled.
     """
 
     def __init__(self, layer: nn.Module, compiled: bool) -> None:
@@ -113,11 +115,16 @@ class _FusedLayer:
         self.before, self.before_batch = wrap(before), wrap(before_batch)
         self._after, self._after_parts = wrap(after), wrap(after_parts)
         self._before_chunk, self._after_chunk = before, lambda h, attended: after(h, attended, _device_swiglu)
+        self.before_rows = before_batch  # prompt rows alone in a batched pass: uncompiled, as ``chunk``
 
     def after(self, h: mx.array, parts: Attended) -> mx.array:
         """The rest of the layer after attention; the attention's last division runs inside it."""
         out, total = parts
         return self._after(h, out) if total is None else self._after_parts(h, out, total)
+
+    def after_rows(self, h: mx.array, attended: mx.array) -> mx.array:
+        """``after`` for prompt rows alone in a batched pass (``before_rows``): uncompiled, the device's SwiGLU."""
+        return self._after_chunk(h, attended)
 
     def chunk(self, h: mx.array, offset: mx.array, mask: Mask, cache: LayerCache) -> mx.array:
         """The layer for a prompt chunk of any length: uncompiled (no kernels built per length), attention over

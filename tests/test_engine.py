@@ -12,6 +12,7 @@ from mlxcore.errors import PromptError
 from mlxcore.events import FinalEvent, TokenEvent
 from mlxcore.params import GenerationParams
 from tiny_models import tiny_qwen3
+from device_profiles import profile  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,30 @@ def test_greedy_tokens_and_cache_equal_mlx_lm(model, length, n, chunk):
     tokens, cache, _ = our_tokens(engine, prompt, n, prefill_chunk=chunk)
     assert tokens == ref_tokens
     assert cache.offset == len(prompt) + n == ref_cache[0].offset
+    assert cache.tokens == prompt + tokens
+    for i, (ours, ref) in enumerate(zip(cache.target.layers, ref_cache)):
+        for name, a, b in zip(("keys", "values"), ours.state, ref.state):
+            np.testing.assert_allclose(np.array(a[..., : cache.offset, :]), np.array(b[..., : cache.offset, :]),
+                                       atol=1e-5, err_msg=f"layer {i} {name} differ")
+
+
+@pytest.mark.parametrize("length,chunk", [(100, 16), (300, 128)])
+def test_a_paged_prompt_read_alone_rides_the_batched_pass(model, profile, length, chunk, monkeypatch):
+    """With nothing else decoding, a prompt on the paged pool is read as rows of the batched pass, alone,
+    one prefill chunk a pass, uncompiled (no kernels built per chunk length), not by ``prefill()``: the
+    same driver as a prompt joining running replies. Tokens and cache contents are mlx-lm's."""
+    import mlxcore.batching.runner as runner
+    monkeypatch.setattr(runner, "prefill", lambda *args: pytest.fail("prefill() read a paged prompt"))
+    engine = Engine(model, None, kv=KVConfig(kind="paged"))
+    layer, rows, compiled = engine.target_forward._layers[0], [], []
+    monkeypatch.setattr(layer, "before_rows", lambda h, at, real=layer.before_rows: rows.append(h.shape[0]) or real(h, at))
+    monkeypatch.setattr(layer, "before_batch", lambda *args, real=layer.before_batch: compiled.append(1) or real(*args))
+    prompt = random_prompt(length, length)
+    ref_tokens, ref_cache = mlx_lm_tokens(model, prompt, 12)
+    tokens, cache, _ = our_tokens(engine, prompt, 12, prefill_chunk=chunk)
+    assert tokens == ref_tokens
+    read = len(prompt) - 1  # the prompt's last token is the first decode step's input
+    assert rows == [chunk] * (read // chunk) + ([read % chunk] if read % chunk else []) and not compiled
     assert cache.tokens == prompt + tokens
     for i, (ours, ref) in enumerate(zip(cache.target.layers, ref_cache)):
         for name, a, b in zip(("keys", "values"), ours.state, ref.state):

@@ -6,7 +6,9 @@ compiled halves of ``CompiledForward``. Around attention each sequence is its
 own: its new key and value go to the slot its block table names (one put per
 slab for the whole batch), and it attends over its own tokens. Prompt chunks
 joining the batch (``prompt_feed.py``) are more rows in the layers they go
-through this step, each attending causally over its own sequence. The decoding
+through this step, each attending causally over its own sequence; with no
+decoding row, a pass of prompt rows alone runs the layers uncompiled (a
+prompt's chunk lengths vary: each new row count would compile anew). The decoding
 rows read their keys and values one of two ways:
 
 - mirrored (two or more sequences, while the KV budget has room): the batch's
@@ -77,7 +79,8 @@ class BatchDecoder:
                 writes[key] = SlotWrites(caches, [feed.cache for feed in joining]), where, starts
             slots, where, starts = writes[key]
             x = mx.concatenate(([h] if rows else []) + [feed.h for feed in joining]) if joining else h
-            q, both = layer.before_batch(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
+            before = layer.before_batch if rows else layer.before_rows  # prompt rows alone: uncompiled
+            q, both = before(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
             parts = pool.storage[index].encode(both)  # as the pool stores them
             written = slots.apply(pool.storage[index], parts)
             if joining:
@@ -85,7 +88,8 @@ class BatchDecoder:
                 if rows:
                     reads.write(index, tuple(part[:, :, :rows] for part in parts))
                     outs.insert(0, normalized(reads.attend(index, q[:rows]), q[:rows].shape))
-                x = layer.after(x, (outs[0] if len(outs) == 1 else mx.concatenate(outs), None))
+                out = outs[0] if len(outs) == 1 else mx.concatenate(outs)
+                x = layer.after(x, (out, None)) if rows else layer.after_rows(x, out)
                 for feed, start in zip(joining, starts):
                     feed.h = x[start:start + len(feed.ids)]
                 h = x[:rows] if rows else None

@@ -4,8 +4,9 @@ Each ``step()``: apply cancellations; ask the scheduler for a plan; let
 preempted sequences go of their caches; start prompt chunks (a newly admitted
 request first attaches the blocks it finds cached); one decode step for every
 ready sequence, the chunks in flight riding in the same forward pass through a
-few more layers, at the pace ``pacing.py`` sets (``prompt_feed.py``); a prompt
-read for several choices then forks. The decode step is
+few more layers, at the pace ``pacing.py`` sets (``prompt_feed.py``; with
+nothing decoding, a prefill chunk through every layer in a pass of its own); a
+prompt read for several choices then forks. The decode step is
 one batched forward pass (``batch_forward.py``) for two or more; a lone
 sequence with a draft takes a speculative round instead when its draft-length
 controller says drafting pays (``decode_speculative.py``: one round a step, so a
@@ -16,7 +17,8 @@ Requests run on the engine's paged caches: ``Engine.new_caches`` makes them in
 the engine's pools and byte budget, the pools ``BlockAccount`` reads. One reply
 at a time may also run on a rotating or standard cache (``Engine.generate``).
 A hybrid model's replies (Qwen3.5) run side by side on standard caches: its
-batched step is ``hybrid_batch.py``'s, and its prompts are read alone.
+batched step is ``hybrid_batch.py``'s, and its prompts are read alone. Prompts
+on caches other than the paged pool are read by ``prefill()``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 from contextlib import contextmanager
 from dataclasses import replace
+
+import mlx.core as mx
 
 from mlxcore import decision_clock
 from mlxcore.batching.batch_forward import BatchDecoder
@@ -48,8 +52,10 @@ from mlxcore.chat_template import turn_marks
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
+from mlxcore.kv.paged import PagedCache
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
+from mlxcore.blas import parallel_products
 from mlxcore.reply_text import ReplyText
 
 if TYPE_CHECKING:  # the runner runs on an Engine it is given; Engine.generate runs the runner
@@ -84,6 +90,9 @@ class BatchRunner:
         self.tally = Tally()
         self.pacing = Pacing(len(engine.target_forward._layers) if engine.target_forward.split else 1)
         self.feeds = Feeds()  # prompt chunks on their way through the layers
+        # Prompts on the paged pool are read as rows of the batched pass (alone when nothing decodes); a
+        # hybrid model's, and a lone reply's on a rotating or standard cache, by ``prefill()``.
+        self.feeds_prompts = engine.target_forward.split and not engine.hybrid
         self._cancelled: set[str] = set()
         self.stall_seconds = stall_seconds  # a reply whose reader read nothing for this long is cancelled
         self.max_unread: int | None = MAX_UNREAD  # None: never paused for its reader
@@ -248,14 +257,11 @@ class BatchRunner:
                 each.late = True
         decoding = [seq for seq in plan.decode if self._alive(seq)]
         paced = bool(decoding) and self.scheduler.prefill_cap is not None
-        if self.feeds and not paced:
-            self._feed(self.feeds.plan(None, self._alive))  # nothing to pace against: chunks in flight finish now
         for seq, count in plan.prefill:
             with self._alone(seq):
-                if paced:  # their tokens ride in the decode passes, a few layers a step
-                    self._start_feed(seq, count, start)
-                else:
-                    self._prefill(seq, count, start)
+                self._read_prompt(seq, count, start, paced)
+        if self.feeds and not paced:
+            self._feed(self.feeds.plan(None, self._alive))  # nothing to pace against: through every layer now
         held = sum(seq.length for seq in decoding)
         timing = paced and bool(self.feeds) and self.pacing.decode_due(len(decoding), held)  # a step that only decodes
         feeds = self.feeds.plan(self.pacing.work, self._alive) if paced and not timing else []
@@ -296,32 +302,46 @@ class BatchRunner:
 
     # prefill ----------------------------------------------------------------
 
-    def _start_feed(self, seq: Sequence, count: int, now: float) -> None:
-        """Announce the next chunk of ``seq``'s prompt (its caches attached first); it goes through the
-        layers in the steps that follow (``_feed``)."""
+    def _read_prompt(self, seq: Sequence, count: int, now: float, paced: bool) -> None:
+        """Read up to ``count`` more tokens of ``seq``'s prompt (its caches attached first). On the paged pool,
+        a chunk of rows of the batched pass (``_feed``): ``paced``, through a few layers a step beside the
+        decode rows; else one prefill chunk (the device's, or the request's) through every layer in this
+        step's pass. On another cache (a hybrid model's, a lone reply's rotating or standard one), by
+        ``prefill()``."""
         seq.started(now)
-        if seq.caches is None:
-            self._attach(seq)
-        count = min(count, seq.prefill_left, self.pacing.max_tokens)
-        if not count:
-            if seq.followers:
-                self._fork(seq)
-            return
-        count, at_once = self.pacing.chunk(count, seq.prefill_left, started=seq.computed_prompt > 0)
         try:
-            feed = PromptFeed(self.engine.target_forward, seq.caches.target, seq.ids[seq.cached:seq.cached + count],
-                              at_once)
+            if seq.caches is None:
+                self._attach(seq)
+            if self.feeds_prompts and isinstance(seq.caches.target, PagedCache):
+                self._start_feed(seq, count, paced)
+            else:
+                self._prefill(seq, count)
         except PoolExhaustedError as error:
             self._refused(seq, error)
             return
-        self.feeds.add(seq, feed)
+        if seq.prefill_left == 0 and seq.followers:
+            self._fork(seq)
+
+    def _start_feed(self, seq: Sequence, count: int, paced: bool) -> None:
+        """Announce the next chunk of ``seq``'s prompt; it goes through the layers from this step's pass on."""
+        limit = self.pacing.max_tokens if paced else self.engine.prefill_chunk(seq.params)
+        count = min(count, seq.prefill_left, limit)
+        if not count:
+            return
+        at_once = True
+        if paced:
+            count, at_once = self.pacing.chunk(count, seq.prefill_left, started=seq.computed_prompt > 0)
+        self.feeds.add(seq, PromptFeed(self.engine.target_forward, seq.caches.target,
+                                       seq.ids[seq.cached:seq.cached + count], at_once))
 
     def _feed(self, feeds: list[PromptFeed], passed: bool = False) -> int:
         """``feeds`` went through their layers (in the decode pass; unless ``passed``, in a pass of their own
         now); a prompt whose last chunk went through the last layer is read (and forks for its choices).
         Returns the token-layers fed."""
         if not passed:
-            self.decoder([], [], None, feeds)
+            with parallel_products():  # a pass of prompt rows alone: large products, every thread
+                self.decoder([], [], None, feeds)
+                mx.eval([feed.h for feed in feeds])  # the last layer's rows hold every layer's writes
         fed, read = self.feeds.ran(feeds)
         for seq, feed in read:
             seq.cached += len(feed.ids)
@@ -330,26 +350,16 @@ class BatchRunner:
                 self._fork(seq)
         return fed
 
-    def _prefill(self, seq: Sequence, count: int, now: float) -> None:
-        seq.started(now)
-        try:
-            if seq.caches is None:
-                self._attach(seq)
-            count = min(count, seq.prefill_left)
-            if count:
-                ids = seq.ids[seq.cached:seq.cached + count]
-                split = self._turn_split(seq, len(ids))
-                for n, part in enumerate([ids[:split], ids[split:]] if split else [ids]):
-                    if n:  # where the prompt's last turn opens
-                        seq.caches.target.snapshot()
-                    prefill(self.engine.target_forward, seq.caches.target, part, self.engine.prefill_chunk(seq.params))
-                    seq.cached += len(part)
-                    seq.computed_prompt += len(part)
-        except PoolExhaustedError as error:
-            self._refused(seq, error)
-            return
-        if seq.prefill_left == 0 and seq.followers:
-            self._fork(seq)
+    def _prefill(self, seq: Sequence, count: int) -> None:
+        """Read the next ``count`` tokens of ``seq``'s prompt now, by ``prefill()``."""
+        ids = seq.ids[seq.cached:seq.cached + min(count, seq.prefill_left)]
+        split = self._turn_split(seq, len(ids))
+        for n, part in enumerate([ids[:split], ids[split:]] if split else [ids]):
+            if n:  # where the prompt's last turn opens
+                seq.caches.target.snapshot()
+            prefill(self.engine.target_forward, seq.caches.target, part, self.engine.prefill_chunk(seq.params))
+            seq.cached += len(part)
+            seq.computed_prompt += len(part)
 
     def _turn_split(self, seq: Sequence, count: int) -> int:
         """Where, in the next ``count`` tokens of ``seq``'s prompt to read, a hybrid model's cache takes a snapshot
