@@ -130,23 +130,23 @@ class _FusedLayer:
         """The layer for a prompt chunk of any length: uncompiled (no kernels built per length), attention over
         the sequence's runs as they lie, the device's SwiGLU."""
         q, k, v = self._before_chunk(h, offset)
-        return self._after_chunk(h, attend(q, _updated(cache, k, v), 1.0, mask))
+        segments, mask = _updated(cache, q, k, v, mask)
+        return self._after_chunk(h, attend(q, segments, 1.0, mask))
 
     def __call__(self, h: mx.array, offset: mx.array, mask: Mask, cache: LayerCache) -> mx.array:
         q, k, v = self.before(h, offset)
-        if hasattr(cache, "update_and_read"):  # a paged cache: views of its runs (or one span) and their mask
-            segments, mask = cache.update_and_read(k, v, mask)
-        else:
-            segments = _updated(cache, k, v)
+        segments, mask = _updated(cache, q, k, v, mask)
         return self.after(h, attend_parts(q, segments, 1.0, mask))  # q carries the scale
 
 
-def _updated(cache: LayerCache, keys: mx.array, values: mx.array) -> list[Segment]:
-    """Write ``keys`` and ``values`` into ``cache``; the sequence's segments: a paged cache's runs of blocks as
-    views, another cache's one array."""
-    if hasattr(cache, "update_and_segments"):
-        return cache.update_and_segments(keys, values)
-    return [cache.update_and_fetch(keys, values)]
+def _updated(cache: LayerCache, q: mx.array, keys: mx.array, values: mx.array, mask: Mask
+             ) -> tuple[list[Segment], Mask]:
+    """Write ``keys`` and ``values`` into ``cache``; the sequence's segments for ``q``'s attention, and the mask
+    to attend with: a paged cache's runs of blocks as views (or one span, with its mask), another cache's one
+    array."""
+    if hasattr(cache, "update_and_read"):
+        return cache.update_and_read(keys, values, mask, q.shape[1])
+    return [cache.update_and_fetch(keys, values)], mask
 
 
 def _device_swiglu(gate: mx.array, up: mx.array) -> mx.array:

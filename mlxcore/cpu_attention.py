@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from mlxcore.device_profile import current
 from mlxcore.kv.protocol import Segment
 from mlxcore.fast_exp import fast_exp
 
@@ -30,6 +31,14 @@ MIN_KEYS_PER_BLOCK = 256  # with few queries per kv head: shorter blocks make th
 # each against only the keys it can see. Fewer than MIN_KEYS_PER_BLOCK, so every query sees at
 # least one key of every block (no all-masked row).
 QUERIES_PER_PASS = 128
+
+
+def reads_spans(rows: int, keys: int) -> bool:
+    """Whether ``rows`` query rows per kv head attend over ``keys`` keys of a paged sequence with its runs read
+    as one span (a view over the slots between them, an array masking the gaps): on the GPU always (the fused
+    kernel takes the mask); on the CPU only where the scores fit one key block, as a decode step's do: larger
+    ones are read in key blocks, which mask causally over the runs as they lie."""
+    return not current().fast_exp or rows * keys <= SCORES_PER_BLOCK
 
 
 def causal_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:

@@ -15,6 +15,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.device_profile import current
 from mlxcore.kv.model_cache import ModelCache, make_block_pool, make_model_cache
@@ -192,6 +194,38 @@ def test_a_prompt_chunk_over_a_forked_table_across_slabs(profile, blocked_calls,
     np.testing.assert_allclose(np.array(ours), np.array(theirs), atol=ATOL)
     assert runs(child) > 2
     decode_alongside(child, child_standard, 10, "after prefill")
+
+
+def test_a_prompt_chunk_in_the_batched_pass_over_a_span_of_runs(profile, blocked_calls, monkeypatch):  # noqa: F811
+    """A prompt read alone as rows of the batched pass, over a forked table whose runs lie in one slab with a
+    small gap: on the CPU its scores outgrow a key block, so it reads the runs in key blocks (not the span's
+    whole score matrix); on the GPU the span, one view with its gap masked, goes to the fused kernel (the runs
+    are not joined). The chunk's hidden states and the decode after it are mlx-lm's."""
+    fused, keys_read = mx.fast.scaled_dot_product_attention, []
+    monkeypatch.setattr(mx.fast, "scaled_dot_product_attention",
+                        lambda q, k, v, **kw: keys_read.append((k.shape[2], isinstance(kw.get("mask"), mx.array)))
+                        or fused(q, k, v, **kw))
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=256)
+    paged_cache, standard = pair(ids(50, 7), pool=pool, block_size=4)
+    child, child_standard = paged_cache.fork(), standard.fork()
+    chunk, forward = ids(400, 8), forward_for(MODEL)  # 800 query rows a kv head over 450 keys
+    feed = PromptFeed(forward, child, chunk, at_once=True)
+    feed.stop = feed.layers
+    slots = child._span_mask(50 + len(chunk), len(chunk))[0][2]
+    assert runs(child) > 1 and slots > 50 + len(chunk)  # one slab, a gap between the runs
+    child_standard.begin(chunk)
+    blocked_calls.clear(), keys_read.clear()
+    BatchDecoder(forward)([], [], None, [feed])
+    assert feed.ran()
+    layers = len(MODEL.model.layers)
+    if profile.kind == "cpu":
+        assert len(blocked_calls) == layers and not keys_read
+    else:
+        assert not blocked_calls and keys_read == [(slots, True)] * layers
+    theirs = MODEL.model(mx.array([chunk]), cache=child_standard.layers)
+    ours = MODEL.model.norm(feed.h.reshape(1, len(chunk), -1))
+    np.testing.assert_allclose(np.array(ours), np.array(theirs), atol=ATOL)
+    decode_alongside(child, child_standard, 10, "after the chunk")
 
 
 def test_span_of_runs_maps_slots_to_positions_and_refuses_wide_gaps_and_other_slabs():

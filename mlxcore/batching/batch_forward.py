@@ -181,5 +181,5 @@ class _MirrorReads:
 
 def _attend_own(q: mx.array, cache: PagedCache, index: int) -> mx.array:
     """One sequence's query (1, heads, 1, dim; scaled) over its own tokens in layer ``index``."""
-    segments, seen = cache.layer_read(index)
-    return attend(q, segments, 1.0, seen)
+    segments, mask = cache.layer_read(index, q.shape[1])
+    return attend(q, segments, 1.0, mask)

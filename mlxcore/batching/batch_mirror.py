@@ -137,7 +137,7 @@ class BatchMirror:
         keys, values = (keys[0], values[0]) if len(views) == 1 else (tuple(keys), tuple(values))
         out, total = attend_batch_parts(q if step.order is None else q[step.order], [(keys, values)], 1.0, step.valid)
         if step.alone:
-            parts = [attend_parts(q[b:b + 1], *_read(cache, index)) for b, cache in step.alone]
+            parts = [_attend_alone(q[b:b + 1], cache, index) for b, cache in step.alone]
             out = mx.concatenate([out] + [o for o, _ in parts])
             total = None if total is None else mx.concatenate([total] + [t for _, t in parts])
         if step.place is not None:
@@ -266,7 +266,7 @@ def _alone(lengths: list[int]) -> list[int]:
     return sorted(by_length[:best])
 
 
-def _read(cache: PagedCache, index: int) -> tuple[list, float, mx.array | None]:
-    """(segments, scale, mask) for ``attend_parts`` of a row that attends alone over its blocks."""
-    segments, seen = cache.layer_read(index)
-    return segments, 1.0, seen
+def _attend_alone(q: mx.array, cache: PagedCache, index: int) -> Attended:
+    """``attend_parts`` of a row (1, heads, 1, dim; scaled) that attends alone over its blocks in the pool."""
+    segments, mask = cache.layer_read(index, q.shape[1])
+    return attend_parts(q, segments, 1.0, mask)

@@ -66,9 +66,8 @@ class PromptFeed:
 
     def attend(self, q: mx.array, index: int) -> mx.array:
         """The chunk's queries (L, heads, 1, dim; scaled) over its tokens in layer ``index``; shaped as ``q``."""
-        segments, seen = self.cache.layer_read(index)
-        out = attend(q.transpose(2, 1, 0, 3), segments, 1.0, "causal" if seen is None else seen)
-        return out.transpose(2, 1, 0, 3)
+        segments, mask = self.cache.layer_read(index, q.shape[1])
+        return attend(q.transpose(2, 1, 0, 3), segments, 1.0, mask).transpose(2, 1, 0, 3)
 
     def ran(self) -> bool:
         """After the pass: the chunk is through ``stop``; True once through the last layer (its cache then

@@ -3,13 +3,15 @@
 ``PagedCache.begin(ids)`` appends the ids to the sequence's block table (new
 blocks, copy-on-write of a shared partial tail, hashes of blocks that fill) and
 keeps the resulting plan; each layer then writes its keys and values where the
-plan says. Attention reads the sequence where it lies: ``update_and_segments``
-returns one view of storage per run of adjacent blocks (a lone chat has one run
+plan says. Attention reads the sequence where it lies, one way for every pass
+(``update_and_read`` after a layer's own write, ``layer_read`` after a batched
+pass's): one view of storage per run of adjacent blocks (a lone chat has one run
 per slab it spans; a fork, a shared prefix or a restored session a few more),
 which ``decode_attention.py`` and ``cpu_attention.py`` attend over without
-joining them. ``update_and_read`` (the decode path) reads runs that lie in one
-slab with small gaps between them as one view over all those slots, with a mask
-that hides the gaps (``Gather.span``). ``update_and_fetch`` (mlx-lm's protocol, for attention that needs
+joining them; runs that lie in one slab with small gaps between them as one view
+over all those slots, with a mask that hides the gaps (``Gather.span``), unless
+the CPU's key blocks will read them (``cpu_attention.reads_spans``); past the
+profile's ``max_segments`` runs, one copy. ``update_and_fetch`` (mlx-lm's protocol, for attention that needs
 one array) returns a view when there is one run, else a copy made for that call.
 
 Every forward pass needs ``begin(ids)`` first (mlx-lm's own generate loop does
@@ -20,12 +22,12 @@ not call it, so it cannot drive this kind); a pass without it raises
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import create_attention_mask
 
+from mlxcore.cpu_attention import reads_spans
 from mlxcore.device_profile import current
 from mlxcore.kv.base import CacheMeta, ModelCache, Tensors, layer_tensors, saved_layer
 from mlxcore.kv.block_manager import AppendPlan
@@ -44,9 +46,6 @@ def _as_float(parts: list[mx.array], fmt: KVFormat, geometry: KVGeometry) -> tup
     options = {"group_size": fmt.group_size, "bits": fmt.bits}
     keys, values = (mx.dequantize(*group, **options).astype(geometry.dtype) for group in (parts[:3], parts[3:]))
     return keys, values
-# A table of more runs than this is read as one gathered copy per forward pass: a product per run
-# would cost more than the copy. The block manager keeps tables far below it (a run per slab spanned,
-# plus one per fork or prefix hit).
 Span = tuple[tuple[int, int, int], mx.array]  # (slab, start, size) of one view, and its (queries, slots) mask
 
 class PagedLayerCache:
@@ -61,17 +60,13 @@ class PagedLayerCache:
         self._owner._write_layer(self, keys, values)
         return self._owner._fetch(self)
 
-    def update_and_segments(self, keys: mx.array, values: mx.array) -> list[tuple[mx.array, mx.array]]:
-        """As ``update_and_fetch``, but the sequence as views of storage, one (keys, values) pair per run."""
+    def update_and_read(self, keys: mx.array, values: mx.array, mask: Mask, heads: int) -> tuple[list[Segment], Mask]:
+        """As ``update_and_fetch``, but the sequence as views of storage for attention of ``heads`` query heads
+        (``PagedCache.read``), with the mask to attend over them with: the model's ``mask`` (None or "causal"),
+        or, when the runs are read as one view over the slots between them, an array (L, slots) saying which
+        slots each query sees."""
         self._owner._write_layer(self, keys, values)
-        return self._owner._segments(self)
-
-    def update_and_read(self, keys: mx.array, values: mx.array, mask: Mask) -> tuple[Sequence[Segment], Mask]:
-        """As ``update_and_segments``, with the mask to attend over them with: the model's ``mask`` (None or
-        "causal"), or, when the runs are read as one view over the slots between them, an array (L, slots)
-        saying which slots each query sees (its gaps none)."""
-        self._owner._write_layer(self, keys, values)
-        return self._owner._read(self, keys.shape[2], mask)
+        return self._owner.read(self.index, self.offset, keys.shape[2], heads, mask)
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Mask:
         return create_attention_mask(N, offset=self.offset, return_array=return_array, window_size=window_size)
@@ -227,21 +222,26 @@ class PagedCache(ModelCache):
         plan, where = self._announced(), self.pool.storage[0].where
         return [where(seg.slot + i) for seg in plan.segments for i in range(seg.length)]
 
-    def layer_segments(self, index: int) -> list[tuple[mx.array, mx.array]]:
-        """Layer ``index``'s tokens, the announced ones included, as views (one per run)."""
+    def layer_read(self, index: int, heads: int) -> tuple[list[Segment], Mask]:
+        """Layer ``index``'s tokens, the announced ones included, for their causal attention (``read``)."""
         plan = self._announced()
-        return self.pool.storage[index].segments(self._gather_index(), plan.start + plan.length)
+        return self.read(index, plan.start + plan.length, plan.length, heads, "causal")
 
-    def layer_read(self, index: int) -> tuple[list[tuple], mx.array | None]:
-        """As ``layer_segments``, or one view spanning runs with small gaps (``Gather.span``); with the mask
-        the announced tokens attend with there, (L, slots), else None (they see every token up to their own:
-        the caller's causal mask)."""
-        plan = self._announced()
-        span = self._span_mask(plan.start + plan.length, plan.length)
-        if span is None:
-            return self.layer_segments(index), None
-        (slab, start, size), seen = span
-        return [self.pool.storage[index].view(slab, start, size)], seen
+    def read(self, index: int, length: int, queries: int, heads: int, mask: Mask) -> tuple[list[Segment], Mask]:
+        """The first ``length`` tokens of layer ``index`` for attention of the last ``queries`` of them, each
+        in ``heads`` query heads, with ``mask``: views of their runs, or (a causal or unmasked read the device
+        attends with an array mask, ``cpu_attention.reads_spans``) one view over runs in one slab with small
+        gaps, with its (queries, slots) mask; past the profile's ``max_segments`` runs, one copy."""
+        causal = mask is None or isinstance(mask, str) and mask == "causal"
+        rows = heads // self.pool.geometry.kv_heads * queries  # query rows per kv head
+        span = self._span_mask(length, queries) if causal and reads_spans(rows, length) else None
+        if span is not None:
+            (slab, start, size), seen = span
+            return [self.pool.storage[index].view(slab, start, size)], seen
+        gather = self._gather_index()
+        if len(gather.runs) > current().max_segments:
+            return [self.pool.storage[index].fetch(gather, length)], mask
+        return self.pool.storage[index].segments(gather, length), mask
 
     def begin_unhashed(self, ids: list[int]) -> None:
         """``begin`` for a prompt chunk that rides in batched passes, a few layers a step (``prompt_feed.py``):
@@ -329,23 +329,6 @@ class PagedCache(ModelCache):
     def _fetch(self, layer: PagedLayerCache) -> tuple[mx.array, mx.array]:
         """The layer's tokens in one array: a view of storage if they are one run, else a copy."""
         return self.pool.storage[layer.index].fetch(self._gather_index(), layer.offset)
-
-    def _segments(self, layer: PagedLayerCache) -> list[tuple[mx.array, mx.array]]:
-        """The layer's tokens as views, one per run (one gathered copy past the profile's ``max_segments``)."""
-        gather = self._gather_index()
-        if len(gather.runs) > current().max_segments:
-            return [self._fetch(layer)]
-        return self.pool.storage[layer.index].segments(gather, layer.offset)
-
-    def _read(self, layer: PagedLayerCache, queries: int, mask: Mask) -> tuple[Sequence[Segment], Mask]:
-        """The layer's tokens for attention of the last ``queries`` of them: views and their mask."""
-        if mask is not None and not (isinstance(mask, str) and mask == "causal"):
-            return self._segments(layer), mask
-        span = self._span_mask(layer.offset, queries)
-        if span is None:
-            return self._segments(layer), mask
-        (slab, start, size), seen = span
-        return [self.pool.storage[layer.index].view(slab, start, size)], seen
 
     def _span_mask(self, length: int, queries: int) -> Span | None:
         """``Gather.span`` of the first ``length`` tokens with its (queries, slots) mask, made once a pass."""
