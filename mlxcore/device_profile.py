@@ -28,7 +28,7 @@ class DeviceProfile:
     kind: str  # "gpu" (Metal, CUDA) or "cpu"
     fused_attention: bool  # attention by mx.fast.scaled_dot_product_attention; else grouped products + fast_exp
     fast_exp: bool  # softmax, log-sum-exp and SiLU through fast_exp (whole-array polynomials), not MLX's exp
-    prefill_chunk: int  # prompt tokens a forward pass while a prompt is read alone
+    prefill_chunk: int  # prompt tokens a pass while a prompt is read alone by Engine.generate or prefill()
     join_chunk: int  # prompt tokens a chunk at most while a prompt joins running streams
     min_join_chunk: int  # and at least (when the prompt has that many left), whatever the pace
     step_tokens: int  # a batch step's token budget: decode rows count one each, prompt chunks their tokens

@@ -7,6 +7,8 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
+from mlxcore.batching.local import LocalBatch, drain
+from mlxcore.batching.request import Request
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.errors import PromptError
 from mlxcore.events import FinalEvent, TokenEvent
@@ -74,6 +76,22 @@ def test_a_paged_prompt_read_alone_rides_the_batched_pass(model, profile, length
         for name, a, b in zip(("keys", "values"), ours.state, ref.state):
             np.testing.assert_allclose(np.array(a[..., : cache.offset, :]), np.array(b[..., : cache.offset, :]),
                                        atol=1e-5, err_msg=f"layer {i} {name} differ")
+
+
+@pytest.mark.parametrize("own_chunk", [None, 16])
+def test_a_paged_prompt_read_alone_takes_the_steps_budget_a_pass(model, own_chunk, monkeypatch):
+    """Served with nothing else decoding, a prompt goes through the batched pass as many tokens a pass as the
+    step's token budget gives it (a request's own ``prefill_chunk`` at most); its reply is mlx-lm's."""
+    engine = Engine(model, None, kv=KVConfig(kind="paged"))
+    layer, rows = engine.target_forward._layers[0], []
+    monkeypatch.setattr(layer, "before_rows", lambda h, at, real=layer.before_rows: rows.append(h.shape[0]) or real(h, at))
+    prompt = random_prompt(8, 300)
+    batch = LocalBatch(engine, max_running=2, step_tokens=200)  # over the CPU's prefill chunk (128)
+    handle = batch.submit(Request(tuple(prompt), GenerationParams(max_tokens=6, prefill_chunk=own_chunk)))[0]
+    batch.run_until(handle.finished.is_set)
+    tokens = [e.token for e in drain(handle) if isinstance(e, TokenEvent)]
+    assert tokens == mlx_lm_tokens(model, prompt, 6)[0]
+    assert rows == ([200, 99] if own_chunk is None else [16] * 18 + [11])
 
 
 def test_events_end_with_final_stats(model):

@@ -305,9 +305,8 @@ class BatchRunner:
     def _read_prompt(self, seq: Sequence, count: int, now: float, paced: bool) -> None:
         """Read up to ``count`` more tokens of ``seq``'s prompt (its caches attached first). On the paged pool,
         a chunk of rows of the batched pass (``_feed``): ``paced``, through a few layers a step beside the
-        decode rows; else one prefill chunk (the device's, or the request's) through every layer in this
-        step's pass. On another cache (a hybrid model's, a lone reply's rotating or standard one), by
-        ``prefill()``."""
+        decode rows; else the ``count`` tokens through every layer in this step's pass. On another cache (a
+        hybrid model's, a lone reply's rotating or standard one), by ``prefill()``, in prefill chunks."""
         seq.started(now)
         try:
             if seq.caches is None:
@@ -324,7 +323,9 @@ class BatchRunner:
 
     def _start_feed(self, seq: Sequence, count: int, paced: bool) -> None:
         """Announce the next chunk of ``seq``'s prompt; it goes through the layers from this step's pass on."""
-        limit = self.pacing.max_tokens if paced else self.engine.prefill_chunk(seq.params)
+        # Unpaced, a chunk is what the step's budget gave it (a request's own prefill_chunk at most):
+        # ``Engine.generate`` makes that budget one prefill chunk, so its progress is told a chunk at a time.
+        limit = self.pacing.max_tokens if paced else seq.params.prefill_chunk or count
         count = min(count, seq.prefill_left, limit)
         if not count:
             return
