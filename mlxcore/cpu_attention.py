@@ -41,17 +41,10 @@ def reads_spans(rows: int, keys: int) -> bool:
     return not current().fast_exp or rows * keys <= SCORES_PER_BLOCK
 
 
-def causal_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
-    """Softmax attention; query i sees keys up to S - L + i (the queries are the last L positions).
-
-    q: (1, heads, L, dim); k, v: (1, kv_heads, S, dim), grouped heads sharing a kv head.
-    Returns (1, heads, L, dim).
-    """
-    return segmented_causal_attention(q, [(k, v)], scale)
-
-
 def segmented_causal_attention(q: mx.array, segments: list[Segment], scale: float) -> mx.array:
-    """``causal_attention`` over keys and values held in pieces (a paged cache's runs of blocks), in order.
+    """Softmax attention of q (1, heads, L, dim) over keys and values held in pieces (a paged cache's runs of
+    blocks; each (1, kv_heads, n, dim), grouped heads sharing a kv head), in order; (1, heads, L, dim). Query i
+    sees keys up to S - L + i (the queries are the last L of S positions).
 
     Key blocks lie within one piece where they can; a block that straddles two pieces is joined (a copy of
     that block only), so blocks keep the widths the causal mask needs.
@@ -87,7 +80,7 @@ class _Keys:
 
 
 def _attend(q: mx.array, keys: _Keys, s: int, scale: float) -> mx.array:
-    """``causal_attention`` for at most ``QUERIES_PER_PASS`` queries over the first ``s`` keys."""
+    """``segmented_causal_attention`` for at most ``QUERIES_PER_PASS`` queries over the first ``s`` keys."""
     b, heads, n, dim = q.shape
     kv_heads = keys.segments[0][0].shape[1]
     rows = heads // kv_heads * n  # queries that share one kv head

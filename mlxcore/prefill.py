@@ -14,7 +14,8 @@ Progress = Callable[[int, int], None]  # (prompt tokens done, prompt tokens in a
 
 
 class StopPrefill(Exception):
-    """Raised by a Progress callback to stop before the first token; the cache keeps the chunks done."""
+    """Raised by ``Engine.generate``'s Progress callback to stop before the first token; the cache keeps the
+    chunks done."""
 
 
 def settle(cache, ids: Sequence[int], forward: CompiledForward | None = None) -> None:
@@ -35,26 +36,20 @@ def settle(cache, ids: Sequence[int], forward: CompiledForward | None = None) ->
         prefill(forward, cache, missing, len(missing))
 
 
-def prefill(forward: CompiledForward, cache, ids: Sequence[int], chunk: int, progress: Progress | None = None) -> None:
-    """Feed ``ids`` into ``cache`` in chunks of ``chunk`` tokens.
+def prefill(forward: CompiledForward, cache, ids: Sequence[int], chunk: int) -> None:
+    """Feed ``ids`` into ``cache`` in chunks of ``chunk`` tokens, on every BLAS thread.
 
     Runs the layers only (``CompiledForward.body``: uncompiled, with the device's
     attention and SiLU), so no vocabulary-sized logits are computed for tokens whose
-    prediction nobody reads.
-    ``progress`` is called with 0 done before the first chunk and after every chunk;
-    it may raise ``StopPrefill`` to stop between chunks.
+    prediction nobody reads. (The runner reads a prompt on the paged pool as rows of
+    its batched pass instead; ``Engine.generate`` reports a prompt's progress between
+    its steps.)
     """
     if not ids:
         return
-    done = 0
     with parallel_products():
-        if progress is not None:
-            progress(0, len(ids))
-        while done < len(ids):
+        for done in range(0, len(ids), chunk):
             piece = list(ids[done : done + chunk])
             cache.begin(piece)
             hidden = forward.body(mx.array(piece)[None], cache.layers)  # (1, n, hidden)
             mx.eval(hidden)  # evaluating the last layer's output materialises every layer's cache
-            done += len(piece)
-            if progress is not None:
-                progress(done, len(ids))

@@ -59,11 +59,6 @@ def distribution(logits: mx.array, params: SamplingParams, recent: mx.array | No
     return fn(logits, *scalars)
 
 
-def greedy_token(logits: mx.array, params: SamplingParams, recent: mx.array | None = None) -> mx.array:
-    """Argmax after the repetition penalty: the greedy path, without building a distribution."""
-    return mx.argmax(penalize_repeats(logits, recent, params.repetition_penalty), axis=-1)
-
-
 def draw(probs: mx.array, key: mx.array) -> mx.array:
     """One token id per row of ``probs`` (..., V), drawn with the random ``key``."""
     return gumbel_max(mx.log(probs), key)
@@ -73,7 +68,7 @@ def next_token(logits: mx.array, params: SamplingParams, key: mx.array | None,
                recent: mx.array | None = None) -> tuple[mx.array, mx.array]:
     """(token (...,), its log-probability (...,)) from logits (..., V), as lazy arrays.
 
-    The token is ``greedy_token``'s, or a ``draw`` from ``distribution`` with
+    The token is the argmax after the repetition penalty, or a ``draw`` from ``distribution`` with
     ``key``, in one compiled graph. The log-probability is the model's own
     (temperature 1, no masks, no penalty).
     """

@@ -12,7 +12,6 @@ import pytest
 import mlxcore.blas as blas
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.params import GenerationParams
-from mlxcore.prefill import prefill
 from tiny_models import tiny_qwen3
 
 needs_openblas = pytest.mark.skipif(blas.blas_threads() is None, reason="OpenBLAS is not installed here")
@@ -28,18 +27,21 @@ def _probe(**env: str) -> list:
 
 
 @needs_openblas
-def test_prefill_uses_every_thread_and_decode_one():
+@pytest.mark.parametrize("kind", ["paged", "standard"])
+def test_a_prompt_is_read_on_every_thread_and_decoded_on_one(kind, monkeypatch):
+    """A prompt read alone, as rows of the batched pass (paged pool) or by ``prefill()`` (a standard cache), runs
+    its products on every thread; decode steps, and whatever comes after, on one."""
     model = tiny_qwen3()
-    engine = Engine(model, None, kv=KVConfig(kind="paged"))
-    caches = engine.new_caches()
-    during: list[int] = []
+    engine = Engine(model, None, kv=KVConfig(kind=kind))
+    layer, during = engine.target_forward._layers[0], []
+    for name in ("before_rows", "_before_chunk"):  # the first layer of a prompt's pass, either way
+        monkeypatch.setattr(layer, name, lambda *args, real=getattr(layer, name): during.append(
+            blas.blas_threads()) or real(*args))
     assert blas.blas_threads() == 1
-    prefill(engine.target_forward, caches.target, list(range(40)), chunk=16, progress=lambda done, total: during.append(
-        blas.blas_threads()))
-    assert during == [blas._threads[2]] * 4  # at the start, then after each of three chunks: every thread
-    assert blas.blas_threads() == 1
-    events = list(engine.generate(list(range(30)), caches, GenerationParams(max_tokens=4)))
+    events = list(engine.generate(list(range(40)), engine.new_caches(), GenerationParams(max_tokens=4,
+                                                                                          prefill_chunk=16)))
     assert events[-1].stats.generated_tokens == 4
+    assert during == [blas._threads[2]] * 3  # 39 tokens read (the last is decoded) in three passes: every thread
     assert blas.blas_threads() == 1  # after a whole reply too
 
 

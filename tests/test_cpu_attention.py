@@ -5,7 +5,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxcore.cpu_attention import MIN_KEYS_PER_BLOCK, QUERIES_PER_PASS, SCORES_PER_BLOCK, causal_attention
+from mlxcore.cpu_attention import MIN_KEYS_PER_BLOCK, QUERIES_PER_PASS, SCORES_PER_BLOCK, segmented_causal_attention
 
 HEADS, KV_HEADS, DIM = 32, 8, 16  # the 8B's 32 query heads over 8 KV heads (the blocking ignores the head size)
 ROWS = HEADS // KV_HEADS * QUERIES_PER_PASS  # queries per KV head in a full chunk
@@ -36,7 +36,7 @@ def test_matches_float64_reference(queries, keys):
     q, k, v = (rng.standard_normal((1, h, n, DIM)).astype(np.float32)
                for h, n in ((HEADS, queries), (KV_HEADS, keys), (KV_HEADS, keys)))
     scale = DIM ** -0.5
-    ours = np.array(causal_attention(mx.array(q), mx.array(k), mx.array(v), scale))
+    ours = np.array(segmented_causal_attention(mx.array(q), [(mx.array(k), mx.array(v))], scale))
     expected = reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), scale)
     # Outputs are weighted means of unit-normal values: float32 rounding of scores, exps and sums
     # left both ours and MLX's own attention within 1e-6 of float64 on these inputs.

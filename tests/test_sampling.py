@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import chisquare
 
 from mlxcore.params import GenerationParams, SamplingParams
-from mlxcore.sampling import KeyStream, distribution, draw, greedy_token, penalize_repeats
+from mlxcore.sampling import KeyStream, distribution, draw, next_token, penalize_repeats
 
 LOGITS = mx.array([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
 
@@ -26,7 +26,7 @@ def softmax(x: np.ndarray) -> np.ndarray:
 def test_greedy_is_one_hot_on_argmax():
     p = probs_of(SamplingParams(temperature=0))
     assert p.tolist() == [1, 0, 0, 0, 0, 0]
-    assert greedy_token(LOGITS, SamplingParams()).item() == 0
+    assert next_token(LOGITS, SamplingParams(), None)[0].item() == 0
 
 
 def test_temperature_scales_logits():

@@ -3,7 +3,7 @@
 Usage: .venv/bin/python bench/studies/cpu_attention.py [--keys 256,512,1024] [--runs 3]
            [--geometries 32/8/128,6/2/32] [--contexts 512,4096]
 For each geometry (query heads / KV heads / head size: the 8B twin's, the 0.6B twin's, the
-embedded target's) and context length, times ``mlxcore.cpu_attention.causal_attention``, the
+embedded target's) and context length, times ``mlxcore.cpu_attention.segmented_causal_attention``, the
 query-row blocking it replaced (below, as it was), and ``mx.fast.scaled_dot_product_attention``
 (what mlx-lm's model runs), alternating them; prints medians in ms. ``--keys`` also times fixed
 key-block lengths, the measurement that chose ``SCORES_PER_BLOCK``.
@@ -45,12 +45,12 @@ def row_blocks(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
 
 
 def with_keys(keys: int, rows: int):
-    """``causal_attention`` with key blocks of ``keys`` keys (for ``rows`` queries per KV head)."""
+    """``segmented_causal_attention`` with key blocks of ``keys`` keys (for ``rows`` queries per KV head)."""
     def attend(q, k, v, scale):
         saved = cpu_attention.SCORES_PER_BLOCK
         cpu_attention.SCORES_PER_BLOCK = keys * rows
         try:
-            return cpu_attention.causal_attention(q, k, v, scale)
+            return cpu_attention.segmented_causal_attention(q, [(k, v)], scale)
         finally:
             cpu_attention.SCORES_PER_BLOCK = saved
     return attend
@@ -72,7 +72,8 @@ def main() -> None:
             for s in contexts:
                 q = mx.random.normal((1, heads, QUERIES, dim))
                 k, v = mx.random.normal((1, kv_heads, s, dim)), mx.random.normal((1, kv_heads, s, dim))
-                ways = {"key blocks": cpu_attention.causal_attention, "row blocks": row_blocks,
+                ways = {"key blocks": lambda q, k, v, scale: cpu_attention.segmented_causal_attention(q, [(k, v)], scale),
+                        "row blocks": row_blocks,
                         "mlx": lambda q, k, v, scale: mx.fast.scaled_dot_product_attention(
                             q, k, v, scale=scale, mask="causal")}
                 for keys in filter(None, args.keys.split(",")):
