@@ -5,8 +5,8 @@ preempted sequences go of their caches; start prompt chunks (a newly admitted
 request first attaches the blocks it finds cached); one decode step for every
 ready sequence, the chunks in flight riding in the same forward pass through a
 few more layers, at the pace ``pacing.py`` sets (``prompt_feed.py``; with
-nothing decoding, a prefill chunk through every layer in a pass of its own); a
-prompt read for several choices then forks. The decode step is
+nothing decoding, the step's budget of prompt tokens through every layer in a
+pass of its own); a prompt read for several choices then forks. The decode step is
 one batched forward pass (``batch_forward.py``) for two or more; a lone
 sequence with a draft takes a speculative round instead when its draft-length
 controller says drafting pays (``decode_speculative.py``: one round a step, so a
@@ -47,6 +47,7 @@ from mlxcore.batching.scheduler import Scheduler, StepPlan
 from mlxcore.batching.sequence import Sequence
 from mlxcore.batching.pool_account import NoPool, PoolAccount
 from mlxcore.batching.tally import Tally
+from mlxcore.blas import parallel_products
 from mlxcore.caches import Caches
 from mlxcore.chat_template import turn_marks
 from mlxcore.decode_speculative import SpeculativeDecoder
@@ -55,7 +56,6 @@ from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.kv.paged import PagedCache
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
-from mlxcore.blas import parallel_products
 from mlxcore.reply_text import ReplyText
 
 if TYPE_CHECKING:  # the runner runs on an Engine it is given; Engine.generate runs the runner
