@@ -60,16 +60,23 @@ def prompt_after(session: ChatSession, text: str) -> list[int]:
 
 @pytest.fixture
 def prefills(monkeypatch):
-    """(model, tokens) of every prefill the engine runs."""
+    """(model, tokens) of every prompt chunk the engine reads: rows of the batched pass (a paged prompt),
+    ``prefill()`` (another cache's, and the draft's catch-up)."""
     calls = []
 
-    def spy(model, cache, ids, chunk, progress=None):
-        calls.append((model, len(ids)))
-        return original(model, cache, ids, chunk, progress)
+    def spy(forward, cache, ids, chunk):
+        calls.append((forward.wrapped, len(ids)))
+        return original(forward, cache, ids, chunk)
+
+    class Feed(runner_module.PromptFeed):
+        def __init__(self, forward, cache, ids, at_once=False):
+            calls.append((forward.wrapped, len(ids)))
+            super().__init__(forward, cache, ids, at_once)
 
     original = runner_module.prefill
     for module in (runner_module, speculative_module):  # the prompt's chunks; the draft's catch-up
         monkeypatch.setattr(module, "prefill", spy)
+    monkeypatch.setattr(runner_module, "PromptFeed", Feed)
     return calls
 
 
@@ -98,6 +105,7 @@ def test_restored_session_continues_like_one_never_saved(engine, tmp_path, prefi
         runs[name] = (reply, stats.reused_tokens, stats.prefill_tokens,
                       [(model is session.engine.draft_model, n) for model, n in prefills])
     assert runs["restored"] == runs["never saved"]
+    assert {is_draft for is_draft, _ in runs["restored"][3]} == {False, True}  # the target's read and the draft's
     # Everything the saved cache shares with the new prompt is reused, in the target and in the draft.
     assert runs["restored"][1] == min(common_prefix_length(saved, prompt), len(prompt) - 1) > len(prompt) // 2
 
