@@ -115,16 +115,12 @@ class _FusedLayer:
         self.before, self.before_batch = wrap(before), wrap(before_batch)
         self._after, self._after_parts = wrap(after), wrap(after_parts)
         self._before_chunk, self._after_chunk = before, lambda h, attended: after(h, attended, _device_swiglu)
-        self.before_rows = before_batch  # prompt rows alone in a batched pass: uncompiled, as ``chunk``
+        self.before_rows, self.after_rows = before_batch, self._after_chunk  # prompt rows alone: as ``chunk``
 
     def after(self, h: mx.array, parts: Attended) -> mx.array:
         """The rest of the layer after attention; the attention's last division runs inside it."""
         out, total = parts
         return self._after(h, out) if total is None else self._after_parts(h, out, total)
-
-    def after_rows(self, h: mx.array, attended: mx.array) -> mx.array:
-        """``after`` for prompt rows alone in a batched pass (``before_rows``): uncompiled, the device's SwiGLU."""
-        return self._after_chunk(h, attended)
 
     def chunk(self, h: mx.array, offset: mx.array, mask: Mask, cache: LayerCache) -> mx.array:
         """The layer for a prompt chunk of any length: uncompiled (no kernels built per length), attention over

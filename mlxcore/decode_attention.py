@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import mlx.core as mx
 
-from mlxcore.cpu_attention import SCORES_PER_BLOCK, segmented_causal_attention
+from mlxcore.cpu_attention import reads_spans, segmented_causal_attention
 from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_exp_below
 from mlxcore.kv.protocol import Mask, Segment
@@ -169,10 +169,11 @@ def _joined(segments: list[Segment]) -> Segment:
 
 def _scores_outgrow_cache(q: mx.array, segments: list[Segment]) -> bool:
     """Float32 queries whose scores for one kv head are more than ``cpu_attention``'s key block holds: a
-    chunk of a prompt (verification blocks and short chunks make one block, read the same either way)."""
+    chunk of a prompt (verification blocks and short chunks make one block, read the same either way). The
+    same rule as the paged cache's choice of runs over a span (``reads_spans``), so that key blocks get runs."""
     kv_heads = _keys_of(segments[0][0]).shape[1]
     rows = q.shape[1] // kv_heads * q.shape[2]
-    return q.dtype == mx.float32 and q.shape[2] > 1 and rows * sum(_length(k) for k, _ in segments) > SCORES_PER_BLOCK
+    return q.dtype == mx.float32 and q.shape[2] > 1 and not reads_spans(rows, sum(_length(k) for k, _ in segments))
 
 
 def _scores_outweigh_keys(q: mx.array, segments: list[Segment]) -> bool:

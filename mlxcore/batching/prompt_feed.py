@@ -9,8 +9,8 @@ far) and a part per token, so on a device where that fixed part is dear (this
 CPU) a large chunk may go through a few layers a step, its hidden state kept
 until the next pass takes it on; on a GPU it goes through every layer at once.
 The step's budget (token-layers) is ``pacing.py``'s. With nothing decoding, a
-prompt on the paged pool is read the same way, a prefill chunk a pass through
-every layer (the rows then run uncompiled: ``_FusedLayer.before_rows``).
+prompt on the paged pool is read the same way, the step's token budget a pass
+through every layer (the rows then run uncompiled: ``_FusedLayer.before_rows``).
 
 Until the last layer holds the chunk, its cache's layers keep their old length and the blocks it
 fills are not hashed, so no other sequence can find them by a prefix hit and read layers not
