@@ -10,8 +10,10 @@ their one array. The logits equal the model's own to float rounding (on Metal,
 bit for bit for one segment; tests compare them).
 
 Only short inputs run compiled (decode steps, speculative verification): each
-new input length compiles new kernels. Prompt chunks (``prefill.py``, any length)
-and longer inputs run the same layers uncompiled, with the device's SwiGLU (on
+new input length compiles new kernels. Prompts are read as rows of the batched
+pass (``batching/batch_forward.py``, ``prefill.py``), through the halves
+``before_rows`` and ``after_rows``; those and longer inputs given to the forward
+itself run the same layers uncompiled, with the device's SwiGLU (on
 the CPU, SiLU through ``fast_exp``: MLX's CPU ``exp`` runs one element at a time)
 and attention through ``decode_attention.attend`` (on the CPU, key blocks that
 stay in cache).
@@ -73,8 +75,8 @@ class _FusedLayer:
     ``before_batch`` is ``before`` for a batch of one new token per sequence, with the keys and
     values stacked as the block pool's scatter takes them (``batching/batch_forward.py``); ``before_rows`` and
     ``after_rows`` are its halves for prompt rows with no decode row beside them, never compiled (a prompt's
-    chunk lengths vary). ``chunk`` is the whole layer for a prompt chunk on a cache of one sequence
-    (``prefill.py``), never compiled.
+    chunk lengths vary). ``chunk`` is the whole layer for a longer input given to the forward at once (a
+    verification block past ``MAX_COMPILED_TOKENS``: ``--num-draft`` over 15), never compiled.
     """
 
     def __init__(self, layer: nn.Module, compiled: bool) -> None:
@@ -180,8 +182,8 @@ class CompiledForward:
         return self._head(h) if short else self._head_long(h)
 
     def body(self, inputs: mx.array, cache: list, compiled: bool = False) -> mx.array:
-        """The layers' output for ``inputs`` (B, L), written into ``cache``: what a prompt chunk needs (no
-        logits), through ``_FusedLayer.chunk``; ``compiled``: the compiled layers (a decode step or a
+        """The layers' output for ``inputs`` (B, L), written into ``cache`` (no logits), through
+        ``_FusedLayer.chunk``; ``compiled``: the compiled layers (a decode step or a
         verification block). Before the final norm here; the model's own (normed) for a model not split here."""
         if not self.split:
             return self.model(inputs, cache=cache)

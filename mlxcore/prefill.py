@@ -6,6 +6,8 @@ from collections.abc import Callable, Sequence
 
 import mlx.core as mx
 
+from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.blas import parallel_products
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.kv.hybrid import HybridCache
@@ -37,19 +39,22 @@ def settle(cache, ids: Sequence[int], forward: CompiledForward | None = None) ->
 
 
 def prefill(forward: CompiledForward, cache, ids: Sequence[int], chunk: int) -> None:
-    """Feed ``ids`` into ``cache`` in chunks of ``chunk`` tokens, on every BLAS thread.
+    """Feed ``ids`` into ``cache`` in chunks of ``chunk`` tokens, on every BLAS thread, computing no logits.
 
-    Runs the layers only (``CompiledForward.body``: uncompiled, with the device's
-    attention and SiLU), so no vocabulary-sized logits are computed for tokens whose
-    prediction nobody reads. (The runner reads a prompt on the paged pool as rows of
-    its batched pass instead; ``Engine.generate`` reports a prompt's progress between
-    its steps.)
+    Each chunk is a pass of the batched forward's prompt rows alone (``PromptFeed``, ``BatchDecoder``), as the
+    runner reads any prompt: one way to read a prompt, whatever the cache. A model whose layers are not run
+    split here (a hybrid one) runs its own (``CompiledForward.body``).
     """
     if not ids:
         return
     with parallel_products():
         for done in range(0, len(ids), chunk):
             piece = list(ids[done : done + chunk])
-            cache.begin(piece)
-            hidden = forward.body(mx.array(piece)[None], cache.layers)  # (1, n, hidden)
-            mx.eval(hidden)  # evaluating the last layer's output materialises every layer's cache
+            if forward.split:
+                feed = PromptFeed(forward, cache, piece, at_once=True)
+                BatchDecoder(forward)([], [], None, [feed])
+                mx.eval(feed.h)  # the last layer's rows hold every layer's writes
+                feed.ran()
+            else:
+                cache.begin(piece)
+                mx.eval(forward.body(mx.array(piece)[None], cache.layers))  # materialises every layer's cache

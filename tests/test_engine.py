@@ -54,14 +54,19 @@ def test_greedy_tokens_and_cache_equal_mlx_lm(model, length, n, chunk):
                                        atol=1e-5, err_msg=f"layer {i} {name} differ")
 
 
+@pytest.mark.parametrize("kind", ["paged", "standard", "rotating"])
 @pytest.mark.parametrize("length,chunk", [(100, 16), (300, 128)])
-def test_a_paged_prompt_read_alone_rides_the_batched_pass(model, profile, length, chunk, monkeypatch):
-    """With nothing else decoding, a prompt on the paged pool is read as rows of the batched pass, alone,
-    one prefill chunk a pass, uncompiled (no kernels built per chunk length), not by ``prefill()``: the
-    same driver as a prompt joining running replies. Tokens and cache contents are mlx-lm's."""
+def test_a_prompt_read_alone_rides_the_batched_pass(model, profile, kind, length, chunk, monkeypatch):
+    """With nothing else decoding, a prompt is read as rows of the batched pass, alone, one prefill chunk a
+    pass, uncompiled (no kernels built per chunk length), on the pool or on a cache of one sequence (a lone
+    reply's rotating or standard one), not by ``prefill()`` and never through ``_FusedLayer.chunk``: the same
+    driver as a prompt joining running replies. Tokens and cache contents are mlx-lm's (a window larger than
+    the reply)."""
     import mlxcore.batching.runner as runner
-    monkeypatch.setattr(runner, "prefill", lambda *args: pytest.fail("prefill() read a paged prompt"))
-    engine = Engine(model, None, kv=KVConfig(kind="paged"))
+    from mlxcore import compiled_forward
+    monkeypatch.setattr(runner, "prefill", lambda *args: pytest.fail("prefill() read the prompt"))
+    monkeypatch.setattr(compiled_forward._FusedLayer, "chunk", lambda *args: pytest.fail("a prompt took chunk()"))
+    engine = Engine(model, None, kv=KVConfig(kind=kind, max_kv=512 if kind == "rotating" else None))
     layer, rows, compiled = engine.target_forward._layers[0], [], []
     monkeypatch.setattr(layer, "before_rows", lambda h, at, real=layer.before_rows: rows.append(h.shape[0]) or real(h, at))
     monkeypatch.setattr(layer, "before_batch", lambda *args, real=layer.before_batch: compiled.append(1) or real(*args))

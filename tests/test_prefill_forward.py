@@ -1,5 +1,6 @@
-"""Prompt chunks through ``CompiledForward.body`` (the one prefill path) against mlx-lm's own model on its caches,
-under the CPU's branches (key-block attention, SiLU through fast_exp) and the GPU's (fused attention)."""
+"""Prompt chunks read as rows of the batched pass (``PromptFeed``, ``BatchDecoder``: the one prefill path, the
+runner's and ``prefill()``'s) against mlx-lm's own model on its caches, under the CPU's branches (key-block
+attention, SiLU through fast_exp) and the GPU's (fused attention)."""
 
 import mlxcore  # noqa: F401
 import mlx.core as mx
@@ -7,6 +8,8 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
+from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.cpu_attention import MIN_KEYS_PER_BLOCK, QUERIES_PER_PASS, SCORES_PER_BLOCK
 from mlxcore.kv.model_cache import make_model_cache
 from mlxcore.loading import load_model
@@ -15,23 +18,37 @@ from device_profiles import forward_for, profile  # noqa: F401
 from tiny_models import tiny_qwen3, tiny_qwen3_moe
 
 
-def chunked(body, ids, chunk, cache):
-    """Final hidden states of every chunk, fed in order through ``body`` into ``cache``."""
+def chunked(read, ids, chunk, cache):
+    """Final hidden states of every chunk, fed in order through ``read`` into ``cache``."""
     outputs = []
     for start in range(0, len(ids), chunk):
-        outputs.append(body(mx.array(ids[start:start + chunk])[None], cache))
+        outputs.append(read(ids[start:start + chunk], cache))
         mx.eval(outputs[-1])
     return outputs
 
 
-def ours_body(model):
-    """``CompiledForward.body`` (traced under the profile in force) and the final norm mlx-lm's body ends with."""
+def ours_rows(model):
+    """A chunk read as rows of the batched pass alone (traced under the profile in force), its final hidden
+    states (1, L, hidden) normed as mlx-lm's body ends; ``chunk`` of the layers never runs."""
     forward = forward_for(model)
-    return lambda inputs, cache: model.model.norm(forward.body(inputs, cache))
+
+    def read(ids, cache):
+        feed = PromptFeed(forward, cache, ids, at_once=True)
+        BatchDecoder(forward)([], [], None, [feed])
+        assert feed.ran()
+        return model.model.norm(feed.h.transpose(1, 0, 2))
+    return read
 
 
 def mlx_lm_body(model):
-    return lambda inputs, cache: model.model(inputs, cache=cache)
+    return lambda ids, cache: model.model(mx.array(ids)[None], cache=cache)
+
+
+@pytest.fixture(autouse=True)
+def no_whole_layer_chunks(monkeypatch):
+    """A prompt never takes ``_FusedLayer.chunk`` (the layer for an input given to the forward whole)."""
+    from mlxcore import compiled_forward
+    monkeypatch.setattr(compiled_forward._FusedLayer, "chunk", lambda *args: pytest.fail("a prompt took chunk()"))
 
 
 @pytest.mark.parametrize("heads,kv_heads,chunk,max_kv", [(4, 2, 48, None), (4, 4, 200, None), (6, 2, 1, None),
@@ -41,12 +58,16 @@ def test_hidden_states_and_caches_match_mlx_lm(heads, kv_heads, chunk, max_kv, p
     compiled layers), and mlx-lm's rotating cache (its window mask)."""
     model = tiny_qwen3(seed=5, layers=3, heads=heads, kv_heads=kv_heads)
     ids = np.random.default_rng(1).integers(0, model.args.vocab_size, 150).tolist()
-    ours_cache, ref_cache = make_prompt_cache(model, max_kv), make_prompt_cache(model, max_kv)
-    ours = chunked(ours_body(model), ids, chunk, ours_cache)
-    reference = chunked(mlx_lm_body(model), ids, chunk, ref_cache)
+    kind = "standard" if max_kv is None else "rotating"
+    ours_cache = make_model_cache(model, kind, max_kv=max_kv)
+    # A window: mlx-lm's model over a rotating cache of ours (its mask and reads, through the cache protocol).
+    ref_cache = make_prompt_cache(model) if max_kv is None else make_model_cache(model, kind, max_kv=max_kv)
+    ref_layers = ref_cache if max_kv is None else ref_cache.layers
+    ours = chunked(ours_rows(model), ids, chunk, ours_cache)
+    reference = chunked(mlx_lm_body(model), ids, chunk, ref_layers)
     for i, (a, b) in enumerate(zip(ours, reference)):
         np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-5, atol=1e-5, err_msg=f"chunk {i} differs")
-    assert_same_caches(ours_cache, ref_cache)
+    assert_same_caches(ours_cache.layers, ref_layers)
 
 
 # The 8B's attention: 32 query heads over 8 KV heads (narrow head and hidden sizes keep it quick).
@@ -71,12 +92,12 @@ def assert_same_caches(ours, reference):
 def test_wide_heads_at_long_context_match_mlx_lm(chunk, profile):  # noqa: F811
     model = tiny_qwen3(seed=3, **WIDE)
     ids = np.random.default_rng(2).integers(0, model.args.vocab_size, WIDE_PROMPT).tolist()
-    ours_cache, ref_cache = make_prompt_cache(model), make_prompt_cache(model)
-    ours = chunked(ours_body(model), ids, chunk, ours_cache)
+    ours_cache, ref_cache = make_model_cache(model, "paged"), make_prompt_cache(model)
+    ours = chunked(ours_rows(model), ids, chunk, ours_cache)
     reference = chunked(mlx_lm_body(model), ids, chunk, ref_cache)
     for i, (a, b) in enumerate(zip(ours, reference)):
         np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-5, atol=1e-5, err_msg=f"chunk {i} differs")
-    assert_same_caches(ours_cache, ref_cache)
+    assert_same_caches(ours_cache.layers, ref_cache)
 
 
 def test_wide_heads_prefill_into_the_paged_cache_matches_mlx_lm(profile):  # noqa: F811

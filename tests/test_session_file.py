@@ -60,8 +60,8 @@ def prompt_after(session: ChatSession, text: str) -> list[int]:
 
 @pytest.fixture
 def prefills(monkeypatch):
-    """(model, tokens) of every prompt chunk the engine reads: rows of the batched pass (a paged prompt),
-    ``prefill()`` (another cache's, and the draft's catch-up)."""
+    """(model, tokens) of every prompt chunk the engine reads: the runner's, rows of the batched pass
+    (``PromptFeed``), and ``prefill()``'s (the draft's catch-up; it reads them as rows too, not counted twice)."""
     calls = []
 
     def spy(forward, cache, ids, chunk):

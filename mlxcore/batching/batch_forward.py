@@ -8,7 +8,9 @@ slab for the whole batch), and it attends over its own tokens. Prompt chunks
 joining the batch (``prompt_feed.py``) are more rows in the layers they go
 through this step, each attending causally over its own sequence; with no
 decoding row, a pass of prompt rows alone runs the layers uncompiled (a
-prompt's chunk lengths vary: each new row count would compile anew). The decoding
+prompt's chunk lengths vary: each new row count would compile anew); such a pass
+also reads a prompt on a cache of one sequence (rotating, standard), whose layers
+write its keys and values instead of the pool. The decoding
 rows read their keys and values one of two ways:
 
 - mirrored (two or more sequences, while the KV budget has room): the batch's
@@ -59,15 +61,12 @@ class BatchDecoder:
         if not self.forward.split:  # a model whose layers this module cannot run split (a lone reply runs it whole)
             kind = getattr(self.forward.args, "model_type", "this")
             raise ModelLoadError(f"Replies side by side run Qwen3 and Qwen3-MoE models; this is a {kind} model.")
-        everyone = [*caches, *(feed.cache for feed in feeds)]
-        pool = everyone[0].pool
-        if any(cache.pool is not pool for cache in everyone):
-            raise ValueError("A batch's sequences must share one block pool.")
+        pool = _pool(caches, feeds)
         rows = len(caches)
         offsets = mx.array([cache.offset for cache in caches], dtype=mx.int32)  # each one's next position
         reads = self._reads(pool, caches, ids) if rows else None
         h = self.forward.model.embed_tokens(inputs[:, None]) if rows else None  # (B, 1, hidden): a row a sequence
-        writes: dict[tuple, tuple[SlotWrites, mx.array, list[int]]] = {}  # per set of chunks riding along
+        writes: dict[tuple, tuple[SlotWrites | None, mx.array, list[int]]] = {}  # per set of chunks riding along
         for index, layer in enumerate(self.forward._layers):
             joining = [feed for feed in feeds if feed.runs(index)] if feeds else []
             if not joining and not rows:
@@ -76,15 +75,20 @@ class BatchDecoder:
             if key not in writes:  # the layers a set of chunks rides in share its slots, positions and rows
                 starts = list(itertools.accumulate([rows] + [len(feed.ids) for feed in joining]))
                 where = mx.concatenate([offsets] + [feed.offsets for feed in joining]) if joining else offsets
-                writes[key] = SlotWrites(caches, [feed.cache for feed in joining]), where, starts
+                slots = SlotWrites(caches, [feed.cache for feed in joining]) if pool is not None else None
+                writes[key] = slots, where, starts
             slots, where, starts = writes[key]
             x = mx.concatenate(([h] if rows else []) + [feed.h for feed in joining]) if joining else h
             before = layer.before_batch if rows else layer.before_rows  # prompt rows alone: uncompiled
             q, both = before(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
-            parts = pool.storage[index].encode(both)  # as the pool stores them
-            written = slots.apply(pool.storage[index], parts)
+            if pool is not None:
+                parts = pool.storage[index].encode(both)  # as the pool stores them
+                written = slots.apply(pool.storage[index], parts)
+            else:  # a chunk on a cache of one sequence: its layer writes it (``PromptFeed.attend``)
+                written = []
             if joining:
-                outs = [feed.attend(q[start:start + len(feed.ids)], index) for feed, start in zip(joining, starts)]
+                outs = [feed.attend(q[start:start + len(feed.ids)], index, both if pool is None else None)
+                        for feed, start in zip(joining, starts)]
                 if rows:
                     reads.write(index, tuple(part[:, :, :rows] for part in parts))
                     outs.insert(0, normalized(reads.attend(index, q[:rows]), q[:rows].shape))
@@ -127,6 +131,20 @@ class BatchDecoder:
         """Give the mirror's memory back (nothing decodes now); the next batch fills it again."""
         if self.mirror is not None:
             self.mirror.drop()
+
+
+def _pool(caches: list[PagedCache], feeds: list[PromptFeed]):
+    """The one block pool every row's cache is in; None for a chunk on a cache of one sequence, which rides
+    alone."""
+    if feeds and not feeds[0].paged:
+        if caches or len(feeds) > 1:
+            raise ValueError("A prompt chunk on a cache outside the block pool is read in a pass of its own.")
+        return None
+    everyone = [*caches, *(feed.cache for feed in feeds)]
+    pool = everyone[0].pool
+    if any(getattr(cache, "pool", None) is not pool for cache in everyone):
+        raise ValueError("A batch's sequences must share one block pool.")
+    return pool
 
 
 class SlotWrites:

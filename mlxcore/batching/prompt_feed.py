@@ -9,8 +9,11 @@ far) and a part per token, so on a device where that fixed part is dear (this
 CPU) a large chunk may go through a few layers a step, its hidden state kept
 until the next pass takes it on; on a GPU it goes through every layer at once.
 The step's budget (token-layers) is ``pacing.py``'s. With nothing decoding, a
-prompt on the paged pool is read the same way, the step's token budget a pass
-through every layer (the rows then run uncompiled: ``_FusedLayer.before_rows``).
+prompt is read the same way, the step's token budget a pass through every layer
+(the rows then run uncompiled: ``_FusedLayer.before_rows``); so is a prompt on a
+cache of one sequence (rotating, standard: a lone reply's, or a draft's,
+``prefill()``), alone in its pass, its keys and values written by its own layers'
+``update_and_fetch`` rather than the pool's scatter.
 
 Until the last layer holds the chunk, its cache's layers keep their old length and the blocks it
 fills are not hashed, so no other sequence can find them by a prefix hit and read layers not
@@ -28,8 +31,11 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
+from mlx_lm.models.base import create_attention_mask
+
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import attend
+from mlxcore.kv.base import ModelCache
 from mlxcore.kv.paged import PagedCache
 
 if TYPE_CHECKING:
@@ -39,22 +45,30 @@ if TYPE_CHECKING:
 class PromptFeed:
     """``ids`` of ``cache``'s prompt on their way through the layers: the rows a decode pass carries on."""
 
-    def __init__(self, forward: CompiledForward, cache: PagedCache, ids: list[int], at_once: bool = False) -> None:
+    def __init__(self, forward: CompiledForward, cache: ModelCache, ids: list[int], at_once: bool = False) -> None:
         """Announce the chunk to the cache (``PoolExhaustedError`` if the pool cannot take it, nothing changed);
-        ``at_once``: it goes through every layer in its first step (a short prompt, ``pacing.py``)."""
-        cache.begin_unhashed(ids)
+        ``at_once``: it goes through every layer in its first step (a short prompt, ``pacing.py``; a cache of
+        one sequence, always)."""
+        self.paged = isinstance(cache, PagedCache)
+        self.mask = None
+        if self.paged:
+            cache.begin_unhashed(ids)
+        else:  # its layers write as they go; the mask is the cache's for the chunk (a window's, for a rotating one)
+            self.mask = create_attention_mask(mx.zeros((1, len(ids), 1)), cache.layers[0])
+            cache.begin(ids)
+            at_once = True
         self.cache, self.ids, self.at_once = cache, ids, at_once
-        self.plan = cache.announced
+        self.plan = cache.announced if self.paged else None
         self.layers = len(forward._layers)
         self.layer = 0  # the next layer to run
-        self.stop = 0  # the layer this step's pass stops before
+        self.stop = self.layers if at_once else 0  # the layer this step's pass stops before (``Feeds.plan``)
         self.h = forward.model.embed_tokens(mx.array(ids)[:, None])  # (L, 1, hidden): a row a token
         self.offsets = mx.arange(cache.offset, cache.offset + len(ids), dtype=mx.int32)
 
     @property
     def stale(self) -> bool:
         """Whether the cache let go of the chunk (released, or settled by another pass)."""
-        return self.cache.announced is not self.plan
+        return self.paged and self.cache.announced is not self.plan
 
     @property
     def layers_left(self) -> int:
@@ -64,9 +78,14 @@ class PromptFeed:
         """Whether this step's pass takes the chunk through layer ``index``."""
         return self.layer <= index < self.stop
 
-    def attend(self, q: mx.array, index: int) -> mx.array:
-        """The chunk's queries (L, heads, 1, dim; scaled) over its tokens in layer ``index``; shaped as ``q``."""
-        segments, mask = self.cache.layer_read(index, q.shape[1])
+    def attend(self, q: mx.array, index: int, both: mx.array | None = None) -> mx.array:
+        """The chunk's queries (L, heads, 1, dim; scaled) over its tokens in layer ``index``; shaped as ``q``.
+        On the pool its keys and values are written already; on a cache of one sequence ``both`` (2, kv_heads,
+        L, dim) are, here."""
+        if self.paged:
+            segments, mask = self.cache.layer_read(index, q.shape[1])
+        else:
+            segments, mask = [self.cache.layers[index].update_and_fetch(both[0][None], both[1][None])], self.mask
         return attend(q.transpose(2, 1, 0, 3), segments, 1.0, mask).transpose(2, 1, 0, 3)
 
     def ran(self) -> bool:
@@ -75,7 +94,8 @@ class PromptFeed:
         self.layer = self.stop
         if self.layers_left:
             return False
-        self.cache.finish_batched_pass()
+        if self.paged:
+            self.cache.finish_batched_pass()
         return True
 
 

@@ -17,8 +17,8 @@ Requests run on the engine's paged caches: ``Engine.new_caches`` makes them in
 the engine's pools and byte budget, the pools ``BlockAccount`` reads. One reply
 at a time may also run on a rotating or standard cache (``Engine.generate``).
 A hybrid model's replies (Qwen3.5) run side by side on standard caches: its
-batched step is ``hybrid_batch.py``'s, and its prompts are read alone. Prompts
-on caches other than the paged pool are read by ``prefill()``.
+batched step is ``hybrid_batch.py``'s, and its prompts are read alone by
+``prefill()``. Every other prompt is read as rows of the batched pass.
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ class BatchRunner:
         self.tally = Tally()
         self.pacing = Pacing(len(engine.target_forward._layers) if engine.target_forward.split else 1)
         self.feeds = Feeds()  # prompt chunks on their way through the layers
-        # Prompts on the paged pool are read as rows of the batched pass (alone when nothing decodes); a
-        # hybrid model's, and a lone reply's on a rotating or standard cache, by ``prefill()``.
+        # Prompts are read as rows of the batched pass (alone when nothing decodes, and on a cache of one
+        # sequence); a hybrid model's, through its own layers, by ``prefill()``.
         self.feeds_prompts = engine.target_forward.split and not engine.hybrid
         self._cancelled: set[str] = set()
         self.stall_seconds = stall_seconds  # a reply whose reader read nothing for this long is cancelled
@@ -303,16 +303,16 @@ class BatchRunner:
     # prefill ----------------------------------------------------------------
 
     def _read_prompt(self, seq: Sequence, count: int, now: float, paced: bool) -> None:
-        """Read up to ``count`` more tokens of ``seq``'s prompt (its caches attached first). On the paged pool,
-        a chunk of rows of the batched pass (``_feed``): ``paced``, through a few layers a step beside the
-        decode rows; else the ``count`` tokens through every layer in this step's pass. On another cache (a
-        hybrid model's, a lone reply's rotating or standard one), by ``prefill()``, in prefill chunks."""
+        """Read up to ``count`` more tokens of ``seq``'s prompt (its caches attached first): a chunk of rows of
+        the batched pass (``_feed``), ``paced`` on the pool through a few layers a step beside the decode rows,
+        else the ``count`` tokens through every layer in this step's pass (a lone reply's rotating or standard
+        cache too). A hybrid model's, by ``prefill()`` through its own layers, in prefill chunks."""
         seq.started(now)
         try:
             if seq.caches is None:
                 self._attach(seq)
-            if self.feeds_prompts and isinstance(seq.caches.target, PagedCache):
-                self._start_feed(seq, count, paced)
+            if self.feeds_prompts:
+                self._start_feed(seq, count, paced and isinstance(seq.caches.target, PagedCache))
             else:
                 self._prefill(seq, count)
         except PoolExhaustedError as error:
