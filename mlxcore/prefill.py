@@ -47,12 +47,13 @@ def prefill(forward: CompiledForward, cache, ids: Sequence[int], chunk: int) -> 
     """
     if not ids:
         return
+    decoder = BatchDecoder(forward) if forward.split else None
     with parallel_products():
         for done in range(0, len(ids), chunk):
             piece = list(ids[done : done + chunk])
-            if forward.split:
+            if decoder is not None:
                 feed = PromptFeed(forward, cache, piece, at_once=True)
-                BatchDecoder(forward)([], [], None, [feed])
+                decoder([], [], None, [feed])
                 mx.eval(feed.h)  # the last layer's rows hold every layer's writes
                 feed.ran()
             else:

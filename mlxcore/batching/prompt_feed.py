@@ -31,8 +31,6 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from mlx_lm.models.base import create_attention_mask
-
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import attend
 from mlxcore.kv.base import ModelCache
@@ -54,7 +52,7 @@ class PromptFeed:
         if self.paged:
             cache.begin_unhashed(ids)
         else:  # its layers write as they go; the mask is the cache's for the chunk (a window's, for a rotating one)
-            self.mask = create_attention_mask(mx.zeros((1, len(ids), 1)), cache.layers[0])
+            self.mask = cache.layers[0].make_mask(len(ids), return_array=False, window_size=None)
             cache.begin(ids)
             at_once = True
         self.cache, self.ids, self.at_once = cache, ids, at_once

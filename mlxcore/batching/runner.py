@@ -53,7 +53,6 @@ from mlxcore.chat_template import turn_marks
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
-from mlxcore.kv.paged import PagedCache
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
 from mlxcore.reply_text import ReplyText
@@ -312,7 +311,7 @@ class BatchRunner:
             if seq.caches is None:
                 self._attach(seq)
             if self.feeds_prompts:
-                self._start_feed(seq, count, paced and isinstance(seq.caches.target, PagedCache))
+                self._start_feed(seq, count, paced)
             else:
                 self._prefill(seq, count)
         except PoolExhaustedError as error:
