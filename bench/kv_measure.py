@@ -66,11 +66,11 @@ def decode_speed(model: nn.Module, kind: str, prompt_tokens: int = 512, steps: i
     """Greedy decode tokens per second on a cache of ``kind`` after a ``prompt_tokens`` prefill."""
     cache = make_model_cache(model, kind, **options)
     ids = [i % model.args.vocab_size for i in range(prompt_tokens)]
-    cache.begin(ids)
+    cache.begin(len(ids))
     token = int(mx.argmax(model(mx.array([ids]), cache=cache.layers)[0, -1]).item())
     start = time.perf_counter()
     for _ in range(steps):
-        cache.begin([token])
+        cache.begin(1)
         token = int(mx.argmax(model(mx.array([[token]]), cache=cache.layers)[0, -1]).item())
     return steps / (time.perf_counter() - start)
 
@@ -91,5 +91,5 @@ def fill(cache: ModelCache, ids: list[int], chunk: int = 512) -> None:
     for start in range(0, len(ids), chunk):
         part = ids[start:start + chunk]
         zeros = mx.zeros((1, g.kv_heads, len(part), g.head_dim), g.dtype)
-        cache.begin(part)
+        cache.begin(len(part))
         mx.eval([layer.update_and_fetch(zeros, zeros) for layer in cache.layers])

@@ -126,7 +126,7 @@ def _compare(model, bits: int, prompt: list[int], steps: int, follow: list[int] 
     for step in range(steps):
         rows = {}
         for name, cache in caches.items():
-            cache.begin([token])
+            cache.begin(1)
             rows[name] = forward(mx.array([[token]]), cache=cache.layers)[0, -1].astype(mx.float32)
         p, q = (row - mx.logsumexp(row) for row in (rows["float"], rows["quantized"]))
         kl, mine, theirs = mx.sum(mx.exp(p) * (p - q)), mx.argmax(p), mx.argmax(q)

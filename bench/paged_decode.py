@@ -59,7 +59,7 @@ def paged_decode_vs_standard(model_ref: str, runs: int, context: int, *, chunks:
     ids = [(index * 7919) % (model.args.vocab_size - 1) + 1 for index in range(context + 1)]
     root = make_model_cache(model, "standard")
     prefill(engine.target_forward, root, ids[:context], current().prefill_chunk)
-    tensors, meta = root.state_dict()
+    tensors, meta = root.state_dict(ids)
     del root
     held: list[ModelCache] = []  # forked tables' parents, alive while their child decodes
 
@@ -70,7 +70,7 @@ def paged_decode_vs_standard(model_ref: str, runs: int, context: int, *, chunks:
     def forked(kind: str) -> ModelCache:
         held.append(restored(kind))
         child = held[-1].fork()
-        held[-1].begin(ids[context:])  # the parent goes on first: it takes the block after the shared ones
+        held[-1].begin(len(ids) - context)  # the parent goes on first: it takes the block after the shared ones
         mx.eval(model(mx.array([ids[context:]]), cache=held[-1].layers))
         return child
 

@@ -33,7 +33,7 @@ def kv8_session_file_ratio(target_ref: str, draft_ref: str | None, *, min_tokens
         paths = {"float": Path(folder) / "float.mlxchat", "q8": Path(folder) / "q8.mlxchat"}
         session.save(paths["float"])
         converted = ChatSession.load(paths["float"], engines[8])
-        assert converted.caches.target.tokens == session.caches.target.tokens
+        assert converted.caches.tokens == session.caches.tokens
         converted.save(paths["q8"])
         files = {name: path.stat().st_size for name, path in paths.items()}
         payloads = {name: sum(len(b) for blocks in read_contents(path).blocks.values() for b in blocks)

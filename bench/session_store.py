@@ -88,7 +88,7 @@ def _autosaves(engine: Engine, runs: int, min_tokens: int, *, enable_thinking: b
 def _one_turn(store: SessionStore, session: ChatSession, text: str, figures: dict[str, list]) -> None:
     before = _tokens(session)
     session.send(text)
-    after = session.caches.target.tokens
+    after = session.caches.tokens
     figures["new_kv_bytes"].append(_new_kv_bytes(session, before))
     figures["new_tokens"].append(len(after) - common_prefix_length(before["target"], after))
     figures["cache_grew_by"].append(len(after) - len(before["target"]))
@@ -142,7 +142,8 @@ def _engine(target_ref: str, draft_ref: str | None) -> Engine:
 
 
 def _tokens(session: ChatSession) -> dict[str, list[int]]:
-    return {role: getattr(session.caches, role).tokens for role in ROLES if getattr(session.caches, role)}
+    caches = session.caches
+    return {role: caches.ids[:cache.offset] for role in ROLES if (cache := getattr(caches, role))}
 
 
 def _new_kv_bytes(session: ChatSession, before: dict[str, list[int]]) -> int:
@@ -154,7 +155,8 @@ def _new_kv_bytes(session: ChatSession, before: dict[str, list[int]]) -> int:
     total = 0
     for role, tokens in before.items():
         cache = getattr(session.caches, role)
-        total += (cache.offset - common_prefix_length(tokens, cache.tokens)) * cache.geometry.token_bytes
+        held = session.caches.ids[:cache.offset]
+        total += (cache.offset - common_prefix_length(tokens, held)) * cache.geometry.token_bytes
     return total
 
 

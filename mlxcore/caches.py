@@ -1,8 +1,14 @@
-"""The caches one conversation owns: the target's, and the draft's when speculative decoding is on."""
+"""The caches one conversation owns: the target's, the draft's when speculative decoding is on, and the ids.
+
+``ids`` is the one list of the conversation's token ids: each cache holds the
+first ``offset`` of them (the draft's may be fewer), and the list may run on past
+them (a token picked and not fed yet, a prompt being read). While a batched
+reply runs on the caches, its ``Sequence.ids`` is this same list.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mlxcore.kv.base import ModelCache
 
@@ -11,6 +17,7 @@ from mlxcore.kv.base import ModelCache
 class Caches:
     target: ModelCache
     draft: ModelCache | None = None
+    ids: list[int] = field(default_factory=list)
 
     @property
     def offset(self) -> int:
@@ -19,17 +26,25 @@ class Caches:
 
     @property
     def tokens(self) -> list[int]:
-        """Token ids the target's cache holds."""
-        return self.target.tokens
+        """Token ids the target's cache holds (a copy)."""
+        return self.ids[:self.target.offset]
+
+    def hash_blocks(self) -> None:
+        """Tell both caches the ids (``ModelCache.hash_blocks``): their full blocks become prefix hits."""
+        self.target.hash_blocks(self.ids)
+        if self.draft is not None:
+            self.draft.hash_blocks(self.ids)
 
     def fork(self) -> Caches:
         """Independent caches holding the same tokens (paged: sharing blocks)."""
-        return Caches(self.target.fork(), self.draft.fork() if self.draft else None)
+        return Caches(self.target.fork(), self.draft.fork() if self.draft else None, self.tokens)
 
     def release(self) -> None:
-        self.target.release()
+        """Give both caches back, what they held kept for prefix hits under ``ids`` (``ModelCache.release``)."""
+        self.target.release(self.ids)
         if self.draft:
-            self.draft.release()
+            self.draft.release(self.ids)
+        self.ids = []
 
     @property
     def nbytes(self) -> int:

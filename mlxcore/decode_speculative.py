@@ -96,16 +96,13 @@ class SpeculativeDecoder:
             draft_seconds = decision_clock.now() - start
         fed = ids[tcache.offset:]
         _mark(tcache)
-        tcache.begin(fed, unknown=k)  # the drafted ids are read at the sync below
+        tcache.begin(len(fed) + k)
         inputs = mx.concatenate([mx.array(fed), drafted])[None]
         logits = self.target(inputs, cache=tcache.layers)[0, -(k + 1):, : self.vocab]  # (k + 1, V)
         if self.constraint is not None:
             logits = self._masked(logits, drafted)
         n, t, logprobs = self._accept(logits, drafted, q)
         proposed = drafted.tolist()
-        tcache.known(proposed)
-        if k > 1:
-            dcache.known(proposed[: k - 1])
         self.controller.observe_round(k, n, decision_clock.now() - start, draft_seconds)
         self._count(k, n)
         _rewind(tcache, k - n)
@@ -128,11 +125,11 @@ class SpeculativeDecoder:
         """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously."""
         fed = ids[dcache.offset:]
         _mark(dcache)
-        dcache.begin(fed)
+        dcache.begin(len(fed))
         inputs, tokens, rows, matched = mx.array(fed)[None], [], [], 0
         for i in range(k):
             if i:
-                dcache.begin((), unknown=1)
+                dcache.begin(1)
             logits = self.draft(inputs, cache=dcache.layers)[0, -1, : self.vocab]
             if self.constrain_draft:
                 matched += bool(i) and self.constraint.advance(tokens[-1].item())  # drawn under the mask

@@ -56,7 +56,7 @@ def _linear_state_bytes(model: nn.Module) -> int:
     """Bytes of one sequence's linear-layer states: one token through ``model``."""
     cache = make_model_cache(model, kind="standard")
     assert isinstance(cache, HybridCache)
-    cache.begin([0])
+    cache.begin(1)
     mx.eval(model(mx.array([[0]]), cache=cache.layers))
     return sum(state.nbytes for state in cache.states)
 
@@ -247,10 +247,11 @@ class Engine:
             cache.prefixes = self.prefixes
         return cache
 
-    def cache_state(self, role: str, cache: ModelCache) -> tuple[KVGeometry, Tensors, CacheMeta]:
-        """What a session file keeps of the ``role`` cache: (geometry, tensors, metadata), whole over the ranks
-        (over several ranks every rank calls this, in the same order: it gathers their heads)."""
-        tensors, meta = cache.state_dict()
+    def cache_state(self, role: str, cache: ModelCache, ids: Sequence[int]) -> tuple[KVGeometry, Tensors, CacheMeta]:
+        """What a session file keeps of the ``role`` cache, which holds the first of ``ids``: (geometry, tensors,
+        metadata), whole over the ranks (over several ranks every rank calls this, in the same order: it
+        gathers their heads)."""
+        tensors, meta = cache.state_dict(ids)
         whole = self.kv_shards.whole_tensors(role, tensors)
         if "linear" in meta and whole is not tensors:  # the linear states' shapes as the whole model's
             shapes = {key: (dtype, list(whole[f"linear.0.{key}"].shape)) for key, (dtype, _) in
@@ -297,11 +298,13 @@ class Engine:
 
     def keep_prefix(self, caches: Caches, prompt_ids: list[int]) -> int:
         """Trim ``caches`` to their longest common prefix with the prompt (at least one token left to
-        compute; a draft cache too); the target's tokens kept. As ``generate`` does before a turn."""
+        compute; a draft cache too); the target's tokens kept; ``caches.ids`` the prompt's from then on. As
+        ``generate`` does before a turn."""
         prompt_ids = list(prompt_ids)
         kept = self._reuse(caches, "target", prompt_ids)
         if caches.draft is not None:
             self._reuse(caches, "draft", prompt_ids)
+        caches.ids = prompt_ids
         return kept
 
     def _reuse(self, caches: Caches, role: str, prompt_ids: list[int]) -> int:
@@ -315,7 +318,7 @@ class Engine:
             cache.settle()  # before reading its tokens: an interrupted pass leaves layer 0 ahead
         except CacheStateError:  # ...by more than a wrapped window can rewind
             cache = self._replace_cache(caches, role)
-        keep = min(common_prefix_length(cache.tokens, prompt_ids), len(prompt_ids) - 1)
+        keep = min(common_prefix_length(caches.ids[:cache.offset], prompt_ids), len(prompt_ids) - 1)
         if cache.offset - keep > cache.max_trim:
             # A hybrid model's cache goes back to a snapshot within the common prefix, if it has one.
             restored = cache.restore_snapshot(keep) if isinstance(cache, HybridCache) else None

@@ -23,19 +23,17 @@ class StopPrefill(Exception):
 def settle(cache, ids: Sequence[int], forward: CompiledForward | None = None) -> None:
     """Make ``cache`` hold ``ids``: even out a pass stopped between layers, trim what is ahead of them and,
     with ``forward``, feed what it lacks of them. Without, a cache behind ``ids`` stays a prefix of them
-    (an interrupted prefill keeps the chunks every layer completed)."""
+    (an interrupted prefill keeps the chunks every layer completed). Its full blocks are then hashed."""
     cache.settle()  # first: a pass stopped between layers leaves layer 0 ahead of the rest
     ahead = cache.offset - len(ids)
     if ahead > 0 and isinstance(cache, HybridCache):  # it cannot be trimmed: back to before the pass
         cache.rewind_to_mark()
     elif ahead > 0:
         cache.trim(ahead)
-    told = len(cache.tokens)
-    if told < cache.offset:  # a pass fed tokens whose ids were read but not told yet
-        cache.known(ids[told:cache.offset])
     missing = list(ids[cache.offset:])
     if forward is not None and missing:
         prefill(forward, cache, missing, len(missing))
+    cache.hash_blocks(ids)
 
 
 def prefill(forward: CompiledForward, cache, ids: Sequence[int], chunk: int) -> None:
@@ -53,9 +51,9 @@ def prefill(forward: CompiledForward, cache, ids: Sequence[int], chunk: int) -> 
             piece = list(ids[done : done + chunk])
             if decoder is not None:
                 feed = PromptFeed(forward, cache, piece, at_once=True)
-                decoder([], [], None, [feed])
+                decoder([], None, [feed])
                 mx.eval(feed.h)  # the last layer's rows hold every layer's writes
                 feed.ran()
             else:
-                cache.begin(piece)
+                cache.begin(len(piece))
                 mx.eval(forward.body(mx.array(piece)[None], cache.layers))  # materialises every layer's cache

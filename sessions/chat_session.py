@@ -105,7 +105,7 @@ class ChatSession:
         block when thinking is off), which the reply is stored with: the cache holds it."""
         text = render_chat_text(self.tokenizer, [m.as_dict() for m in self.messages],
                                 enable_thinking=self.enable_thinking, tools=self.tool_schemas)
-        ids = held_prompt_ids(self.tokenizer, text, self.caches.target.tokens)
+        ids = held_prompt_ids(self.tokenizer, text, self.caches.tokens)
         return ids, EMPTY if text.endswith(EMPTY) else ""
 
     # turns ------------------------------------------------------------------------

@@ -88,9 +88,9 @@ class CacheBlocks:
         self._encoded = self.payloads(ref.key for ref in self.refs)
 
 
-def cache_blocks(cache: ModelCache, fingerprint: str, role: str) -> CacheBlocks:
-    """The blocks of ``cache`` (of the model with ``fingerprint``, as ``role``)."""
-    return state_blocks(cache.geometry, *cache.state_dict(), fingerprint, role)
+def cache_blocks(cache: ModelCache, ids: list[int], fingerprint: str, role: str) -> CacheBlocks:
+    """The blocks of ``cache``, holding the first of ``ids`` (of the model with ``fingerprint``, as ``role``)."""
+    return state_blocks(cache.geometry, *cache.state_dict(ids), fingerprint, role)
 
 
 def state_blocks(geometry: KVGeometry, tensors: dict[str, mx.array], meta: CacheMeta, fingerprint: str,

@@ -61,7 +61,8 @@ def save_session(session: ChatSession, path: Path) -> None:
     from or saved to that file, else whole (file_save.py). A crash leaves the file's previous state."""
     engine = session.engine
     fingerprints = {"target": engine.fingerprint, "draft": engine.draft_fingerprint}
-    cuts = {role: _state_blocks(engine, role, cache, fingerprints[role]) for role, cache in saved_caches(session).items()}
+    cuts = {role: _state_blocks(engine, role, cache, session.caches.ids, fingerprints[role])
+            for role, cache in saved_caches(session).items()}
     created = share(engine.world, lambda: getattr(session, "created_at", None) or time.time())
     header = session_header(session, {role: (cut.geometry, cut.meta) for role, cut in cuts.items()}, created)
     data = encode_header({**header, "version": appending_version(header)})
@@ -72,9 +73,9 @@ def save_session(session: ChatSession, path: Path) -> None:
     session.created_at = created
 
 
-def _state_blocks(engine: Engine, role: str, cache: ModelCache, fingerprint: str) -> CacheBlocks:
-    """The blocks of ``cache`` with every rank's heads (``Engine.cache_state``)."""
-    geometry, tensors, meta = engine.cache_state(role, cache)
+def _state_blocks(engine: Engine, role: str, cache: ModelCache, ids: list[int], fingerprint: str) -> CacheBlocks:
+    """The blocks of ``cache``, holding the first of ``ids``, with every rank's heads (``Engine.cache_state``)."""
+    geometry, tensors, meta = engine.cache_state(role, cache, ids)
     return state_blocks(geometry, tensors, meta, fingerprint, role)
 
 
@@ -227,6 +228,8 @@ def restore_caches(opened: Opened, session: ChatSession) -> None:
         for cache in restored:
             cache.release()
         raise SessionFileError(f"{opened.where}: its cache cannot be restored: {error}") from None
+    if restore:  # each holds a start of the conversation: the longest says its ids
+        session.caches.ids = max((list(opened.saved.cache(role).tokens) for role in restore), key=len)
     if opened.mark is not None:
         session.saved_files[opened.mark.path] = opened.mark
 

@@ -73,7 +73,8 @@ def cut_chat(session: ChatSession, created: float) -> ChatCut:
     """Cut ``session`` into its header and blocks (MLX work; nothing is written)."""
     engine = session.engine
     fingerprints = {"target": engine.fingerprint, "draft": engine.draft_fingerprint}
-    blocks = {role: cache_blocks(cache, fingerprints[role], role) for role, cache in saved_caches(session).items()}
+    blocks = {role: cache_blocks(cache, session.caches.ids, fingerprints[role], role)
+              for role, cache in saved_caches(session).items()}
     header = session_header(session, {role: (cut.geometry, cut.meta) for role, cut in blocks.items()}, created)
     encode_header(header)  # the same size limit as a file's header, checked before anything is written
     return ChatCut(header, blocks)

@@ -18,7 +18,7 @@ def save_whole(session, path: Path) -> None:
     """Save ``session`` as mlxchat wrote files before the appending layout (format 1, or 2 with 8-bit KV)."""
     engine, tensors, caches = session.engine, {}, {}
     for role, cache in saved_caches(session).items():
-        geometry, arrays, meta = engine.cache_state(role, cache)
+        geometry, arrays, meta = engine.cache_state(role, cache, session.caches.ids)
         tensors |= {f"{role}.{name}": array for name, array in arrays.items()}
         caches[role] = (geometry, meta)
     write_file(Path(path), encode_header(session_header(session, caches, 1.0e9)), encode_tensors(tensors))

@@ -74,6 +74,7 @@ def big_session(engine: Engine, tokens: int) -> ChatSession:
     tensors = {f"{i}.{n}": mx.random.normal(shape) for i in range(g.num_layers) for n in ("keys", "values")}
     meta = {"kind": "standard", "tokens": [t % VOCAB for t in range(tokens)]}
     session.caches.target = ModelCache.from_state(engine.model, tensors, meta)
+    session.caches.ids = list(meta["tokens"])
     return session
 
 
@@ -104,8 +105,8 @@ def save_loop(path: str, tokens: str) -> None:
 def turn(path: str, engine: str, text: str) -> None:
     import json
     session = ChatSession.load(path, engine_named(engine))
-    before = {"target": session.caches.target.tokens,
-              "draft": session.caches.draft.tokens if session.caches.draft else None}
+    before = {"target": session.caches.tokens,
+              "draft": session.caches.ids[:session.caches.draft.offset] if session.caches.draft else None}
     reply = session.send(text)
     stats = session.last_stats
     print(json.dumps({"reply": reply, "reused": stats.reused_tokens, "prefill": stats.prefill_tokens,

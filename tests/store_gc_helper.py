@@ -58,6 +58,7 @@ def chat_state(engine: Engine, seed: int, n: int) -> ChatSession:
     session.messages += [m for i in range(n + 1) for m in (Message("user", f"turn {i}"),
                                                               Message("assistant", f"reply {i}"))]
     session.caches.target = ModelCache.from_state(engine.model, tensors, {"kind": "standard", "tokens": tokens})
+    session.caches.ids = list(tokens)
     return session
 
 

@@ -40,7 +40,7 @@ def alone(prompt: list[int], kv_bits: int | None = None) -> list[int]:
     prefill(forward, cache, prompt[:-1], 64)
     token, out = prompt[-1], []
     for _ in range(STEPS):
-        cache.begin([token])
+        cache.begin(1)
         token = int(mx.argmax(forward(mx.array([[token]]), cache=cache.layers)[0, -1]).item())
         out.append(token)
     return out
@@ -65,14 +65,14 @@ def test_each_sequence_of_a_batch_decodes_as_it_would_alone(path, kv_bits, profi
     decoder, last = BatchDecoder(forward), [p[-1] for p in prompts()[:5]] + [prompts()[4][-1]]
     outs = [[] for _ in caches]
     for _ in range(STEPS):
-        logits = decoder(caches, last, mx.array(last))
+        logits = decoder(caches, mx.array(last))
         last = mx.argmax(logits, axis=-1).tolist()
         for out, token in zip(outs, last):
             out.append(token)
     expected = [alone(p, kv_bits) for p in prompts()[:5]] + [alone(prompts()[4], kv_bits)]
     assert outs == expected
     for cache, p, out in zip(caches, prompts()[:5] + [prompts()[4]], outs):
-        assert cache.tokens == p + out[:-1], "each cache holds its prompt and the tokens fed since"
+        assert cache.offset == len(p + out[:-1]), "each cache holds its prompt and the tokens fed since"
     assert any(len(c._gather_index().runs) > 2 for c in caches), "tables of several runs were read"
     assert (decoder.mirror is not None and decoder.mirror.bytes > 0) == (path == "mirror")
 
@@ -85,7 +85,8 @@ def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved
     """Prompts read 5 tokens a chunk, ``layers`` layers a step, as rows of three decoding sequences' passes
     (``PromptFeed``): in one slab everyone's blocks interleave, and the chunks (and, per sequence, every row)
     read their runs as one view with the gaps masked (``Gather.span``). Everyone's tokens equal each
-    sequence's alone; a chunk in flight is not found by prefix hits, a read one is. Under both device
+    sequence's alone; a chunk in flight is not found by prefix hits even when its owner tells its ids every
+    step (they are not in every layer yet), a read one is. Under both device
     profiles (the GPU's attends with MLX's fused kernel and the chunk's causal mask)."""
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=256, budget=budget(path, 1024 + 256))  # one slab holds all
     caches = []
@@ -107,18 +108,21 @@ def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved
         riding = [feed for feed in feeds if feed is not None]
         for feed in riding:
             feed.stop = min(feed.layer + layers, feed.layers)
-        last = mx.argmax(decoder(caches, last, mx.array(last), riding), axis=-1).tolist()
+        last = mx.argmax(decoder(caches, mx.array(last), riding), axis=-1).tolist()
         for out, token in zip(outs, last):
             out.append(token)
         for r, feed in enumerate(feeds):
             if feed is not None and feed.ran():
                 feeds[r] = None
+        for reader, long in zip(reading, longs):
+            reader.hash_blocks(long)  # the owner knows every id of its prompt
+            assert pool.manager.cached_prefix(long)[0] <= reader.offset, "a chunk in flight is no prefix hit"
     for reader, long in zip(reading, longs):
-        assert reader.tokens == long[:-1] and len(reader._gather_index().runs) > 3
+        assert reader.offset == len(long) - 1 and len(reader._gather_index().runs) > 3
         assert pool.manager.cached_prefix(long)[0] == (len(long) - 1) // 4 * 4, "read, its blocks are hashed"
         token, mine = long[-1], []
         for _ in range(STEPS):  # the reader goes on alone from its prompt
-            reader.begin([token])
+            reader.begin(1)
             token = int(mx.argmax(FORWARD(mx.array([[token]]), cache=reader.layers)[0, -1]).item())
             mine.append(token)
         assert mine == alone(long)
@@ -144,13 +148,13 @@ def test_a_long_chunk_beside_decoding_reads_its_prompt_as_prefill_does(profile, 
     feed = PromptFeed(forward, reader, long[700:900], at_once=True)
     feed.stop = feed.layers
     last = [p[-1] for p in prompts()[:2]]
-    first = mx.argmax(BatchDecoder(forward)(caches, last, mx.array(last), [feed]), axis=-1).tolist()
-    assert feed.ran() and reader.tokens == long[:900]
+    first = mx.argmax(BatchDecoder(forward)(caches, mx.array(last), [feed]), axis=-1).tolist()
+    assert feed.ran() and reader.offset == 900
     assert len(blocked) == (MODEL.args.num_hidden_layers if profile.kind == "cpu" else 0), blocked
     assert first == [alone(p)[0] for p in prompts()[:2]]
     token, mine = long[900], []
     for _ in range(STEPS):
-        reader.begin([token])
+        reader.begin(1)
         token = int(mx.argmax(FORWARD(mx.array([[token]]), cache=reader.layers)[0, -1]).item())
         mine.append(token)
     assert mine == alone(long)

@@ -3,6 +3,8 @@ sequences join, leave, change order and are changed outside the batch; its bytes
 
 from __future__ import annotations
 
+import weakref
+
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
 import numpy as np
@@ -20,6 +22,7 @@ from tiny_models import tiny_qwen3
 
 MODEL = tiny_qwen3(seed=33, layers=2, heads=4, kv_heads=2)
 FORWARD = CompiledForward(MODEL)
+HELD: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cache -> the ids it holds (its owner's record)
 
 
 def prompt(stream: int, length: int) -> list[int]:
@@ -33,17 +36,24 @@ def reference(tokens: list[int]) -> np.ndarray:
 
 def step(decoder: BatchDecoder, caches: list, tokens: list[int]) -> None:
     """One batched step feeding ``tokens``; each row's logits must be the reference's after that token."""
-    before = [cache.tokens for cache in caches]
-    logits = np.array(decoder(caches, tokens, mx.array(tokens)))
-    for row, (held, token) in enumerate(zip(before, tokens)):
-        np.testing.assert_allclose(logits[row], reference(held + [token]), atol=2e-4, rtol=1e-4,
+    logits = np.array(decoder(caches, mx.array(tokens)))
+    for row, (cache, token) in enumerate(zip(caches, tokens)):
+        HELD[cache].append(token)
+        np.testing.assert_allclose(logits[row], reference(HELD[cache]), atol=2e-4, rtol=1e-4,
                                    err_msg=f"row {row} of a batch of {len(caches)}")
 
 
 def new_cache(pool, stream: int, length: int):
     cache = make_model_cache(MODEL, "paged", pool=pool, block_size=4)
-    prefill(forward_for(MODEL), cache, prompt(stream, length), 64)
+    HELD[cache] = []
+    read(cache, prompt(stream, length))
     return cache
+
+
+def read(cache, ids: list[int]) -> None:
+    """More tokens read into ``cache`` on its own, outside the batch."""
+    prefill(forward_for(MODEL), cache, ids, 64)
+    HELD[cache] += ids
 
 
 @pytest.mark.parametrize("alone_cost", [current().alone_cost_keys, 0])
@@ -58,9 +68,11 @@ def test_rows_follow_joins_leaves_reorders_and_outside_changes(monkeypatch, alon
     assert decoder.mirror.bytes > 0, "the batch read its tokens from the mirror"
     step(decoder, [a, b], [8, 9])  # fewer sequences than the mirror has rows, in its first rows
     a.trim(3)  # a rewind outside the batch, then new tokens at the same positions
+    del HELD[a][-3:]
     step(decoder, [c, a], [11, 12])  # b left; order changed
-    prefill(forward_for(MODEL), b, prompt(9, 5), 64)  # b read more tokens on its own
+    read(b, prompt(9, 5))  # b read more tokens on its own
     d = b.fork()  # a new cache sharing b's blocks
+    HELD[d] = list(HELD[b])
     step(decoder, [b, d, a, c], [13, 14, 15, 16])
     c.release()
     e = new_cache(pool, 4, 30)

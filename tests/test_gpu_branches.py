@@ -222,7 +222,7 @@ def test_a_prompt_chunk_over_several_runs_of_blocks_decodes_as_mlx_lm(which, pre
             assert len(joined) == (len(model.model.layers) if kind == "gpu" else 0), kind
             token, got = prompt[-1], []
             for _ in range(n):
-                child.begin([token])
+                child.begin(1)
                 token = int(mx.argmax(forward(mx.array([[token]]), cache=child.layers)[0, -1]).item())
                 got.append(token)
         assert got == expected, f"{kind} profile"

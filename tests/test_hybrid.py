@@ -168,7 +168,7 @@ def test_a_saved_chat_reopens_with_its_states_and_goes_on_as_the_live_one(folder
     else:
         reopened = store.load(store.save(live).id, engine)
     assert reopened.messages == live.messages and reopened.restore_note is None
-    assert reopened.caches.target.tokens == live.caches.target.tokens
+    assert reopened.caches.tokens == live.caches.tokens
     assert_goes_on_as_the_live_one(live, reopened)
     if where == "file":  # a later save appends what is new (the snapshots' blocks kept), and reopens as well
         size = (tmp_path / "chat.mlxchat").stat().st_size
@@ -215,7 +215,7 @@ def test_a_save_cut_short_opens_at_the_save_before_with_its_states(folder, tmp_p
         file.truncate(first + (path.stat().st_size - first) // 2)
     reopened = ChatSession.load(path, engine)
     assert "did not finish" in reopened.restore_note and reopened.messages == saved.messages
-    assert reopened.caches.target.tokens == saved.caches.target.tokens
+    assert reopened.caches.tokens == saved.caches.tokens
     assert reopened.send("Name a colour.") == saved.send("Name a colour.")
     assert reopened.last_stats.reused_tokens == saved.last_stats.reused_tokens > 0
 
@@ -234,7 +234,7 @@ def test_a_header_whose_linear_states_do_not_add_up_is_refused(folder, change, s
     session = ChatSession(engine, params=GenerationParams(temperature=0.0, max_tokens=4))
     session.send("What is 12 + 7?")
     header = json.loads(json.dumps(session_header(session, {"target": (
-        session.caches.target.geometry, session.caches.target.state_dict()[1])}, 1.0)))
+        session.caches.target.geometry, session.caches.target.state_dict(session.caches.ids)[1])}, 1.0)))
     assert read_saved_session(header, "chat").target.linear.offsets[-1] == session.caches.target.offset
     change(header)
     with pytest.raises(SessionFileError, match=said):
@@ -315,7 +315,7 @@ def test_speculative_greedy_is_plain_greedy(folder, hybrid_draft, pair, k):
     stats = events[-1].stats
     assert [e.token for e in events if isinstance(e, TokenEvent)] == expected
     assert stats.draft_proposed > stats.draft_accepted  # some rounds were rewound
-    assert caches.target.tokens == (prompt + expected)[:caches.target.offset]  # what it holds is what was said
+    assert caches.tokens == (prompt + expected)[:caches.target.offset]  # what it holds is what was said
 
 
 def test_what_a_hybrid_model_does_not_run_on_yet_is_refused(qwen35_folder):

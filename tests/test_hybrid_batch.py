@@ -126,14 +126,14 @@ def test_a_batched_replys_caches_hold_what_alone_leaves_and_its_chat_goes_on(fol
     for handle, prompt in zip(handles, prompts):
         tokens, own = alone(engine, prompt, params)
         kept = handle.caches.target
-        assert batch.tokens(handle) == tokens and kept.tokens == own.target.tokens
+        assert batch.tokens(handle) == tokens and handle.caches.tokens == own.tokens
         for mine, theirs in zip(kept.layers, own.target.layers):
             pairs = [(mine[0], theirs[0]), (mine[1], theirs[1])] if hasattr(mine, "advance") and not hasattr(
                 mine, "keys") else [(mine.keys[..., :mine.offset, :], theirs.keys[..., :theirs.offset, :]),
                                     (mine.values[..., :mine.offset, :], theirs.values[..., :theirs.offset, :])]
             for a, b in pairs:
                 assert a.shape == b.shape and mx.allclose(a, b, atol=1e-4).item()
-        follow_up = [*kept.tokens, 7, 8, 9]
+        follow_up = [*handle.caches.tokens, 7, 8, 9]
         second = Collector(LocalBatch(engine, max_running=4))
         next_turn = second.submit(Request(tuple(follow_up), params, caches=handle.caches))[0]
         second.run()

@@ -136,12 +136,12 @@ def test_a_pass_stopped_between_layers_leaves_a_cache_that_goes_on_right(folder)
     finally:
         layers[index].linear_attn = original
     cache = caches.target
-    assert cache.offset == len(first) - 1 and cache.tokens == first[:-1], "back at the snapshot"
+    assert cache.offset == len(first) - 1 and caches.tokens == first[:-1], "back at the snapshot"
     assert all(state.offset == cache.offset for state in cache.states)
     second = first + [5, 6, 7, 8]
     expected = mlx_lm_tokens(folder, [second], [10])[0]
     assert [e.token for e in engine.generate(second, caches, GREEDY) if isinstance(e, TokenEvent)] == expected
-    cache.release()
+    caches.release()  # kept whole under the ids it holds
     third = second + expected + [9]
     assert answer(engine, third) == (mlx_lm_tokens(folder, [third], [10])[0], len(second + expected))
 

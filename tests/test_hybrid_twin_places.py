@@ -45,7 +45,7 @@ def chat(twin) -> tuple[ChatSession, list[str]]:
     prompt = render_chat(tokenizer, [{"role": "user", "content": QUESTIONS[0]}], enable_thinking=False)
     expected = [r.token for r in stream_generate(model, tokenizer, prompt, max_tokens=PARAMS["max_tokens"],
                                                  sampler=make_sampler(0.0))]
-    first_turn = session.caches.target.tokens[len(prompt):len(prompt) + len(expected)]
+    first_turn = session.caches.tokens[len(prompt):len(prompt) + len(expected)]
     assert first_turn == expected and said[0] == tokenizer.decode(expected)
     return session, said
 
@@ -100,5 +100,5 @@ def test_a_twin_chat_reuses_its_prefix_and_a_saved_one_goes_on_as_the_live_one(t
         live.send(question)
     live.save(tmp_path / "chat.mlxchat")
     reopened = ChatSession.load(tmp_path / "chat.mlxchat", engine)
-    assert reopened.caches.target.tokens == live.caches.target.tokens
+    assert reopened.caches.tokens == live.caches.tokens
     assert_goes_on_as_the_live_one(live, reopened)

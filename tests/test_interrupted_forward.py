@@ -56,7 +56,7 @@ def test_state_dict_after_a_pass_stopped_between_layers_equals_mlx_lm(kv):
     cache = make_model_cache(model, kv.kind, block_size=kv.block_size, max_kv=kv.max_kv)
     stopper.fail_at = 2  # layer 0 stores the second chunk, layers 1-2 do not
     for piece in (ids[:CHUNK], ids[CHUNK:]):
-        cache.begin(piece)
+        cache.begin(len(piece))
         try:
             mx.eval(model.model(mx.array([piece]), cache=cache.layers))
         except KeyboardInterrupt:
@@ -64,7 +64,7 @@ def test_state_dict_after_a_pass_stopped_between_layers_equals_mlx_lm(kv):
     reference = make_prompt_cache(model)
     mx.eval(model.model(mx.array([ids[:CHUNK]]), cache=reference))
 
-    tensors, meta = cache.state_dict()
+    tensors, meta = cache.state_dict(ids)  # the pass stopped: it holds the first chunk
     assert meta["tokens"] == ids[:CHUNK]
     for i, layer in enumerate(reference):
         for name, expected in (("keys", layer.keys), ("values", layer.values)):
@@ -96,7 +96,7 @@ def test_next_turn_after_an_interrupted_prefill_equals_a_cold_run(kv):
     assert engine.last_stats.reused_tokens == CHUNK  # the first chunk, which every layer holds
     cold = Engine(model, None, kv=kv)
     assert again == run(cold, cold.new_caches(), prompt)
-    assert caches.target.tokens == prompt + again
+    assert caches.tokens == prompt + again
 
 
 def test_reuse_refuses_a_cache_that_did_not_rewind():

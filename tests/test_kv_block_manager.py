@@ -11,17 +11,20 @@ from mlxcore.kv.errors import CacheStateError, PoolExhaustedError, TrimError, Un
 
 
 def filled(manager: BlockManager, ids: list[int]) -> int:
+    """A new sequence holding ``ids``, told (its full blocks hashed), as a paged cache's owner leaves it."""
     seq = manager.new_sequence()
-    manager.append(seq, ids)
+    manager.append(seq, len(ids))
+    manager.hash_blocks(seq, ids)
     return seq
 
 
-def check_invariants(manager: BlockManager) -> None:
-    """Ref counts equal table references; free blocks are exactly those unreferenced; hashes agree."""
+def check_invariants(manager: BlockManager, owners: dict[int, tuple[list[int], int]] | None = None) -> None:
+    """Ref counts equal table references; free blocks are exactly those unreferenced; hashes agree. ``owners``:
+    seq -> (the ids its owner gave it, how many of them it told): told full blocks carry their chain hash,
+    and a full block that carries one holds what it says (a block another owner never told is no hit)."""
     refs = [0] * manager.materialized_blocks
     for seq in manager._sequences.values():
         assert len(seq.block_ids) == -(-seq.length // manager.block_size)
-        assert len(seq.token_ids) <= seq.length
         for block_id in seq.block_ids:
             refs[block_id] += 1
     for block in manager._blocks:
@@ -29,24 +32,23 @@ def check_invariants(manager: BlockManager) -> None:
         assert (block.block_id in manager._free) == (block.ref_count == 0)
     for digest, block_id in manager._by_hash.items():
         assert manager._blocks[block_id].hash == digest, "hash entry points at a block with another hash"
-    for seq in manager._sequences.values():  # every full block of a table carries its chain hash
+    for seq_id, (ids, told) in (owners or {}).items():
+        size, table = manager.block_size, manager.block_ids(seq_id)
+        assert len(ids) == manager.length(seq_id)
         parent = None
-        for index in range(len(seq.token_ids) // manager.block_size):
-            chunk = seq.token_ids[index * manager.block_size:(index + 1) * manager.block_size]
-            parent = chain_hash(parent, chunk)
-            assert manager._blocks[seq.block_ids[index]].hash == parent
-        if len(seq.token_ids) < seq.length:  # a block holding a token whose id is not known is no prefix hit
-            for index in range(len(seq.token_ids) // manager.block_size, len(seq.block_ids)):
-                assert manager._blocks[seq.block_ids[index]].hash is None
+        for index in range(len(ids) // size):
+            parent = chain_hash(parent, ids[index * size:(index + 1) * size])
+            found = manager._blocks[table[index]].hash
+            assert found == parent if index < told // size else found in (None, parent), f"block {index}"
 
 
 def test_blocks_are_taken_as_tokens_arrive_and_slots_follow_the_table():
     manager = BlockManager(block_size=4, num_blocks=8)
     seq = manager.new_sequence()
-    plan = manager.append(seq, [1, 2, 3])
+    plan = manager.append(seq, 3)
     assert (plan.start, plan.length, plan.copies) == (0, 3, ())
     assert [(s.slot, s.length, s.source) for s in plan.segments] == [(0, 3, 0)]
-    plan = manager.append(seq, [4, 5, 6, 7, 8, 9, 10])
+    plan = manager.append(seq, 7)
     assert [(s.slot, s.length, s.source) for s in plan.segments] == [(3, 1, 0), (4, 4, 1), (8, 2, 5)]
     assert manager.block_ids(seq) == [0, 1, 2]
     assert manager.stats().used_blocks == 3
@@ -119,11 +121,11 @@ def test_shared_partial_tail_is_copied_before_a_write():
     manager = BlockManager(block_size=4, num_blocks=8)
     parent = filled(manager, [1, 2, 3, 4, 5, 6])
     child = manager.fork(parent)
-    plan = manager.append(child, [7])
+    plan = manager.append(child, 1)
     tail = manager.block_ids(parent)[1]
     assert plan.copies == ((tail, manager.block_ids(child)[1]),)
     assert plan.segments[0].slot == manager.block_ids(child)[1] * 4 + 2
-    assert manager.append(parent, [8]).copies == ()  # the parent owns its tail alone now
+    assert manager.append(parent, 1).copies == ()  # the parent owns its tail alone now
     check_invariants(manager)
 
 
@@ -133,54 +135,51 @@ def test_trim_releases_blocks_past_the_boundary():
     manager.trim(seq, 2)
     assert len(manager.block_ids(seq)) == 2
     manager.trim(seq, 1)
-    assert len(manager.block_ids(seq)) == 2 and manager.token_ids(seq) == list(range(7))
-    manager.append(seq, [70])  # rewrites the tail in place: its old hash goes
+    assert len(manager.block_ids(seq)) == 2 and manager.length(seq) == 7
+    manager.append(seq, 1)  # rewrites the tail in place: its old hash goes
     other = manager.new_sequence()
     assert manager.reuse_prefix(other, list(range(9))) == 4
-    check_invariants(manager)
+    check_invariants(manager, {seq: ([*range(7), 70], 4)})
 
 
-def test_tokens_fed_before_they_are_read_are_hashed_once_told():
-    """A pass queued before its input was read appends slots without ids; ``known`` tells them, and only then
-    does the block they fill become a prefix hit (no placeholder id is ever hashed)."""
+def test_a_block_is_a_prefix_hit_only_once_its_owner_tells_its_ids():
+    """Slots are taken by count; the ids come from the sequence's owner when it knows them (a decode pass is
+    queued before its input is read; a prompt chunk is written over several passes). No id is guessed."""
     manager = BlockManager(block_size=4, num_blocks=8)
     seq = filled(manager, [1, 2, 3])
-    plan = manager.append(seq, [], unknown=1)
-    assert (plan.start, plan.length, manager.length(seq), manager.token_ids(seq)) == (3, 1, 4, [1, 2, 3])
-    assert manager.cached_prefix([1, 2, 3, 4, 5]) == (0, 0)  # the full block's last id is not known
-    with pytest.raises(CacheStateError, match="not known yet"):
-        manager.append(seq, [9])  # an id after an unknown one
-    manager.known(seq, [4])
-    assert manager.token_ids(seq) == [1, 2, 3, 4]
+    plan = manager.append(seq, 1)
+    assert (plan.start, plan.length, manager.length(seq)) == (3, 1, 4)
+    assert manager.cached_prefix([1, 2, 3, 4, 5]) == (0, 0)  # the full block's last id is not told
+    manager.hash_blocks(seq, [1, 2, 3, 4], held=3)  # told, but the last is not written in every layer yet
+    assert manager.cached_prefix([1, 2, 3, 4, 5]) == (0, 0)
+    manager.hash_blocks(seq, [1, 2, 3, 4, 99])  # more ids than it holds: the rest are ignored
     assert manager.cached_prefix([1, 2, 3, 4, 5]) == (4, 0)
-    with pytest.raises(CacheStateError):
-        manager.known(seq, [5])  # nothing left unknown
-    manager.append(seq, [5], unknown=3)  # a speculative pass: the last known id, then k drafted ones
-    manager.known(seq, [6, 7])
-    manager.trim(seq, 1)  # the rejected draft: gone unread
-    assert (manager.length(seq), manager.token_ids(seq)) == (7, [1, 2, 3, 4, 5, 6, 7])
-    manager.append(seq, [], unknown=2)
-    manager.trim(seq, 2)
-    assert (manager.length(seq), manager.token_ids(seq)) == (7, [1, 2, 3, 4, 5, 6, 7])
-    check_invariants(manager)
+    manager.append(seq, 4)  # a speculative pass: the last token, then three drafted ones
+    manager.trim(seq, 1)  # the rejected draft: gone before anyone told its id
+    manager.hash_blocks(seq, [1, 2, 3, 4, 5, 6, 7, 8])
+    assert manager.cached_prefix([1, 2, 3, 4, 5, 6, 7, 8]) == (4, 0)  # 7 held: the second block is not full
+    manager.append(seq, 1)
+    manager.hash_blocks(seq, [1, 2, 3, 4, 5, 6, 7, 80])
+    assert manager.cached_prefix([1, 2, 3, 4, 5, 6, 7, 80, 9]) == (8, 0)
+    check_invariants(manager, {seq: ([1, 2, 3, 4, 5, 6, 7, 80], 8)})
 
 
 def test_errors_change_nothing():
     manager = BlockManager(block_size=4, num_blocks=2)
     seq = filled(manager, list(range(6)))
-    before = (list(manager.block_ids(seq)), list(manager.token_ids(seq)), manager.stats())
+    before = (list(manager.block_ids(seq)), manager.length(seq), manager.stats())
     with pytest.raises(PoolExhaustedError):
-        manager.append(seq, list(range(3)))
+        manager.append(seq, 3)
     with pytest.raises(TrimError):
         manager.trim(seq, 7)
     with pytest.raises(CacheStateError):
         manager.reuse_prefix(seq, list(range(9)))
-    assert (manager.block_ids(seq), manager.token_ids(seq), manager.stats()) == before
+    assert (manager.block_ids(seq), manager.length(seq), manager.stats()) == before
     with pytest.raises(UnknownSequenceError):
-        manager.append(99, [1])
+        manager.append(99, 1)
     manager.drop_sequence(seq)
     with pytest.raises(UnknownSequenceError):
-        manager.token_ids(seq)
+        manager.length(seq)
 
 
 operation = st.one_of(
@@ -189,47 +188,39 @@ operation = st.one_of(
     st.tuples(st.just("fork"), st.integers(0, 3), st.none()),
     st.tuples(st.just("release"), st.integers(0, 3), st.none()),
     st.tuples(st.just("reuse"), st.integers(0, 3), st.lists(st.integers(0, 3), min_size=1, max_size=14)),
-    st.tuples(st.just("unknown"), st.integers(0, 3), st.integers(1, 5)),
-    st.tuples(st.just("known"), st.integers(0, 3), st.lists(st.integers(0, 3), min_size=1, max_size=5)),
+    st.tuples(st.just("tell"), st.integers(0, 3), st.integers(0, 14)),
 )
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(operation, max_size=40))
 def test_random_schedules_keep_the_books_straight(schedule):
+    """Each sequence's owner keeps its ids and tells some of them now and then, as the runner does."""
     manager = BlockManager(block_size=3, num_blocks=12)
-    seqs = [manager.new_sequence()]
+    owners = {manager.new_sequence(): ([], 0)}
     for name, which, arg in schedule:
-        seq = seqs[which % len(seqs)]
-        tokens, told = manager.length(seq), len(manager.token_ids(seq))
+        seq = list(owners)[which % len(owners)]
+        ids, told = owners[seq]
+        tokens = manager.length(seq)
         try:
-            if name == "append" and told < tokens:
-                with pytest.raises(CacheStateError):
-                    manager.append(seq, arg)
-            elif name == "append":
-                manager.append(seq, arg)
-                assert manager.token_ids(seq)[-len(arg):] == arg
+            if name == "append":
+                manager.append(seq, len(arg))
+                owners[seq] = (ids + arg, told)
             elif name == "trim":
                 manager.trim(seq, min(arg, tokens))
-            elif name == "fork" and told < tokens:
-                with pytest.raises(CacheStateError):
-                    manager.fork(seq)
+                owners[seq] = (ids[:tokens - min(arg, tokens)], min(told, tokens - min(arg, tokens)))
             elif name == "fork":
-                seqs.append(manager.fork(seq))
+                owners[manager.fork(seq)] = (list(ids), told)
             elif name == "release":
                 manager.release(seq)
-            elif name == "unknown":
-                manager.append(seq, [], unknown=arg)
-                assert (manager.length(seq), len(manager.token_ids(seq))) == (tokens + arg, told)
-            elif name == "known":
-                manager.known(seq, arg[:tokens - told])
-                assert manager.token_ids(seq)[told:] == arg[:tokens - told]
+                owners[seq] = ([], 0)
+            elif name == "tell":
+                manager.hash_blocks(seq, ids, held=arg)
+                owners[seq] = (ids, max(told, min(arg, tokens)))
             elif not tokens:
-                assert manager.reuse_prefix(seq, arg) < len(arg)
-                assert manager.token_ids(seq) == arg[:len(manager.token_ids(seq))]
+                reused = manager.reuse_prefix(seq, arg)
+                assert reused < len(arg) and manager.length(seq) == reused
+                owners[seq] = (arg[:reused], reused)
         except PoolExhaustedError:
             assert manager.length(seq) == tokens
-        except CacheStateError:
-            assert name == "known" and told == tokens  # nothing was unknown
-            assert manager.length(seq) == tokens
-        check_invariants(manager)
+        check_invariants(manager, owners)

@@ -1,4 +1,4 @@
-"""The ``ModelCache`` API on every kind: tokens, forks, trims, state round trips, bench rows."""
+"""The ``ModelCache`` API on every kind: passes, forks, trims, prefix hits, state round trips, bench rows."""
 
 from __future__ import annotations
 
@@ -25,61 +25,73 @@ def make(kind: str) -> ModelCache:
 
 
 def feed(cache: ModelCache, ids: list[int]) -> mx.array:
-    cache.begin(ids)
+    cache.begin(len(ids))
     logits = MODEL(mx.array([ids]), cache=cache.layers)
     mx.eval(logits)
     return logits
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_layers_follow_the_protocol_and_tokens_follow_the_layers(kind):
+def test_layers_follow_the_protocol_and_a_pass_is_announced_by_its_count(kind):
+    """``begin`` takes how many tokens the pass feeds (a decoder may not have read them yet): never their ids."""
     cache = make(kind)
     assert all(isinstance(layer, LayerCache) for layer in cache.layers)
     feed(cache, [5, 6, 7])
     feed(cache, [8])
-    assert cache.offset == 4 and cache.tokens == [5, 6, 7, 8]
-    cache.begin([1, 2])  # never fed: dropped by the next begin
-    assert cache.tokens == [5, 6, 7, 8]
-    feed(cache, [9])
-    assert cache.tokens == [5, 6, 7, 8, 9]
-    assert cache.trim(2) == 2 and cache.tokens == [5, 6, 7]
+    assert cache.offset == 4
+    cache.begin(2)  # never fed: dropped by the next begin
+    assert cache.offset == 4
+    picked = mx.argmax(feed(cache, [9])[0, -1])  # a lazy pick, fed before anyone reads it
+    cache.begin(1)
+    logits = MODEL(picked.reshape(1, 1), cache=cache.layers)
+    reference = feed(make(kind), [5, 6, 7, 8, 9, picked.item()])
+    assert cache.offset == 6
+    np.testing.assert_allclose(np.array(logits), np.array(reference)[:, -1:], atol=1e-4)
+    assert cache.trim(2) == 2 and cache.offset == 4
     with pytest.raises(ValueError):
-        cache.begin([])
+        cache.begin(0)
+
+
+def test_paged_blocks_are_prefix_hits_once_told_and_held_by_every_layer():
+    """The ids come from the owner (``hash_blocks``), once every layer holds the tokens: before that another
+    sequence finds none of the blocks (it would read keys and values not written yet)."""
+    pool = make_block_pool(MODEL, block_size=4)
+    cache, other = (make_model_cache(MODEL, "paged", pool=pool) for _ in range(2))
+    ids = list(range(10))
+    feed(cache, ids[:6])
+    cache.begin(4)  # a pass stopped after its first layer, or a chunk a few layers a step
+    g = cache.geometry
+    kv = mx.zeros((1, g.kv_heads, 4, g.head_dim), g.dtype)
+    cache.layers[0].update_and_fetch(kv, kv)
+    cache.hash_blocks(ids)
+    assert other.reuse_prefix(ids + [1]) == 4  # the second block is not in every layer yet
+    other.release()
+    cache.settle()
+    feed(cache, ids[6:])
+    assert other.reuse_prefix(ids + [1]) == 4  # held, not told
+    other.release()
+    cache.hash_blocks(ids + [77, 78])  # ids past what it holds are ignored
+    assert other.reuse_prefix(ids + [1]) == 8
+    reference = make("standard")
+    np.testing.assert_allclose(np.array(feed(other, ids[8:] + [1])), np.array(feed(reference, ids + [1]))[:, -3:],
+                               atol=1e-4)
+    cache.release(ids)  # what it held stays cached, told at the end
+    assert pool.manager.cached_prefix(ids + [1]) == (8, 0)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_tokens_fed_unread_are_told_later(kind):
-    """A decoder queues a pass before it reads the id it feeds (``begin(..., unknown=n)``); ``tokens`` holds the
-    known ids only until ``known`` tells the rest, and the keys and values are the same as fed by id."""
-    cache, reference = make(kind), make(kind)
-    feed(cache, [5, 6, 7])
-    feed(reference, [5, 6, 7, 8, 9, 10])
-    cache.begin([8], unknown=2)
-    mx.eval(MODEL(mx.array([[8, 9, 10]]), cache=cache.layers))
-    assert (cache.offset, cache.tokens) == (6, [5, 6, 7, 8])
-    with pytest.raises(CacheStateError):
-        cache.begin([11])  # an id after unknown ones
-    with pytest.raises(CacheStateError):
-        cache.known([9, 10, 11])  # more than are unknown
-    cache.known([9, 10])
-    assert cache.tokens == reference.tokens
-    after = [feed(c, [11]) for c in (cache, reference)]
-    assert mx.allclose(after[0], after[1], atol=1e-5)
-    cache.begin([], unknown=1)
-    mx.eval(MODEL(mx.array([[12]]), cache=cache.layers))
-    assert cache.trim(1) == 1 and cache.tokens == [5, 6, 7, 8, 9, 10, 11]
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_a_pass_left_untold_is_settled_to_the_ids_emitted(kind):
-    """An error between reading a token and telling its id (``prefill.settle``, as an abandoned reply)."""
+def test_settle_leaves_a_prefix_of_the_ids(kind):
+    """A pass fed a token past the reply's end (``prefill.settle``, as an abandoned or ended reply)."""
     from mlxcore.prefill import settle
     cache = make(kind)
     feed(cache, [5, 6, 7])
-    cache.begin([], unknown=1)
-    mx.eval(MODEL(mx.array([[8]]), cache=cache.layers))
-    settle(cache, [5, 6, 7, 8])
-    assert cache.tokens == [5, 6, 7, 8]
+    feed(cache, [8])
+    settle(cache, [5, 6, 7, 8, 9])
+    assert cache.offset == 4
+    settle(cache, [5, 6, 7])
+    assert cache.offset == 3
+    np.testing.assert_allclose(np.array(feed(cache, [9])), np.array(feed(make(kind), [5, 6, 7, 9]))[:, -1:],
+                               atol=1e-4)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -87,12 +99,11 @@ def test_forks_are_independent(kind):
     parent = make(kind)
     feed(parent, list(range(10)))
     child = parent.fork()
-    assert child.tokens == parent.tokens
+    assert child.offset == parent.offset == 10
     child_logits = feed(child, [3, 4, 5])
     parent.trim(2)
     parent_logits = feed(parent, [3, 4, 5])
-    assert child.tokens == list(range(10)) + [3, 4, 5]
-    assert parent.tokens == list(range(8)) + [3, 4, 5]
+    assert (child.offset, parent.offset) == (13, 11)
     cold = make(kind)
     np.testing.assert_allclose(np.array(feed(cold, list(range(10)) + [3, 4, 5]))[:, -3:],
                                np.array(child_logits), atol=1e-4)
@@ -104,21 +115,24 @@ def test_state_round_trips(kind):
     cache = make(kind)
     feed(cache, list(range(23)))
     cache.trim(3)
-    tensors, meta = cache.state_dict()
+    with pytest.raises(CacheStateError):
+        cache.state_dict(list(range(19)))  # fewer ids than it holds
+    tensors, meta = cache.state_dict(list(range(23)))  # the owner's ids may run on past what it holds
     assert meta["kind"] == kind and meta["tokens"] == list(range(20))
     restored = ModelCache.from_state(MODEL, dict(tensors), meta)
-    assert restored.tokens == cache.tokens and restored.offset == 20
+    assert restored.offset == 20
     np.testing.assert_allclose(np.array(feed(restored, [40, 41])), np.array(feed(cache, [40, 41])), atol=1e-5)
-    empty = ModelCache.from_state(MODEL, *make(kind).state_dict())
-    assert empty.offset == 0 and empty.tokens == []
+    empty = ModelCache.from_state(MODEL, *make(kind).state_dict([]))
+    assert empty.offset == 0
 
 
 def test_paged_state_holds_only_its_sequence_and_restores_into_a_shared_pool():
     pool = make_block_pool(MODEL, block_size=4)
     other, cache = make_model_cache(MODEL, "paged", pool=pool), make_model_cache(MODEL, "paged", pool=pool)
     feed(other, list(range(100)))
+    other.hash_blocks(list(range(100)))
     feed(cache, list(range(9)))
-    tensors, meta = cache.state_dict()
+    tensors, meta = cache.state_dict(list(range(9)))
     assert {array.shape[2] for array in tensors.values()} == {9}
     used = pool.stats().used_blocks
     restored = ModelCache.from_state(MODEL, tensors, meta, pool=pool)
@@ -131,7 +145,7 @@ def test_paged_state_holds_only_its_sequence_and_restores_into_a_shared_pool():
 def test_bad_states_are_typed_errors():
     cache = make("standard")
     feed(cache, list(range(5)))
-    tensors, meta = cache.state_dict()
+    tensors, meta = cache.state_dict(list(range(5)))
     with pytest.raises(CacheStateError):
         ModelCache.from_state(MODEL, tensors, {**meta, "kind": "quantum"})
     with pytest.raises(CacheStateError):
@@ -150,7 +164,7 @@ def test_invalid_trims_raise_and_change_nothing(kind):
     for bad in (-1, 7):
         with pytest.raises(TrimError):
             cache.trim(bad)
-    assert cache.offset == 6 and cache.tokens == list(range(6))
+    assert cache.offset == 6
     with pytest.raises(CacheStateError):
         cache.reuse_prefix(list(range(10)))
 
@@ -185,11 +199,11 @@ def test_bench_rows():
 def test_a_forward_pass_stopped_half_way_is_rewound(kind):
     cache = make(kind)
     feed(cache, list(range(6)))
-    cache.begin([1, 2])
+    cache.begin(2)
     g = cache.geometry
     kv = mx.zeros((1, g.kv_heads, 2, g.head_dim), g.dtype)
     cache.layers[0].update_and_fetch(kv, kv)  # the pass stops after its first layer
     logits = feed(cache, [7])
-    assert cache.tokens == list(range(6)) + [7]
+    assert cache.offset == 7
     np.testing.assert_allclose(np.array(logits), np.array(feed(make(kind), list(range(6)) + [7]))[:, -1:],
                                atol=1e-4)

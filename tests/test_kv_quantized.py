@@ -37,7 +37,7 @@ def ids(count: int, seed: int) -> list[int]:
 
 def feed(forward, cache, tokens: list[int]) -> np.ndarray:
     if hasattr(cache, "begin"):
-        cache.begin(tokens)
+        cache.begin(len(tokens))
     layers = cache.layers if hasattr(cache, "layers") else cache
     logits = forward(mx.array([tokens]), cache=layers)
     mx.eval(logits)
@@ -49,12 +49,13 @@ def test_stored_blocks_and_logits_match_mlx_lms_quantized_cache():
     ours = make_model_cache(MODEL, "paged", kv_bits=8)
     theirs = [QuantizedKVCache(group_size=32, bits=8) for _ in MODEL.model.layers]
     np.testing.assert_allclose(feed(MODEL, ours, prompt), feed(MODEL, theirs, prompt), atol=2e-3)
-    token = prompt[-1]
+    token, held = prompt[-1], list(prompt)
     for step in range(12):  # decode through our compiled path (quantized matmuls over the runs)
         mine, reference = feed(FORWARD, ours, [token]), feed(MODEL, theirs, [token])
         np.testing.assert_allclose(mine, reference, atol=2e-3, err_msg=f"decode step {step}")
+        held.append(token)
         token = int(reference.argmax())
-    tensors, meta = ours.state_dict()
+    tensors, meta = ours.state_dict(held)
     assert meta["kv_format"] == "q8g32" and tensors["0.keys"].dtype == mx.uint32
     first_keys = theirs[0].keys
     offset = theirs[0].offset
@@ -85,19 +86,20 @@ def test_fork_rewind_and_restore_equal_the_same_operations_in_one_quantized_run(
         assert cache.trim(2) == 2  # a rejected draft
     # the fork reads two runs of blocks, the reference one: the same numbers summed in another order
     np.testing.assert_allclose(feed(forward, child, [9]), feed(forward, reference, [9]), atol=1e-5)
-    assert_same_state(child, reference)
-    tensors, meta = child.state_dict()
+    held = prompt + [5, 9]
+    assert_same_state(child, reference, held)
+    tensors, meta = child.state_dict(held)
     restored = ModelCache.from_state(model, tensors, meta, pool=make_block_pool(model, kv_bits=8))
-    assert_same_state(restored, reference)
+    assert_same_state(restored, reference, held)
     np.testing.assert_allclose(feed(forward, restored, [11]), feed(forward, reference, [11]), atol=1e-5)
     feed(forward, parent, [5])  # the parent goes on from the shared blocks, unchanged by its child
-    assert parent.tokens == prompt + [5]
+    assert parent.offset == len(prompt) + 1
 
 
-def assert_same_state(cache, reference) -> None:
-    """The same tokens, and bit for bit the same stored (quantized) keys and values."""
-    (mine, mine_meta), (theirs, their_meta) = cache.state_dict(), reference.state_dict()
-    assert mine_meta["tokens"] == their_meta["tokens"] and mine.keys() == theirs.keys()
+def assert_same_state(cache, reference, ids: list[int]) -> None:
+    """The same length, and bit for bit the same stored (quantized) keys and values."""
+    (mine, _), (theirs, _) = cache.state_dict(ids), reference.state_dict(ids)
+    assert cache.offset == reference.offset and mine.keys() == theirs.keys()
     assert all(mx.array_equal(mine[name], theirs[name]).item() for name in mine)
 
 
@@ -174,10 +176,12 @@ def test_speculative_greedy_equals_plain_on_an_8_bit_rotating_window_after_it_wr
 
 def test_an_8_bit_rotating_window_saves_and_restores_as_stored():
     cache = make_model_cache(MODEL, "rotating", max_kv=40, keep=4, kv_bits=8)
+    held = []
     for start in range(0, 90, 9):  # past the window: it wrapped
-        feed(MODEL, cache, ids(9, 40 + start))
-    tensors, meta = cache.state_dict()
+        held += ids(9, 40 + start)
+        feed(MODEL, cache, held[-9:])
+    tensors, meta = cache.state_dict(held)
     assert meta["kv_format"] == "q8g32" and tensors["0.keys"].dtype == mx.uint32
     restored = ModelCache.from_state(MODEL, tensors, meta)
-    assert_same_state(restored, cache)
+    assert_same_state(restored, cache, held)
     np.testing.assert_array_equal(feed(FORWARD, restored, [3]), feed(FORWARD, cache, [3]))

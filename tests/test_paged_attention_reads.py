@@ -34,29 +34,36 @@ def ids(count: int, seed: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(0, VOCAB, count)]
 
 
-def step(forward, cache: ModelCache, tokens: list[int]) -> np.ndarray:
-    cache.begin(tokens)
+def step(forward, cache: ModelCache, tokens: list[int], history: list[int] | None = None) -> np.ndarray:
+    """One pass; ``history``: the ids the cache holds (its owner's), which ``tokens`` extend and are told."""
+    cache.begin(len(tokens))
     logits = forward(mx.array([tokens]), cache=cache.layers)
     mx.eval(logits)
+    if history is not None:
+        history += tokens
+        cache.hash_blocks(history)
     return np.array(logits)
 
 
-def decode_alongside(paged_cache: ModelCache, standard: ModelCache, steps: int, what: str) -> None:
-    """Greedy decode both caches from their last tokens (ours through the segment path, mlx-lm's model on
-    the standard cache); every step's logits must agree."""
-    assert paged_cache.tokens == standard.tokens, what
-    token = paged_cache.tokens[-1]
+def decode_alongside(paged_cache: ModelCache, standard: ModelCache, steps: int, what: str,
+                     history: list[int] | None = None) -> None:
+    """Greedy decode both caches (ours through the segment path, mlx-lm's model on the standard cache) from the
+    last of ``history`` (the ids they hold, extended by those fed), else from token 0; every step's logits
+    must agree."""
+    assert paged_cache.offset == standard.offset, what
+    token = history[-1] if history else 0
     for index in range(steps):
-        mine, theirs = step(FORWARD, paged_cache, [token]), step(MODEL, standard, [token])
+        mine, theirs = step(FORWARD, paged_cache, [token], history), step(MODEL, standard, [token])
         np.testing.assert_allclose(mine, theirs, atol=ATOL, err_msg=f"{what}: decode step {index}")
         token = int(theirs[0, -1].argmax())
-    assert paged_cache.tokens == standard.tokens, what
+    assert paged_cache.offset == standard.offset, what
 
 
 def pair(prompt: list[int], pool=None, block_size: int = 16) -> tuple[ModelCache, ModelCache]:
+    """A paged and a standard cache that read ``prompt`` (the paged one told its ids: prefix hits)."""
     paged_cache = make_model_cache(MODEL, "paged", pool=pool, block_size=block_size)
     standard = make_model_cache(MODEL, "standard")
-    np.testing.assert_allclose(step(MODEL, paged_cache, prompt), step(MODEL, standard, prompt), atol=ATOL)
+    np.testing.assert_allclose(step(MODEL, paged_cache, prompt, []), step(MODEL, standard, prompt), atol=ATOL)
     return paged_cache, standard
 
 
@@ -129,14 +136,15 @@ def test_restored_table_decodes_like_the_standard_cache(shared):
     """A saved sequence restored into a pool; with ``shared``, another sequence holds its prefix there."""
     prompt = ids(200, 5)
     saved, standard = pair(prompt)
-    decode_alongside(saved, standard, 5, "before saving")
-    tensors, meta = saved.state_dict()
+    history = list(prompt)
+    decode_alongside(saved, standard, 5, "before saving", history)
+    tensors, meta = saved.state_dict(history)
     pool = make_block_pool(MODEL)
     if shared:
         holder = make_model_cache(MODEL, "paged", pool=pool)
-        step(MODEL, holder, prompt[:120])
+        step(MODEL, holder, prompt[:120], [])
     restored = ModelCache.from_state(MODEL, tensors, meta, pool=pool)
-    assert restored.tokens == standard.tokens
+    assert restored.offset == standard.offset == len(history)
     assert pool.stats().prefix_hit_tokens == (112 if shared else 0)
     decode_alongside(restored, standard, 30, "restored")
     assert (runs(restored) > 1) == shared
@@ -145,16 +153,17 @@ def test_restored_table_decodes_like_the_standard_cache(shared):
 def test_sequences_taking_blocks_in_turn_and_a_new_chat_on_a_shared_prompt():
     """Three sequences decode in turns in one pool, then one re-prefills a shared prefix."""
     pool = make_block_pool(MODEL, block_size=4)
-    pairs = [pair(ids(9 + n, 10 + n), pool=pool, block_size=4) for n in range(3)]
+    histories = [ids(9 + n, 10 + n) for n in range(3)]
+    pairs = [pair(list(history), pool=pool, block_size=4) for history in histories]
     for round_ in range(6):
         for n, (paged_cache, standard) in enumerate(pairs):
-            decode_alongside(paged_cache, standard, 5, f"sequence {n}, round {round_}")
-    history = pairs[0][0].tokens
+            decode_alongside(paged_cache, standard, 5, f"sequence {n}, round {round_}", histories[n])
+    history = histories[0]
     fresh = make_model_cache(MODEL, "paged", pool=pool)
     reused = fresh.reuse_prefix(history)
     assert reused > 0
     step(MODEL, fresh, history[reused:])
-    decode_alongside(fresh, pairs[0][1], 10, "new chat on a shared history")
+    decode_alongside(fresh, pairs[0][1], 10, "new chat on a shared history", list(history))
     assert only_slabs(pool) and runs(pairs[0][0]) > 3 and spanned(pairs[0][0])  # many small gaps, one span
 
 
@@ -183,8 +192,8 @@ def test_a_prompt_chunk_over_a_forked_table_across_slabs(profile, blocked_calls,
     paged_cache, standard = pair(ids(50, 7), pool=pool, block_size=4)
     child, child_standard = paged_cache.fork(), standard.fork()
     chunk = ids(400, 8)  # 800 query rows a kv head over 450 keys: more scores than one key block holds
-    child.begin(chunk)
-    child_standard.begin(chunk)
+    child.begin(len(chunk))
+    child_standard.begin(len(chunk))
     blocked_calls.clear(), fused_calls.clear()
     ours = MODEL.model.norm(forward_for(MODEL).body(mx.array([chunk]), child.layers))
     mx.eval(ours)
@@ -213,9 +222,9 @@ def test_a_prompt_chunk_in_the_batched_pass_over_a_span_of_runs(profile, blocked
     feed.stop = feed.layers
     slots = child._span_mask(50 + len(chunk), len(chunk))[0][2]
     assert runs(child) > 1 and slots > 50 + len(chunk)  # one slab, a gap between the runs
-    child_standard.begin(chunk)
+    child_standard.begin(len(chunk))
     blocked_calls.clear(), keys_read.clear()
-    BatchDecoder(forward)([], [], None, [feed])
+    BatchDecoder(forward)([], None, [feed])
     assert feed.ran()
     layers = len(MODEL.model.layers)
     if profile.kind == "cpu":

@@ -34,7 +34,7 @@ def ours_rows(model):
 
     def read(ids, cache):
         feed = PromptFeed(forward, cache, ids, at_once=True)
-        BatchDecoder(forward)([], [], None, [feed])
+        BatchDecoder(forward)([], None, [feed])
         assert feed.ran()
         return model.model.norm(feed.h.transpose(1, 0, 2))
     return read

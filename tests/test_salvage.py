@@ -29,7 +29,7 @@ def test_the_history_changes_and_the_cache_stays(saved):
     reopened = ChatSession.load(path, engine)
     assert [(m.role, m.content) for m in reopened.history[1:]] == shown
     assert reopened.system == "Be brief."
-    assert reopened.caches.target.tokens == session.caches.target.tokens, "the saved cache is kept as it was"
+    assert reopened.caches.tokens == session.caches.tokens, "the saved cache is kept as it was"
     assert save_history(path, shown) is False, "nothing to write the second time"
 
 

@@ -95,8 +95,8 @@ def test_restored_session_continues_like_one_never_saved(engine, tmp_path, prefi
     assert (restored.history, restored.params, restored.title, restored.enable_thinking, restored.use_draft) == (
         original.history, original.params, "Maps", original.enable_thinking, True)
     for role in ("target", "draft"):
-        assert same_state(getattr(restored.caches, role), getattr(original.caches, role)), role
-    saved, prompt = original.caches.target.tokens, prompt_after(restored, NEXT)
+        assert same_state(restored.caches, original.caches, role), role
+    saved, prompt = original.caches.tokens, prompt_after(restored, NEXT)
     runs = {}
     for name, session in (("never saved", original), ("restored", restored)):
         prefills.clear()
@@ -115,7 +115,7 @@ def test_next_turn_in_a_new_process_equals_a_never_saved_session(engine, tmp_pat
     path = tmp_path / "chat.mlxchat"
     original = chat(engine_named(engine))
     original.save(path)
-    saved = {"target": original.caches.target.tokens, "draft": original.caches.draft.tokens}
+    saved = {"target": original.caches.tokens, "draft": original.caches.ids[:original.caches.draft.offset]}
     done = subprocess.run([sys.executable, str(HELPER), "turn", str(path), engine, NEXT],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -132,8 +132,8 @@ def test_wrapped_rotating_window_restores_exactly(tmp_path):
     assert session.caches.target.layers[0].wrapped
     session.save(tmp_path / "w.mlxchat")
     restored = ChatSession.load(tmp_path / "w.mlxchat", tiny_engine("rotating", max_kv=48))
-    assert same_state(restored.caches.target, session.caches.target)
-    prompt = session.caches.target.tokens + [5, 6, 7]  # extends the cache: no rewind past the window
+    assert same_state(restored.caches, session.caches)
+    prompt = session.caches.tokens + [5, 6, 7]  # extends the cache: no rewind past the window
 
     def continuation(s):
         return [e.token for e in s.engine.generate(prompt, s.caches, PARAMS) if isinstance(e, TokenEvent)]
@@ -146,7 +146,7 @@ def test_bfloat16_caches_round_trip(tmp_path):
     assert session.caches.target.geometry.dtype == mx.bfloat16
     session.save(tmp_path / "b.mlxchat")
     restored = ChatSession.load(tmp_path / "b.mlxchat", tiny_engine("standard", dtype="bfloat16"))
-    assert same_state(restored.caches.target, session.caches.target)
+    assert same_state(restored.caches, session.caches)
 
 
 def test_a_session_without_turns_round_trips(tmp_path):
@@ -186,12 +186,13 @@ def test_a_file_from_another_setup_restores_history_and_rebuilds_what_differs(ch
     for role in ("target", "draft"):
         cache = getattr(restored.caches, role)
         if role in keeps:
-            assert cache.tokens == getattr(original.caches, role).tokens
+            assert cache.offset == getattr(original.caches, role).offset
+            assert restored.caches.ids[:cache.offset] == original.caches.ids[:cache.offset]
         else:
             assert cache is None or cache.offset == 0
     prompt = prompt_after(restored, NEXT)
     restored.send(NEXT)
-    reusable = min(common_prefix_length(original.caches.target.tokens, prompt), len(prompt) - 1)
+    reusable = min(common_prefix_length(original.caches.tokens, prompt), len(prompt) - 1)
     assert restored.last_stats.reused_tokens == (reusable if "target" in keeps else 0)
 
 

@@ -97,20 +97,20 @@ def test_a_regeneration_appends_only_from_where_the_reply_changed(tmp_path):
     for step in STEPS[:2]:
         play(session, step)
     session.save(path)
-    before, kept = session.saved_files[os.path.realpath(path)], session.caches.target.tokens
+    before, kept = session.saved_files[os.path.realpath(path)], session.caches.tokens
     play(session, "regenerate")
     session.save(path)
     after = session.saved_files[os.path.realpath(path)]
-    common = next((i for i, (a, b) in enumerate(zip(kept, session.caches.target.tokens)) if a != b), len(kept))
+    common = next((i for i, (a, b) in enumerate(zip(kept, session.caches.tokens)) if a != b), len(kept))
     first_new_block = common // 16
     written_target = [k for k in new_spans(before, after) if k in {r for r in _keys(session, "target")}]
-    assert len(written_target) == len(session.caches.target.tokens[first_new_block * 16:]) // 16 + \
-        bool(len(session.caches.target.tokens) % 16), "the blocks from the one the reply changed in, no earlier"
+    assert len(written_target) == len(session.caches.tokens[first_new_block * 16:]) // 16 + \
+        bool(len(session.caches.tokens) % 16), "the blocks from the one the reply changed in, no earlier"
 
 
 def _keys(session: ChatSession, role: str) -> list[str]:
     engine = session.engine
-    cut = state_blocks(*engine.cache_state(role, getattr(session.caches, role)), engine.fingerprint, role)
+    cut = state_blocks(*engine.cache_state(role, getattr(session.caches, role), session.caches.ids), engine.fingerprint, role)
     return [ref.key for ref in cut.refs]
 
 
@@ -298,7 +298,7 @@ def test_sigkill_at_every_disk_call_of_a_save_leaves_exactly_the_state_before_or
 def _cut(session: ChatSession):
     engine = session.engine
     fingerprints = {"target": engine.fingerprint, "draft": engine.draft_fingerprint}
-    cuts = {role: state_blocks(*engine.cache_state(role, cache), fingerprints[role], role)
+    cuts = {role: state_blocks(*engine.cache_state(role, cache, session.caches.ids), fingerprints[role], role)
             for role, cache in saved_caches(session).items()}
     for cut in cuts.values():
         cut.encode_all()  # no MLX in the forked children

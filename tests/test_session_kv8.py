@@ -73,9 +73,9 @@ def test_an_8bit_chat_restores_bit_for_bit_and_answers_like_a_cold_run(kind, tmp
     restored = ChatSession.load(path, engine(kind))  # a fresh engine: nothing shared
     assert restored.restore_note is None and restored.history == original.history
     for role in ("target", "draft"):
-        assert same_state(getattr(restored.caches, role), getattr(original.caches, role)), role
+        assert same_state(restored.caches, original.caches, role), role
     send_matching_a_cold_run(restored, NEXT)
-    assert restored.last_stats.reused_tokens > len(original.caches.target.tokens) // 2
+    assert restored.last_stats.reused_tokens > len(original.caches.tokens) // 2
 
 
 def test_an_8bit_file_is_a_third_of_the_float_files_size(tmp_path):
@@ -97,7 +97,7 @@ def test_a_whole_file_of_an_earlier_mlxchat_opens_and_its_next_save_appends(bits
     save_whole(original, path)
     assert read_header(path)["version"] == version and not appending(path)
     restored = ChatSession.load(path, engine(bits=bits))
-    assert restored.restore_note is None and same_state(restored.caches.target, original.caches.target)
+    assert restored.restore_note is None and same_state(restored.caches, original.caches)
     restored.save(path)
     assert appending(path) and read_header(path)["version"] == 3
     before = path.read_bytes()
@@ -105,7 +105,7 @@ def test_a_whole_file_of_an_earlier_mlxchat_opens_and_its_next_save_appends(bits
     restored.save(path)
     after = path.read_bytes()
     assert len(after) > len(before) and after.startswith(before), "appended: what was there is kept"
-    assert same_state(ChatSession.load(path, engine(bits=bits)).caches.target, restored.caches.target)
+    assert same_state(ChatSession.load(path, engine(bits=bits)).caches, restored.caches)
 
 
 @pytest.mark.parametrize("saved_bits, engine_bits", [(8, None), (None, 8)])
@@ -121,12 +121,14 @@ def test_a_file_of_another_kv_format_opens_converted_says_so_and_answers(saved_b
     assert "converted" in restored.restore_note and restored.history == original.history
     for role in ("target", "draft"):
         cache = getattr(restored.caches, role)
-        assert cache.geometry.format.bits == engine_bits and cache.tokens == getattr(original.caches, role).tokens
-        tensors, _ = cache.state_dict()
+        held = restored.caches.ids[:cache.offset]
+        assert cache.geometry.format.bits == engine_bits and held == original.caches.ids[:cache.offset]
+        assert cache.offset == getattr(original.caches, role).offset
+        tensors, _ = cache.state_dict(held)
         for name, array in converted(saved, role, saved_bits).items():
             assert mx.array_equal(tensors[name], array).item(), f"{role}.{name}"
     restored.send(NEXT)
-    assert restored.last_stats.reused_tokens > len(original.caches.target.tokens) // 2, "the converted cache is used"
+    assert restored.last_stats.reused_tokens > len(original.caches.tokens) // 2, "the converted cache is used"
 
 
 def converted(saved: dict, role: str, saved_bits: int | None) -> dict:
@@ -182,7 +184,7 @@ def test_the_store_keeps_a_shared_8bit_prefix_once_and_float_blocks_apart(store,
     a, b = store.save(first).id, store.save(second).id
     keys_a, keys_b = keys_of(store, a), keys_of(store, b)
     shared = set(keys_a["target"]) & set(keys_b["target"])
-    assert len(shared) >= len(first.caches.target.tokens) // 16 - 1, "the fork's prefix blocks are the first's"
+    assert len(shared) >= len(first.caches.tokens) // 16 - 1, "the fork's prefix blocks are the first's"
     every = {key for keys in (keys_a, keys_b) for role in keys.values() for key in role}
     assert set(BlockFiles(store.root).keys()) == every, "one file per distinct block"
     # The same tokens in a float cache: a chat of its own blocks, none shared with the 8-bit one.
@@ -198,7 +200,7 @@ def test_the_store_keeps_a_shared_8bit_prefix_once_and_float_blocks_apart(store,
             reopened = other.load(chat_id, engine(bits=bits))
             assert reopened.restore_note is None, chat_id
             for role in ("target", "draft"):
-                assert same_state(getattr(reopened.caches, role), getattr(original.caches, role)), (chat_id, role)
+                assert same_state(reopened.caches, original.caches, role), (chat_id, role)
     finally:
         other.close()
 
@@ -216,8 +218,8 @@ def test_a_stored_8bit_chat_opens_with_the_caches_it_was_saved_with(kind, store)
         restored = other.load(chat_id, make())
         assert restored.restore_note is None and restored.history == original.history
         for role in ("target", "draft"):
-            assert same_state(getattr(restored.caches, role), getattr(original.caches, role)), role
-        prompt = original.caches.target.tokens + [5, 6, 7]  # extends the cache: no rewind past the window
+            assert same_state(restored.caches, original.caches, role), role
+        prompt = original.caches.tokens + [5, 6, 7]  # extends the cache: no rewind past the window
         assert continuation(restored, prompt) == continuation(original, prompt)
     finally:
         other.close()
@@ -242,7 +244,7 @@ def test_a_stored_8bit_chat_continued_in_float_is_saved_as_float_blocks(store):
     assert store.read(chat_id).version == 1
     store.release(chat_id)
     again = store.load(chat_id, engine(bits=None))
-    assert again.restore_note is None and same_state(again.caches.target, opened.caches.target)
+    assert again.restore_note is None and same_state(again.caches, opened.caches)
 
 
 def test_float_block_keys_are_those_stores_already_hold():
@@ -261,7 +263,7 @@ def test_an_8bit_chat_exports_as_one_file_and_a_damaged_block_costs_only_its_cac
     store.export_file(chat_id, tmp_path / "out.mlxchat")
     assert read_header(tmp_path / "out.mlxchat")["version"] == 3 and appending(tmp_path / "out.mlxchat")
     exported = ChatSession.load(tmp_path / "out.mlxchat", engine())
-    assert same_state(exported.caches.target, original.caches.target)
+    assert same_state(exported.caches, original.caches)
     store.close()
     victim = BlockFiles(store.root).path(keys_of(store, chat_id)["target"][1])
     victim.write_bytes(victim.read_bytes()[:-40])  # a truncated quantized block

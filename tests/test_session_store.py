@@ -103,7 +103,7 @@ def test_load_restores_and_later_saves_update_the_same_file(store, engine):
     fill_cache(session)
     info = store.save(session)
     loaded = store.load(info.id, engine)
-    assert loaded.history == session.history and loaded.caches.target.tokens == session.caches.target.tokens
+    assert loaded.history == session.history and loaded.caches.tokens == session.caches.tokens
     assert store.save(loaded).id == info.id and len(store.list()) == 1
 
 
@@ -114,7 +114,7 @@ def test_rename_keeps_everything_else(store, engine):
     renamed = store.rename(info.id, "  My   greeting ")
     assert (renamed.title, renamed.updated) == ("My greeting", info.updated)
     loaded = store.load(info.id, engine)
-    assert loaded.title == "My greeting" and loaded.caches.target.tokens == session.caches.target.tokens
+    assert loaded.title == "My greeting" and loaded.caches.tokens == session.caches.tokens
 
 
 def test_rename_refuses_empty_titles_and_broken_files(store, engine):

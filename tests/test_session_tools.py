@@ -164,7 +164,7 @@ def test_the_turn_after_a_tool_call_reuses_the_whole_conversation_from_the_cache
     chat = session(engine)
     with scripted_model(engine.tokenizer, min(engine.eos_ids), RULES):
         chat.send("What is 12 + 7?")
-        held = list(chat.caches.target.tokens)
+        held = list(chat.caches.tokens)
         chat.run_tools()
     stats = chat.last_stats
     assert stats.reused_tokens >= len(held) - 1, (stats.reused_tokens, len(held))

@@ -73,7 +73,7 @@ def test_a_stop_during_prefill_adds_no_reply(engine):
     assert session.history[-1] == Message("user", text), "the message stays, with no reply yet"
     assert session.last_stats is None, "no figures for a reply that did not start"
     assert seen[:3] == [0, 8, 16], "the stop came between chunks"
-    assert len(session.caches.target.tokens) < len(session.prompt_ids()) - 1
+    assert len(session.caches.tokens) < len(session.prompt_ids()) - 1
     next_turn_matches_a_cold_run(session)
 
 

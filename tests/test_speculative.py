@@ -76,8 +76,8 @@ def test_greedy_speculative_equals_plain(target, drafts, kv, which, k):
     if isinstance(k, int):  # every step a round: the draft is fed the last token too
         assert caches.draft.offset == caches.target.offset
     if kv.kind != "rotating":
-        assert caches.target.tokens == prompt + tokens
-        assert caches.draft.tokens == (prompt + tokens)[: caches.draft.offset]
+        assert caches.tokens == prompt + tokens
+        assert caches.draft.offset <= caches.target.offset  # the draft holds a start of the same ids
     stats = events[-1].stats
     if which == "agrees" and k and k != "scripted":
         assert stats.draft_accepted == stats.draft_proposed > 0
@@ -103,8 +103,8 @@ def test_stopping_at_any_event_leaves_both_caches_exact(target, drafts, kv, k):
         if isinstance(k, int):  # every step a round: the draft is fed what the target holds
             assert caches.draft.offset == caches.target.offset
         if kv.kind != "rotating":
-            assert caches.target.tokens == prompt + seen
-            assert caches.draft.tokens == (prompt + seen)[: caches.draft.offset]
+            assert caches.tokens == prompt + seen
+            assert caches.draft.offset <= caches.target.offset  # the draft holds a start of the same ids
 
 
 def test_eos_stop_leaves_caches_exact(target, drafts):
@@ -116,7 +116,7 @@ def test_eos_stop_leaves_caches_exact(target, drafts):
     tokens, caches, events = run(spec, prompt, 30)
     assert tokens == reference[: reference.index(reference[9]) + 1]
     assert events[-1].finish_reason == "eos"
-    assert caches.target.tokens == caches.draft.tokens == prompt + tokens
+    assert caches.tokens == prompt + tokens and caches.draft.offset == caches.target.offset
 
 
 def test_next_turn_after_speculative_turn_reuses_both_caches(target, drafts):

@@ -124,5 +124,5 @@ def test_sigkill_of_a_process_saving_over_and_over_leaves_a_store_that_opens(tmp
         session = store.load(info.id, engine)
         assert session.restore_note is None, session.restore_note
         assert any(session.history == (want := gc_helper.chat_state(engine, seed, n)).history
-                   and same_state(session.caches.target, want.caches.target) for n in (last, last + 1))
+                   and same_state(session.caches, want.caches) for n in (last, last + 1))
         store.close()

@@ -103,7 +103,7 @@ def test_turns_with_think_blocks_render_as_qwen3_does_and_prefill_only_the_tail(
                          Message("user", "And 3 + 3?"), Message("assistant", EMPTY + "Six.")]
     for thinking in (True, False):
         session.enable_thinking = thinking
-        held = list(session.caches.target.tokens)
+        held = list(session.caches.tokens)
         send_matching_a_cold_run(session, f"Thinking {'on' if thinking else 'off'}: and 4 + 4?")
         stats, messages = session.last_stats, [m.as_dict() for m in session.messages[:-1]]
         reference = list(pair.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
@@ -127,7 +127,7 @@ def test_regenerate_fork_save_and_load(pair, tmp_path):
     loaded = ChatSession.load(tmp_path / "chat.mlxchat", pair)
     assert loaded.history == session.history and loaded.restore_note is None
     send_matching_a_cold_run(loaded, "And a third?")
-    assert loaded.last_stats.reused_tokens == len(session.caches.target.tokens)
+    assert loaded.last_stats.reused_tokens == len(session.caches.tokens)
 
 
 def test_a_draft_with_a_padded_vocabulary(twin_8b_f32, twin_06b_f32_padded):  # noqa: F811

@@ -22,7 +22,7 @@ def send_matching_a_cold_run(session: ChatSession, text: str) -> str:
     engine = session.engine
     before = [m.as_dict() for m in session.messages] + [{"role": "user", "content": text}]
     reply = session.send(text)
-    stats, held = session.last_stats, session.caches.target.tokens
+    stats, held = session.last_stats, session.caches.tokens
     prompt, generated = held[:stats.prompt_tokens], held[stats.prompt_tokens:]
     assert engine.tokenizer.decode(prompt) == render_chat_text(engine.tokenizer, before,
                                                                enable_thinking=session.enable_thinking)
@@ -36,13 +36,14 @@ def send_matching_a_cold_run(session: ChatSession, text: str) -> str:
     return reply
 
 
-def same_state(a, b) -> bool:
-    """Whether two model caches save the same tensors and metadata (``state_dict``), bit for bit."""
-    (ta, ma), (tb, mb) = a.state_dict(), b.state_dict()
+def same_state(a, b, role: str = "target") -> bool:
+    """Whether two conversations' ``role`` caches save the same tensors and metadata (``state_dict``), bit for
+    bit."""
+    (ta, ma), (tb, mb) = getattr(a, role).state_dict(a.ids), getattr(b, role).state_dict(b.ids)
     return ma == mb and ta.keys() == tb.keys() and all(mx.array_equal(ta[k], tb[k]).item() for k in ta)
 
 
 def same_chat(a: ChatSession, b: ChatSession) -> bool:
     """Same history, and target and draft caches that save the same."""
-    return a.history == b.history and all(same_state(getattr(a.caches, r), getattr(b.caches, r))
+    return a.history == b.history and all(same_state(a.caches, b.caches, r)
                                           for r in ("target", "draft"))

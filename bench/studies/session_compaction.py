@@ -49,11 +49,12 @@ def sweep(threshold: float, base, cycles: int, folder: Path) -> dict:
     largest = 1.0
     for cycle in range(cycles):
         for step in ("edit", "regenerate"):
-            before = {r: getattr(session.caches, r).tokens for r in ("target", "draft")}
+            before = {r: session.caches.ids[:getattr(session.caches, r).offset] for r in ("target", "draft")}
             play(session, cycle, step)
             for role, tokens in before.items():
                 cache = getattr(session.caches, role)
-                computed += (cache.offset - common_prefix_length(tokens, cache.tokens)) * cache.geometry.token_bytes
+                held = session.caches.ids[:cache.offset]
+                computed += (cache.offset - common_prefix_length(tokens, held)) * cache.geometry.token_bytes
             inode = path.stat().st_ino
             written += written_bytes(lambda: session.save(path))
             compactions += path.stat().st_ino != inode

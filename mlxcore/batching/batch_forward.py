@@ -32,7 +32,6 @@ import mlx.core as mx
 
 from mlxcore.batching.batch_mirror import BatchMirror, MirrorStep
 from mlxcore.batching.prompt_feed import PromptFeed
-from mlxcore.kv.base import feed_one
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import Attended, attend, normalized
 from mlxcore.errors import ModelLoadError
@@ -47,12 +46,10 @@ class BatchDecoder:
         self.forward = forward
         self.mirror: BatchMirror | None = None
 
-    def __call__(self, caches: list[PagedCache], ids: list[int | None], inputs: mx.array | None,
+    def __call__(self, caches: list[PagedCache], inputs: mx.array | None,
                  feeds: list[PromptFeed] = ()) -> mx.array | None:
-        """Logits (B, V) of the next token of each sequence after ``inputs`` (B,) int32 (None for no B).
-
-        ``ids`` are the same tokens as known ids (None where the value is not read yet: tell it with
-        ``cache.known`` afterwards), recorded as each cache's tokens.
+        """Logits (B, V) of the next token of each sequence after ``inputs`` (B,) int32 (None for no B; lazy:
+        a pick of the previous step nobody has read yet).
         ``feeds``: prompt chunks joining the batch (``prompt_feed.py``), each taken through the layers
         this step's plan gave it: in those layers its tokens are rows beside the decoding ones, at their
         own positions, attending causally over their own sequence; its hidden state waits for the next
@@ -64,7 +61,7 @@ class BatchDecoder:
         pool = _pool(caches, feeds)
         rows = len(caches)
         offsets = mx.array([cache.offset for cache in caches], dtype=mx.int32)  # each one's next position
-        reads = self._reads(pool, caches, ids) if rows else None
+        reads = self._reads(pool, caches) if rows else None
         h = self.forward.model.embed_tokens(inputs[:, None]) if rows else None  # (B, 1, hidden): a row a sequence
         writes: dict[tuple, tuple[SlotWrites | None, mx.array, list[int]]] = {}  # per set of chunks riding along
         for index, layer in enumerate(self.forward._layers):
@@ -107,12 +104,12 @@ class BatchDecoder:
             cache.finish_batched_pass()
         return self.forward._head(h)[:, -1, :] if rows else None
 
-    def _reads(self, pool, caches: list[PagedCache], ids: list[int | None]) -> _OwnReads | _MirrorReads:
+    def _reads(self, pool, caches: list[PagedCache]) -> _OwnReads | _MirrorReads:
         """Announce each sequence's one token; how the batch reads its keys and values this pass."""
         mirror = self._mirror(pool, caches)
         step = mirror.plan(caches) if mirror is not None else None
-        for cache, token in zip(caches, ids):
-            feed_one(cache, token)
+        for cache in caches:
+            cache.begin(1)
         if step is not None and mirror.live(step):  # a begin may have made the budget take the mirror back
             mirror.commit(caches, step)
             return _MirrorReads(mirror, step)

@@ -1,10 +1,10 @@
 """Batched decode steps, pipelined: a step's pass is queued before the previous step's tokens are read.
 
 Pipelined like mlx-lm's generation, for a batch: each step feeds every decoding sequence
-its newest token, the one the previous step picked and nobody has read yet
-(announced to its cache as unknown, told once read), then queues the
-pass and only then reads the previous picks. Building a step's graph (and the
-Python of the events) overlaps computing the previous one.
+its newest token, the one the previous step picked and nobody has read yet (a
+lazy array: the caches need only the count), then queues the pass and only then
+reads the previous picks. Building a step's graph (and the Python of the events)
+overlaps computing the previous one.
 
 A pick stays pending until the next step reads it, or until ``settle`` reads it
 early (a sequence about to be preempted, to decode speculatively, or cancelled).
@@ -30,7 +30,6 @@ from mlxcore.batching.constraints import Bitmask, GrammarError
 from mlxcore.batching.hybrid_batch import HybridBatchDecoder
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.sequence import Sequence
-from mlxcore.kv.base import feed_one
 from mlxcore.sampling_graphs import greedy_pick, same_graph, sampled_pick
 
 Read = tuple[Sequence, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
@@ -44,7 +43,6 @@ class _Picks:
     tokens: mx.array  # (B,) int
     logprobs: mx.array  # (B,)
     tops: list[tuple[mx.array, mx.array] | None]
-    fed: set[int]  # id(seq) of those whose pick the next step fed (their caches' last id is unknown)
     values: list | None = None
 
     def read(self) -> list:
@@ -71,18 +69,15 @@ class DecodeSteps:
         last = self.last
         where = {id(seq): row for row, seq in enumerate(last.seqs)} if last else {}
         rows = [where.get(id(seq)) for seq in seqs]
-        ids = [seq.ids[-1] if row is None else None for seq, row in zip(seqs, rows)]  # None: fed unread
-        if last is not None:
-            last.fed.update(id(seq) for seq, row in zip(seqs, rows) if row is not None)
         inputs = self._inputs(seqs, rows, last)
-        logits = self._logits(seqs, ids, inputs, feeds)  # (B, V)
+        logits = self._logits(seqs, inputs, feeds)  # (B, V)
         allowed = _allowed(seqs, rows, last, logits)
         if allowed is not None:
             logits = mx.where(allowed, logits, -mx.inf)
         tokens, logprobs = _pick(seqs, logits)
         tops = [_top(logits[row], seq.handle.request.top_logprobs) for row, seq in enumerate(seqs)]
         mx.async_eval(tokens, logprobs, [t for t in tops if t is not None])
-        self._next = _Picks(seqs, tokens, logprobs, tops, set())
+        self._next = _Picks(seqs, tokens, logprobs, tops)
 
     @staticmethod
     def _inputs(seqs: list[Sequence], rows: list[int | None], last: _Picks | None) -> mx.array:
@@ -93,13 +88,12 @@ class DecodeSteps:
                    for seq, row in zip(seqs, rows)]
         return sources[0] if len(sources) == 1 else mx.concatenate(sources)
 
-    def _logits(self, seqs: list[Sequence], ids: list[int | None], inputs: mx.array,
-                feeds: list[PromptFeed]) -> mx.array:
+    def _logits(self, seqs: list[Sequence], inputs: mx.array, feeds: list[PromptFeed]) -> mx.array:
         if len(seqs) == 1 and not feeds:
             cache = seqs[0].caches.target
-            feed_one(cache, ids[0])
+            cache.begin(1)
             return self.forward(inputs[None], cache=cache.layers)[:, -1, :]
-        return self.decoder([seq.caches.target for seq in seqs], ids, inputs, feeds)
+        return self.decoder([seq.caches.target for seq in seqs], inputs, feeds)
 
     def advance(self) -> list[Read]:
         """Read the previous step's picks (after ``queue``, or with nothing queued); make the queued step's
@@ -116,7 +110,6 @@ class DecodeSteps:
         row = last.seqs.index(seq)
         token, logprob = last.read()[row]
         self._forget(seq)
-        self._tell(seq, token, fed=id(seq) in last.fed)
         return seq, token, logprob, _pairs(last.tops[row])
 
     def drop(self, seq: Sequence) -> None:
@@ -129,16 +122,8 @@ class DecodeSteps:
             self.last = _without(self.last, row)
 
     def _read(self, picks: _Picks) -> list[Read]:
-        reads = []
-        for row, (seq, (token, logprob)) in enumerate(zip(picks.seqs, picks.read())):
-            self._tell(seq, token, fed=id(seq) in picks.fed)
-            reads.append((seq, token, logprob, _pairs(picks.tops[row])))
-        return reads
-
-    @staticmethod
-    def _tell(seq: Sequence, token: int, fed: bool) -> None:
-        if fed:  # this step's pass fed the token before anyone read it
-            seq.caches.target.known([token])
+        return [(seq, token, logprob, _pairs(picks.tops[row]))
+                for row, (seq, (token, logprob)) in enumerate(zip(picks.seqs, picks.read()))]
 
 
 def _without(picks: _Picks, row: int) -> _Picks | None:
@@ -149,7 +134,7 @@ def _without(picks: _Picks, row: int) -> _Picks | None:
     values = [picks.values[r] for r in keep] if picks.values is not None else None
     index = mx.array(keep)
     return _Picks([picks.seqs[r] for r in keep], picks.tokens[index], picks.logprobs[index],
-                  [picks.tops[r] for r in keep], picks.fed, values)
+                  [picks.tops[r] for r in keep], values)
 
 
 def _allowed(seqs: list[Sequence], rows: list[int | None], last: _Picks | None, logits: mx.array) -> mx.array | None:

@@ -19,7 +19,6 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache
 
-from mlxcore.kv.base import feed_one
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.kv.linear_state import LinearState
 
@@ -34,13 +33,12 @@ class HybridBatchDecoder:
         self._given: list[mx.array] = []  # each row's first linear state as this decoder left it
         self._offsets: list[int] = []
 
-    def __call__(self, caches: list[HybridCache], ids: list[int | None], inputs: mx.array, feeds=()) -> mx.array:
-        """Logits (B, V) of each sequence's next token after ``inputs`` (B,); ``ids`` are the same tokens as
-        known ids (None where not read yet), recorded in each cache."""
+    def __call__(self, caches: list[HybridCache], inputs: mx.array, feeds=()) -> mx.array:
+        """Logits (B, V) of each sequence's next token after ``inputs`` (B,)."""
         if feeds:
             raise ValueError("Prompt chunks do not ride in a hybrid model's decode pass: prompts are read alone.")
-        for cache, token in zip(caches, ids):
-            feed_one(cache, token)
+        for cache in caches:
+            cache.begin(1)
         if not self._current(caches):
             self.release()
             self._build(caches)

@@ -15,10 +15,11 @@ cache of one sequence (rotating, standard: a lone reply's, or a draft's,
 ``prefill()``), alone in its pass, its keys and values written by its own layers'
 ``update_and_fetch`` rather than the pool's scatter.
 
-Until the last layer holds the chunk, its cache's layers keep their old length and the blocks it
-fills are not hashed, so no other sequence can find them by a prefix hit and read layers not
-written yet. A cache released or settled meanwhile (the request was cancelled or preempted) makes
-the feed ``stale``: it is dropped, and the cache's block table was already cut back.
+Until the last layer holds the chunk, its cache's layers keep their old length, so the blocks it
+fills are not hashed (``PagedCache.hash_blocks`` covers what every layer holds): no other sequence
+can find them by a prefix hit and read layers not written yet. A cache released or settled meanwhile
+(the request was cancelled or preempted) makes the feed ``stale``: it is dropped, and the cache's
+block table was already cut back.
 
 ``Feeds`` holds the chunks in flight (several prompts may be read at once) and gives each, oldest
 first, the layers the step's budget allows.
@@ -49,12 +50,10 @@ class PromptFeed:
         one sequence, always)."""
         self.paged = isinstance(cache, PagedCache)
         self.mask = None
-        if self.paged:
-            cache.begin_unhashed(ids)
-        else:  # its layers write as they go; the mask is the cache's for the chunk (a window's, for a rotating one)
+        if not self.paged:  # its layers write as they go; the mask is the cache's (a window's, for a rotating one)
             self.mask = cache.layers[0].make_mask(len(ids), return_array=False, window_size=None)
-            cache.begin(ids)
             at_once = True
+        cache.begin(len(ids))
         self.cache, self.ids, self.at_once = cache, ids, at_once
         self.plan = cache.announced if self.paged else None
         self.layers = len(forward._layers)
@@ -88,7 +87,7 @@ class PromptFeed:
 
     def ran(self) -> bool:
         """After the pass: the chunk is through ``stop``; True once through the last layer (its cache then
-        holds it, and its blocks are hashed)."""
+        holds it)."""
         self.layer = self.stop
         if self.layers_left:
             return False

@@ -340,12 +340,13 @@ class BatchRunner:
         Returns the token-layers fed."""
         if not passed:
             with parallel_products():  # a pass of prompt rows alone: large products, every thread
-                self.decoder([], [], None, feeds)
+                self.decoder([], None, feeds)
                 mx.eval([feed.h for feed in feeds])  # the last layer's rows hold every layer's writes
         fed, read = self.feeds.ran(feeds)
         for seq, feed in read:
             seq.cached += len(feed.ids)
             seq.computed_prompt += len(feed.ids)
+            seq.caches.hash_blocks()
             if seq.prefill_left == 0 and seq.followers:
                 self._fork(seq)
         return fed
@@ -393,6 +394,7 @@ class BatchRunner:
         if given is None and seq.caches.draft is not None and not self._drafts(seq):
             seq.caches.draft.release()  # (a chat's own draft cache stays with it, for its next turns)
             seq.caches.draft = None
+        seq.caches.ids = seq.ids  # one list: the caches hold its first tokens
         seq.cached = hits
         if not seq.admitted_once:
             seq.admitted_once = True

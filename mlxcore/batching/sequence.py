@@ -46,7 +46,7 @@ class Sequence:
         self.params = params or request.params
         self.reply = reply  # its text, stop strings and token cap
         self.constraint = constraint  # what its next token may be (a grammar's matcher), applied before sampling
-        self.ids = list(request.prompt_ids)  # prompt, then every token generated
+        self.ids = list(request.prompt_ids)  # prompt, then every token generated (its caches' ``ids`` too)
         self.prompt_tokens = len(self.ids)
         self.followers: list[Sequence] = []  # the request's other choices, until this one's prompt is read
         # the scheduler's state
@@ -138,6 +138,7 @@ class Sequence:
     def fork_from(self, leader: Sequence) -> None:
         """A follower takes caches sharing ``leader``'s blocks, now that the prompt is read."""
         self.caches = leader.caches.fork()
+        self.caches.ids = self.ids
         self.cached, self.prefix_hits, self.computed_prompt = leader.cached, leader.prefix_hits, leader.computed_prompt
         self.admitted_once = True
 
@@ -182,6 +183,8 @@ class Sequence:
             self.worst_gap = max(self.worst_gap, now - self.last_token)
         self.last_token = now
         self.ids.append(token)
+        if self.caches is not None:  # the blocks its caches filled become prefix hits
+            self.caches.hash_blocks()
         delta, finish = self.reply.add(token)
         self.handle.put(TokenEvent(token=token, text=delta, logprob=logprob, from_draft=from_draft,
                                    finish_reason=finish, top_logprobs=top))

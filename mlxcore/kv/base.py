@@ -1,14 +1,15 @@
-"""``ModelCache``: the caches of every layer of one model, plus the token ids they hold.
+"""``ModelCache``: the caches of every layer of one model: keys and values, never token ids.
 
 The engine and the chat session hold one ``ModelCache`` per model and pass
 ``cache.layers`` to mlx-lm's model as ``cache=``. Each kind (standard, paged,
 rotating) subclasses it; ``model_cache.py`` builds and restores them.
 
-The token ids are told, not inferred: call ``begin(ids)`` with the ids about to
-be fed, before the forward pass. ``tokens`` is then the ids of the ``offset``
-tokens the layers hold; a decoder that queues a pass before it has read the ids
-it feeds announces them as ``unknown`` and tells them with ``known`` once read
-(until then ``tokens`` stops short of ``offset``).
+Whoever feeds a cache owns the ids it holds (``Caches.ids``, a batched reply's
+``Sequence.ids``): ``begin(count)`` announces how many tokens the next forward
+pass feeds, and ``hash_blocks(ids)`` tells a paged cache the ids once they are
+known and every layer holds them, so that its full blocks become prefix hits
+for other sequences. A decoder may queue a pass before it has read the token it
+feeds: nothing waits for the id.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class CacheMeta(CacheCounters, total=False):
     """What ``state_dict`` says of a cache beside its tensors (JSON in a session file); each kind writes its own."""
 
     kind: str
-    tokens: list[int]
+    tokens: list[int]  # the ids the cache holds, from its owner (``state_dict(ids)``)
     kv_format: str
     kv_bits: int | None
     group_size: int | None
@@ -61,7 +62,7 @@ class CacheMeta(CacheCounters, total=False):
 
 
 class ModelCache(ABC):
-    """Per-layer KV caches of one model (``layers``) and the token ids they hold (``tokens``)."""
+    """Per-layer KV caches of one model (``layers``); their owner keeps the ids they hold."""
 
     kind: ClassVar[str]
     _kinds: ClassVar[dict[str, type[ModelCache]]] = {}
@@ -79,29 +80,20 @@ class ModelCache(ABC):
         """Tokens held (the RoPE position of the next token)."""
         return self.layers[0].offset
 
-    @property
-    def tokens(self) -> list[int]:
-        """The ids of the tokens held, oldest first (a copy); those of ``unknown`` ones not told yet are not."""
-        return list(self._token_ids()[:self.offset])
-
-    def begin(self, ids: Sequence[int], unknown: int = 0) -> None:
-        """Record ``ids``, then ``unknown`` tokens not read yet, as what the next forward pass feeds; call it
-        before that pass. ``known`` tells the unknown ones' ids once read (a pass queued before the previous
-        one is read: graph building overlaps the computation); ids are then fed again only after them.
+    def begin(self, count: int) -> None:
+        """Announce ``count`` tokens as what the next forward pass feeds; call it before that pass.
 
         A ``begin`` whose forward pass never ran is dropped by the next one.
         """
-        if not ids and not unknown:
+        if count < 1:
             raise ValueError("begin needs at least one token.")
         self._check_layers_agree()
-        self._begin(list(ids), unknown)
+        self._begin(count)
 
-    def known(self, ids: Sequence[int]) -> None:
-        """The ids of the oldest tokens fed as ``unknown``, in order. Keys and values are not touched."""
-        if not 0 < len(ids) <= self.offset - min(len(self._token_ids()), self.offset):  # (no copy: every step)
-            raise CacheStateError(f"Cannot tell {len(ids)} token ids of a cache holding {self.offset}, "
-                                  f"{len(self.tokens)} of them known.")
-        self._known(list(ids))
+    def hash_blocks(self, ids: Sequence[int]) -> None:
+        """``ids``: those of the tokens this cache holds, from the first (more are ignored). Called once they are
+        known and every layer holds them: a paged cache's full blocks among them become prefix hits for other
+        sequences. The other kinds share nothing."""
 
     def trim(self, n: int) -> int:
         """Remove the last ``n`` tokens from every layer and return ``n``.
@@ -115,7 +107,6 @@ class ModelCache(ABC):
         if n:
             removed = {layer.trim(n) for layer in self.layers}
             assert removed == {n}, f"layers removed {removed}, asked for {n}"
-            self._after_trim()
         return n
 
     def settle(self) -> None:
@@ -157,8 +148,9 @@ class ModelCache(ABC):
     def fork(self) -> ModelCache:
         """A new cache holding the same tokens; later changes to either leave the other alone."""
 
-    def release(self) -> None:
-        """Give memory back to a shared pool (paged); the cache is then empty."""
+    def release(self, ids: Sequence[int] = ()) -> None:
+        """Give memory back to a shared pool (paged); the cache is then empty. ``ids``, those of the tokens
+        it held: what it held stays for prefix hits (paged: its full blocks; hybrid: all of it)."""
 
     @property
     def nbytes(self) -> int:
@@ -166,8 +158,9 @@ class ModelCache(ABC):
         return sum(layer.nbytes for layer in self.layers)
 
     @abstractmethod
-    def state_dict(self) -> tuple[Tensors, CacheMeta]:
-        """Tensors (named ``"<layer>.<name>"``) and JSON-able metadata for a session file."""
+    def state_dict(self, ids: Sequence[int]) -> tuple[Tensors, CacheMeta]:
+        """Tensors (named ``"<layer>.<name>"``) and JSON-able metadata for a session file, with ``ids`` (the
+        first ``offset`` of them: those of the tokens held) as its ``tokens``."""
 
     @classmethod
     def from_state(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta,
@@ -185,17 +178,14 @@ class ModelCache(ABC):
     def _restore(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta,
                  pool: BlockPool | None) -> ModelCache: ...
 
-    @abstractmethod
-    def _token_ids(self) -> list[int]: ...
+    def _begin(self, count: int) -> None:
+        """Hook run by ``begin`` (paged: the slots the pass writes)."""
 
-    @abstractmethod
-    def _begin(self, ids: list[int], unknown: int) -> None: ...
-
-    @abstractmethod
-    def _known(self, ids: list[int]) -> None: ...
-
-    def _after_trim(self) -> None:
-        """Hook run after every layer trimmed."""
+    def _held(self, ids: Sequence[int]) -> list[int]:
+        """The ids of the tokens held, for ``state_dict``: ``CacheStateError`` if ``ids`` has fewer."""
+        if len(ids) < self.offset:
+            raise CacheStateError(f"A {self.kind} KV cache holding {self.offset} tokens was given {len(ids)} ids.")
+        return [int(t) for t in ids[:self.offset]]
 
     def _check_layers_agree(self) -> None:
         """Rewind layers a forward pass that stopped half way left ahead of the others."""
@@ -207,37 +197,6 @@ class ModelCache(ABC):
         except TrimError:
             raise CacheStateError("KV cache layers disagree on their length after a forward pass "
                                   "stopped half way, and cannot be rewound; rebuild the cache.") from None
-        if ahead:
-            self._after_trim()
-
-
-class RecordedTokens(ModelCache, ABC):
-    """Kinds that just record the ids they are told (standard, rotating)."""
-
-    _ids: list[int]  # the known ones
-
-    def _token_ids(self) -> list[int]:
-        return self._ids
-
-    def _begin(self, ids: list[int], unknown: int) -> None:
-        del self._ids[self.offset:]  # a begin whose forward pass never ran
-        if ids and len(self._ids) < self.offset:
-            raise CacheStateError("The ids of tokens fed earlier are not known yet (known() first).")
-        self._ids.extend(ids)
-
-    def _after_trim(self) -> None:
-        del self._ids[self.offset:]
-
-    def _known(self, ids: list[int]) -> None:
-        self._ids.extend(ids)
-
-
-def feed_one(cache: ModelCache, token: int | None) -> None:
-    """``cache.begin`` for one token: ``token``, or (None) one a pass picked that nobody has read yet."""
-    if token is None:
-        cache.begin((), unknown=1)
-    else:
-        cache.begin((token,))
 
 
 def layer_tensors(names: tuple[str, ...], arrays: list[tuple[mx.array, ...]]) -> Tensors:

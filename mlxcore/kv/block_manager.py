@@ -1,12 +1,13 @@
 """Tensor-free bookkeeping of the paged KV cache: blocks, block tables, prefix hashes.
 
 A pool of ``num_blocks`` blocks of ``block_size`` token slots each. Every
-sequence has a block table (its block ids in order), its length and the ids of
-its tokens known so far: a decoder may queue a pass for tokens it has not read
-yet (``append(..., unknown=n)``), whose ids it tells later (``known``). A block
-that is full of known tokens gets a chained hash (parent block's hash + its own
-token ids); the hash -> block dict is the prefix cache, so a sequence with the
-same leading tokens attaches those blocks instead of recomputing them.
+sequence has a block table (its block ids in order) and its length; the ids of
+its tokens are its owner's. ``append`` makes room for tokens; once their ids are
+known and their keys and values written, the owner hands the ids to
+``hash_blocks``, and every full block among them gets a chained hash (parent
+block's hash + its own token ids). The hash -> block dict is the prefix cache,
+so a sequence with the same leading tokens attaches those blocks instead of
+recomputing them.
 
 Free blocks wait in one ordered dict that is also the eviction order: blocks
 without a hash (nothing worth keeping) at the front, hashed blocks at the back
@@ -91,7 +92,6 @@ class PoolStats:
 @dataclass
 class _Sequence:
     block_ids: list[int] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)  # the known ones: the first ``len`` of ``length``
     length: int = 0  # tokens held (slots written or announced)
     version: int = 0  # bumped whenever block_ids changes; keys cached gather indices
 
@@ -123,19 +123,16 @@ class BlockManager:
     def fork(self, seq_id: int) -> int:
         """A new sequence sharing every block of ``seq_id`` (copy-on-write of its partial tail)."""
         source = self._sequence(seq_id)
-        if len(source.token_ids) < source.length:  # two sequences would each tell the ids of one block
-            raise CacheStateError("fork: the ids of tokens fed last are not known yet (known() first).")
         for block_id in source.block_ids:
             self._blocks[block_id].ref_count += 1
         child = self.new_sequence()
-        self._sequences[child] = _Sequence(list(source.block_ids), list(source.token_ids), source.length)
+        self._sequences[child] = _Sequence(list(source.block_ids), source.length)
         return child
 
     def release(self, seq_id: int) -> None:
         """Give back every block of ``seq_id``, tail first; the sequence stays, empty."""
         seq = self._sequence(seq_id)
         self._free_tail(seq, len(seq.block_ids))
-        seq.token_ids.clear()
         seq.length = 0
 
     def drop_sequence(self, seq_id: int) -> None:
@@ -143,10 +140,6 @@ class BlockManager:
         if seq_id in self._sequences:
             self.release(seq_id)
             del self._sequences[seq_id]
-
-    def token_ids(self, seq_id: int) -> list[int]:
-        """The ids known so far (``length`` of them unless a pass fed tokens not read yet)."""
-        return self._sequence(seq_id).token_ids
 
     def length(self, seq_id: int) -> int:
         return self._sequence(seq_id).length
@@ -195,18 +188,12 @@ class BlockManager:
         self._prefix_hit_tokens += reused
         return reused
 
-    def append(self, seq_id: int, token_ids: Sequence[int], hashed: bool = True, unknown: int = 0) -> AppendPlan:
-        """Add ``token_ids``, then ``unknown`` tokens whose ids ``known`` tells later, to the sequence; raise
-        ``PoolExhaustedError`` (changing nothing) if they do not fit.
-
-        ``hashed=False``: the blocks they fill are not found by prefix hits until ``hash_blocks`` (their
-        keys and values are written over several passes, and another sequence must not read them before)."""
+    def append(self, seq_id: int, count: int) -> AppendPlan:
+        """Make room for ``count`` more tokens of the sequence; raise ``PoolExhaustedError`` (changing nothing)
+        if they do not fit. The blocks they fill are found by prefix hits only after ``hash_blocks``."""
         seq = self._sequence(seq_id)
-        count = len(token_ids) + unknown
-        if not count:
+        if count < 1:
             raise ValueError("append needs at least one token.")
-        if token_ids and len(seq.token_ids) < seq.length:
-            raise CacheStateError("append: the ids of tokens fed earlier are not known yet (known() first).")
         start, size = seq.length, self.block_size
         tail_shared = start % size != 0 and self._blocks[seq.block_ids[-1]].ref_count > 1
         needed = self.blocks_needed(seq_id, count)
@@ -216,28 +203,25 @@ class BlockManager:
                 f"{self.available_blocks} are free. Free a session or raise the pool size.")
         copies = self._prepare_tail(seq, tail_shared)
         segments = self._place(seq, start, count)
-        seq.token_ids.extend(token_ids)
         seq.length += count
-        if hashed:
-            self._hash_full_blocks(seq, start // size)
         return AppendPlan(start, count, copies, segments)
 
-    def known(self, seq_id: int, token_ids: Sequence[int]) -> None:
-        """The ids of the oldest tokens appended as ``unknown``, in order; the blocks they fill are hashed."""
+    def hash_blocks(self, seq_id: int, token_ids: Sequence[int], held: int | None = None) -> None:
+        """Hash the sequence's full blocks among its first ``held`` tokens (default: all), whose ids start
+        ``token_ids``: prefix hits may find them from now on. Blocks hashed before are left as they are."""
         seq = self._sequence(seq_id)
-        start = len(seq.token_ids)
-        if start + len(token_ids) > seq.length:
-            raise CacheStateError(f"known: {len(token_ids)} ids for {seq.length - start} tokens not known.")
-        seq.token_ids.extend(token_ids)
-        self._hash_full_blocks(seq, start // self.block_size)
-
-    def hash_blocks(self, seq_id: int) -> None:
-        """Hash the full blocks an ``append(..., hashed=False)`` left out: prefix hits may find them now."""
-        seq = self._sequence(seq_id)
-        first = len(seq.token_ids) // self.block_size
+        size = self.block_size
+        full = min(len(token_ids), seq.length if held is None else min(held, seq.length)) // size
+        first = full
         while first and self._blocks[seq.block_ids[first - 1]].hash is None:
             first -= 1
-        self._hash_full_blocks(seq, first)
+        parent = self._blocks[seq.block_ids[first - 1]].hash if first else None
+        for index in range(first, full):
+            block = self._blocks[seq.block_ids[index]]
+            chunk = tuple(token_ids[index * size:(index + 1) * size])
+            block.hash, block.token_ids = chain_hash(parent, chunk), chunk
+            self._by_hash[block.hash] = block.block_id
+            parent = block.hash
 
     def blocks_needed(self, seq_id: int, count: int) -> int:
         """Blocks an append of ``count`` tokens takes (new ones, and a copy of a shared partial tail)."""
@@ -267,7 +251,6 @@ class BlockManager:
         if not 0 <= n <= seq.length:
             raise TrimError(f"Cannot trim {n} tokens from a sequence of {seq.length}.")
         seq.length -= n
-        del seq.token_ids[seq.length:]
         keep_blocks = -(-seq.length // self.block_size)
         self._free_tail(seq, len(seq.block_ids) - keep_blocks)
 
@@ -317,7 +300,6 @@ class BlockManager:
         block.ref_count += 1
         seq.block_ids.append(block_id)
         seq.version += 1
-        seq.token_ids.extend(chunk)
         seq.length += len(chunk)
 
     def _allocate(self, after: int | None = None) -> int:
@@ -385,13 +367,3 @@ class BlockManager:
             segments.append(WriteSegment(slot, run, done))
             done += run
         return tuple(segments)
-
-    def _hash_full_blocks(self, seq: _Sequence, first: int) -> None:
-        size = self.block_size
-        parent = self._blocks[seq.block_ids[first - 1]].hash if first else None
-        for index in range(first, len(seq.token_ids) // size):
-            block = self._blocks[seq.block_ids[index]]
-            chunk = tuple(seq.token_ids[index * size:(index + 1) * size])
-            block.hash, block.token_ids = chain_hash(parent, chunk), chunk
-            self._by_hash[block.hash] = block.block_id
-            parent = block.hash

@@ -2,7 +2,7 @@
 
 Three layers in four of Qwen3.5 are Gated DeltaNet linear attention, whose state per sequence has a fixed
 size (``linear_state.py``); the others are full attention with an ordinary KV cache. ``HybridCache`` holds
-one cache of a usual kind over the attention layers (``attention``: the token ids and the KV) and a
+one cache of a usual kind over the attention layers (``attention``: their KV) and a
 ``LinearState`` per linear layer, handing the model its ``layers`` in the model's order. Its ``state_dict``
 is the attention cache's with the linear states beside (session files keep them: a reopened chat reads
 nothing again). The linear states cannot be trimmed, so neither can the whole (``max_trim`` is 0).
@@ -16,8 +16,8 @@ latest ``MAX_SNAPSHOTS``. A next turn that does not extend what the cache holds 
 snapshot within their common prefix (``restore_snapshot``) and reads only the rest: a history whose
 thinking the template dropped diverges right after the last prompt, where a snapshot is.
 
-A cache made with ``prefixes`` (the engine's target caches) gives what it holds to that store when released,
-and an empty one takes its start from there (``reuse_prefix``): prefix caching across sequences
+A cache made with ``prefixes`` (the engine's target caches) gives what it holds to that store when released
+with the ids it holds (``Caches.release``), and an empty one takes its start from there (``reuse_prefix``): prefix caching across sequences
 (``hybrid_prefixes.py``).
 """
 
@@ -155,9 +155,9 @@ class HybridCache(ModelCache):
         self._interleave()
         return self.offset
 
-    def release(self) -> None:
-        if self.prefixes is not None and self.offset:
-            self.prefixes.keep(self)
+    def release(self, ids: Sequence[int] = ()) -> None:
+        if self.prefixes is not None and self.offset and ids:
+            self.prefixes.keep(self, ids)
         self.attention.release()
         for state in self.states:
             state.clear()
@@ -175,11 +175,11 @@ class HybridCache(ModelCache):
                   for state in states for a in (state[0], state[1]) if a is not None}
         return self.attention.nbytes + sum(a.nbytes for a in arrays.values())
 
-    def state_dict(self) -> tuple[Tensors, CacheMeta]:
+    def state_dict(self, ids: Sequence[int]) -> tuple[Tensors, CacheMeta]:
         """The attention cache's state, and (``linear.<set>.<layer>.<part>``) the linear states of its snapshots
         and its own, last: a reopened chat goes back where the live one would (a history that drops the last
         reply's thinking, to the snapshot at the last prompt's end)."""
-        tensors, meta = self.attention.state_dict()
+        tensors, meta = self.attention.state_dict(ids)
         kept = [snap for snap in self.snapshots if snap[0] < self.offset]
         kept += [(self.offset, self.states)] if self.offset else []
         shapes: dict[str, tuple[str, list[int]]] = {}
@@ -212,9 +212,6 @@ class HybridCache(ModelCache):
         cache.snapshots = sets[:-1]
         return cache
 
-    def _token_ids(self) -> list[int]:
-        return self.attention._token_ids()
-
     def snapshot(self, asked: bool = True) -> None:
         """Keep a snapshot here (the latest ``MAX_SNAPSHOTS``): a caller that knows a point worth going back to
         asks; ``_begin`` takes one after a pass of several tokens, unless that pass started where one was asked
@@ -224,11 +221,8 @@ class HybridCache(ModelCache):
         if self.offset and (not self.snapshots or self.snapshots[-1][0] < self.offset):
             self.snapshots = [*self.snapshots[-(MAX_SNAPSHOTS - 1):], (self.offset, [s.copy() for s in self.states])]
 
-    def _begin(self, ids: list[int], unknown: int) -> None:
+    def _begin(self, count: int) -> None:
         if self._last_fed > 1 and self._asked != self.offset - self._last_fed:
             self.snapshot(asked=False)
-        self._last_fed = len(ids) + unknown
-        self.attention._begin(ids, unknown)
-
-    def _known(self, ids: list[int]) -> None:
-        self.attention._known(ids)
+        self._last_fed = count
+        self.attention._begin(count)

@@ -13,6 +13,7 @@ bytes; the least recently used cache goes first.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -35,13 +36,14 @@ class HybridPrefixCache:
     def bytes(self) -> int:
         return sum(size for _, _, size in self.entries)
 
-    def keep(self, cache: HybridCache) -> None:
-        """Keep what ``cache`` holds (it is released after); a cache a pass left half way is not kept."""
+    def keep(self, cache: HybridCache, ids: Sequence[int]) -> None:
+        """Keep what ``cache`` holds (it is released after) under ``ids``, those of its tokens; a cache a pass
+        left half way is not kept."""
         try:
             cache.settle()
         except CacheStateError:
             return
-        tokens = tuple(cache.tokens)
+        tokens = tuple(ids[:cache.offset])
         if not tokens or len(tokens) != cache.offset or any(state.offset != len(tokens) for state in cache.states):
             return
         entry = cache.fork()

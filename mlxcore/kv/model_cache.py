@@ -4,10 +4,11 @@ Usage, one forward pass::
 
     cache = make_model_cache(model, "paged")
     reused = cache.reuse_prefix(ids)          # paged: blocks other sequences already computed
-    cache.begin(ids[reused:])                  # before every forward pass
+    cache.begin(len(ids) - reused)             # before every forward pass
     logits = model(mx.array([ids[reused:]]), cache=cache.layers)
+    cache.hash_blocks(ids)                     # paged: its full blocks become prefix hits
 
-``ModelCache.from_state(model, tensors, meta, pool=None)`` rebuilds any kind from ``state_dict()``.
+``ModelCache.from_state(model, tensors, meta, pool=None)`` rebuilds any kind from ``state_dict(ids)``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The ``paged`` kind: one sequence's block table in a shared ``BlockPool``.
 
-``PagedCache.begin(ids)`` appends the ids to the sequence's block table (new
-blocks, copy-on-write of a shared partial tail, hashes of blocks that fill) and
-keeps the resulting plan; each layer then writes its keys and values where the
-plan says. Attention reads the sequence where it lies, one way for every pass
+``PagedCache.begin(count)`` makes room for ``count`` tokens in the sequence's
+block table (new blocks, copy-on-write of a shared partial tail) and keeps the
+resulting plan; each layer then writes its keys and values where the plan says.
+``hash_blocks(ids)``, once the owner knows the ids and every layer holds them,
+makes the full blocks prefix hits. Attention reads the sequence where it lies, one way for every pass
 (``update_and_read`` after a layer's own write, ``layer_read`` after a batched
 pass's): one view of storage per run of adjacent blocks (a lone chat has one run
 per slab it spans; a fork, a shared prefix or a restored session a few more),
@@ -14,7 +15,7 @@ the CPU's key blocks will read them (``cpu_attention.reads_spans``); past the
 profile's ``max_segments`` runs, one copy. ``update_and_fetch`` (mlx-lm's protocol, for attention that needs
 one array) returns a view when there is one run, else a copy made for that call.
 
-Every forward pass needs ``begin(ids)`` first (mlx-lm's own generate loop does
+Every forward pass needs ``begin(count)`` first (mlx-lm's own generate loop does
 not call it, so it cannot drive this kind); a pass without it raises
 ``CacheStateError``.
 """
@@ -22,6 +23,8 @@ not call it, so it cannot drive this kind); a pass without it raises
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
+
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
@@ -56,7 +59,7 @@ class PagedLayerCache:
         self.offset = 0
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        """Write (1, kv_heads, L, head_dim) keys/values announced by ``begin``; return the whole sequence."""
+        """Write (1, kv_heads, L, head_dim) keys/values of the tokens ``begin`` announced; return the whole sequence."""
         self._owner._write_layer(self, keys, values)
         return self._owner._fetch(self)
 
@@ -127,7 +130,6 @@ class PagedCache(ModelCache):
         self._pending_layers = 0
         self._gather: tuple[int, Gather] | None = None  # (table version, gather) cache
         self._span: tuple[tuple[int, int, int], Span | None] | None = None  # ((version, length, queries), span and mask) of this pass
-        self._unhashed = False  # the pass in progress was begun by ``begin_unhashed``
         self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
         # Give the blocks back when the cache is garbage collected without release().
         weakref.finalize(self, pool.drop_sequence, self.seq_id)
@@ -148,7 +150,9 @@ class PagedCache(ModelCache):
         self._settle()
         return PagedCache(self.pool, self.pool.manager.fork(self.seq_id))
 
-    def release(self) -> None:
+    def release(self, ids: Sequence[int] = ()) -> None:
+        if ids:
+            self.hash_blocks(ids)
         self._plan = None
         self.edits += 1
         self.pool.manager.release(self.seq_id)
@@ -156,13 +160,13 @@ class PagedCache(ModelCache):
             layer.offset = 0
         self.pool.release_free_slabs()
 
-    def state_dict(self) -> tuple[Tensors, CacheMeta]:
+    def state_dict(self, ids: Sequence[int]) -> tuple[Tensors, CacheMeta]:
         """Only this sequence's tokens, in order (not whole blocks, not other sequences'); quantized blocks
         as they are stored (``stored.tensor_names``), so a file holds the same bytes as the pool."""
         self._settle()
         fmt = self.pool.geometry.format
         arrays = [stored.flat(*self._fetch(layer)) for layer in self.layers] if self.offset else []
-        meta: CacheMeta = {"kind": self.kind, "tokens": self.tokens, "block_size": self.pool.block_size,
+        meta: CacheMeta = {"kind": self.kind, "tokens": self._held(ids), "block_size": self.pool.block_size,
                 "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
         return layer_tensors(stored.tensor_names(fmt), arrays), meta
 
@@ -188,7 +192,7 @@ class PagedCache(ModelCache):
         if any(parts[0].shape[2:3] != (len(ids),) for parts in saved):
             raise CacheStateError("Saved paged KV state: tensor length and token count differ.")
         reused = self.reuse_prefix(ids)  # blocks another session already holds are shared, not copied
-        self.begin(ids[reused:])
+        self.begin(len(ids) - reused)
         same = saved_format == self.pool.geometry.format
         for layer, parts in zip(self.layers, saved):
             parts = [part[..., reused:, :] for part in parts]
@@ -198,6 +202,7 @@ class PagedCache(ModelCache):
                 keys, values = _as_float(parts, saved_format, self.pool.geometry)
                 self._write_layer(layer, keys, values)
         mx.eval([s.arrays for s in self.pool.storage])
+        self.hash_blocks(ids)
 
     def _write_stored(self, layer: PagedLayerCache, parts: list[mx.array]) -> None:
         """Write keys and values already in the pool's format: keys' parts, then values' (1, kv_heads, L, w)."""
@@ -213,12 +218,12 @@ class PagedCache(ModelCache):
     # a batched pass (mlxcore/batching/batch_forward.py) writes and reads for every layer itself ----------
 
     def write_slot(self) -> tuple[int, int]:
-        """(slab, slot in the slab) where the one token announced by ``begin`` goes."""
+        """(slab, slot in the slab) where the one token ``begin`` announced goes."""
         plan = self._announced(1)
         return self.pool.storage[0].where(plan.segments[0].slot)
 
     def write_slots(self) -> list[tuple[int, int]]:
-        """(slab, slot in the slab) of each token announced by ``begin``, in order."""
+        """(slab, slot in the slab) of each token ``begin`` announced, in order."""
         plan, where = self._announced(), self.pool.storage[0].where
         return [where(seg.slot + i) for seg in plan.segments for i in range(seg.length)]
 
@@ -243,22 +248,17 @@ class PagedCache(ModelCache):
             return [self.pool.storage[index].fetch(gather, length)], mask
         return self.pool.storage[index].segments(gather, length), mask
 
-    def begin_unhashed(self, ids: list[int]) -> None:
-        """``begin`` for a prompt chunk that rides in batched passes, a few layers a step (``prompt_feed.py``):
-        the blocks it fills are found by prefix hits only once ``finish_batched_pass`` says all layers hold them."""
-        self._settle()
-        self._begin(list(ids), 0, hashed=False)
-        self._unhashed = True
-
     def finish_batched_pass(self) -> None:
         """Every layer holds the announced tokens now (written by a batched pass)."""
         plan = self._announced()
         for layer in self.layers:
             layer.offset = plan.start + plan.length
         self._plan, self._pending_layers = None, 0
-        if self._unhashed:  # only a pass begun unhashed left blocks to hash (decode steps hash as they append)
-            self.pool.manager.hash_blocks(self.seq_id)
-            self._unhashed = False
+
+    def hash_blocks(self, ids: Sequence[int]) -> None:
+        """Full blocks among the tokens every layer holds become prefix hits (a chunk on its way through the
+        layers, ``prompt_feed.py``, is held by none until the last writes it)."""
+        self.pool.manager.hash_blocks(self.seq_id, ids, min(layer.offset for layer in self.layers))
 
     @property
     def announced(self) -> AppendPlan | None:
@@ -268,27 +268,21 @@ class PagedCache(ModelCache):
     def _announced(self, length: int | None = None) -> AppendPlan:
         plan = self._plan
         if plan is None or self._pending_layers != len(self.layers) or (length and plan.length != length):
-            raise CacheStateError("Paged KV cache: a batched pass needs begin(ids) of one token first.")
+            raise CacheStateError("Paged KV cache: a batched pass needs begin(1) first.")
         return plan
 
     # internals -------------------------------------------------------------
 
-    def _token_ids(self) -> list[int]:
-        return self.pool.manager.token_ids(self.seq_id)
-
-    def _begin(self, ids: list[int], unknown: int, hashed: bool = True) -> None:
+    def _begin(self, count: int) -> None:
         self.edits += 1
-        self.pool.make_room(self.seq_id, len(ids) + unknown)
+        self.pool.make_room(self.seq_id, count)
         try:  # raises before any change if the pool is full
-            plan = self.pool.manager.append(self.seq_id, ids, hashed, unknown)
+            plan = self.pool.manager.append(self.seq_id, count)
         except PoolExhaustedError:
-            raise PoolExhaustedError(self.pool.full_message(len(ids) + unknown)) from None
+            raise PoolExhaustedError(self.pool.full_message(count)) from None
         self.pool.copy_blocks(plan.copies)
         self.pool.ensure()
         self._plan, self._pending_layers = plan, len(self.layers)
-
-    def _known(self, ids: list[int]) -> None:
-        self.pool.manager.known(self.seq_id, ids)
 
     def _check_layers_agree(self) -> None:
         self._settle()
@@ -311,7 +305,7 @@ class PagedCache(ModelCache):
     def _write_layer(self, layer: PagedLayerCache, keys: mx.array, values: mx.array) -> None:
         plan = self._plan
         if plan is None or layer.offset != plan.start:
-            raise CacheStateError("Paged KV cache: call begin(ids) before each forward pass.")
+            raise CacheStateError("Paged KV cache: call begin(count) before each forward pass.")
         try:
             self.pool.geometry.check(keys, values, "paged KV cache")
             if keys.shape[2] != plan.length:

@@ -14,6 +14,7 @@ tuple of such arrays, written quantized and read as stored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -22,7 +23,7 @@ import numpy as np
 from mlx_lm.models.cache import create_attention_mask
 
 from mlxcore.kv import stored
-from mlxcore.kv.base import CacheMeta, RecordedTokens, Tensors, layer_tensors, saved_layer
+from mlxcore.kv.base import CacheMeta, ModelCache, Tensors, layer_tensors, saved_layer
 from mlxcore.kv.errors import CacheStateError, TrimError
 from mlxcore.kv.geometry import KVGeometry, model_geometry
 from mlxcore.kv.protocol import Mask
@@ -171,8 +172,8 @@ def _runs(w: Window, start: int, n: int) -> list[tuple[int, int]]:
     return runs
 
 
-class RotatingCache(RecordedTokens):
-    """A rotating window cache per layer; ``tokens`` is the whole history fed, of which the window is seen.
+class RotatingCache(ModelCache):
+    """A rotating window cache per layer; its owner's ids are the whole history fed, of which the window is seen.
 
     ``keep`` (the system prompt length) may be set until the window first fills
     and while no slot has been overwritten; changing it then alters no past
@@ -184,7 +185,7 @@ class RotatingCache(RecordedTokens):
     def __init__(self, geometry: KVGeometry, window: Window) -> None:
         self.layers: list[RotatingLayerCache] = [RotatingLayerCache(geometry, window)
                                                  for _ in range(geometry.num_layers)]
-        self.geometry, self._ids = geometry, []
+        self.geometry = geometry
 
     @property
     def window(self) -> Window:
@@ -213,20 +214,19 @@ class RotatingCache(RecordedTokens):
 
     def fork(self) -> RotatingCache:
         child = RotatingCache(self.geometry, self.window)
-        child._ids = self.tokens
         for mine, theirs in zip(self.layers, child.layers):
             theirs.offset, theirs.high = mine.offset, mine.high
             if mine.keys is not None:  # new arrays: writes stay apart
                 theirs.keys, theirs.values = stored.copied(mine.keys), stored.copied(mine.values)
         return child
 
-    def state_dict(self) -> tuple[Tensors, CacheMeta]:
+    def state_dict(self, ids: Sequence[int]) -> tuple[Tensors, CacheMeta]:
         """Every filled slot and the ring's counters: a wrapped cache restores exactly."""
         self._check_layers_agree()
         w, first = self.window, self.layers[0]
         fmt = self.geometry.format
         arrays = [stored.flat(*layer.state) for layer in self.layers] if first.keys is not None else []
-        meta: CacheMeta = {"kind": self.kind, "tokens": self.tokens, "offset": first.offset, "high": first.high,
+        meta: CacheMeta = {"kind": self.kind, "tokens": self._held(ids), "offset": first.offset, "high": first.high,
                 "max_size": w.max_size, "keep": w.keep, "max_rewind": w.max_rewind,
                 "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
         return layer_tensors(stored.tensor_names(fmt), arrays), meta
@@ -241,7 +241,6 @@ class RotatingCache(RecordedTokens):
         if len(ids) != offset or not offset <= high:
             raise CacheStateError("Saved rotating KV state: offsets and token count differ.")
         cache = cls(model_geometry(model, meta.get("kv_bits")), window)  # a window keeps the format it was saved in
-        cache._ids = ids
         for index, layer in enumerate(cache.layers if high else []):
             keys, values = stored.unflat(saved_layer(tensors, index, stored.tensor_names(cache.geometry.format)))
             stored.check(keys, values, cache.geometry, "saved rotating KV state")
