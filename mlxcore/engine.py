@@ -336,7 +336,7 @@ class Engine:
     def _replace_cache(self, caches: Caches, role: str) -> ModelCache:
         """An empty cache instead of the ``role`` one (the next prefill rebuilds it), keeping what it keeps."""
         old = getattr(caches, role)
-        old.release()
+        old.release(caches.ids)  # what it held stays for prefix hits (a hybrid model's, whole)
         cache = self._new_model_cache(self._model(role), role)
         cache.keep = old.keep  # a rotating window's system prompt
         setattr(caches, role, cache)

@@ -121,6 +121,28 @@ def test_batches_joining_at_different_steps_with_one_cancelled_equal_each_alone(
     assert runner.engine.kv_budget.in_use == sum(pool.bytes_allocated for pool in runner.engine.pools.values())
 
 
+def test_a_replys_caches_hold_its_ids_and_its_written_blocks_are_hits_at_once():
+    """One list of ids for a reply and its caches (``Caches.ids``): after every step it is the prompt and the
+    tokens emitted, and every full block of them that every layer holds is a prefix hit for the next request
+    (told as each token is emitted and each prompt chunk read), before the reply ends."""
+    made = engine()
+    batch = Collector(LocalBatch(made, max_running=4, step_tokens=24))  # the prompt in a few chunks
+    p = prompt(3, 70)
+    handle = batch.submit(Request(tuple(p), GenerationParams(max_tokens=40)))[0]
+    pool, hits = made.pools["target"], set()
+    while batch.batch.busy:
+        batch.step()
+        caches = batch.batch.runner.caches_of(handle.request_id)
+        if caches is None:  # it ended
+            break
+        assert caches.ids == p + batch.tokens(handle)
+        held = min(len(caches.ids), caches.offset)
+        hit = pool.manager.cached_prefix(caches.ids[:held] + [0])[0]
+        assert hit == held // pool.block_size * pool.block_size, (held, hit)
+        hits.add(hit)
+    assert len(batch.tokens(handle)) == 40 and len(hits) >= 5, hits
+
+
 def test_a_cancelled_requests_blocks_are_free_after_the_next_step():
     made = engine()
     batch = Collector(LocalBatch(made))
