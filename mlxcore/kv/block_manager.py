@@ -93,7 +93,6 @@ class PoolStats:
 class _Sequence:
     block_ids: list[int] = field(default_factory=list)
     length: int = 0  # tokens held (slots written or announced)
-    version: int = 0  # bumped whenever block_ids changes; keys cached gather indices
 
 
 class BlockManager:
@@ -146,9 +145,6 @@ class BlockManager:
 
     def block_ids(self, seq_id: int) -> list[int]:
         return self._sequence(seq_id).block_ids
-
-    def version(self, seq_id: int) -> int:
-        return self._sequence(seq_id).version
 
     # growing and shrinking -------------------------------------------------
 
@@ -299,7 +295,6 @@ class BlockManager:
             del self._free[block_id]  # revived: it keeps its hash
         block.ref_count += 1
         seq.block_ids.append(block_id)
-        seq.version += 1
         seq.length += len(chunk)
 
     def _allocate(self, after: int | None = None) -> int:
@@ -339,7 +334,6 @@ class BlockManager:
                 self._free[block.block_id] = None
                 if block.hash is None:
                     self._free.move_to_end(block.block_id, last=False)
-        seq.version += count > 0
 
     def _prepare_tail(self, seq: _Sequence, shared: bool) -> tuple[tuple[int, int], ...]:
         """Make the partial tail block writable: copy it if shared, drop its stale hash if not."""
@@ -352,7 +346,6 @@ class BlockManager:
         self._blocks[tail].ref_count -= 1
         copy = self._allocate(seq.block_ids[-2] if len(seq.block_ids) > 1 else None)
         seq.block_ids[-1] = copy
-        seq.version += 1
         return ((tail, copy),)
 
     def _place(self, seq: _Sequence, start: int, length: int) -> tuple[WriteSegment, ...]:
@@ -361,7 +354,6 @@ class BlockManager:
             position = start + done
             if position % size == 0:
                 seq.block_ids.append(self._allocate(seq.block_ids[-1] if seq.block_ids else None))
-                seq.version += 1
             run = min(size - position % size, length - done)
             slot = seq.block_ids[position // size] * size + position % size
             segments.append(WriteSegment(slot, run, done))

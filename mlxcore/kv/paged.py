@@ -128,8 +128,8 @@ class PagedCache(ModelCache):
             layer.offset = pool.manager.length(self.seq_id)
         self._plan: AppendPlan | None = None
         self._pending_layers = 0
-        self._gather: tuple[int, Gather] | None = None  # (table version, gather) cache
-        self._span: tuple[tuple[int, int, int], Span | None] | None = None  # ((version, length, queries), span and mask) of this pass
+        self._gather: Gather | None = None  # the table's runs, made again when the table changes
+        self._span: tuple[tuple[int, int], Span | None] | None = None  # ((length, queries), span and mask) of this pass
         self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
         # Give the blocks back when the cache is garbage collected without release().
         weakref.finalize(self, pool.drop_sequence, self.seq_id)
@@ -142,6 +142,7 @@ class PagedCache(ModelCache):
         self._settle()
         self.edits += 1
         reused = self.pool.manager.reuse_prefix(self.seq_id, ids)
+        self._table_changed()
         for layer in self.layers:
             layer.offset = reused
         return reused
@@ -156,6 +157,7 @@ class PagedCache(ModelCache):
         self._plan = None
         self.edits += 1
         self.pool.manager.release(self.seq_id)
+        self._table_changed()
         for layer in self.layers:
             layer.offset = 0
         self.pool.release_free_slabs()
@@ -276,10 +278,13 @@ class PagedCache(ModelCache):
     def _begin(self, count: int) -> None:
         self.edits += 1
         self.pool.make_room(self.seq_id, count)
+        blocks = len(self.pool.manager.block_ids(self.seq_id))
         try:  # raises before any change if the pool is full
             plan = self.pool.manager.append(self.seq_id, count)
         except PoolExhaustedError:
             raise PoolExhaustedError(self.pool.full_message(count)) from None
+        if plan.copies or len(self.pool.manager.block_ids(self.seq_id)) != blocks:
+            self._table_changed()
         self.pool.copy_blocks(plan.copies)
         self.pool.ensure()
         self._plan, self._pending_layers = plan, len(self.layers)
@@ -300,7 +305,14 @@ class PagedCache(ModelCache):
         manager = self.pool.manager
         excess = manager.length(self.seq_id) - max(layer.offset for layer in self.layers)
         if excess > 0 and self._plan is None:
+            blocks = len(manager.block_ids(self.seq_id))
             manager.trim(self.seq_id, excess)
+            if len(manager.block_ids(self.seq_id)) != blocks:
+                self._table_changed()
+
+    def _table_changed(self) -> None:
+        """Blocks were added, copied, attached or given back: the views of the table are made again."""
+        self._gather = self._span = None
 
     def _write_layer(self, layer: PagedLayerCache, keys: mx.array, values: mx.array) -> None:
         plan = self._plan
@@ -326,7 +338,7 @@ class PagedCache(ModelCache):
 
     def _span_mask(self, length: int, queries: int) -> Span | None:
         """``Gather.span`` of the first ``length`` tokens with its (queries, slots) mask, made once a pass."""
-        key = (self.pool.manager.version(self.seq_id), length, queries)
+        key = (length, queries)
         if self._span is None or self._span[0] != key:
             span = self._gather_index().span(length)
             if span is not None:
@@ -337,9 +349,7 @@ class PagedCache(ModelCache):
         return self._span[1]
 
     def _gather_index(self) -> Gather:
-        manager = self.pool.manager
-        version = manager.version(self.seq_id)
-        if self._gather is None or self._gather[0] != version:
-            self._gather = (version, Gather(manager.block_ids(self.seq_id), self.pool.block_size,
-                                            self.pool.config.slab_blocks))
-        return self._gather[1]
+        if self._gather is None:
+            self._gather = Gather(self.pool.manager.block_ids(self.seq_id), self.pool.block_size,
+                                  self.pool.config.slab_blocks)
+        return self._gather
