@@ -147,6 +147,30 @@ def test_caches_the_caller_made_decode_as_mlx_lm_and_stop_exactly(model, kind):
         assert cache.tokens == prompt + seen
 
 
+@pytest.mark.parametrize("kind", ["paged", "standard"])
+def test_caches_the_caller_restored_with_their_ids_keep_their_prefix(model, kind):
+    """A cache restored from its saved state (as bench/paged_decode.py makes them) and given the ids it holds
+    is a prefix the next turn reads nothing of again, and answers as a cold run; given no ids it is refused
+    (it would match no prompt, and the whole prompt would be read again without a word)."""
+    from mlxcore.caches import Caches
+    from mlxcore.kv.base import ModelCache
+    from mlxcore.kv.model_cache import make_block_pool
+    engine = Engine(model, None, kv=KVConfig(kind="paged"))
+    prompt = random_prompt(12, 40)
+    first, made, _ = our_tokens(engine, prompt, 8)
+    tensors, meta = made.target.state_dict(made.ids)
+    pool = make_block_pool(model) if kind == "paged" else None
+    restored = ModelCache.from_state(model, tensors, dict(meta, kind=kind), pool=pool)
+    held = made.ids[:restored.offset]
+    assert restored.offset == len(prompt) + len(first)  # a finished reply's caches hold its last token too
+    with pytest.raises(ValueError, match="ids"):
+        Caches(restored)
+    follow = held + random_prompt(13, 9)
+    second, _, events = our_tokens(engine, follow, 10, cache=Caches(restored, ids=list(held)))
+    assert events[-1].stats.reused_tokens == len(held)
+    assert second == mlx_lm_tokens(model, follow, 10)[0]
+
+
 def test_next_turn_reuses_the_cached_prefix(model):
     engine = Engine(model, None, kv=KVConfig(kind="standard"))
     prompt = random_prompt(4, 40)

@@ -17,9 +17,9 @@ cache of one sequence (rotating, standard: a lone reply's, or a draft's,
 
 Until the last layer holds the chunk, its cache's layers keep their old length, so the blocks it
 fills are not hashed (``PagedCache.hash_blocks`` covers what every layer holds): no other sequence
-can find them by a prefix hit and read layers not written yet. A cache released or settled meanwhile
-(the request was cancelled or preempted) makes the feed ``stale``: it is dropped, and the cache's
-block table was already cut back.
+can find them by a prefix hit and read layers not written yet. The runner drops a sequence's chunk
+wherever it lets go of its caches (the request cancelled, preempted, refused or failed); the cache's
+block table is cut back there.
 
 ``Feeds`` holds the chunks in flight (several prompts may be read at once) and gives each, oldest
 first, the layers the step's budget allows.
@@ -55,17 +55,11 @@ class PromptFeed:
             at_once = True
         cache.begin(len(ids))
         self.cache, self.ids, self.at_once = cache, ids, at_once
-        self.plan = cache.announced if self.paged else None
         self.layers = len(forward._layers)
         self.layer = 0  # the next layer to run
         self.stop = self.layers if at_once else 0  # the layer this step's pass stops before (``Feeds.plan``)
         self.h = forward.model.embed_tokens(mx.array(ids)[:, None])  # (L, 1, hidden): a row a token
         self.offsets = mx.arange(cache.offset, cache.offset + len(ids), dtype=mx.int32)
-
-    @property
-    def stale(self) -> bool:
-        """Whether the cache let go of the chunk (released, or settled by another pass)."""
-        return self.paged and self.cache.announced is not self.plan
 
     @property
     def layers_left(self) -> int:
@@ -123,10 +117,10 @@ class Feeds:
     def plan(self, work: int | None, alive: Callable[[Sequence], bool]) -> list[PromptFeed]:
         """The chunks this step's pass takes on, oldest first, each with the layers it goes through (``stop``):
         ``work`` token-layers in all (None: every chunk to its end; a chunk read at once, to its end); the
-        first always goes on. Chunks whose caches were let go (or whose sequence is not ``alive``) are dropped."""
+        first always goes on. Chunks whose sequence is not ``alive`` are dropped."""
         fed, running = 0, []
         for seq, feed in list(self._by_sequence.values()):
-            if feed.stale or not alive(seq):
+            if not alive(seq):
                 self.drop(seq)
                 continue
             layers = feed.layers_left if work is None or feed.at_once else \
