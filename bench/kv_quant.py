@@ -61,6 +61,7 @@ def decode_vs_float_long(model_ref: str, runs: int, context: int = 3000, chunks:
         caches = {name: engine.new_caches() for name, engine in engines.items()}
         for name, cache in caches.items():
             prefill(engines[name].target_forward, cache.target, ids[:context], current().prefill_chunk)
+            cache.ids = ids[:context]  # what it holds: the turn below reads only the last token
         streams = {name: engines[name].generate(ids, cache, GenerationParams(max_tokens=chunks * (chunk + 1)))
                    for name, cache in caches.items()}
         rates = in_turns(streams, chunks, chunk)

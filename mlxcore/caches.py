@@ -19,12 +19,6 @@ class Caches:
     draft: ModelCache | None = None
     ids: list[int] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        # Caches that hold tokens with no ids would match no prompt: a turn would read its whole prompt again.
-        if len(self.ids) < self.target.offset:
-            raise ValueError(f"Caches: the target cache holds {self.target.offset} tokens but ids gives "
-                             f"{len(self.ids)}; pass the ids of the tokens it holds.")
-
     @property
     def offset(self) -> int:
         """Tokens the target's cache holds."""

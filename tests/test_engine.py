@@ -150,8 +150,8 @@ def test_caches_the_caller_made_decode_as_mlx_lm_and_stop_exactly(model, kind):
 @pytest.mark.parametrize("kind", ["paged", "standard"])
 def test_caches_the_caller_restored_with_their_ids_keep_their_prefix(model, kind):
     """A cache restored from its saved state (as bench/paged_decode.py makes them) and given the ids it holds
-    is a prefix the next turn reads nothing of again, and answers as a cold run; given no ids it is refused
-    (it would match no prompt, and the whole prompt would be read again without a word)."""
+    is a prefix the next turn reads nothing of again, and answers as a cold run; without its ids a turn on it is
+    refused (it would match no prompt, and the whole prompt would be read again without a word)."""
     from mlxcore.caches import Caches
     from mlxcore.kv.base import ModelCache
     from mlxcore.kv.model_cache import make_block_pool
@@ -163,8 +163,9 @@ def test_caches_the_caller_restored_with_their_ids_keep_their_prefix(model, kind
     restored = ModelCache.from_state(model, tensors, dict(meta, kind=kind), pool=pool)
     held = made.ids[:restored.offset]
     assert restored.offset == len(prompt) + len(first)  # a finished reply's caches hold its last token too
-    with pytest.raises(ValueError, match="ids"):
-        Caches(restored)
+    with pytest.raises(ValueError, match=f"holds {len(held)} tokens but the caches' ids give 0"):
+        list(engine.generate(held + [1], Caches(restored), GenerationParams(max_tokens=2)))
+    assert restored.offset == len(held), "refused before any change"
     follow = held + random_prompt(13, 9)
     second, _, events = our_tokens(engine, follow, 10, cache=Caches(restored, ids=list(held)))
     assert events[-1].stats.reused_tokens == len(held)
