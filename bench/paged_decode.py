@@ -81,7 +81,8 @@ def paged_decode_vs_standard(model_ref: str, runs: int, context: int, *, chunks:
     for run in range(runs + 1):  # the first run warms both paths up and is not counted
         for case, make in cases.items():
             caches = {kind: make(kind) for kind in KINDS}
-            streams = {kind: engine.generate(ids, Caches(cache, ids=ids[:cache.offset]), GenerationParams(max_tokens=chunks * (chunk + 1)))
+            params = GenerationParams(max_tokens=chunks * (chunk + 1))
+            streams = {kind: engine.generate(ids, Caches(cache, ids=ids[:cache.offset]), params)
                        for kind, cache in caches.items()}
             chunk_rates = in_turns(streams, chunks, chunk)
             if run:
