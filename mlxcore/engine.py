@@ -318,10 +318,7 @@ class Engine:
             cache.settle()  # before reading its tokens: an interrupted pass leaves layer 0 ahead
         except CacheStateError:  # ...by more than a wrapped window can rewind
             cache = self._replace_cache(caches, role)
-        if len(caches.ids) < cache.offset:  # it would match no prompt: the whole prompt would be read again
-            raise ValueError(f"The {role} cache holds {cache.offset} tokens but the caches' ids give "
-                             f"{len(caches.ids)}: make them with the ids they hold, Caches(cache, ids=...).")
-        keep = min(common_prefix_length(caches.ids[:cache.offset], prompt_ids), len(prompt_ids) - 1)
+        keep = min(common_prefix_length(cache.held_ids(caches.ids), prompt_ids), len(prompt_ids) - 1)
         if cache.offset - keep > cache.max_trim:
             # A hybrid model's cache goes back to a snapshot within the common prefix, if it has one.
             restored = cache.restore_snapshot(keep) if isinstance(cache, HybridCache) else None

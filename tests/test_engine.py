@@ -154,6 +154,7 @@ def test_caches_the_caller_restored_with_their_ids_keep_their_prefix(model, kind
     refused (it would match no prompt, and the whole prompt would be read again without a word)."""
     from mlxcore.caches import Caches
     from mlxcore.kv.base import ModelCache
+    from mlxcore.kv.errors import CacheStateError
     from mlxcore.kv.model_cache import make_block_pool
     engine = Engine(model, None, kv=KVConfig(kind="paged"))
     prompt = random_prompt(12, 40)
@@ -163,7 +164,7 @@ def test_caches_the_caller_restored_with_their_ids_keep_their_prefix(model, kind
     restored = ModelCache.from_state(model, tensors, dict(meta, kind=kind), pool=pool)
     held = made.ids[:restored.offset]
     assert restored.offset == len(prompt) + len(first)  # a finished reply's caches hold its last token too
-    with pytest.raises(ValueError, match=f"holds {len(held)} tokens but the caches' ids give 0"):
+    with pytest.raises(CacheStateError, match=f"holding {len(held)} tokens was given 0 ids"):
         list(engine.generate(held + [1], Caches(restored), GenerationParams(max_tokens=2)))
     assert restored.offset == len(held), "refused before any change"
     follow = held + random_prompt(13, 9)

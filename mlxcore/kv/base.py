@@ -181,10 +181,12 @@ class ModelCache(ABC):
     def _begin(self, count: int) -> None:
         """Hook run by ``begin`` (paged: the slots the pass writes)."""
 
-    def _held(self, ids: Sequence[int]) -> list[int]:
-        """The ids of the tokens held, for ``state_dict``: ``CacheStateError`` if ``ids`` has fewer."""
+    def held_ids(self, ids: Sequence[int]) -> list[int]:
+        """The ids of the tokens held, the first ``offset`` of its owner's ``ids`` (a session file's ``tokens``,
+        the prefix a turn keeps): ``CacheStateError`` if ``ids`` has fewer, since nothing could be matched."""
         if len(ids) < self.offset:
-            raise CacheStateError(f"A {self.kind} KV cache holding {self.offset} tokens was given {len(ids)} ids.")
+            raise CacheStateError(f"A {self.kind} KV cache holding {self.offset} tokens was given {len(ids)} ids: "
+                                  f"its owner gives the ids of the tokens it holds (Caches(cache, ids=...)).")
         return [int(t) for t in ids[:self.offset]]
 
     def _check_layers_agree(self) -> None:

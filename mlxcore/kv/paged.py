@@ -168,7 +168,7 @@ class PagedCache(ModelCache):
         self._settle()
         fmt = self.pool.geometry.format
         arrays = [stored.flat(*self._fetch(layer)) for layer in self.layers] if self.offset else []
-        meta: CacheMeta = {"kind": self.kind, "tokens": self._held(ids), "block_size": self.pool.block_size,
+        meta: CacheMeta = {"kind": self.kind, "tokens": self.held_ids(ids), "block_size": self.pool.block_size,
                 "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
         return layer_tensors(stored.tensor_names(fmt), arrays), meta
 

@@ -226,7 +226,7 @@ class RotatingCache(ModelCache):
         w, first = self.window, self.layers[0]
         fmt = self.geometry.format
         arrays = [stored.flat(*layer.state) for layer in self.layers] if first.keys is not None else []
-        meta: CacheMeta = {"kind": self.kind, "tokens": self._held(ids), "offset": first.offset, "high": first.high,
+        meta: CacheMeta = {"kind": self.kind, "tokens": self.held_ids(ids), "offset": first.offset, "high": first.high,
                 "max_size": w.max_size, "keep": w.keep, "max_rewind": w.max_rewind,
                 "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
         return layer_tensors(stored.tensor_names(fmt), arrays), meta

@@ -46,7 +46,7 @@ class StandardCache(ModelCache):
     def state_dict(self, ids: Sequence[int]) -> tuple[Tensors, CacheMeta]:
         self.settle()  # every layer the same length, matching the ids
         arrays = [(c.keys[..., :c.offset, :], c.values[..., :c.offset, :]) for c in self.layers if c.offset]
-        return layer_tensors(_NAMES, arrays), {"kind": self.kind, "tokens": self._held(ids)}
+        return layer_tensors(_NAMES, arrays), {"kind": self.kind, "tokens": self.held_ids(ids)}
 
     @classmethod
     def _restore(cls, model: nn.Module, tensors: Tensors, meta: CacheMeta, pool: BlockPool | None) -> StandardCache:
