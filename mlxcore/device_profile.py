@@ -3,9 +3,10 @@
 Shared code is shaped for the GPU our users run (Metal; MLX's CUDA backend takes
 the same branches). The CPU backend keeps one fast path of its own where MLX's
 CPU kernels are slow (``exp`` runs one element at a time there). Every branch
-that depends on the device reads ``current()``; nothing else asks MLX which
-device it is on, so a test can force the GPU's branches on the CPU backend
-(``forced("gpu")``, or ``MLXCHAT_DEVICE_PROFILE=gpu`` for a subprocess).
+that depends on the device reads ``current()`` (its memory, ``gpu_memory()``);
+nothing else asks MLX which device it is on, so a test can force the GPU's
+branches on the CPU backend (``forced("gpu")``, or ``MLXCHAT_DEVICE_PROFILE=gpu``
+for a subprocess).
 
 How each CPU figure was measured, and the GPU's reasoning, are in
 ``docs/device-profile.md``; ``mlxchat bench`` re-measures the rows they move.
@@ -71,6 +72,20 @@ def current() -> DeviceProfile:
             raise ValueError(f"{ENV} must be one of {', '.join(PROFILES)}, not {name!r}")
         _by_device[device] = PROFILES[name]
     return _by_device[device]
+
+
+def gpu_memory() -> tuple[int, int | None] | None:
+    """(bytes the GPU gives MLX, bytes free on it now or None) under a GPU profile; None on the CPU, whose
+    arrays live in RAM, or where the device names no size. Metal names its recommended working set (else its
+    memory size) and nothing free; CUDA its total memory and what every process leaves free now."""
+    if current().kind != "gpu":
+        return None
+    info = mx.device_info()
+    total = info.get("max_recommended_working_set_size") or info.get("memory_size") or info.get("total_memory")
+    if not total:  # the GPU profile forced on the CPU backend
+        return None
+    free = info.get("free_memory")
+    return int(total), None if free is None else int(free)
 
 
 @contextmanager

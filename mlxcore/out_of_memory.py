@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import os
 
-import mlx.core as mx
+from mlxcore.device_profile import gpu_memory
 
 # How MLX words a failed allocation: Metal's allocator and command buffers, the C++ runtime on the CPU.
 _OOM_TEXTS = ("[metal::malloc]", "attempting to allocate", "insufficient memory", "out of memory",
@@ -24,11 +24,11 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def machine_memory() -> tuple[int, str] | None:
-    """(bytes, what they are) of the memory models run in: the GPU's working set, or the RAM; None if unknown."""
-    info = mx.device_info() if mx.default_device() == mx.gpu else {}
-    gpu = info.get("max_recommended_working_set_size") or info.get("memory_size")  # Metal names both
-    if gpu:
-        return int(gpu), "usable by the GPU"
+    """(bytes, what they are) of the memory models run in: the GPU's (``gpu_memory``), or the RAM; None if
+    unknown."""
+    gpu = gpu_memory()
+    if gpu is not None:
+        return gpu[0], "usable by the GPU"
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "of memory"
     except (ValueError, OSError, AttributeError):  # not every platform names these

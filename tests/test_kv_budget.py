@@ -22,7 +22,7 @@ from app.engine_host.failure_text import failure_title, with_hint
 from app.tui.widgets.status_line import stats_text
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.errors import PromptError, UsageError
-from mlxcore.kv.budget import KVBudget, KVLimit, parse_max_kv
+from mlxcore.kv.budget import KVBudget, KVLimit, parse_max_kv, weights_bytes
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.kv.model_cache import ModelCache, make_block_pool, make_model_cache
 from mlxcore.loading import load_model
@@ -33,6 +33,7 @@ from bench.draft_lengths import FixedDraftLength
 TARGET = tiny_qwen3(seed=5)
 DRAFT = tiny_qwen3(seed=6, layers=1)
 VOCAB = TARGET.args.vocab_size
+TARGET_BYTES = weights_bytes(TARGET)
 
 
 @pytest.mark.parametrize("text, limit", [
@@ -141,6 +142,33 @@ def test_a_full_budget_gives_back_cached_prefixes_of_the_other_model_before_refu
     chat = make_model_cache(DRAFT, "paged", pool=draft)
     feed(DRAFT, chat, list(range(1, 20)))  # the draft needs a slab: the target's cached one makes room
     assert chat.offset == 19 and target.slabs == 0 and budget.in_use == draft.kv_bytes <= budget.limit
+
+
+# What MLX's device_info says: Metal's keys, CUDA's (mlx/backend/cuda/device_info.cpp), the CPU's.
+METAL = {"architecture": "applegpu_g15s", "memory_size": 32 * 10**9, "max_recommended_working_set_size": 22 * 10**9}
+CUDA = {"device_name": "NVIDIA H200", "architecture": "sm_90", "total_memory": 80 * 10**9, "free_memory": 30 * 10**9}
+CPU = {"architecture": "x86_64", "device_name": "Intel(R) Xeon(R) Processor"}
+RAM = 40 * 10**9
+
+
+@pytest.mark.parametrize("kind, info, budget, memory", [
+    ("gpu", METAL, 22e9 - TARGET_BYTES - 2.2e9, (22e9, "usable by the GPU")),  # the working set less the weights
+    ("gpu", CUDA, 30e9 - 8e9, (80e9, "usable by the GPU")),  # no more than is free (the weights already out of it)
+    ("gpu", CPU, RAM - 4e9, None),  # the GPU profile forced on the CPU backend: its RAM
+    ("cpu", METAL, RAM - 4e9, None),  # the CPU profile reads no GPU's memory
+], ids=["metal", "cuda", "gpu-profile-on-the-cpu", "cpu"])
+def test_the_machine_budget_is_the_memory_of_the_device_mlx_runs_on(monkeypatch, kind, info, budget, memory):
+    """The engine's default budget (no --max-kv) and the out-of-memory message read the device's memory the one
+    way the device profile gives; each GPU's branch forced on the CPU backend with that GPU's device_info."""
+    from mlxcore import device_profile, out_of_memory
+    from mlxcore.kv import budget as kv_budget
+
+    monkeypatch.setattr(device_profile, "_forced", device_profile.PROFILES[kind])
+    monkeypatch.setattr(mx, "device_info", lambda: info)
+    monkeypatch.setattr(kv_budget, "available_ram", lambda: RAM)
+    assert Engine(TARGET, kv=KVConfig(kind="paged")).kv_budget.limit == int(budget)
+    size, what = out_of_memory.machine_memory()
+    assert (size, what) == ((int(memory[0]), memory[1]) if memory else (size, "of memory"))
 
 
 @pytest.mark.parametrize("draft_length", [0, 2], ids=["draft-left-behind", "draft-keeps-pace"])

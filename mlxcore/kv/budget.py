@@ -4,8 +4,9 @@ No MLX import at module level: the chat window's process parses ``--max-kv``
 with this module and never runs MLX.
 
 - ``parse_max_kv("8GB")`` -> ``KVLimit(bytes=8_000_000_000)``; ``"4096"`` -> ``KVLimit(tokens=4096)``.
-- ``machine_kv_bytes(weights)``: what the KV caches may take on this machine: on Metal the
-  recommended working set less the weights and a margin, on the CPU the available RAM less a margin.
+- ``machine_kv_bytes(weights)``: what the KV caches may take on this machine: on a GPU its memory
+  (Metal's recommended working set, CUDA's total) less the weights, and no more than CUDA says is free;
+  on the CPU the available RAM; each less a margin.
 - ``KVBudget``: one account shared by the target's and the draft's pools. A pool checks the
   bytes free before an append changes anything (``BlockPool.make_room``), takes them as it adds
   slabs, and gives them back when it drops them.
@@ -87,16 +88,16 @@ def wire_recommended_limit() -> int | None:
 
 
 def machine_kv_bytes(weights_bytes: int) -> int:
-    """The bytes the KV caches may take here: Metal's recommended working set less the weights, or the
-    available RAM (weights already loaded), each less a margin. At least one MiB."""
-    import mlx.core as mx
+    """The bytes the KV caches may take here (weights already loaded): the GPU's memory less the weights (no
+    more than is free, where the device tells), or the available RAM, each less a margin. At least one MiB."""
+    from mlxcore.device_profile import gpu_memory
 
-    if mx.metal.is_available():
-        total = int(mx.device_info()["max_recommended_working_set_size"])
-        room = total - weights_bytes
+    gpu = gpu_memory()
+    if gpu is not None:
+        total, free = gpu
+        room = total - weights_bytes if free is None else min(total - weights_bytes, free)
     else:
-        total = available_ram()
-        room = total
+        total = room = available_ram()
     return max(room - max(int(total * MARGIN_FRACTION), MIN_MARGIN_BYTES), 2**20)
 
 
