@@ -35,14 +35,13 @@ class DeviceProfile:
     step_tokens: int  # a batch step's token budget: decode rows count one each, prompt chunks their tokens
     # How attention reads a paged cache's keys and values (the read paths; docs/device-profile.md):
     max_segments: int  # runs of blocks a lone sequence attends over as views; more, one gathered copy
-    max_runs: int  # runs of adjacent blocks a copy takes by slicing; more (in one slab), by a row gather
     span_slack_slots: int  # runs in one slab read as one view while the gaps between them hold this many slots a run
     alone_cost_keys: int  # what a batch row attended on its own costs, in keys of every padded row
 
 
 # Measured on the CPU, where each read of a run costs attention a few more MLX operations a layer (as much as
 # hundreds of keys): docs/device-profile.md.
-_CPU_READS = dict(max_segments=64, max_runs=4, span_slack_slots=64, alone_cost_keys=512)
+_CPU_READS = dict(max_segments=64, span_slack_slots=64, alone_cost_keys=512)
 
 PROFILES = {
     # A layer of a 4-bit model costs about the same for 1 or 512 tokens on a GPU (it is bound by reading the

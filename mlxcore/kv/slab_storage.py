@@ -27,10 +27,10 @@ class Gather:
     """Where one sequence's tokens sit in storage, in order: runs of adjacent slots within one slab.
 
     Attention reads each run as a view (``segments``; ``decode_attention.py``).
-    Where one array is needed, several runs are gathered into a new one: a few
-    by slicing and concatenating, many (all in one slab) with one ``mx.take``
-    over rows of the (2 * kv_heads * slab slots, head_dim) view of that slab (a
-    row gather is several times faster on CPU than a take along the token axis).
+    Where one array is needed, several runs are gathered into a new one: runs in
+    one slab with one ``mx.take`` over rows of the (2 * kv_heads * slab slots,
+    head_dim) view of that slab (a row gather is several times faster on CPU
+    than a take along the token axis), runs over several slabs by joining them.
     """
 
     def __init__(self, block_ids: list[int], block_size: int, slab_blocks: int) -> None:
@@ -185,7 +185,7 @@ class LayerStorage:
     def gather(self, gather: Gather, length: int) -> tuple:
         """A new contiguous copy of the first ``length`` tokens (keys, values)."""
         slabs = {slab for slab, _, _ in gather.runs}
-        if len(gather.runs) > current().max_runs and len(slabs) == 1:
+        if len(slabs) == 1:  # one take, however many runs (joining their slices costs an operation each)
             slab = slabs.pop()
             parts = []
             for part in self.slabs[slab]:
