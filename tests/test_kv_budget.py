@@ -171,6 +171,41 @@ def test_the_machine_budget_is_the_memory_of_the_device_mlx_runs_on(monkeypatch,
     assert (size, what) == ((int(memory[0]), memory[1]) if memory else (size, "of memory"))
 
 
+@pytest.mark.parametrize("names, expected", [
+    ({"SC_AVPHYS_PAGES": 3, "SC_PHYS_PAGES": 8, "SC_PAGE_SIZE": 4096}, 3 * 4096),  # another Unix: free pages
+    ({"SC_PHYS_PAGES": 8, "SC_PAGE_SIZE": 16384}, 8 * 16384),  # macOS names no free pages: every page
+    ({"SC_PAGE_SIZE": 4096}, None),  # neither: a message that says what to do
+], ids=["free-pages", "macos", "unknown"])
+def test_available_ram_without_proc_meminfo(monkeypatch, names, expected):
+    """MLX on a Mac's CPU (or another Unix) has no /proc/meminfo; os.sysconf raises ValueError for a name the
+    platform does not define, as Python does on macOS for SC_AVPHYS_PAGES."""
+    import builtins
+    import os
+
+    from mlxcore.errors import MlxchatError
+    from mlxcore.kv import budget as kv_budget
+
+    real_open = builtins.open
+
+    def no_proc(path, *args, **kwargs):
+        if str(path) == "/proc/meminfo":
+            raise FileNotFoundError(path)
+        return real_open(path, *args, **kwargs)
+
+    def sysconf(name):
+        if name not in names:
+            raise ValueError(f"unrecognized configuration name {name!r}")
+        return names[name]
+
+    monkeypatch.setattr(builtins, "open", no_proc)
+    monkeypatch.setattr(os, "sysconf", sysconf)
+    if expected is None:
+        with pytest.raises(MlxchatError, match="--max-kv"):
+            kv_budget.available_ram()
+    else:
+        assert kv_budget.available_ram() == expected
+
+
 @pytest.mark.parametrize("draft_length", [0, 2], ids=["draft-left-behind", "draft-keeps-pace"])
 def test_the_engine_shares_one_budget_between_target_and_draft(draft_length):
     """Fixed draft lengths, as the adaptive one follows the host's timings. Kept pace with, the draft's cache

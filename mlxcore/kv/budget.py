@@ -19,6 +19,8 @@ import re
 import weakref
 from dataclasses import dataclass
 
+from mlxcore.errors import MlxchatError
+
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 10**3, "m": 10**6, "g": 10**9}
@@ -61,7 +63,8 @@ def format_bytes(size: int) -> str:
 
 
 def available_ram() -> int:
-    """Bytes of RAM the OS can give now (Linux ``MemAvailable``; else free pages)."""
+    """Bytes of RAM the OS can give now (Linux ``MemAvailable``; else free pages; else, as macOS names no free
+    pages, every page: MLX on a Mac's CPU)."""
     try:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:
@@ -69,7 +72,12 @@ def available_ram() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for name in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
+        try:
+            return os.sysconf(name) * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            continue
+    raise MlxchatError("This machine's memory cannot be read: give the KV cache a size (--max-kv 8GB).")
 
 
 def weights_bytes(model) -> int:
