@@ -213,13 +213,13 @@ def _sampled_graph(masks: Masks, fast: bool) -> Callable:
     return _compiled(pick)
 
 
-def same_graph(params: list[SamplingParams]) -> bool:
-    """Whether rows sampled with these parameters share one graph (``sampled_pick``)."""
-    return len({_masks(p) for p in params}) == 1
+def graph_of(params: SamplingParams) -> Masks | str:
+    """What rows share one pick: "greedy" (one argmax), else the masks of their graph (``sampled_pick``)."""
+    return "greedy" if params.greedy else _masks(params)
 
 
 def sampled_pick(params: list[SamplingParams]) -> tuple[Callable, Scalars]:
-    """``(fn, scalars)`` for rows sampled with ``params`` (one each, ``same_graph``):
+    """``(fn, scalars)`` for rows sampled with ``params`` (one each, of one ``graph_of``):
     ``fn(chosen (rows, V), logits (rows, V), keys (rows, 2), *scalars)`` -> (a draw per row from the distribution
     of chosen, its log-probability under logits), each row as it would be alone (one key (2,): as a block)."""
     rows = tuple((p.temperature, p.top_p, p.min_p) for p in params)

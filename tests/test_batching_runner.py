@@ -11,6 +11,7 @@ from __future__ import annotations
 import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import pytest
 
+from mlxcore.batching import decode_steps
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.pacing import Pacing
 from mlxcore.batching.request import Request
@@ -367,3 +368,32 @@ def test_rows_sampling_with_their_own_temperature_p_and_seed_draw_in_one_graph_a
     batch.run()
     assert [batch.tokens(h) for h in handles] == expected
     assert batch.batch.runner.tally.largest_batch == 3
+
+
+def test_a_batch_of_mixed_sampling_picks_once_a_kind_and_each_reply_as_alone(monkeypatch):
+    """Two greedy rows, two with Qwen3's masks, one with top-p alone (another graph), one with a repetition
+    penalty: each reply is the one it gets alone; only the penalised reply runs its own sampler, and a step
+    makes one pick for each kind of row (four here), not one a row."""
+    rows = [GenerationParams(max_tokens=12, temperature=0.0), GenerationParams(max_tokens=12, temperature=0.0),
+            GenerationParams(max_tokens=12, temperature=0.6, top_k=20, top_p=0.95, seed=1),
+            GenerationParams(max_tokens=12, temperature=1.1, top_k=20, top_p=0.8, seed=2),
+            GenerationParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=3),
+            GenerationParams(max_tokens=12, temperature=0.7, seed=4, repetition_penalty=1.3)]
+    prompts = [prompt(70 + i, 28 + 5 * i) for i in range(len(rows))]
+    expected = [alone(p, params) for p, params in zip(prompts, rows)]
+    batch = Collector(LocalBatch(engine()))
+    handles = [batch.submit(Request(tuple(p), params))[0] for p, params in zip(prompts, rows)]
+    while not all(batch.tokens(h) for h in handles):  # every prompt read: the rest decodes as one batch
+        batch.step()
+    own, picks = [], []
+    real_own, real_rows = TokenPicker.__call__, decode_steps._pick_rows
+    monkeypatch.setattr(TokenPicker, "__call__", lambda picker, logits: own.append(picker.params.repetition_penalty)
+                        or real_own(picker, logits))
+    monkeypatch.setattr(decode_steps, "_pick_rows", lambda seqs, logits: picks.append(len(seqs))
+                        or real_rows(seqs, logits))
+    batch.step()
+    assert sorted(picks) == [1, 1, 2, 2], "a step picks once for each kind of row"
+    assert own == [1.3]
+    batch.run()
+    assert [batch.tokens(h) for h in handles] == expected
+    assert batch.batch.runner.tally.largest_batch == len(rows)

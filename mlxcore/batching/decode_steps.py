@@ -30,7 +30,7 @@ from mlxcore.batching.constraints import Bitmask, GrammarError
 from mlxcore.batching.hybrid_batch import HybridBatchDecoder
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.sequence import Sequence
-from mlxcore.sampling_graphs import greedy_pick, same_graph, sampled_pick
+from mlxcore.sampling_graphs import graph_of, greedy_pick, sampled_pick
 
 Read = tuple[Sequence, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
 
@@ -160,19 +160,35 @@ def _allowed(seqs: list[Sequence], rows: list[int | None], last: _Picks | None, 
 
 
 def _pick(seqs: list[Sequence], logits: mx.array) -> tuple[mx.array, mx.array]:
-    """(tokens (B,), log-probabilities (B,)): one pick for the whole batch where every reply is plain greedy,
-    or samples with the same masks (each row with its own temperature, p and key); else each reply's own
-    sampler on its row (a repetition penalty keeps its own recent tokens)."""
-    params = [seq.params for seq in seqs]
-    if all(p.repetition_penalty == 1.0 for p in params):
-        if all(p.greedy for p in params):
-            return greedy_pick()(logits, logits)
-        if not any(p.greedy for p in params) and same_graph(params):
-            fn, scalars = sampled_pick(params)
-            keys = mx.stack([seq.picker.keys.next() for seq in seqs])
-            return fn(logits.astype(mx.float32), logits, keys, *scalars)
-    picks = [seq.picker(logits[row:row + 1]) for row, seq in enumerate(seqs)]
-    return mx.concatenate([t.reshape(1) for t, _ in picks]), mx.concatenate([lp.reshape(1) for _, lp in picks])
+    """(tokens (B,), log-probabilities (B,)): one pick for each group of rows that share a graph
+    (``graph_of``): the plain greedy rows one argmax, the rows sampled with the same masks one compiled
+    graph (each row with its own temperature, p and key), so a batch of one kind of request picks once
+    and a mixed one once a kind. A reply with a repetition penalty keeps its own sampler (its own recent
+    tokens). Each row draws what it draws alone."""
+    groups: dict[object, list[int]] = {}
+    for row, seq in enumerate(seqs):
+        own = seq.params.repetition_penalty != 1.0
+        groups.setdefault(("own", row) if own else graph_of(seq.params), []).append(row)
+    picks = [_pick_rows([seqs[row] for row in rows], logits if len(groups) == 1 else logits[mx.array(rows)])
+             for rows in groups.values()]
+    if len(picks) == 1:
+        return picks[0]
+    order = [row for rows in groups.values() for row in rows]
+    back = mx.array(sorted(range(len(order)), key=order.__getitem__))  # each row's place among the picks
+    return (mx.concatenate([tokens.reshape(-1) for tokens, _ in picks])[back],
+            mx.concatenate([logprobs.reshape(-1) for _, logprobs in picks])[back])
+
+
+def _pick_rows(seqs: list[Sequence], logits: mx.array) -> tuple[mx.array, mx.array]:
+    """The picks of rows of one group (``_pick``): ``logits`` (rows, V), theirs."""
+    params = seqs[0].params
+    if params.repetition_penalty != 1.0:  # one reply, its own sampler
+        return seqs[0].picker(logits)
+    if params.greedy:
+        return greedy_pick()(logits, logits)
+    fn, scalars = sampled_pick([seq.params for seq in seqs])
+    keys = mx.stack([seq.picker.keys.next() for seq in seqs])
+    return fn(logits.astype(mx.float32), logits, keys, *scalars)
 
 
 def _top(row: mx.array, count: int) -> tuple[mx.array, mx.array] | None:
