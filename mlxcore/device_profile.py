@@ -44,10 +44,11 @@ class DeviceProfile:
 _CPU_READS = dict(max_segments=64, span_slack_slots=64, alone_cost_keys=512)
 
 PROFILES = {
-    # A layer of a 4-bit model costs about the same for 1 or 512 tokens on a GPU (it is bound by reading the
-    # weights), so prompts go in large chunks, as mlx-lm's 2,048-token prefill step; fused kernels throughout
-    # (a batch's dense rows, the mirror, are one fused kernel a layer). The read thresholds are the CPU's
-    # until a GPU measures its own (none was lent for it yet).
+    # A prompt read alone goes in large chunks, as mlx-lm's 2,048-token prefill step (fewer passes, each bound
+    # by compute); a joining one is paced as on the CPU, since past about 10 tokens a 4-bit layer is bound by
+    # compute there too (docs/decisions.md, "A join on a GPU"). Fused kernels throughout (a batch's dense
+    # rows, the mirror, are one fused kernel a layer). The read thresholds are the CPU's until a GPU measures
+    # its own (none was lent for it yet).
     "gpu": DeviceProfile("gpu", fused_attention=True, fast_exp=False, prefill_chunk=2048, join_chunk=512,
                          min_join_chunk=128, step_tokens=2048, **_CPU_READS),
     # MLX's CPU attention over a long prefix grows with the chunk (scores of chunk x keys), so short chunks
