@@ -29,6 +29,24 @@ def launch(args: list[str], ranks: int = 2, timeout: float = HANG_S) -> subproce
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV)
 
 
+def start_ranks(args: list[str], ranks: int, folder: Path) -> subprocess.CompletedProcess:
+    """``ranks`` processes started as ``mlx.launch`` starts them on this machine (each its ``MLX_RANK`` and the
+    ring's host file), without its I/O loop: that loop spins a core per rank, which on this 2-core host doubles
+    a 2-rank run (docs/several_machines.md). Every rank's output, rank 0's first."""
+    hosts = hostfile(folder, ranks)
+    every = [start_rank(rank, hosts, args) for rank in range(ranks)]
+    try:
+        outputs = [rank.communicate(timeout=HANG_S) for rank in every]
+    finally:
+        for rank in every:
+            if rank.poll() is None:
+                rank.kill()
+                rank.wait()
+    failed = [rank.returncode for rank in every if rank.returncode]
+    return subprocess.CompletedProcess(args, failed[0] if failed else 0, "".join(out for out, _ in outputs),
+                                       "".join(err for _, err in outputs))
+
+
 def one_process(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(mlxchat(*args), cwd=ROOT, capture_output=True, text=True, timeout=HANG_S, env=ENV)
 
@@ -41,8 +59,8 @@ def hostfile(folder: Path, ranks: int) -> Path:
 def start_rank(rank: int, hosts: Path, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     """One rank, started by hand as mlx.launch would (so a test can kill it and watch the others)."""
     env = dict(ENV, MLX_RANK=str(rank), MLX_HOSTFILE=str(hosts), **(env or {}))
-    return subprocess.Popen(mlxchat(*args), cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    return subprocess.Popen(mlxchat(*args), cwd=ROOT, env=env, text=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def json_reply(stdout: str) -> tuple[list[int], dict]:
@@ -62,10 +80,17 @@ EMBEDDED = {"draft": ("--model", "mini-target", "--draft", "mini-draft", "--num-
             "no-draft": ("--model", "mini-target", "--no-draft")}
 
 
-def ask(session: Path, prompt: str, model: tuple[str, ...], ranks: int, kv: tuple[str, ...] = ("--kv", "paged")
-        ) -> tuple[list[int], dict]:
+def ask(session: Path, prompt: str, model: tuple[str, ...], ranks: int, kv: tuple[str, ...] = ("--kv", "paged"),
+        mlx_launch: bool = False) -> tuple[list[int], dict]:
+    """One greedy ``ask`` turn on ``ranks`` ranks: under ``mlx.launch`` as users start it (``mlx_launch``), else
+    each rank started as it would start them."""
     args = ["ask", prompt, "--session", str(session), *GREEDY, *kv, *model]
-    done = launch(args, ranks) if ranks > 1 else one_process(args)
+    if ranks == 1:
+        done = one_process(args)
+    elif mlx_launch:
+        done = launch(args, ranks)
+    else:
+        done = start_ranks(args, ranks, session.parent)
     assert done.returncode == 0, done.stderr[-3000:]
     return json_reply(done.stdout)
 

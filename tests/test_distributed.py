@@ -1,4 +1,5 @@
-"""One model on two ring ranks over 127.0.0.1, started as users start it (``mlx.launch -- mlxchat ...``).
+"""One model on two ring ranks over 127.0.0.1, started as users start it (``mlx.launch -- mlxchat ...``), or
+each rank as mlx.launch starts it, without its I/O loop, which spins (``ranks.start_ranks``).
 
 Greedy replies must be the tokens one process gives, turn after turn of a saved
 session (each turn a new launch, so every turn after the first restores the KV
@@ -41,12 +42,12 @@ def one_process_turns(tmp_path_factory):
 
 
 def turns_as_one_process(tmp_path: Path, reference, model: tuple[str, ...], kv: tuple[str, ...] = ("--kv", "paged"),
-                         turns: int = 2) -> None:
+                         turns: int = 2, mlx_launch: bool = False) -> None:
     """``turns`` turns on 2 ranks, each a new launch continuing the session file (the second restores the KV
     the first saved): the tokens one process gives."""
     sharded, (replies, kv_heads) = tmp_path / "two-ranks.json", reference(model, kv)
     for turn, (prompt, (expected, single_stats)) in enumerate(zip(TURNS[:turns], replies)):
-        tokens, stats = ask(sharded, prompt, model, ranks=2, kv=kv)
+        tokens, stats = ask(sharded, prompt, model, ranks=2, kv=kv, mlx_launch=mlx_launch)
         assert tokens == expected, f"turn {turn + 1}"
         assert stats["world_size"] == 2 and len(stats["rank_weight_bytes"]) == 2
         assert stats["prompt_tokens"] == single_stats["prompt_tokens"]
@@ -58,7 +59,8 @@ def turns_as_one_process(tmp_path: Path, reference, model: tuple[str, ...], kv: 
 
 @pytest.mark.parametrize("pair", sorted(EMBEDDED))
 def test_two_ranks_answer_as_one_process(tmp_path, one_process_turns, pair):
-    turns_as_one_process(tmp_path, one_process_turns, EMBEDDED[pair])
+    """With the draft, under mlx.launch as README shows it."""
+    turns_as_one_process(tmp_path, one_process_turns, EMBEDDED[pair], mlx_launch=pair == "draft")
 
 
 def test_two_ranks_answer_as_one_process_rotating(tmp_path, one_process_turns):
