@@ -1,4 +1,5 @@
-"""Starting mlxchat on several ring ranks over 127.0.0.1, as users do (``mlx.launch``) or one process at a time."""
+"""Starting mlxchat on several ring ranks over 127.0.0.1: as users do (``mlx.launch``), each rank as mlx.launch starts
+it (``start_ranks``), or one process at a time."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from assets import MODELS_DIR
@@ -36,7 +38,8 @@ def start_ranks(args: list[str], ranks: int, folder: Path) -> subprocess.Complet
     hosts = hostfile(folder, ranks)
     every = [start_rank(rank, hosts, args) for rank in range(ranks)]
     try:
-        outputs = [rank.communicate(timeout=HANG_S) for rank in every]
+        with ThreadPoolExecutor(ranks) as readers:  # every rank's pipes read at once: none fills and blocks
+            outputs = list(readers.map(lambda rank: rank.communicate(timeout=HANG_S), every))
     finally:
         for rank in every:
             if rank.poll() is None:
