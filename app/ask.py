@@ -9,17 +9,20 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from app.options import generation_params, kv_config, model_choice, session_path
-from app.ranked_reply import RankedReply
 from mlxcore import share
 from mlxcore import current_world
-from mlxcore import FinalEvent, Grammar, json_schema, open_engine, PromptError, TokenEvent, UsageError
+from mlxcore import FinalEvent, Grammar, json_schema, PromptError, TokenEvent, UsageError
 from mlxcore import PoolExhaustedError
-from sessions import ChatSession
 from sessions import SessionSaveError
 from sessions import SessionLock
 from sessions import ThinkingSplitter
 from app.flags import in_flags
+
+if TYPE_CHECKING:
+    from sessions import ChatSession
 
 POOL_FULL_HINT = ("Give mlxchat more KV memory with a larger --max-kv (e.g. --max-kv 8GB), start a shorter "
                   "chat (without --session), or close other programs or chat windows.")
@@ -53,6 +56,7 @@ def _say(text: str) -> None:
 
 def open_session(args: argparse.Namespace, engine) -> ChatSession:
     """The session in --session FILE if it exists (keeping its settings), else a new one; options given override."""
+    from sessions import ChatSession
     path = Path(args.session) if args.session else None
     if path is not None and share(engine.world, path.exists):  # rank 0's disk holds it
         session = ChatSession.load(path, engine)
@@ -83,6 +87,7 @@ def answer_grammar(args: argparse.Namespace) -> Grammar | None:
 
 def _answer(args: argparse.Namespace, engine, prompt: str, grammar: Grammar | None = None) -> ChatSession:
     """Open the session, stream the reply, save the session if the turn changed it."""
+    from app.ranked_reply import RankedReply
     # A chat window (or another ask) writing the same file would lose one of the two turns.
     with _session_lock(engine.world, args.session):
         session = open_session(args, engine)
@@ -131,7 +136,10 @@ def run_ask(args: argparse.Namespace) -> int:
         share(current_world(), lambda: session_path(args.session))
     generation_params(args)  # bad options fail before the model loads
     grammar = share(current_world(), lambda: answer_grammar(args))
-    opened = open_engine(model_choice(args), kv_config(args), num_draft=args.num_draft, notice=_say)
+    choice, kv = model_choice(args), kv_config(args)
+    from mlxcore import open_engine  # imported once the input is known good: a mistake is told at once
+
+    opened = open_engine(choice, kv, num_draft=args.num_draft, notice=_say)
     if opened.note:
         _say(opened.note)
     try:

@@ -30,7 +30,6 @@ import mlx.core as mx
 
 from mlxcore import Caches
 from mlxcore import share
-from mlxcore import Engine
 from mlxcore import HybridCache, ModelCache
 from mlxcore import CacheShapeError, CacheStateError
 from mlxcore import KVGeometry
@@ -52,7 +51,7 @@ from sessions.terminal_text import printable
 CONVERTING_KINDS = ("paged",)
 
 if TYPE_CHECKING:
-    from mlxcore import CacheMeta
+    from mlxcore import CacheMeta, Engine
     from sessions.chat_session import ChatSession
 
 

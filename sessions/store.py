@@ -31,7 +31,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlxcore import Engine
 from sessions.errors import SessionFileError, SessionNotFoundError
 from sessions.export import transcript_markdown
 from sessions.file_header import SavedSession
@@ -49,6 +48,7 @@ from sessions.temp_files import sweep_dead_temps
 from sessions.titles import shown_title
 
 if TYPE_CHECKING:
+    from mlxcore import Engine
     from sessions.chat_session import ChatSession
 
 

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from mlxcore import Engine
 from sessions.block_files import BlockFileError, BlockFiles
 from sessions.block_keys import tokens_from
 from sessions.errors import SessionFileError
@@ -41,6 +40,7 @@ from sessions.store_gc import BlockLock
 from sessions.store_index import ChatRecord, StoreIndex, StoredBlock
 
 if TYPE_CHECKING:
+    from mlxcore import Engine
     from sessions.chat_session import ChatSession
 
 _IN_COLUMNS = ("title", "created", "updated", "history")

@@ -9,6 +9,7 @@ functions included (they are dependencies too, only later); those under ``if TYP
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -150,6 +151,21 @@ def test_the_windows_process_loads_no_mlx(entry):
             "print(loaded); sys.exit(1 if loaded else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("argv", [["sessions", "ls"], ["ask", "--seed", "-1", "hi"], ["ask", "--max-kv", "12XB", "hi"],
+                                  ["ask", "--session", "missing/chat.mlxchat", "hi"]])
+def test_a_command_that_loads_no_model_imports_no_model_code(argv, tmp_path):
+    """Listing sessions, and an ask refused for its input, answer at once: no mlx-lm, no transformers (whose
+    import alone takes a second or more)."""
+    code = (f"import sys\nfrom app.cli import main\nstatus = main({argv!r})\n"
+            "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'mlx_lm', 'transformers'})\n"
+            "print(status, loaded)\nsys.exit(1 if loaded else 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MLXCHAT_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    status = int(done.stdout.splitlines()[-1].split()[0])  # (the last line: what ls printed comes first)
+    assert status == (0 if argv[0] == "sessions" else 2) and ("mlxchat:" in done.stderr) == bool(status), done.stderr
 
 
 def _exports(package: str) -> set[str]:
