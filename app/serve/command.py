@@ -106,6 +106,7 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"mlxchat serve batches requests on the paged KV cache, not --kv {args.kv}: leave --kv out.")
     models_dir(args)  # a folder, or UsageError
     generation_params(args)  # bad sampling options fail before the model loads
+    kv_config(args)  # and a bad --max-kv or --kv-bits
 
 
 def is_loopback(host: str) -> bool:
@@ -151,11 +152,11 @@ def run_serve(args: argparse.Namespace) -> int:
     The engines run on this (the main) thread, where the models are loaded (see
     ``mlxcore.batching.worker`` and ``app.serve.hosting``); uvicorn serves from a thread of its own.
     """
+    _check(args)  # first: a mistake is told before the model's code loads
     from app.catalog import Catalog, ModelEntry
     from app.serve.registry import ModelRegistry
     from app.serve.state import ServerState
 
-    _check(args)
     if not is_loopback(args.host) and not args.api_key:
         _say(f"warning: listening on {args.host} without --api-key: anyone who can reach this port can use "
              "the model. Give --api-key KEY, or serve on 127.0.0.1.")
