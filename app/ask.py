@@ -8,7 +8,6 @@ import sys
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from app.options import generation_params, kv_config, model_choice, session_path
@@ -56,7 +55,7 @@ def _say(text: str) -> None:
 
 def open_session(args: argparse.Namespace, engine) -> ChatSession:
     """The session in --session FILE if it exists (keeping its settings), else a new one; options given override."""
-    from sessions import ChatSession
+    from sessions import ChatSession  # (imported once the model is: see run_ask)
     path = Path(args.session) if args.session else None
     if path is not None and share(engine.world, path.exists):  # rank 0's disk holds it
         session = ChatSession.load(path, engine)
@@ -87,7 +86,7 @@ def answer_grammar(args: argparse.Namespace) -> Grammar | None:
 
 def _answer(args: argparse.Namespace, engine, prompt: str, grammar: Grammar | None = None) -> ChatSession:
     """Open the session, stream the reply, save the session if the turn changed it."""
-    from app.ranked_reply import RankedReply
+    from app.ranked_reply import RankedReply  # (imported once the model is: see run_ask)
     # A chat window (or another ask) writing the same file would lose one of the two turns.
     with _session_lock(engine.world, args.session):
         session = open_session(args, engine)
