@@ -8,7 +8,7 @@ from pathlib import Path
 
 from app.catalog import Catalog
 from mlxcore import GenerationParams, KVConfig, ModelChoice, UsageError
-from mlxcore import KVLimit, parse_max_kv
+from mlxcore import KVLimit, local_model, parse_max_kv
 from mlxcore import SUPPORTED_BITS
 
 
@@ -121,6 +121,9 @@ def model_choice(args: argparse.Namespace) -> ModelChoice:
     model = args.model
     if model is not None and (entry := model_catalog(models_dir(args)).find(model)) is not None:
         model = entry.choice.model
+    for ref in (model, None if args.no_draft else args.draft):
+        if ref is not None:
+            local_model(ref)  # a mistyped name or path is told now, before any model code loads
     return ModelChoice(model=model, draft=args.draft, no_draft=args.no_draft)
 
 

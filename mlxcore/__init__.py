@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
         tool_call_grammar as tool_call_grammar)
     from mlxcore.held_tokens import prompt_ids as prompt_ids
     from mlxcore.hub import download as download
-    from mlxcore.hub_names import hub_cache_dir as hub_cache_dir, is_repo_id as is_repo_id
+    from mlxcore.hub_names import hub_cache_dir as hub_cache_dir, is_repo_id as is_repo_id, local_model as local_model
     from mlxcore.kv.base import CacheCounters as CacheCounters, CacheMeta as CacheMeta, ModelCache as ModelCache
     from mlxcore.kv.hybrid import HybridCache as HybridCache
     from mlxcore.kv.budget import KVLimit as KVLimit, format_bytes as format_bytes, parse_max_kv as parse_max_kv
@@ -101,7 +101,7 @@ _EXPORTS = {
     "tool_call_grammar": "mlxcore.grammar",
     "prompt_ids": "mlxcore.held_tokens",
     "download": "mlxcore.hub",
-    "hub_cache_dir": "mlxcore.hub_names", "is_repo_id": "mlxcore.hub_names",
+    "hub_cache_dir": "mlxcore.hub_names", "is_repo_id": "mlxcore.hub_names", "local_model": "mlxcore.hub_names",
     "CacheCounters": "mlxcore.kv.base", "CacheMeta": "mlxcore.kv.base", "ModelCache": "mlxcore.kv.base",
     "HybridCache": "mlxcore.kv.hybrid",
     "KVLimit": "mlxcore.kv.budget", "format_bytes": "mlxcore.kv.budget", "parse_max_kv": "mlxcore.kv.budget",

@@ -20,7 +20,6 @@ from mlx_lm.utils import MODEL_REMAPPING
 from mlx_lm.utils import load_model as mlx_lm_load_model
 from mlx_lm.utils import load_tokenizer as mlx_lm_load_tokenizer
 
-from assets import MODELS_DIR, embedded_names
 from mlxcore.compiled_forward import SPLIT_MODEL_TYPES
 from mlxcore.distributed.shard_check import check_shardable
 from mlxcore.distributed.world import SINGLE, World
@@ -28,7 +27,7 @@ from mlxcore.errors import ModelLoadError, TokenizerMismatchError
 from mlxcore.fingerprint import WEIGHTS_GLOB, model_fingerprint, one_line, read_config
 from mlxcore.generation_config import read_generation_defaults
 from mlxcore.hub import Progress, download
-from mlxcore.hub_names import is_repo_id
+from mlxcore.hub_names import local_model
 from mlxcore.out_of_memory import is_out_of_memory, not_enough_memory
 
 _TOO_LONG_WARNING = "sequence-length-is-longer-than-the-specified-maximum"  # transformers' key for it
@@ -93,22 +92,7 @@ def load_found(files: ModelFiles, *, world: World = SINGLE) -> LoadedModel:
 
 def resolve(ref: str, *, progress: Progress | None = None) -> tuple[Path, str]:
     """(local folder, display name) for ``ref``: embedded name, then existing path, then repo id."""
-    if not ref.strip():
-        raise ModelLoadError("No model given; name an embedded model, a folder or a hub repo.")
-    if ref in embedded_names():
-        return MODELS_DIR / ref, ref
-    path = Path(ref).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise ModelLoadError(f"{path} is a file; give the folder that holds config.json.")
-        return path.resolve(), path.resolve().name
-    if is_repo_id(ref):
-        return download(ref, progress=progress), ref
-    if any(sep in ref for sep in "/\\~") or ref.startswith("."):
-        raise ModelLoadError(f"There is no folder {path}; check the path.")
-    names = ", ".join(embedded_names()) or "none installed"
-    raise ModelLoadError(f"Unknown model {ref!r}: not an embedded model ({names}), a folder "
-                         "or a hub repo id like mlx-community/Qwen3-0.6B-4bit.")
+    return local_model(ref) or (download(ref, progress=progress), ref)
 
 
 def check_draft_compatible(target: LoadedModel, draft: LoadedModel) -> None:

@@ -154,10 +154,11 @@ def test_the_windows_process_loads_no_mlx(entry):
 
 
 @pytest.mark.parametrize("argv", [["sessions", "ls"], ["ask", "--seed", "-1", "hi"], ["ask", "--max-kv", "12XB", "hi"],
-                                  ["ask", "--session", "missing/chat.mlxchat", "hi"], ["serve", "--max-kv", "12XB"]])
+                                  ["ask", "--session", "missing/chat.mlxchat", "hi"], ["serve", "--max-kv", "12XB"],
+                                  ["ask", "--model", "no-such-model", "hi"]])
 def test_a_command_that_loads_no_model_imports_no_model_code(argv, tmp_path):
-    """Listing sessions, and an ask or serve refused for its input, answer at once: no mlx-lm, no transformers (whose
-    import alone takes a second or more)."""
+    """Listing sessions, and an ask or serve refused for its input (a mistyped model too), answer at once: no
+    mlx-lm, no transformers (whose import alone takes a second or more)."""
     code = (f"import sys\nfrom app.cli import main\nstatus = main({argv!r})\n"
             "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'mlx_lm', 'transformers'})\n"
             "print(status, loaded)\nsys.exit(1 if loaded else 0)")

@@ -17,6 +17,7 @@ from app.options import model_choice
 from app.tui.run import open_command
 from assets import MODELS_DIR
 from fake_hub import add_to_fake_hub
+from mlxcore import ModelLoadError
 
 ROOT = Path(__file__).resolve().parent.parent
 NEWNAME = "my-model"  # the embedded target's files, under a name no other source has
@@ -112,8 +113,14 @@ def test_model_choice_resolves_listed_names_and_passes_the_rest_on(models_dir, h
     assert choice("--model", NEWNAME, "--draft", "mini-draft").draft == "mini-draft", "the user's draft stays"
     assert not choice("--model", NEWNAME).no_draft, "no --no-draft given: none forced"
     # a cached repo loads by its id, as today: from the cache offline, or what is newer online
-    for given in ("someone/tiny-draft", "someone/not-cached", "mini-target", "/some/folder", None):
+    for given in ("someone/tiny-draft", "someone/not-cached", "mini-target", str(models_dir / NEWNAME), None):
         assert choice(*(("--model", given) if given else ())).model == given
+    # what the loader would refuse is refused here, before any model code loads: the loader's own message
+    for given, said in (("/some/folder", "There is no folder"), ("no-such-model", "Unknown model")):
+        for flag in ("--model", "--draft"):
+            with pytest.raises(ModelLoadError, match=said):
+                choice(flag, given)
+    assert choice("--draft", "no-such-model", "--no-draft").no_draft, "a draft left out is not looked for"
 
 
 def test_the_windows_first_model_is_resolved_as_asks(models_dir, hub_cache):
