@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from fake_hub import add_to_fake_hub
-from mlxcore.loading import MODELS_DIR
+from assets import MODELS_DIR
 from serve_process import ServeProcess, http, poll_until
 
 pytestmark = pytest.mark.slow
