@@ -194,7 +194,7 @@ def join_steps(engine: Engine, prompt: list[int], progress=None, running: int = 
 def prefill_steps_8k(model_ref: str) -> dict:
     """``prefill_steps_8k``: ``join_steps`` of 8,000 tokens on the float32 0.6B twin (its value: the steps),
     and of 3,500 tokens on ``model_ref``; each after an untimed join of another prompt of that length."""
-    figures = {"profile": current().kind, "join_chunk": current().join_chunk}
+    figures = {"profile": current().kind, "step_tokens": current().step_tokens}
     for name, ref, tokens in (("twin", str(twin_folder("qwen3-0.6b", bits=None)), 8000), ("model", model_ref, 3500)):
         engine = _engine(ref)
         vocab = engine.model.args.vocab_size

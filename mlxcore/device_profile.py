@@ -30,9 +30,10 @@ class DeviceProfile:
     fused_attention: bool  # attention by mx.fast.scaled_dot_product_attention; else grouped products + fast_exp
     fast_exp: bool  # softmax, log-sum-exp and SiLU through fast_exp (whole-array polynomials), not MLX's exp
     prefill_chunk: int  # prompt tokens a pass while a prompt is read alone by Engine.generate or prefill()
-    join_chunk: int  # prompt tokens a chunk at most while a prompt joins running streams
-    min_join_chunk: int  # and at least (when the prompt has that many left), whatever the pace
-    step_tokens: int  # a batch step's token budget: decode rows count one each, prompt chunks their tokens
+    # A batch step's token budget: decode rows count one each, prompt chunks their tokens (every chunk through
+    # every layer). It trades a joining prompt's first token (fewer, larger steps) against the running streams'
+    # gaps (a step with a chunk lasts as long as its rows take): docs/device-profile.md.
+    step_tokens: int
     # How attention reads a paged cache's keys and values (the read paths; docs/device-profile.md):
     max_segments: int  # runs of blocks a lone sequence attends over as views; more, one gathered copy
     span_slack_slots: int  # runs in one slab read as one view while the gaps between them hold this many slots a run
@@ -45,16 +46,16 @@ _CPU_READS = dict(max_segments=64, span_slack_slots=64, alone_cost_keys=512)
 
 PROFILES = {
     # A prompt read alone goes in large chunks, as mlx-lm's 2,048-token prefill step (fewer passes, each bound
-    # by compute); a joining one is paced as on the CPU, since past about 10 tokens a 4-bit layer is bound by
-    # compute there too (docs/decisions.md, "A join on a GPU"). Fused kernels throughout (a batch's dense
-    # rows, the mirror, are one fused kernel a layer). The read thresholds are the CPU's until a GPU measures
-    # its own (none was lent for it yet).
-    "gpu": DeviceProfile("gpu", fused_attention=True, fast_exp=False, prefill_chunk=2048, join_chunk=512,
-                         min_join_chunk=128, step_tokens=2048, **_CPU_READS),
+    # by compute); a step's budget of 512 tokens, the low end of the budgets chunked prefill is run with
+    # (Sarathi-Serve, vLLM) for small gaps: past about 10 tokens a 4-bit layer is bound by compute
+    # (docs/decisions.md, "A join on a GPU"), so a step with a chunk lasts about as long as its tokens take. Fused kernels throughout (a batch's dense rows, the
+    # mirror, are one fused kernel a layer). The read thresholds are the CPU's until a GPU measures its own.
+    "gpu": DeviceProfile("gpu", fused_attention=True, fast_exp=False, prefill_chunk=2048, step_tokens=512,
+                         **_CPU_READS),
     # MLX's CPU attention over a long prefix grows with the chunk (scores of chunk x keys), so short chunks
-    # read a prompt fastest; joining chunks are shorter still, to keep the running streams' gaps small.
-    "cpu": DeviceProfile("cpu", fused_attention=False, fast_exp=True, prefill_chunk=128, join_chunk=64,
-                         min_join_chunk=16, step_tokens=512, **_CPU_READS),
+    # read a prompt fastest; the step's budget is half the GPU's, as its passes take longer a token.
+    "cpu": DeviceProfile("cpu", fused_attention=False, fast_exp=True, prefill_chunk=128, step_tokens=256,
+                         **_CPU_READS),
 }
 
 _forced: DeviceProfile | None = None

@@ -50,7 +50,7 @@ def prefill(forward: CompiledForward, cache, ids: Sequence[int], chunk: int) -> 
         for done in range(0, len(ids), chunk):
             piece = list(ids[done : done + chunk])
             if decoder is not None:
-                feed = PromptFeed(forward, cache, piece, at_once=True)
+                feed = PromptFeed(forward, cache, piece)
                 decoder([], None, [feed])
                 mx.eval(feed.h)  # the last layer's rows hold every layer's writes
                 feed.ran()

@@ -78,15 +78,15 @@ def test_each_sequence_of_a_batch_decodes_as_it_would_alone(path, kv_bits, profi
 
 
 @pytest.mark.parametrize("path", ["mirror", "per sequence"])
-@pytest.mark.parametrize("layers", [1, 2, 3])
+@pytest.mark.parametrize("size", [1, 5])
 @pytest.mark.parametrize("readers", [1, 2])
-def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved_blocks(path, layers,
+def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved_blocks(path, size,
                                                                                       readers, profile):  # noqa: F811
-    """Prompts read 5 tokens a chunk, ``layers`` layers a step, as rows of three decoding sequences' passes
+    """Prompts read ``size`` tokens a chunk, through every layer, as rows of three decoding sequences' passes
     (``PromptFeed``): in one slab everyone's blocks interleave, and the chunks (and, per sequence, every row)
     read their runs as one view with the gaps masked (``Gather.span``). Everyone's tokens equal each
-    sequence's alone; a chunk in flight is not found by prefix hits even when its owner tells its ids every
-    step (they are not in every layer yet), a read one is. Under both device
+    sequence's alone; a chunk announced is not found by prefix hits even when its owner tells its ids (no
+    layer holds it yet), a read one is. Under both device
     profiles (the GPU's attends with MLX's fused kernel and the chunk's causal mask)."""
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=256, budget=budget(path, 1024 + 256))  # one slab holds all
     caches = []
@@ -101,22 +101,21 @@ def test_prompt_chunks_riding_in_the_decode_passes_attend_over_their_interleaved
     while any(reader.offset < len(long) - 1 for reader, long in zip(reading, longs)):
         for r, (reader, long) in enumerate(zip(reading, longs)):
             fed = reader.offset
-            if feeds[r] is None and fed < len(long) - 1:
-                feeds[r] = PromptFeed(forward, reader, long[fed:min(fed + 5, len(long) - 1)])
+            if fed < len(long) - 1:
+                feeds[r] = PromptFeed(forward, reader, long[fed:min(fed + size, len(long) - 1)])
                 spanned += reader._span_mask(fed + len(feeds[r].ids), len(feeds[r].ids)) is not None
-                assert pool.manager.cached_prefix(long)[0] <= fed, "a chunk in flight is not found by prefix hits"
+                reader.hash_blocks(long)  # the owner knows every id of its prompt
+                assert pool.manager.cached_prefix(long)[0] <= fed, "a chunk announced is not found by prefix hits"
         riding = [feed for feed in feeds if feed is not None]
-        for feed in riding:
-            feed.stop = min(feed.layer + layers, feed.layers)
         last = mx.argmax(decoder(caches, mx.array(last), riding), axis=-1).tolist()
         for out, token in zip(outs, last):
             out.append(token)
         for r, feed in enumerate(feeds):
-            if feed is not None and feed.ran():
+            if feed is not None:
+                feed.ran()
                 feeds[r] = None
         for reader, long in zip(reading, longs):
-            reader.hash_blocks(long)  # the owner knows every id of its prompt
-            assert pool.manager.cached_prefix(long)[0] <= reader.offset, "a chunk in flight is no prefix hit"
+            reader.hash_blocks(long)
     for reader, long in zip(reading, longs):
         assert reader.offset == len(long) - 1 and len(reader._gather_index().runs) > 3
         assert pool.manager.cached_prefix(long)[0] == (len(long) - 1) // 4 * 4, "read, its blocks are hashed"
@@ -145,11 +144,11 @@ def test_a_long_chunk_beside_decoding_reads_its_prompt_as_prefill_does(profile, 
     prefill(forward_for(MODEL), reader, long[:700], 64)
     blocked.clear()
     forward = forward_for(MODEL)
-    feed = PromptFeed(forward, reader, long[700:900], at_once=True)
-    feed.stop = feed.layers
+    feed = PromptFeed(forward, reader, long[700:900])
     last = [p[-1] for p in prompts()[:2]]
     first = mx.argmax(BatchDecoder(forward)(caches, mx.array(last), [feed]), axis=-1).tolist()
-    assert feed.ran() and reader.offset == 900
+    feed.ran()
+    assert reader.offset == 900
     assert len(blocked) == (MODEL.args.num_hidden_layers if profile.kind == "cpu" else 0), blocked
     assert first == [alone(p)[0] for p in prompts()[:2]]
     token, mine = long[900], []

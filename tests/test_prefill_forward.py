@@ -33,9 +33,9 @@ def ours_rows(model):
     forward = forward_for(model)
 
     def read(ids, cache):
-        feed = PromptFeed(forward, cache, ids, at_once=True)
+        feed = PromptFeed(forward, cache, ids)
         BatchDecoder(forward)([], None, [feed])
-        assert feed.ran()
+        feed.ran()
         return model.model.norm(feed.h.transpose(1, 0, 2))
     return read
 

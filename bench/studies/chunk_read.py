@@ -49,8 +49,7 @@ def main() -> None:
         caches = engine.new_caches()
         start = time.perf_counter()
         for at in range(0, len(ids), chunk):
-            feed = PromptFeed(forward, caches.target, ids[at:at + chunk], at_once=True)
-            feed.stop = feed.layers
+            feed = PromptFeed(forward, caches.target, ids[at:at + chunk])
             decoder([], [], None, [feed])
             mx.eval(feed.h)
             feed.ran()

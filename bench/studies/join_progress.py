@@ -22,7 +22,7 @@ from mlxcore.device_profile import current  # noqa: E402
 def main() -> None:
     tokens = int(sys.argv[1]) if len(sys.argv) > 1 else 8000
     engine = _engine(str(twin_folder("qwen3-0.6b", bits=None)))
-    print(f"profile {current().kind}, join chunk {current().join_chunk}", flush=True)
+    print(f"profile {current().kind}, step budget {current().step_tokens} tokens", flush=True)
 
     def progress(batch, steps: int, seconds: float) -> None:
         if steps % 25 == 0:

@@ -5,8 +5,8 @@ each sequence's own position) and MLP on a (B, 1, hidden) input, in the
 compiled halves of ``CompiledForward``. Around attention each sequence is its
 own: its new key and value go to the slot its block table names (one put per
 slab for the whole batch), and it attends over its own tokens. Prompt chunks
-joining the batch (``prompt_feed.py``) are more rows in the layers they go
-through this step, each attending causally over its own sequence; with no
+joining the batch (``prompt_feed.py``) are more rows in every layer, each
+attending causally over its own sequence; with no
 decoding row, a pass of prompt rows alone runs the layers uncompiled (a
 prompt's chunk lengths vary: each new row count would compile anew); such a pass
 also reads a prompt on a cache of one sequence (rotating, standard), whose layers
@@ -50,59 +50,50 @@ class BatchDecoder:
                  feeds: list[PromptFeed] = ()) -> mx.array | None:
         """Logits (B, V) of the next token of each sequence after ``inputs`` (B,) int32 (None for no B; lazy:
         a pick of the previous step nobody has read yet).
-        ``feeds``: prompt chunks joining the batch (``prompt_feed.py``), each taken through the layers
-        this step's plan gave it: in those layers its tokens are rows beside the decoding ones, at their
-        own positions, attending causally over their own sequence; its hidden state waits for the next
-        pass where it stops short of the last layer. Every layer's weights serve all its rows at once.
+        ``feeds``: prompt chunks joining the batch (``prompt_feed.py``): in every layer their tokens are rows
+        after the decoding ones, at their own positions, each attending causally over its own sequence; every
+        layer's weights serve all the rows at once. Each chunk's ``h`` is its rows' last hidden state.
         """
         if not self.forward.split:  # a model whose layers this module cannot run split (a lone reply runs it whole)
             kind = getattr(self.forward.args, "model_type", "this")
             raise ModelLoadError(f"Replies side by side run Qwen3 and Qwen3-MoE models; this is a {kind} model.")
         pool = _pool(caches, feeds)
         rows = len(caches)
-        offsets = mx.array([cache.offset for cache in caches], dtype=mx.int32)  # each one's next position
+        where = mx.array([cache.offset for cache in caches], dtype=mx.int32)  # each row's position
         reads = self._reads(pool, caches) if rows else None
-        h = self.forward.model.embed_tokens(inputs[:, None]) if rows else None  # (B, 1, hidden): a row a sequence
-        writes: dict[tuple, tuple[SlotWrites | None, mx.array, list[int]]] = {}  # per set of chunks riding along
+        x = self.forward.model.embed_tokens(inputs[:, None]) if rows else None  # (B, 1, hidden): a row a sequence
+        starts = list(itertools.accumulate([rows] + [len(feed.ids) for feed in feeds]))
+        if feeds:
+            x = mx.concatenate(([x] if rows else []) + [feed.h for feed in feeds])
+            where = mx.concatenate([where] + [feed.offsets for feed in feeds])
+        slots = SlotWrites(caches, [feed.cache for feed in feeds]) if pool is not None else None
         for index, layer in enumerate(self.forward._layers):
-            joining = [feed for feed in feeds if feed.runs(index)] if feeds else []
-            if not joining and not rows:
-                continue
-            key = tuple(id(feed) for feed in joining)
-            if key not in writes:  # the layers a set of chunks rides in share its slots, positions and rows
-                starts = list(itertools.accumulate([rows] + [len(feed.ids) for feed in joining]))
-                where = mx.concatenate([offsets] + [feed.offsets for feed in joining]) if joining else offsets
-                slots = SlotWrites(caches, [feed.cache for feed in joining]) if pool is not None else None
-                writes[key] = slots, where, starts
-            slots, where, starts = writes[key]
-            x = mx.concatenate(([h] if rows else []) + [feed.h for feed in joining]) if joining else h
             before = layer.before_batch if rows else layer.before_rows  # prompt rows alone: uncompiled
             q, both = before(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
-            if pool is not None:
+            if slots is not None:
                 parts = pool.storage[index].encode(both)  # as the pool stores them
                 written = slots.apply(pool.storage[index], parts)
             else:  # a chunk on a cache of one sequence: its layer writes it (``PromptFeed.attend``)
                 written = []
-            if joining:
+            if feeds:
                 outs = [feed.attend(q[start:start + len(feed.ids)], index, both if pool is None else None)
-                        for feed, start in zip(joining, starts)]
+                        for feed, start in zip(feeds, starts)]
                 if rows:
                     reads.write(index, tuple(part[:, :, :rows] for part in parts))
                     outs.insert(0, normalized(reads.attend(index, q[:rows]), q[:rows].shape))
                 out = outs[0] if len(outs) == 1 else mx.concatenate(outs)
                 x = layer.after(x, (out, None)) if rows else layer.after_rows(x, out)
-                for feed, start in zip(joining, starts):
-                    feed.h = x[start:start + len(feed.ids)]
-                h = x[:rows] if rows else None
             else:
                 reads.write(index, parts)
-                h = x = layer.after(x, reads.attend(index, q))
+                x = layer.after(x, reads.attend(index, q))
             # Start this layer while the next one's graph is built (MLX's CPU queue is short); the pool's
             # write too, which a pass reading the mirror does not depend on: left lazy, writes would pile up.
             mx.async_eval(x, written)
+        for feed, start in zip(feeds, starts):
+            feed.h = x[start:start + len(feed.ids)]
         for cache in caches:
             cache.finish_batched_pass()
-        return self.forward._head(h)[:, -1, :] if rows else None
+        return self.forward._head(x[:rows])[:, -1, :] if rows else None
 
     def _reads(self, pool, caches: list[PagedCache]) -> _OwnReads | _MirrorReads:
         """Announce each sequence's one token; how the batch reads its keys and values this pass."""

@@ -1,12 +1,11 @@
 """Carries out the scheduler's plans on the engine's models and paged caches: all the MLX work of batching.
 
 Each ``step()``: apply cancellations; ask the scheduler for a plan; let
-preempted sequences go of their caches; start prompt chunks (a newly admitted
-request first attaches the blocks it finds cached); one decode step for every
-ready sequence, the chunks in flight riding in the same forward pass through a
-few more layers, at the pace ``pacing.py`` sets (``prompt_feed.py``; with
-nothing decoding, the step's budget of prompt tokens through every layer in a
-pass of its own); a prompt read for several choices then forks. The decode step is
+preempted sequences go of their caches; announce prompt chunks (a newly admitted
+request first attaches the blocks it finds cached) under the step's token budget;
+one decode step for every ready sequence, the chunks riding in the same forward
+pass through every layer (``prompt_feed.py``; with nothing decoding, a pass of
+prompt rows alone); a prompt read for several choices then forks. The decode step is
 one batched forward pass (``batch_forward.py``) for two or more; a lone
 sequence with a draft takes a speculative round instead when its draft-length
 controller says drafting pays (``decode_speculative.py``: one round a step, so a
@@ -39,9 +38,8 @@ from mlxcore.batching.decode_steps import DecodeSteps
 from mlxcore.batching.errors import OverloadedError, PromptTooLongError
 from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.hybrid_batch import HybridBatchDecoder
-from mlxcore.batching.pacing import Pacing
 from mlxcore.batching.policies import Policy
-from mlxcore.batching.prompt_feed import Feeds, PromptFeed
+from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.request import Request
 from mlxcore.batching.scheduler import Scheduler, StepPlan
 from mlxcore.batching.sequence import Sequence
@@ -87,8 +85,7 @@ class BatchRunner:
         self.scheduler = Scheduler(policy, self.account, step_tokens=step_tokens, max_running=max_running)
         self.sequences: dict[str, Sequence] = {}  # a choice's request id -> the sequence the scheduler runs it in
         self.tally = Tally()
-        self.pacing = Pacing(len(engine.target_forward._layers) if engine.target_forward.split else 1)
-        self.feeds = Feeds()  # prompt chunks on their way through the layers
+        self.feeds: list[tuple[Sequence, PromptFeed]] = []  # this step's prompt chunks
         # Prompts are read as rows of the batched pass (alone when nothing decodes, and on a cache of one
         # sequence); a hybrid model's, through its own layers, by ``prefill()``.
         self.feeds_prompts = engine.target_forward.split and not engine.hybrid
@@ -174,7 +171,7 @@ class BatchRunner:
         for seq in list(self.scheduler.running):
             self._end(seq, error=error)
         self.decoder.release()
-        self.feeds.clear()
+        self.feeds = []
 
     @contextmanager
     def _alone(self, seq: Sequence) -> Iterator[None]:
@@ -205,7 +202,7 @@ class BatchRunner:
     def paused(self) -> bool:
         """Every running reply waits for its reader (the worker may sleep a little)."""
         running = self.scheduler.running
-        return bool(running) and all(seq.paused_since is not None for seq in running) and not self.feeds
+        return bool(running) and all(seq.paused_since is not None for seq in running)
 
     def abandon(self) -> None:
         """A step stopped part way (an exception out of ``step``: Ctrl+C, a failed pass): each reply's
@@ -231,10 +228,6 @@ class BatchRunner:
         seq = self.sequences.get(request_id)
         return seq.cached if seq is not None else None
 
-    def feed_layers(self) -> list[int]:
-        """The layer each prompt chunk in flight has reached."""
-        return [feed.layer for feed in self.feeds.chunks()]
-
     # one step ---------------------------------------------------------------
 
     def step(self) -> None:
@@ -242,8 +235,6 @@ class BatchRunner:
         self._apply_cancellations()
         self._pause_unread(start)
         self._spare_drafts()
-        # A hybrid model's prompts are read alone, whole (no chunks ride in its decode passes).
-        self.scheduler.prefill_cap = None if self.hybrid else self.pacing.cap()
         plan = self.scheduler.plan(start)
         self._unstick(plan)
         for seq in plan.preempted:
@@ -255,27 +246,23 @@ class BatchRunner:
             for each in seq.with_followers:
                 each.late = True
         decoding = [seq for seq in plan.decode if self._alive(seq)]
-        paced = bool(decoding) and self.scheduler.prefill_cap is not None
         for seq, count in plan.prefill:
             with self._alone(seq):
-                self._read_prompt(seq, count, start, paced)
-        if self.feeds and not paced:
-            self._feed(self.feeds.plan(None, self._alive))  # nothing to pace against: through every layer now
-        held = sum(seq.length for seq in decoding)
-        timing = paced and bool(self.feeds) and self.pacing.decode_due(len(decoding), held)  # a step that only decodes
-        feeds = self.feeds.plan(self.pacing.work, self._alive) if paced and not timing else []
-        decoded = self._decode(decoding, self._lone(plan), feeds)
-        work = self._feed(feeds, passed=True) if feeds else 0
+                self._read_prompt(seq, count, start)
+        self.feeds = [(seq, feed) for seq, feed in self.feeds if self._alive(seq)]
+        feeds = [feed for _, feed in self.feeds]
+        if feeds and not decoding:  # a pass of prompt rows alone
+            with parallel_products():  # large products, every thread
+                self.decoder([], None, feeds)
+                mx.eval([feed.h for feed in feeds])  # the last layer's rows hold every layer's writes
+        decoded = self._decode(decoding, self._lone(plan), feeds if decoding else [])
+        self._read_chunks()
         if not self.scheduler.running:
             self.decoder.release()  # the batch's mirror of the pool (batch_mirror.py) goes back to the budget
         seconds = decision_clock.now() - start
         self.tally.step(len(plan.decode), decoded, seconds)
         if decoded:
             self.scheduler.step_seconds = seconds
-            if not plan.prefill and not work and (timing or not self.feeds):
-                self.pacing.observe_decode(len(plan.decode), seconds, held)
-            elif work:
-                self.pacing.observe_feed(len(plan.decode), work, seconds)
 
     def _spare_drafts(self) -> None:
         """Draft caches are the first KV memory to go: when the running replies' next tokens need more blocks
@@ -301,17 +288,16 @@ class BatchRunner:
 
     # prefill ----------------------------------------------------------------
 
-    def _read_prompt(self, seq: Sequence, count: int, now: float, paced: bool) -> None:
+    def _read_prompt(self, seq: Sequence, count: int, now: float) -> None:
         """Read up to ``count`` more tokens of ``seq``'s prompt (its caches attached first): a chunk of rows of
-        the batched pass (``_feed``), ``paced`` on the pool through a few layers a step beside the decode rows,
-        else the ``count`` tokens through every layer in this step's pass (a lone reply's rotating or standard
-        cache too). A hybrid model's, by ``prefill()`` through its own layers, in prefill chunks."""
+        this step's pass (``PromptFeed``), through every layer; a hybrid model's, by ``prefill()`` through its
+        own layers, in prefill chunks."""
         seq.started(now)
         try:
             if seq.caches is None:
                 self._attach(seq)
             if self.feeds_prompts:
-                self._start_feed(seq, count, paced)
+                self._start_feed(seq, count)
             else:
                 self._prefill(seq, count)
         except PoolExhaustedError as error:
@@ -320,36 +306,27 @@ class BatchRunner:
         if seq.prefill_left == 0 and seq.followers:
             self._fork(seq)
 
-    def _start_feed(self, seq: Sequence, count: int, paced: bool) -> None:
-        """Announce the next chunk of ``seq``'s prompt; it goes through the layers from this step's pass on."""
-        # Unpaced, a chunk is what the step's budget gave it (a request's own prefill_chunk at most):
-        # ``Engine.generate`` makes that budget one prefill chunk, so its progress is told a chunk at a time.
-        limit = self.pacing.max_tokens if paced else seq.params.prefill_chunk or count
-        count = min(count, seq.prefill_left, limit)
-        if not count:
-            return
-        at_once = True
-        if paced:
-            count, at_once = self.pacing.chunk(count, seq.prefill_left, started=seq.computed_prompt > 0)
-        self.feeds.add(seq, PromptFeed(self.engine.target_forward, seq.caches.target,
-                                       seq.ids[seq.cached:seq.cached + count], at_once))
+    def _start_feed(self, seq: Sequence, count: int) -> None:
+        """Announce the next chunk of ``seq``'s prompt: the step's budget gave it ``count`` tokens, a request's
+        own ``prefill_chunk`` at most (``Engine.generate``'s: its progress is told a chunk at a time)."""
+        count = min(count, seq.prefill_left, seq.params.prefill_chunk or count)
+        if count:
+            self.feeds.append((seq, PromptFeed(self.engine.target_forward, seq.caches.target,
+                                               seq.ids[seq.cached:seq.cached + count])))
 
-    def _feed(self, feeds: list[PromptFeed], passed: bool = False) -> int:
-        """``feeds`` went through their layers (in the decode pass; unless ``passed``, in a pass of their own
-        now); a prompt whose last chunk went through the last layer is read (and forks for its choices).
-        Returns the token-layers fed."""
-        if not passed:
-            with parallel_products():  # a pass of prompt rows alone: large products, every thread
-                self.decoder([], None, feeds)
-                mx.eval([feed.h for feed in feeds])  # the last layer's rows hold every layer's writes
-        fed, read = self.feeds.ran(feeds)
-        for seq, feed in read:
+    def _read_chunks(self) -> None:
+        """This step's chunks went through every layer: their caches hold them; a prompt read in full forks
+        for its choices."""
+        feeds, self.feeds = self.feeds, []
+        for seq, feed in feeds:
+            if not self._alive(seq):
+                continue
+            feed.ran()
             seq.cached += len(feed.ids)
             seq.computed_prompt += len(feed.ids)
             seq.caches.hash_blocks()
             if seq.prefill_left == 0 and seq.followers:
                 self._fork(seq)
-        return fed
 
     def _prefill(self, seq: Sequence, count: int) -> None:
         """Read the next ``count`` tokens of ``seq``'s prompt now, by ``prefill()``."""
@@ -403,7 +380,6 @@ class BatchRunner:
 
     def _refused(self, seq: Sequence, error: PoolExhaustedError) -> None:
         """The pool could not take a prompt chunk: wait for room, or fail when nothing else could make any."""
-        self.feeds.drop(seq)
         seq.release()
         seq.cached = 0
         self.scheduler.remove(seq)
@@ -470,7 +446,6 @@ class BatchRunner:
 
     def _preempted(self, seq: Sequence) -> None:
         """Let go of a preempted sequence's caches (its pending pick emitted first: it is a real token)."""
-        self.feeds.drop(seq)
         self._settle(seq)
         if not self._alive(seq):  # that token ended its reply
             return
@@ -545,7 +520,6 @@ class BatchRunner:
         if request_id == seq.request_id:
             heir, heir.followers, seq.followers = seq.followers[0], seq.followers[1:], []
             heir.admitted, heir.first_scheduled = seq.admitted, seq.first_scheduled
-            self.feeds.drop(seq)
             self.scheduler.swap(seq, heir)
             for each in heir.with_followers:
                 self.sequences[each.request_id] = heir
@@ -559,7 +533,6 @@ class BatchRunner:
 
     def _end(self, seq: Sequence, reason: str = "", error: BaseException | None = None) -> None:
         """End ``seq`` (and the followers of a prompt not read yet) with ``reason``, or fail it with ``error``."""
-        self.feeds.drop(seq)
         self.scheduler.remove(seq)
         if not self._alive(seq):  # ended already
             return

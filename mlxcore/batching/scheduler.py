@@ -67,7 +67,6 @@ class Scheduler:
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.step_seconds = 0.0  # recent seconds per step, for deadline estimates (set by the runner)
-        self.prefill_cap: int | None = None  # prompt tokens a step may read while others decode (``pacing.py``)
 
     def add(self, seq: Sequence) -> None:
         """Queue a new (or preempted) sequence."""
@@ -102,8 +101,6 @@ class Scheduler:
         available = self.account.obtainable()
         available = self._room_for_decode(plan, available, now)
         budget = self.step_tokens - len(plan.decode)
-        if plan.decode and self.prefill_cap is not None:  # prompts are read in chunks that barely stall decoding
-            budget = min(budget, self.prefill_cap)
         budget, available = self._prefill_running(plan, budget, available, now)
         self._admit(plan, budget, available, now)
         plan.late = [seq for seq in self.running + self.waiting if not seq.late and self._misses_deadline(seq, now)]
@@ -124,7 +121,7 @@ class Scheduler:
 
     def _prefill_running(self, plan: StepPlan, budget: int, available: int, now: float) -> tuple[int, int]:
         """Next chunks of prompts being read, in policy order, while tokens and blocks last."""
-        reading = sorted((s for s in self.running if not s.ready and s.prefill_left and not s.feeding),
+        reading = sorted((s for s in self.running if not s.ready and s.prefill_left),
                          key=lambda s: self.policy.key(s, now))
         for seq in reading:
             if budget <= 0:

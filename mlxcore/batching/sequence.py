@@ -55,7 +55,6 @@ class Sequence:
         self.preemptions = 0
         self.late = False
         self.first_scheduled: float | None = None
-        self.feeding = False  # a chunk of its prompt is on its way through the layers (``prompt_feed.py``)
         self.paused_since: float | None = None  # its client stopped reading its events then: it is not decoded
         # the runner's state
         self.caches: Caches | None = None
