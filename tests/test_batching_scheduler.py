@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.policies import ByPriority, EarliestDeadline, FirstCome, ShortestFirst, make_policy
 from mlxcore.batching.request import Priority, Request
 from mlxcore.batching.scheduler import Scheduler
@@ -44,7 +45,7 @@ def make(policy=None, blocks: int = 1000, step_tokens: int = 64, max_running: in
 def seq(prompt: int, arrival: float, max_new: int | None = 100, priority=Priority.NORMAL, deadline=None) -> Sequence:
     request = Request(tuple(range(1, prompt + 1)), GenerationParams(max_tokens=max_new), priority=priority,
                       deadline=deadline)
-    return Sequence(request, arrival, max_new)
+    return Sequence(request, arrival, max_new, RequestHandle(request, lambda handle: None))
 
 
 def carry_out(scheduler: Scheduler, plan) -> None:

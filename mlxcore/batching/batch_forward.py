@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Sequence
 
 import mlx.core as mx
 
@@ -36,6 +37,7 @@ from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import Attended, attend, normalized
 from mlxcore.errors import ModelLoadError
 from mlxcore.kv.paged import PagedCache
+from mlxcore.kv.paged_pool import BlockPool
 from mlxcore.kv.slab_storage import LayerStorage
 
 
@@ -47,7 +49,7 @@ class BatchDecoder:
         self.mirror: BatchMirror | None = None
 
     def __call__(self, caches: list[PagedCache], inputs: mx.array | None,
-                 feeds: list[PromptFeed] = ()) -> mx.array | None:
+                 feeds: Sequence[PromptFeed] = ()) -> mx.array | None:
         """Logits (B, V) of the next token of each sequence after ``inputs`` (B,) int32 (None for no B; lazy:
         a pick of the previous step nobody has read yet).
         ``feeds``: prompt chunks joining the batch (``prompt_feed.py``): in every layer their tokens are rows
@@ -61,16 +63,18 @@ class BatchDecoder:
         rows = len(caches)
         where = mx.array([cache.offset for cache in caches], dtype=mx.int32)  # each row's position
         reads = self._reads(pool, caches) if rows else None
-        x = self.forward.model.embed_tokens(inputs[:, None]) if rows else None  # (B, 1, hidden): a row a sequence
+        hidden = [feed.h for feed in feeds]  # (L, 1, hidden) each: a row a token
+        if inputs is not None and rows:
+            hidden.insert(0, self.forward.model.embed_tokens(inputs[:, None]))  # (B, 1, hidden): a row a sequence
+        x = hidden[0] if len(hidden) == 1 else mx.concatenate(hidden)
         starts = list(itertools.accumulate([rows] + [len(feed.ids) for feed in feeds]))
         if feeds:
-            x = mx.concatenate(([x] if rows else []) + [feed.h for feed in feeds])
             where = mx.concatenate([where] + [feed.offsets for feed in feeds])
-        slots = SlotWrites(caches, [feed.cache for feed in feeds]) if pool is not None else None
+        slots = SlotWrites(caches, [feed.paged for feed in feeds if feed.paged]) if pool is not None else None
         for index, layer in enumerate(self.forward._layers):
             before = layer.before_batch if rows else layer.before_rows  # prompt rows alone: uncompiled
             q, both = before(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
-            if slots is not None:
+            if slots is not None and pool is not None:
                 parts = pool.storage[index].encode(both)  # as the pool stores them
                 written = slots.apply(pool.storage[index], parts)
             else:  # a chunk on a cache of one sequence: its layer writes it (``PromptFeed.attend``)
@@ -78,12 +82,13 @@ class BatchDecoder:
             if feeds:
                 outs = [feed.attend(q[start:start + len(feed.ids)], index, both if pool is None else None)
                         for feed, start in zip(feeds, starts)]
-                if rows:
+                if reads is not None:
                     reads.write(index, tuple(part[:, :, :rows] for part in parts))
                     outs.insert(0, normalized(reads.attend(index, q[:rows]), q[:rows].shape))
                 out = outs[0] if len(outs) == 1 else mx.concatenate(outs)
                 x = layer.after(x, (out, None)) if rows else layer.after_rows(x, out)
             else:
+                assert reads is not None  # a pass of decode rows alone
                 reads.write(index, parts)
                 x = layer.after(x, reads.attend(index, q))
             # Start this layer while the next one's graph is built (MLX's CPU queue is short); the pool's
@@ -95,21 +100,22 @@ class BatchDecoder:
             cache.finish_batched_pass()
         return self.forward._head(x[:rows])[:, -1, :] if rows else None
 
-    def _reads(self, pool, caches: list[PagedCache]) -> _OwnReads | _MirrorReads:
+    def _reads(self, pool: BlockPool | None, caches: list[PagedCache]) -> _OwnReads | _MirrorReads:
         """Announce each sequence's one token; how the batch reads its keys and values this pass."""
         mirror = self._mirror(pool, caches)
         step = mirror.plan(caches) if mirror is not None else None
         for cache in caches:
             cache.begin(1)
-        if step is not None and mirror.live(step):  # a begin may have made the budget take the mirror back
+        if mirror is not None and step is not None and mirror.live(step):  # a begin may have made the budget take the mirror back
             mirror.commit(caches, step)
             return _MirrorReads(mirror, step)
         return _OwnReads(caches)
 
-    def _mirror(self, pool, caches: list[PagedCache]) -> BatchMirror | None:
+    def _mirror(self, pool: BlockPool | None, caches: list[PagedCache]) -> BatchMirror | None:
         """The pool's mirror of the batch, for two or more sequences (``batch_mirror.py``)."""
         if len(caches) < 2:
             return None
+        assert pool is not None  # decode rows are on the pool
         if self.mirror is None or self.mirror.pool is not pool:
             self.release()
             self.mirror = BatchMirror(pool)
@@ -121,14 +127,14 @@ class BatchDecoder:
             self.mirror.drop()
 
 
-def _pool(caches: list[PagedCache], feeds: list[PromptFeed]):
+def _pool(caches: list[PagedCache], feeds: Sequence[PromptFeed]) -> BlockPool | None:
     """The one block pool every row's cache is in; None for a chunk on a cache of one sequence, which rides
     alone."""
-    if feeds and not feeds[0].paged:
+    if feeds and feeds[0].paged is None:
         if caches or len(feeds) > 1:
             raise ValueError("A prompt chunk on a cache outside the block pool is read in a pass of its own.")
         return None
-    everyone = [*caches, *(feed.cache for feed in feeds)]
+    everyone = [*caches, *(feed.paged for feed in feeds if feed.paged is not None)]
     pool = everyone[0].pool
     if any(getattr(cache, "pool", None) is not pool for cache in everyone):
         raise ValueError("A batch's sequences must share one block pool.")
@@ -139,7 +145,7 @@ class SlotWrites:
     """Where each row's key and value go: per slab, the slots and the rows that write them (a prompt
     chunk's cache: one row per token it announced, after the decode rows)."""
 
-    def __init__(self, caches: list[PagedCache], chunks: list[PagedCache] = ()) -> None:
+    def __init__(self, caches: list[PagedCache], chunks: Sequence[PagedCache] = ()) -> None:
         groups: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
         places = [cache.write_slot() for cache in caches] + [at for chunk in chunks for at in chunk.write_slots()]
         for row, (slab, at) in enumerate(places):

@@ -27,17 +27,21 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import cast
 
 import mlx.core as mx
 import numpy as np
 
 from mlxcore.decode_attention import Attended, attend_batch_parts, attend_parts
+from mlxcore.kv.protocol import Segment
 from mlxcore.device_profile import current
 from mlxcore.kv.paged import PagedCache
+from mlxcore.kv.paged_pool import BlockPool
 
 CAPACITY_STEP = 256  # row lengths are multiples of this (and double as rows grow)
 
 
+Ints = np.ndarray[tuple[int], np.dtype[np.int64]]  # (n,) mirror rows, or positions in them
 Where = tuple[mx.array, ...]  # per stored part, the flat rows (put_along_axis's index) tokens go to
 
 
@@ -67,7 +71,7 @@ class MirrorStep:
 class BatchMirror:
     """The mirror of one block pool's batch (see the module docstring); one thread, like the pool."""
 
-    def __init__(self, pool) -> None:
+    def __init__(self, pool: BlockPool) -> None:
         geometry = pool.geometry
         self.pool = pool
         self.kv_heads, self.num_layers = geometry.kv_heads, geometry.num_layers
@@ -93,8 +97,8 @@ class BatchMirror:
             if not self._grow(len(self.rows), needed):
                 return None
         stale = [(row, caches[b], caches[b].offset) for b, row in zip(mirrored, rows)
-                 if caches[b].offset and (self.rows[row] is None or self.rows[row].edits != caches[b].edits
-                                          or self.rows[row].length != caches[b].offset)]
+                 if caches[b].offset and ((entry := self.rows[row]) is None or entry.edits != caches[b].edits
+                                          or entry.length != caches[b].offset)]
         return self._step(list(zip(mirrored, rows)), [(b, caches[b]) for b in alone], lengths, stale)
 
     def commit(self, caches: list[PagedCache], step: MirrorStep) -> None:
@@ -116,7 +120,7 @@ class BatchMirror:
         for cache, where in step.fills:
             keys, values = cache.layers[index].state  # (1, kv_heads, length, width) each (per part): the tokens held
             held = zip(keys, values) if isinstance(keys, tuple) else [(keys, values)]
-            self._put(index, where, [mx.concatenate(pair) for pair in held])
+            self._put(index, where, [mx.concatenate(list(pair)) for pair in held])
         if step.select is not None:
             both = tuple(mx.take(part, step.select, axis=2) for part in both)
         self._put(index, step.writes, both)
@@ -132,14 +136,15 @@ class BatchMirror:
         views = [part.reshape(2, self._row_count(), self.kv_heads, self.capacity, -1) for part in self.layers[index]]
         # Each half sliced on its own: slicing both halves to the length first, then taking one, made the
         # products copy them every layer.
-        keys = [view[0, :, :, :step.longest] for view in views]
-        values = [view[1, :, :, :step.longest] for view in views]
-        keys, values = (keys[0], values[0]) if len(views) == 1 else (tuple(keys), tuple(values))
-        out, total = attend_batch_parts(q if step.order is None else q[step.order], [(keys, values)], 1.0, step.valid)
+        key_parts = [view[0, :, :, :step.longest] for view in views]
+        value_parts = [view[1, :, :, :step.longest] for view in views]
+        segment = (key_parts[0], value_parts[0]) if len(views) == 1 else \
+            cast(Segment, (tuple(key_parts), tuple(value_parts)))  # quantized: words, scales, biases
+        out, total = attend_batch_parts(q if step.order is None else q[step.order], [segment], 1.0, step.valid)
         if step.alone:
             parts = [_attend_alone(q[b:b + 1], cache, index) for b, cache in step.alone]
             out = mx.concatenate([out] + [o for o, _ in parts])
-            total = None if total is None else mx.concatenate([total] + [t for _, t in parts])
+            total = None if total is None else mx.concatenate([total] + [t for _, t in parts if t is not None])
         if step.place is not None:
             out, total = out[step.place], None if total is None else total[step.place]
         return out, total
@@ -167,20 +172,22 @@ class BatchMirror:
 
     def _assign(self, caches: list[PagedCache]) -> list[int]:
         """A row per cache: its own if it has one, else a row no cache of this batch holds (new ones at the end)."""
-        holder = {}
+        holder: dict[int, int] = {}
         for row, entry in enumerate(self.rows):
             cache = entry.cache() if entry is not None else None
             if cache is not None:
                 holder.setdefault(id(cache), row)
-        rows = [holder.get(id(cache)) for cache in caches]
-        free = [row for row in range(len(self.rows)) if row not in set(rows)]
-        for i, row in enumerate(rows):
-            if row is None:
+        held = [holder.get(id(cache)) for cache in caches]
+        free = [row for row in range(len(self.rows)) if row not in set(held)]
+        rows: list[int] = []
+        for known in held:
+            if known is None:
                 if not free:
                     self.rows.append(None)
                     free.append(len(self.rows) - 1)
-                rows[i] = free.pop(0)
-                self.rows[rows[i]] = None  # whatever it held is gone
+                known = free.pop(0)
+                self.rows[known] = None  # whatever it held is gone
+            rows.append(known)
         return rows
 
     def _grow(self, row_count: int, needed: int) -> bool:
@@ -202,7 +209,8 @@ class BatchMirror:
             self.rows = [None] * len(self.rows)
         size = row_count * capacity * token_bytes
         grown = []
-        for layer in self.layers or [None] * self.num_layers:
+        old: list[tuple[mx.array, ...] | None] = list(self.layers) or [None] * self.num_layers
+        for layer in old:
             parts = []
             for i, ((heads, width), dtype) in enumerate(self.parts):
                 new = mx.zeros((2, row_count, heads, capacity, width), dtype)
@@ -216,15 +224,15 @@ class BatchMirror:
         self.layers, self.capacity, self.bytes = grown, capacity, size
         return True
 
-    def _flat_index(self, rows: np.ndarray, positions: np.ndarray) -> Where:
+    def _flat_index(self, rows: Ints, positions: Ints) -> Where:
         """Where keys and values (2, kv_heads, n, width) flattened go: token i at ``positions[i]`` of mirror
         row ``rows[i]``; per stored part, ``put_along_axis``'s index (2 * kv_heads * n, width) into its flat
         array (made once a step, for every layer)."""
         part_head = np.arange(2)[:, None] * self._row_count() + rows[None, :]  # (2, n): part, then row
         flat = ((part_head[:, None, :] * self.kv_heads + np.arange(self.kv_heads)[None, :, None]) * self.capacity
                 + positions[None, None, :])
-        flat = mx.array(flat.reshape(-1, 1).astype(np.int32))
-        return tuple(mx.broadcast_to(flat, (flat.shape[0], width)) for (_, width), _ in self.parts)
+        index = mx.array(flat.reshape(-1, 1).astype(np.int32))
+        return tuple(mx.broadcast_to(index, (index.shape[0], width)) for (_, width), _ in self.parts)
 
     def _step(self, mirrored: list[tuple[int, int]], alone: list[tuple[int, PagedCache]],
               lengths: list[int], stale: list[tuple[int, PagedCache, int]]) -> MirrorStep:

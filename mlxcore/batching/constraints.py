@@ -15,12 +15,20 @@ thinking, the mask is all ones (no matcher work at all).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mlxcore.grammar import Grammar
+
+if TYPE_CHECKING:
+    from llguidance import LLTokenizer
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+Bits = np.ndarray[tuple[int], np.dtype[np.int32]]  # a row of ``Bitmask.words``: one bit a token
+Allowed = np.ndarray[tuple[int], np.dtype[np.bool_]]  # (vocab,) which tokens a position may take
 
 THINK, CLOSE = "<think>", "</think>"
 MAY_THINK, THINKING, GRAMMAR = "may think", "thinking", "grammar"  # THINKING: free until </think>
@@ -31,18 +39,19 @@ class GrammarError(RuntimeError):
 
 
 @lru_cache(maxsize=4)
-def _llg_tokenizer(tokenizer, vocab: int, eos: tuple[int, ...]):
+def _llg_tokenizer(tokenizer: TokenizerWrapper, vocab: int, eos: tuple[int, ...]) -> LLTokenizer:
     """llguidance's view of a Hugging Face tokenizer (about a second to build: once per model)."""
     import llguidance.hf
 
     inner = getattr(tokenizer, "_tokenizer", tokenizer)  # mlx-lm's TokenizerWrapper holds the HF one
-    return llguidance.hf.from_tokenizer(inner, n_vocab=vocab, eos_token=list(eos))
+    # (``inner`` is a Hugging Face tokenizer, which mlx-lm's stubs do not name)
+    return llguidance.hf.from_tokenizer(inner, n_vocab=vocab, eos_token=list(eos))  # type: ignore[arg-type]
 
 
 class Constraint:
     """One reply's matcher, fed the reply's tokens; its phase says whether the grammar applies yet."""
 
-    def __init__(self, grammar: Grammar, tokenizer, vocab: int, eos_ids: Sequence[int], prompt: Sequence[int]) -> None:
+    def __init__(self, grammar: Grammar, tokenizer: TokenizerWrapper, vocab: int, eos_ids: Collection[int], prompt: Sequence[int]) -> None:
         from llguidance import LLMatcher
 
         self.grammar, self.vocab, self.eos = grammar, vocab, sorted(eos_ids)
@@ -99,7 +108,7 @@ class Constraint:
             raise GrammarError(f"The grammar matcher could not roll back {matched} tokens: {self.matcher.get_error()}")
         self.phase = undone[0][0]
 
-    def fill(self, bits: np.ndarray) -> None:
+    def fill(self, bits: Bits) -> None:
         """Write the next token's mask into ``bits`` (a row of ``Bitmask.words``); all ones while free."""
         if self.phase == THINKING:
             bits[:] = -1
@@ -107,17 +116,17 @@ class Constraint:
         if self.matcher.is_error():
             raise GrammarError(f"The {self.grammar.source} grammar failed: {self.matcher.get_error()}")
         self.matcher.unsafe_compute_mask_ptr(bits.ctypes.data, bits.nbytes)
-        if self.phase == MAY_THINK:
+        if self.phase == MAY_THINK and self.think is not None:
             _allow(bits, self.think)
         if not bits.any():  # a stopped matcher allows nothing more: end of text (never an empty row)
             _allow(bits, self.eos[0])
 
 
-def _allow(bits: np.ndarray, token: int) -> None:
+def _allow(bits: Bits, token: int) -> None:
     bits.view(np.uint32)[token // 32] |= np.uint32(1 << token % 32)
 
 
-def think_phase(tokenizer, prompt: Sequence[int], think: int | None, close: int | None) -> str:
+def think_phase(tokenizer: TokenizerWrapper, prompt: Sequence[int], think: int | None, close: int | None) -> str:
     """Where the grammar starts, from the prompt's last turn (see the module docstring)."""
     if think is None or close is None:
         return GRAMMAR
@@ -132,7 +141,7 @@ def think_phase(tokenizer, prompt: Sequence[int], think: int | None, close: int 
     return MAY_THINK if turn >= 0 and tail == list(header) else GRAMMAR
 
 
-def _token_id(tokenizer, text: str) -> int | None:
+def _token_id(tokenizer: TokenizerWrapper, text: str) -> int | None:
     ids = tokenizer.encode(text, add_special_tokens=False)
     return ids[0] if len(ids) == 1 else None
 
@@ -145,7 +154,7 @@ class Bitmask:
         self.vocab = vocab
         self.words = np.full((rows, (vocab + 31) // 32), -1, dtype=np.int32)
 
-    def allowed(self) -> np.ndarray:
+    def allowed(self) -> np.ndarray[tuple[int, int], np.dtype[np.bool_]]:
         """(rows, vocab) bool: which tokens each row may pick."""
         bits = np.unpackbits(self.words.view(np.uint8), axis=1, bitorder="little")
         return bits[:, : self.vocab].astype(bool)
@@ -161,7 +170,7 @@ class PositionMask:
     def __init__(self, vocab: int) -> None:
         self.vocab, self.count = vocab, 0
 
-    def allowed(self, position: int) -> np.ndarray | None:
+    def allowed(self, position: int) -> Allowed | None:
         """(vocab,) bool, or None for no mask; subclasses say."""
         raise NotImplementedError
 
@@ -183,7 +192,7 @@ class PositionMask:
     def rollback(self, n: int) -> None:
         self.count -= n
 
-    def fill(self, bits: np.ndarray) -> None:
+    def fill(self, bits: Bits) -> None:
         allowed = self.allowed(self.count)
         if allowed is None:
             bits[:] = -1

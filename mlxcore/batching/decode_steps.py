@@ -21,7 +21,9 @@ keep every token). Log-probabilities are then the constrained distribution's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence as Listed
 from dataclasses import dataclass
+from typing import cast
 
 import mlx.core as mx
 
@@ -30,6 +32,9 @@ from mlxcore.batching.constraints import Bitmask, GrammarError
 from mlxcore.batching.hybrid_batch import HybridBatchDecoder
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.sequence import Sequence
+from mlxcore.compiled_forward import CompiledForward
+from mlxcore.kv.hybrid import HybridCache
+from mlxcore.kv.paged import PagedCache
 from mlxcore.sampling_graphs import graph_of, greedy_pick, sampled_pick
 
 Read = tuple[Sequence, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
@@ -43,18 +48,18 @@ class _Picks:
     tokens: mx.array  # (B,) int
     logprobs: mx.array  # (B,)
     tops: list[tuple[mx.array, mx.array] | None]
-    values: list | None = None
+    values: list[tuple[int, float]] | None = None
 
-    def read(self) -> list:
+    def read(self) -> list[tuple[int, float]]:
         if self.values is None:
-            self.values = list(zip(self.tokens.tolist(), self.logprobs.tolist()))
+            self.values = list(zip(cast("list[int]", self.tokens.tolist()), cast("list[float]", self.logprobs.tolist())))
         return self.values
 
 
 class DecodeSteps:
     """Queues batched decode steps and reads their picks one step late (see the module docstring)."""
 
-    def __init__(self, forward, decoder: BatchDecoder | HybridBatchDecoder) -> None:
+    def __init__(self, forward: CompiledForward, decoder: BatchDecoder | HybridBatchDecoder) -> None:
         self.forward, self.decoder = forward, decoder
         self.last: _Picks | None = None  # the previous step's picks, read after the next step is queued
         self._next: _Picks | None = None  # the step just queued
@@ -63,7 +68,7 @@ class DecodeSteps:
     def pending(self) -> bool:
         return self.last is not None
 
-    def queue(self, seqs: list[Sequence], feeds: list[PromptFeed] = ()) -> None:
+    def queue(self, seqs: list[Sequence], feeds: Listed[PromptFeed] = ()) -> None:
         """Queue one step for ``seqs`` (each feeds its pending pick, or its last known id), with the prompt
         chunks ``feeds`` riding in the same pass (``BatchDecoder``)."""
         last = self.last
@@ -75,7 +80,7 @@ class DecodeSteps:
         if allowed is not None:
             logits = mx.where(allowed, logits, -mx.inf)
         tokens, logprobs = _pick(seqs, logits)
-        tops = [_top(logits[row], seq.handle.request.top_logprobs) for row, seq in enumerate(seqs)]
+        tops = [_top(logits[row], seq.request.top_logprobs) for row, seq in enumerate(seqs)]
         mx.async_eval(tokens, logprobs, [t for t in tops if t is not None])
         self._next = _Picks(seqs, tokens, logprobs, tops)
 
@@ -84,16 +89,21 @@ class DecodeSteps:
         """(B,) the token each sequence feeds: its pick of the last step (lazy), or its last known id."""
         if last is not None and last.seqs == seqs:  # the same batch as last step: its picks are the inputs
             return last.tokens
-        sources = [mx.array([seq.ids[-1]]) if row is None else last.tokens[row:row + 1]
+        sources = [last.tokens[row:row + 1] if row is not None and last is not None else mx.array([seq.ids[-1]])
                    for seq, row in zip(seqs, rows)]
         return sources[0] if len(sources) == 1 else mx.concatenate(sources)
 
-    def _logits(self, seqs: list[Sequence], inputs: mx.array, feeds: list[PromptFeed]) -> mx.array:
+    def _logits(self, seqs: list[Sequence], inputs: mx.array, feeds: Listed[PromptFeed]) -> mx.array:
+        targets = [seq.caches.target for seq in seqs if seq.caches is not None]  # (every decoding one has caches)
         if len(seqs) == 1 and not feeds:
-            cache = seqs[0].caches.target
-            cache.begin(1)
-            return self.forward(inputs[None], cache=cache.layers)[:, -1, :]
-        return self.decoder([seq.caches.target for seq in seqs], inputs, feeds)
+            targets[0].begin(1)
+            logits: mx.array = self.forward(inputs[None], cache=targets[0].layers)[:, -1, :]
+            return logits
+        if isinstance(self.decoder, HybridBatchDecoder):
+            return self.decoder(cast("list[HybridCache]", targets), inputs, feeds)
+        rows = self.decoder(cast("list[PagedCache]", targets), inputs, feeds)
+        assert rows is not None  # a decode row a sequence
+        return rows
 
     def advance(self) -> list[Read]:
         """Read the previous step's picks (after ``queue``, or with nothing queued); make the queued step's
@@ -151,7 +161,7 @@ def _allowed(seqs: list[Sequence], rows: list[int | None], last: _Picks | None, 
         if constraint is None or constraint.failed is not None:
             continue
         try:
-            constraint.catch_up(seq.reply_ids + ([picks[row][0]] if row is not None else []))
+            constraint.catch_up(seq.reply_ids + ([picks[row][0]] if row is not None and picks is not None else []))
             constraint.fill(mask.words[i])
         except GrammarError as error:
             constraint.failed = error
@@ -184,11 +194,14 @@ def _pick_rows(seqs: list[Sequence], logits: mx.array) -> tuple[mx.array, mx.arr
     params = seqs[0].params
     if params.repetition_penalty != 1.0:  # one reply, its own sampler
         return seqs[0].picker(logits)
+    picked: tuple[mx.array, mx.array]
     if params.greedy:
-        return greedy_pick()(logits, logits)
+        picked = greedy_pick()(logits, logits)
+        return picked
     fn, scalars = sampled_pick([seq.params for seq in seqs])
     keys = mx.stack([seq.picker.keys.next() for seq in seqs])
-    return fn(logits.astype(mx.float32), logits, keys, *scalars)
+    picked = fn(logits.astype(mx.float32), logits, keys, *scalars)
+    return picked
 
 
 def _top(row: mx.array, count: int) -> tuple[mx.array, mx.array] | None:
@@ -203,4 +216,4 @@ def _top(row: mx.array, count: int) -> tuple[mx.array, mx.array] | None:
 def _pairs(top: tuple[mx.array, mx.array] | None) -> tuple[tuple[int, float], ...]:
     if top is None:
         return ()
-    return tuple(zip(top[0].tolist(), top[1].tolist()))
+    return tuple(zip(cast("list[int]", top[0].tolist()), cast("list[float]", top[1].tolist())))

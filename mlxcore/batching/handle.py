@@ -19,10 +19,14 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from mlxcore.batching.request import Request
 from mlxcore.errors import MlxchatError
 from mlxcore.events import Event, FinalEvent
+
+if TYPE_CHECKING:
+    from mlxcore.caches import Caches
 
 
 class RequestFailedError(MlxchatError):
@@ -57,10 +61,10 @@ class RequestHandle:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._async_queue: asyncio.Queue | None = None
+        self._async_queue: asyncio.Queue[object] | None = None
         self._unread = 0  # events put and not yet taken by the reader
         self.finished = threading.Event()  # set once the final event (or a failure) is put
-        self.caches = None  # with ``Request.keep_caches``: the reply's caches once it ended (the caller releases them)
+        self.caches: Caches | None = None  # with ``Request.keep_caches``: the reply's caches once it ended (the caller releases them)
 
     @property
     def request_id(self) -> str:
@@ -99,6 +103,7 @@ class RequestHandle:
                 self._queue.put(item)
                 return
             loop, target = self._loop, self._async_queue
+        assert target is not None  # set with the loop
         try:
             loop.call_soon_threadsafe(target.put_nowait, item)
         except RuntimeError:  # the reader's loop is closed: nobody is reading any more
@@ -117,12 +122,13 @@ class RequestHandle:
 
     async def aevents(self) -> AsyncIterator[Event]:
         """The request's events in an asyncio loop (call from that loop)."""
+        mine: asyncio.Queue[object] = asyncio.Queue()
         with self._lock:
-            self._loop, self._async_queue = asyncio.get_running_loop(), asyncio.Queue()
+            self._loop, self._async_queue = asyncio.get_running_loop(), mine
             while not self._queue.empty():  # what came before this reader arrived
-                self._async_queue.put_nowait(self._queue.get_nowait())
+                mine.put_nowait(self._queue.get_nowait())
         while True:
-            item = await self._async_queue.get()
+            item = await mine.get()
             self._taken()
             for event in self._unpack(item):
                 yield event
@@ -132,4 +138,4 @@ class RequestHandle:
     def _unpack(self, item: object) -> Iterator[Event]:
         if isinstance(item, _Failure):
             raise RequestFailedError(f"The engine failed while generating: {item.error}") from item.error
-        yield item
+        yield cast(Event, item)  # what ``put`` delivered

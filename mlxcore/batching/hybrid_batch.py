@@ -15,10 +15,14 @@ leave copy their states out first, so that no chat keeps the batch's arrays aliv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import BatchKVCache
+from mlx_lm.models.cache import BatchKVCache, KVCache
 
+from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.kv.linear_state import LinearState
 
@@ -33,7 +37,7 @@ class HybridBatchDecoder:
         self._given: list[mx.array] = []  # each row's first linear state as this decoder left it
         self._offsets: list[int] = []
 
-    def __call__(self, caches: list[HybridCache], inputs: mx.array, feeds=()) -> mx.array:
+    def __call__(self, caches: list[HybridCache], inputs: mx.array, feeds: Sequence[PromptFeed] = ()) -> mx.array:
         """Logits (B, V) of each sequence's next token after ``inputs`` (B,)."""
         if feeds:
             raise ValueError("Prompt chunks do not ride in a hybrid model's decode pass: prompts are read alone.")
@@ -42,7 +46,7 @@ class HybridBatchDecoder:
         if not self._current(caches):
             self.release()
             self._build(caches)
-        logits = self.model(inputs[:, None], cache=self._view)[:, -1, :]
+        logits: mx.array = self.model(inputs[:, None], cache=self._view)[:, -1, :]
         self._hand_back()
         return logits
 
@@ -57,42 +61,51 @@ class HybridBatchDecoder:
         self._view = []
         for j, is_linear in enumerate(caches[0].is_linear):
             layers = [cache.layers[j] for cache in caches]
-            self._view.append(_stacked(layers) if is_linear else BatchKVCache.merge(layers))
+            if is_linear:
+                self._view.append(_stacked([layer for layer in layers if isinstance(layer, LinearState)]))
+            else:
+                self._view.append(BatchKVCache.merge(layers))
 
     def _hand_back(self) -> None:
         """Each row's part of the pass into its own cache (see the module docstring)."""
-        written = []
+        written: list[mx.array] = []
         for j, view in enumerate(self._view):
             for i, cache in enumerate(self._rows):
                 own = cache.layers[j]
                 if isinstance(view, LinearState):
-                    own[0], own[1] = view[0][i:i + 1], view[1][i:i + 1]
+                    assert isinstance(own, LinearState)
+                    first, second = view[0], view[1]
+                    assert first is not None and second is not None  # the pass wrote both
+                    own[0], own[1] = first[i:i + 1], second[i:i + 1]
                     own.advance(1)
                 else:
+                    kv, keys, values = cast(KVCache, own), cast(mx.array, view.keys), cast(mx.array, view.values)
                     end = view._idx
-                    own.update_and_fetch(view.keys[i:i + 1, :, end - 1:end], view.values[i:i + 1, :, end - 1:end])
-                    written += [own.keys, own.values]
+                    kv.update_and_fetch(keys[i:i + 1, :, end - 1:end], values[i:i + 1, :, end - 1:end])
+                    written += [cast(mx.array, kv.keys), cast(mx.array, kv.values)]
         # Written now with the pass: left lazy, each step's writes would chain and keep the view's old arrays.
         mx.async_eval(written)
-        self._given = [cache.states[0][1] for cache in self._rows]
+        self._given = [cast(mx.array, cache.states[0][1]) for cache in self._rows]
         self._offsets = [cache.offset for cache in self._rows]
 
     def release(self) -> None:
         """Drop the view (the batch changed, or nothing decodes); rows whose states are still slices of it copy
         them out, so that their chats do not keep the whole batch's states."""
-        copies = []
+        copies: list[mx.array] = []
         for cache, given in zip(self._rows, self._given):
             if cache.states and cache.states[0][1] is given:
                 for state in cache.states:
-                    state[0], state[1] = mx.contiguous(state[0]), mx.contiguous(state[1])
-                    copies += [state[0], state[1]]
+                    first, second = cast(mx.array, state[0]), cast(mx.array, state[1])  # (a fed row's)
+                    first, second = mx.contiguous(first), mx.contiguous(second)
+                    state[0], state[1] = first, second
+                    copies += [first, second]
         mx.eval(copies)
         self._view, self._rows, self._given, self._offsets = [], [], [], []
 
 
 def _stacked(states: list[LinearState]) -> LinearState:
     """The rows' states of one linear layer as one batch (a row never fed reads zeros, as mlx-lm's layer does)."""
-    parts = []
+    parts: list[mx.array | None] = []
     for part in (0, 1):
         arrays = [state[part] for state in states]
         known = next((a for a in arrays if a is not None), None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
@@ -26,8 +27,11 @@ from mlxcore.grammar import Grammar
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import Progress, settle
 
+if TYPE_CHECKING:  # the engine's generate runs here
+    from mlxcore.engine import Engine
 
-def generate(engine, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams,
+
+def generate(engine: Engine, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams,
              progress: Progress | None = None, grammar: Grammar | None = None) -> Generator[Event, None, None]:
     """``Engine.generate``'s events (see there)."""
     engine.last_stats = None  # set when the reply ends: a refused or stopped prefill leaves None
@@ -54,7 +58,7 @@ def generate(engine, prompt_ids: Sequence[int], caches: Caches, params: Generati
             stepping = False
             for event in _taken(handle):
                 finished = isinstance(event, FinalEvent)
-                if finished:
+                if isinstance(event, FinalEvent):
                     engine.last_stats = event.stats
                 else:
                     taken.append(event.token)
@@ -81,4 +85,6 @@ def _taken(handle: RequestHandle) -> Iterator[Event]:
     try:
         yield from drain(handle)
     except RequestFailedError as failed:
+        if failed.__cause__ is None:
+            raise
         raise failed.__cause__ from None

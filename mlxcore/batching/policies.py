@@ -30,10 +30,14 @@ NO_LIMIT_TOKENS = 1 << 20  # stands for "until the context is full" when sorting
 class Scheduled(Protocol):
     """What a policy reads of a request (``scheduler.Sequence`` has it)."""
 
-    arrival: float  # time.monotonic() of submission
-    priority: Priority
-    deadline: float | None
-    tokens_left: int  # prompt tokens to prefill + tokens still to generate (or NO_LIMIT_TOKENS)
+    @property
+    def arrival(self) -> float: ...  # decision_clock.now() of submission
+    @property
+    def priority(self) -> Priority: ...
+    @property
+    def deadline(self) -> float | None: ...
+    @property
+    def tokens_left(self) -> int: ...  # prompt tokens to prefill + tokens still to generate (or NO_LIMIT_TOKENS)
 
 
 class Policy(Protocol):
@@ -101,6 +105,7 @@ POLICIES = {"fcfs": FirstCome, "priority": ByPriority, "shortest": ShortestFirst
 def make_policy(name: str) -> Policy:
     """The policy called ``name`` (fcfs, priority, shortest, deadline); ``ValueError`` otherwise."""
     try:
-        return POLICIES[name]()
+        made: Policy = POLICIES[name]()
     except KeyError:
         raise ValueError(f"Unknown scheduling policy {name!r}: choose one of {', '.join(POLICIES)}.") from None
+    return made

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mlxcore.batching.sequence import Sequence
+from mlxcore.kv.base import ModelCache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
 
@@ -45,7 +46,7 @@ class PoolAccount:
         return sum(1 for block in manager.block_ids(cache.seq_id) if manager.ref_count(block) == 1)
 
     @staticmethod
-    def _cache(seq: Sequence):
+    def _cache(seq: Sequence) -> ModelCache | None:
         return seq.caches.target if seq.caches is not None else None
 
 

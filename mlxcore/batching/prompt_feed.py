@@ -21,6 +21,7 @@ from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import attend
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.paged import PagedCache
+from mlxcore.kv.protocol import Mask
 
 
 class PromptFeed:
@@ -28,9 +29,9 @@ class PromptFeed:
 
     def __init__(self, forward: CompiledForward, cache: ModelCache, ids: list[int]) -> None:
         """Announce the chunk to the cache (``PoolExhaustedError`` if the pool cannot take it, nothing changed)."""
-        self.paged = isinstance(cache, PagedCache)
-        self.mask = None
-        if not self.paged:  # its layers write as they go; the mask is the cache's (a window's, for a rotating one)
+        self.paged = cache if isinstance(cache, PagedCache) else None  # on the pool: the pass writes its slots
+        self.mask: Mask = None
+        if self.paged is None:  # its layers write as they go; the mask is the cache's (a window's, for a rotating one)
             self.mask = cache.layers[0].make_mask(len(ids), return_array=False, window_size=None)
         cache.begin(len(ids))
         self.cache, self.ids = cache, ids
@@ -41,13 +42,14 @@ class PromptFeed:
         """The chunk's queries (L, heads, 1, dim; scaled) over its tokens in layer ``index``; shaped as ``q``.
         On the pool its keys and values are written already; on a cache of one sequence ``both`` (2, kv_heads,
         L, dim) are, here."""
-        if self.paged:
-            segments, mask = self.cache.layer_read(index, q.shape[1])
+        if self.paged is not None:
+            segments, mask = self.paged.layer_read(index, q.shape[1])
         else:
+            assert both is not None  # a cache of one sequence is given its keys and values
             segments, mask = [self.cache.layers[index].update_and_fetch(both[0][None], both[1][None])], self.mask
         return attend(q.transpose(2, 1, 0, 3), segments, 1.0, mask).transpose(2, 1, 0, 3)
 
     def ran(self) -> None:
         """After the pass: its cache holds the chunk in every layer."""
-        if self.paged:
-            self.cache.finish_batched_pass()
+        if self.paged is not None:
+            self.paged.finish_batched_pass()

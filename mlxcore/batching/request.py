@@ -5,9 +5,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 from mlxcore.grammar import Grammar
 from mlxcore.params import GenerationParams
+
+if TYPE_CHECKING:
+    from mlxcore.caches import Caches
 
 _ids = itertools.count(1)
 
@@ -42,7 +46,7 @@ class Request:
     keep_caches: bool = False  # hand the reply's caches to the caller (``RequestHandle.caches``) at its end
     # Caches to start from (a chat's own): kept up to their common prefix with the prompt, so a turn
     # computes only what is new, to the token. They are the request's then (given back with keep_caches).
-    caches: object | None = field(default=None, compare=False, repr=False)
+    caches: Caches | None = field(default=None, compare=False, repr=False)
     request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
 
     def __post_init__(self) -> None:

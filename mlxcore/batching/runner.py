@@ -51,6 +51,7 @@ from mlxcore.chat_template import turn_marks
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
+from mlxcore.kv.hybrid import HybridCache
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import prefill
 from mlxcore.reply_text import ReplyText
@@ -79,7 +80,7 @@ class BatchRunner:
         # (``_turn_split``) the ids of <|im_start|> and <think>, for a hybrid model
         self._turn_marks = turn_marks(engine.tokenizer) if self.hybrid else None
         self.steps = DecodeSteps(engine.target_forward, self.decoder)
-        self.account = PoolAccount(engine) if paged else NoPool()
+        self.account: PoolAccount | NoPool | ByteAccount = PoolAccount(engine) if paged else NoPool()
         if self.hybrid and engine.batches:  # (its caches in the KV budget: byte_account.py)
             self.account = ByteAccount(engine, lambda: self.scheduler.running)
         self.scheduler = Scheduler(policy, self.account, step_tokens=step_tokens, max_running=max_running)
@@ -117,8 +118,11 @@ class BatchRunner:
         the bench's scripted replies put their own mask here."""
         if request.grammar is None:
             return None
-        eos = self.engine.eos_ids or set(self.engine.tokenizer.eos_token_ids)  # (benches clear eos_ids)
-        return Constraint(request.grammar, self.engine.tokenizer, self.engine.model.args.vocab_size, eos,
+        tokenizer = self.engine.tokenizer
+        if tokenizer is None:
+            raise UsageError("A grammar needs the model's tokenizer, and this engine has none.")
+        eos = self.engine.eos_ids or set(tokenizer.eos_token_ids)  # (benches clear eos_ids)
+        return Constraint(request.grammar, tokenizer, self.engine.model.args.vocab_size, eos,
                           request.prompt_ids)
 
     def _unstick(self, plan: StepPlan) -> None:
@@ -252,6 +256,7 @@ class BatchRunner:
         self.feeds = [(seq, feed) for seq, feed in self.feeds if self._alive(seq)]
         feeds = [feed for _, feed in self.feeds]
         if feeds and not decoding:  # a pass of prompt rows alone
+            assert isinstance(self.decoder, BatchDecoder)  # (a hybrid model's prompts are read by ``prefill()``)
             with parallel_products():  # large products, every thread
                 self.decoder([], None, feeds)
                 mx.eval([feed.h for feed in feeds])  # the last layer's rows hold every layer's writes
@@ -310,7 +315,7 @@ class BatchRunner:
         """Announce the next chunk of ``seq``'s prompt: the step's budget gave it ``count`` tokens, a request's
         own ``prefill_chunk`` at most (``Engine.generate``'s: its progress is told a chunk at a time)."""
         count = min(count, seq.prefill_left, seq.params.prefill_chunk or count)
-        if count:
+        if count and seq.caches is not None:
             self.feeds.append((seq, PromptFeed(self.engine.target_forward, seq.caches.target,
                                                seq.ids[seq.cached:seq.cached + count])))
 
@@ -319,7 +324,7 @@ class BatchRunner:
         for its choices."""
         feeds, self.feeds = self.feeds, []
         for seq, feed in feeds:
-            if not self._alive(seq):
+            if not self._alive(seq) or seq.caches is None:
                 continue
             feed.ran()
             seq.cached += len(feed.ids)
@@ -330,12 +335,14 @@ class BatchRunner:
 
     def _prefill(self, seq: Sequence, count: int) -> None:
         """Read the next ``count`` tokens of ``seq``'s prompt now, by ``prefill()``."""
+        assert seq.caches is not None  # attached
+        target = seq.caches.target
         ids = seq.ids[seq.cached:seq.cached + min(count, seq.prefill_left)]
         split = self._turn_split(seq, len(ids))
         for n, part in enumerate([ids[:split], ids[split:]] if split else [ids]):
-            if n:  # where the prompt's last turn opens
-                seq.caches.target.snapshot()
-            prefill(self.engine.target_forward, seq.caches.target, part, self.engine.prefill_chunk(seq.params))
+            if n and isinstance(target, HybridCache):  # where the prompt's last turn opens
+                target.snapshot()
+            prefill(self.engine.target_forward, target, part, self.engine.prefill_chunk(seq.params))
             seq.cached += len(part)
             seq.computed_prompt += len(part)
 
@@ -361,17 +368,17 @@ class BatchRunner:
         in the pool."""
         given = seq.request.caches if not seq.admitted_once else None
         if given is not None:
-            seq.caches = given
+            caches = seq.caches = given
             hits = self.engine.keep_prefix(given, seq.ids)
         else:
-            seq.caches = self.engine.new_caches()
-            hits = seq.caches.target.reuse_prefix(seq.ids)
-            if seq.caches.draft is not None:  # the draft's blocks of a chat it decoded before
-                seq.caches.draft.reuse_prefix(seq.ids)
-        if given is None and seq.caches.draft is not None and not self._drafts(seq):
-            seq.caches.draft.release()  # (a chat's own draft cache stays with it, for its next turns)
-            seq.caches.draft = None
-        seq.caches.ids = seq.ids  # one list: the caches hold its first tokens
+            caches = seq.caches = self.engine.new_caches()
+            hits = caches.target.reuse_prefix(seq.ids)
+            if caches.draft is not None:  # the draft's blocks of a chat it decoded before
+                caches.draft.reuse_prefix(seq.ids)
+        if given is None and caches.draft is not None and not self._drafts(seq):
+            caches.draft.release()  # (a chat's own draft cache stays with it, for its next turns)
+            caches.draft = None
+        caches.ids = seq.ids  # one list: the caches hold its first tokens
         seq.cached = hits
         if not seq.admitted_once:
             seq.admitted_once = True
@@ -421,6 +428,7 @@ class BatchRunner:
         if seqs:
             self.steps.queue(seqs, feeds)
         for seq in seqs:
+            assert seq.caches is not None  # a decoding reply's
             seq.cached = seq.caches.target.offset
         emitted = 0
         for seq, token, logprob, top in self.steps.advance():
@@ -466,16 +474,17 @@ class BatchRunner:
         seq.plain_clock = None
         if not self._alive(seq):  # that pick ended it
             return 0
-        decoder = seq.speculative
+        decoder, caches = seq.speculative, seq.caches
+        assert decoder is not None and caches is not None  # (``_speculative`` made it; a running reply's)
         if seq.constraint is not None:
             seq.constraint.catch_up(seq.reply_ids)  # the round's masks follow what was emitted
         try:
-            tokens = decoder.round(seq.caches.target, seq.caches.draft, seq.ids, k)
+            tokens = decoder.round(caches.target, caches.draft, seq.ids, k)
         except PoolExhaustedError:  # no room for a round (other chats hold the rest): on without the draft
             log.info("request %s: no KV room for a draft round; it decodes on without the draft", seq.group)
             seq.leave_draft()
             return 0
-        seq.cached = seq.caches.target.offset
+        seq.cached = caches.target.offset
         for done, (token, logprob, from_draft) in enumerate(tokens, 1):
             self._emitted(seq, token, logprob, from_draft, ())
             if not self._alive(seq):  # the reply ended there: the rest are not its tokens

@@ -36,13 +36,13 @@ from mlxcore.sampling import TokenPicker
 class Sequence:
     """One choice of a request, from its arrival to its final event."""
 
-    def __init__(self, request: Request, arrival: float, max_new: int | None, handle: RequestHandle | None = None,
+    def __init__(self, request: Request, arrival: float, max_new: int | None, handle: RequestHandle,
                  params: GenerationParams | None = None, reply: ReplyText | None = None,
                  constraint: Mask | None = None) -> None:
         self.request = request
         self.arrival = arrival  # decision_clock.now() of submission
         self.max_new = max_new  # the most tokens it may generate; None = until the context is full
-        self.handle = handle  # where its events go (None: a scheduler test's sequence, which emits nothing)
+        self.handle = handle  # where its events go
         self.params = params or request.params
         self.reply = reply  # its text, stop strings and token cap
         self.constraint = constraint  # what its next token may be (a grammar's matcher), applied before sampling
@@ -61,7 +61,8 @@ class Sequence:
         self.speculative: SpeculativeDecoder | None = None  # its rounds, counters and draws, once it drafts
         self.plain_clock: float | None = None  # when its last plain step alone read a token (drafting pays?)
         self._picker: TokenPicker | None = None
-        self.first_token = self.last_token = None
+        self.first_token: float | None = None
+        self.last_token: float | None = None
         self.worst_gap = 0.0
         self.prefix_hits = 0
         self.computed_prompt = 0  # prompt tokens prefilled (not found cached; the last is fed by decoding)
@@ -97,7 +98,7 @@ class Sequence:
     @property
     def request_id(self) -> str:
         """This choice's own id (its handle's)."""
-        return self.handle.request_id if self.handle is not None else self.request.request_id
+        return self.handle.request_id
 
     @property
     def priority(self) -> Priority:
@@ -136,6 +137,7 @@ class Sequence:
 
     def fork_from(self, leader: Sequence) -> None:
         """A follower takes caches sharing ``leader``'s blocks, now that the prompt is read."""
+        assert leader.caches is not None  # its prompt is read
         self.caches = leader.caches.fork()
         self.caches.ids = self.ids
         self.cached, self.prefix_hits, self.computed_prompt = leader.cached, leader.prefix_hits, leader.computed_prompt
@@ -155,7 +157,7 @@ class Sequence:
         if self.caches is None:
             return
         decoder = self.speculative if feed else None
-        settle(self.caches.target, self.ids, decoder and decoder.target)
+        settle(self.caches.target, self.ids, decoder.target if decoder is not None else None)
         draft = self.caches.draft
         if draft is None:
             return
@@ -184,6 +186,7 @@ class Sequence:
         self.ids.append(token)
         if self.caches is not None:  # the blocks its caches filled become prefix hits
             self.caches.hash_blocks()
+        assert self.reply is not None  # (a scheduler test's sequence emits nothing)
         delta, finish = self.reply.add(token)
         self.handle.put(TokenEvent(token=token, text=delta, logprob=logprob, from_draft=from_draft,
                                    finish_reason=finish, top_logprobs=top))
@@ -192,14 +195,16 @@ class Sequence:
     def finish(self, reason: str, stats_extra: dict | None = None) -> None:
         """Put the final event (``reason``: eos, length, stop or cancelled) with the request's figures;
         the caches go back to the pool, or to the caller with ``Request.keep_caches``."""
+        handle, reply = self.handle, self.reply
+        assert reply is not None  # (a scheduler test's sequence ends with nothing to say)
         self.settle_caches(feed=self.request.keep_caches)
         if self.request.keep_caches and self.caches is not None:
-            self.handle.caches, self.caches = self.caches, None
+            handle.caches, self.caches = self.caches, None
         self.release()
         now = time.monotonic()
-        count = self.reply.count
+        count = reply.count
         first = self.first_token or now
-        self.handle.metrics = RequestMetrics(
+        handle.metrics = RequestMetrics(
             queue_seconds=max((self.started_at or now) - self.arrival, 0.0),
             ttft_seconds=first - self.arrival,
             tpot_seconds=((self.last_token or first) - first) / (count - 1) if count > 1 else 0.0,
@@ -213,7 +218,7 @@ class Sequence:
                                 **self._draft_figures(count))
         if stats_extra:
             stats = replace(stats, **stats_extra)
-        self.handle.put(FinalEvent(finish_reason=reason, text=self.reply.text, stats=stats))
+        handle.put(FinalEvent(finish_reason=reason, text=reply.text, stats=stats))
 
     def _draft_figures(self, count: int) -> dict:
         if self.speculative is None:

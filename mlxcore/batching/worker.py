@@ -114,7 +114,7 @@ class BatchWorker:
         """Run ``fn(engine)`` on the engine thread between two steps; its result (or its exception)."""
         if not self.alive:
             raise RequestFailedError(f"The engine is not running: {self._failure or 'stopped'}.")
-        future: Future = Future()
+        future: Future[T] = Future()
         self._post(("call", fn, future))
         return future.result(timeout=timeout)
 
