@@ -6,7 +6,7 @@ lazy array: the caches need only the count), then queues the pass and only then
 reads the previous picks. Building a step's graph (and the Python of the events)
 overlaps computing the previous one.
 
-A pick stays pending until the next step reads it, or until ``settle`` reads it
+A pick stays pending until the next step reads it, or until ``take_pending`` reads it
 early (a sequence about to be preempted, to decode speculatively, or cancelled).
 When a read token ends its reply, the pass that fed it has already run: the
 cache holds the reply's last token (as ``Engine.generate``'s do), and the pick
@@ -112,7 +112,7 @@ class DecodeSteps:
         self.last, self._next = self._next, None
         return reads
 
-    def settle(self, seq: Sequence) -> Read | None:
+    def take_pending(self, seq: Sequence) -> Read | None:
         """Read ``seq``'s pending pick now, if it has one (it is then no longer pending)."""
         last = self.last
         if last is None or seq not in last.seqs:

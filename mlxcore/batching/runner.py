@@ -196,7 +196,7 @@ class BatchRunner:
                 seq.paused_since = None
             elif seq.paused_since is None:
                 seq.paused_since = now
-                self._settle(seq)  # its pending pick is a real token: emitted before it waits
+                self._emit_pending(seq)  # its pending pick is a real token: emitted before it waits
             elif now - seq.paused_since > self.stall_seconds:  # the whole request: its reader is gone
                 log.warning("request %s: its client read nothing for %.0f s; cancelled", seq.group,
                             now - seq.paused_since)
@@ -422,7 +422,7 @@ class BatchRunner:
             with self._alone(seqs[0]):
                 k = self._speculative(seqs[0]).choose()
                 if k:
-                    return self._settle(seqs[0]) + self._round(seqs[0], k)
+                    return self._emit_pending(seqs[0]) + self._round(seqs[0], k)
             if not self._alive(seqs[0]):  # it failed, and ended
                 return 0
         if seqs:
@@ -444,9 +444,9 @@ class BatchRunner:
             seq.plain_clock = now
         return emitted
 
-    def _settle(self, seq: Sequence) -> int:
+    def _emit_pending(self, seq: Sequence) -> int:
         """Emit ``seq``'s pending pick now (before it leaves batched decoding); tokens emitted."""
-        read = self.steps.settle(seq)
+        read = self.steps.take_pending(seq)
         if read is None:
             return 0
         self._emitted(*read[:3], False, read[3])
@@ -454,7 +454,7 @@ class BatchRunner:
 
     def _preempted(self, seq: Sequence) -> None:
         """Let go of a preempted sequence's caches (its pending pick emitted first: it is a real token)."""
-        self._settle(seq)
+        self._emit_pending(seq)
         if not self._alive(seq):  # that token ended its reply
             return
         for each in seq.with_followers:
