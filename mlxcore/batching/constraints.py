@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from mlxcore.grammar import Grammar
+from mlxcore.grammar import Grammar, short_error
 
 THINK, CLOSE = "<think>", "</think>"
 MAY_THINK, THINKING, GRAMMAR = "may think", "thinking", "grammar"  # THINKING: free until </think>
@@ -39,18 +39,34 @@ def _llg_tokenizer(tokenizer, vocab: int, eos: tuple[int, ...]):
     return llguidance.hf.from_tokenizer(inner, n_vocab=vocab, eos_token=list(eos))
 
 
+def compile_matcher(grammar: Grammar, tokenizer, vocab: int, eos_ids: Sequence[int]):
+    """``grammar``'s ``LLMatcher`` for ``tokenizer``, its first mask computed; ``ValueError`` (a short message,
+    no grammar text or parser state) if llguidance cannot compile it or no reply can match it.
+
+    Compiling drops the GIL (llguidance's note), so a thread can do it beside an event loop.
+    """
+    from llguidance import LLMatcher, LLParserLimits
+
+    text = grammar.for_tokenizer(_token_id(tokenizer, "<tool_call>") is not None)
+    llg = _llg_tokenizer(tokenizer, vocab, tuple(sorted(eos_ids)))
+    matcher = LLMatcher(llg, text, log_level=0, limits=LLParserLimits(verbose_errors=False))
+    if not matcher.is_error():
+        matcher.compute_bitmask()  # where a schema no value matches fails (a $ref to itself, say)
+    if matcher.is_error():
+        raise ValueError(f"This {grammar.source} cannot be used for constrained decoding: "
+                         f"{short_error(matcher.get_error())}")
+    return matcher
+
+
 class Constraint:
     """One reply's matcher, fed the reply's tokens; its phase says whether the grammar applies yet."""
 
     def __init__(self, grammar: Grammar, tokenizer, vocab: int, eos_ids: Sequence[int], prompt: Sequence[int]) -> None:
-        from llguidance import LLMatcher
-
         self.grammar, self.vocab, self.eos = grammar, vocab, sorted(eos_ids)
         self._args = (tokenizer, prompt)
-        text = grammar.for_tokenizer(_token_id(tokenizer, "<tool_call>") is not None)
-        self.matcher = LLMatcher(_llg_tokenizer(tokenizer, vocab, tuple(self.eos)), text, log_level=0)
-        if self.matcher.is_error():
-            raise ValueError(f"This {grammar.source} cannot be compiled: {self.matcher.get_error()}")
+        compiled = grammar.compiled  # (compiled by the caller for this tokenizer: each reply a copy of it)
+        self.matcher = compiled.deep_copy() if compiled is not None else compile_matcher(grammar, tokenizer, vocab,
+                                                                                         self.eos)
         self.think, self.close = _token_id(tokenizer, THINK), _token_id(tokenizer, CLOSE)
         self.phase = think_phase(tokenizer, prompt, self.think, self.close)
         self.failed: GrammarError | None = None  # set by the decode loop; the runner ends the reply with it
