@@ -45,7 +45,8 @@ def test_sampling_and_thinking_map_to_the_chat_fields():
 TOOL = {"name": "add", "description": "Adds.", "input_schema": {"type": "object"}}
 CALLED = [*QUESTION, {"role": "assistant", "content": [
     {"type": "thinking", "thinking": "Add them.", "signature": ""}, {"type": "text", "text": "Adding."},
-    {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 12, "b": 7}}]}]
+    {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 12, "b": 7}},
+    {"type": "tool_use", "id": "toolu_2", "name": "sub", "input": {}}]}]
 
 
 def test_tools_and_tool_turns_become_the_chat_endpoints():
@@ -60,7 +61,8 @@ def test_tools_and_tool_turns_become_the_chat_endpoints():
                                                                     "parameters": {"type": "object"}}}]
     assert [m.as_dict() for m in chat.messages[1:]] == [
         {"role": "assistant", "content": "<think>\nAdd them.\n</think>\n\nAdding.", "tool_calls": [
-            {"id": "toolu_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 12, "b": 7}'}}]},
+            {"id": "toolu_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 12, "b": 7}'}},
+            {"id": "toolu_2", "type": "function", "function": {"name": "sub", "arguments": "{}"}}]},
         {"role": "tool", "content": "19", "tool_call_id": "toolu_1"},
         {"role": "tool", "content": "Error: no such\n\ntool", "tool_call_id": "toolu_2"},
         {"role": "user", "content": "Go on."}]

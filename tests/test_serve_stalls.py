@@ -52,6 +52,10 @@ def models_dir(tmp: Path) -> Path:
                 (model / file.name).symlink_to(file)
         bad = config | {"chat_template": template.replace("{{EMBEDDED}}", config["chat_template"])}
         (model / "tokenizer_config.json").write_text(json.dumps(bad))
+    broken = folder / "bad-config"  # a model folder whose config.json is not JSON
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    (broken / "model.safetensors").symlink_to(source / "model.safetensors")
     return folder
 
 
@@ -119,6 +123,14 @@ def test_a_template_that_fails_on_some_messages_fails_those_requests(server):
     assert fine[0] == 200, fine
     assert health.answers and health.slowest < HEALTH_S, health.slowest
     assert "Traceback" not in server.log()
+
+
+def test_a_model_that_cannot_load_is_told_without_the_servers_paths(server):
+    status, reply = chat(server, "bad-config")
+    assert status == 500 and reply["error"]["code"] == "model_load_failed", reply
+    assert "bad-config/config.json is not valid JSON" in reply["error"]["message"], reply
+    assert str(server.log_path.parent) not in reply["error"]["message"], reply
+    assert str(server.log_path.parent) in server.log()  # (the log keeps the whole path)
 
 
 def test_sigterm_ends_the_server_while_a_render_is_stuck(tmp_path):
