@@ -77,7 +77,8 @@ class Tokenizing:
             if error.refused:
                 raise APIError(400, f"The model's chat template refused these messages: {error}",
                                param="messages", code="chat_template_refused") from None
-            raise APIError(500, f"The model's chat template failed: {error}.", code="chat_template_failed") from None
+            raise APIError(500, f"The model's chat template failed: {str(error).rstrip('.')}.",
+                           code="chat_template_failed") from None
 
     def fewest_tokens(self, text: str) -> int:
         """A lower bound on the tokens of ``text``, without tokenizing it (0 when the tokenizer gives none)."""
