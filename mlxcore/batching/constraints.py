@@ -85,7 +85,8 @@ class Constraint:
         """Consume ``reply[count:]`` (the reply's tokens are ``reply``); ``GrammarError`` if one is refused."""
         for token in reply[self.count:]:
             if not self.advance(token):
-                raise GrammarError(f"The reply left its {self.grammar.source}: {self.matcher.get_error() or token}")
+                raise GrammarError(f"The reply left its {self.grammar.source}: "
+                                   f"{short_error(self.matcher.get_error()) if self.matcher.is_error() else token}")
 
     def advance(self, token: int) -> bool:
         """Consume one token; False if the grammar refuses it (a draft's guess; nothing changes then)."""
@@ -112,7 +113,8 @@ class Constraint:
         del self.history[-n:]
         matched = sum(m for _, m in undone)
         if matched and not self.matcher.rollback(matched):
-            raise GrammarError(f"The grammar matcher could not roll back {matched} tokens: {self.matcher.get_error()}")
+            raise GrammarError(f"The grammar matcher could not roll back {matched} tokens: "
+                               f"{short_error(self.matcher.get_error())}")
         self.phase = undone[0][0]
 
     def fill(self, bits: np.ndarray) -> None:
@@ -121,7 +123,7 @@ class Constraint:
             bits[:] = -1
             return
         if self.matcher.is_error():
-            raise GrammarError(f"The {self.grammar.source} grammar failed: {self.matcher.get_error()}")
+            raise GrammarError(f"The {self.grammar.source} grammar failed: {short_error(self.matcher.get_error())}")
         self.matcher.unsafe_compute_mask_ptr(bits.ctypes.data, bits.nbytes)
         if self.phase == MAY_THINK:
             _allow(bits, self.think)
