@@ -288,15 +288,20 @@ class ChatCompletionRequest(Sampling):
         if self.tool_choice is not None and not self.tools and self.tool_choice != "none":
             raise ValueError("tool_choice needs tools.")
         check_pairing(self.messages)  # (the three APIs' requests all come through here)
-        if self.forced_call:  # the tools' schemas become a grammar: the same limits as response_format's
-            name = self.tool_choice.function.name if isinstance(self.tool_choice, NamedToolChoice) else None
-            names = [tool.function.name for tool in self.tools or ()]
-            if name is not None and name not in names:
-                raise ValueError(f"tool_choice names {name!r}, which is not one of the tools: {', '.join(names)}.")
-            for tool in self.tools or ():
-                if tool.function.parameters is not None and (name is None or tool.function.name == name):
-                    check_schema(tool.function.parameters, f"parameters schema of the tool {tool.function.name!r}")
+        if self.forced_call:
+            self._check_forced_call()
         return self
+
+    def _check_forced_call(self) -> None:
+        """The tool named exists; the schemas of the tools a call may go to keep ``check_schema``'s limits (they
+        become the grammar, as response_format's schema does)."""
+        name = self.tool_choice.function.name if isinstance(self.tool_choice, NamedToolChoice) else None
+        names = [tool.function.name for tool in self.tools or ()]
+        if name is not None and name not in names:
+            raise ValueError(f"tool_choice names {name!r}, which is not one of the tools: {', '.join(names)}.")
+        for tool in self.tools or ():
+            if tool.function.parameters is not None and (name is None or tool.function.name == name):
+                check_schema(tool.function.parameters, f"parameters schema of the tool {tool.function.name!r}")
 
     @property
     def forced_call(self) -> bool:
