@@ -42,8 +42,10 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
     from mlxcore.events import (Event as Event, FinalEvent as FinalEvent, GenerationStats as GenerationStats,
         TokenEvent as TokenEvent)
     from mlxcore.fingerprint import WEIGHTS_GLOB as WEIGHTS_GLOB
+    from mlxcore.batching.constraints import compile_matcher as compile_matcher
     from mlxcore.grammar import (Grammar as Grammar, json_object as json_object, json_schema as json_schema,
         tool_call_grammar as tool_call_grammar)
+    from mlxcore.schema_checks import check_schema as check_schema
     from mlxcore.held_tokens import prompt_ids as prompt_ids
     from mlxcore.hub import download as download
     from mlxcore.hub_names import hub_cache_dir as hub_cache_dir, is_repo_id as is_repo_id, local_model as local_model
@@ -98,7 +100,8 @@ _EXPORTS = {
     "TokenEvent": "mlxcore.events",
     "WEIGHTS_GLOB": "mlxcore.fingerprint",
     "Grammar": "mlxcore.grammar", "json_object": "mlxcore.grammar", "json_schema": "mlxcore.grammar",
-    "tool_call_grammar": "mlxcore.grammar",
+    "tool_call_grammar": "mlxcore.grammar", "compile_matcher": "mlxcore.batching.constraints",
+    "check_schema": "mlxcore.schema_checks",
     "prompt_ids": "mlxcore.held_tokens",
     "download": "mlxcore.hub",
     "hub_cache_dir": "mlxcore.hub_names", "is_repo_id": "mlxcore.hub_names", "local_model": "mlxcore.hub_names",

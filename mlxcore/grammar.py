@@ -10,16 +10,23 @@ small or random model would otherwise repeat until its token cap.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llguidance import LLMatcher
+
+from mlxcore.schema_checks import check_schema
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions  # (a typed dict of the stubs only)
 
 JSON_STYLE: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 ANY_OBJECT: dict = {"type": "object"}
+ERROR_CHARS = 300  # of llguidance's message in ours: its first line, no grammar text or parser state
+# llguidance's messages for constructs clients write, in their terms (its own names options they cannot set)
+PLAIN_ERRORS = {"oneOf constraints are not supported": "oneOf whose branches may match the same value cannot be "
+                "enforced (a reply could match two): use anyOf, or make the branches exclusive"}
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,9 @@ class Grammar:
     source: str  # "JSON schema", "JSON object", "tool call": what an error message names
     # The same with the call tags as text, for a tokenizer that has no token for them (the embedded model's)
     text_untagged: str | None = None
+    # An ``LLMatcher`` compiled already for the model's tokenizer (``serve`` compiles it off its event loop);
+    # each reply takes a copy. None: the engine compiles it.
+    compiled: LLMatcher | None = field(default=None, compare=False, repr=False)
 
     def for_tokenizer(self, has_tags: bool) -> str:
         """The grammar text for a tokenizer with (or without) ``<tool_call>`` as one token."""
@@ -39,11 +49,16 @@ class Grammar:
 def json_schema(schema: dict | str | type) -> Grammar:
     """A grammar for JSON text that validates against ``schema`` (a dict, JSON text, or a pydantic model class).
 
-    Raises ``ValueError`` naming what llguidance cannot compile (an unknown format, a look-around in a
-    pattern, an unsupported keyword such as ``not``).
+    Raises ``ValueError`` naming what is over the limits (``schema_checks``) or what llguidance cannot
+    compile (an unknown format, a look-around in a pattern, an unsupported keyword such as ``not``).
     """
     schema = schema_dict(schema)
-    text = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_STYLE)
+    check_schema(schema)
+    try:
+        text = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_STYLE)
+    except ValueError as error:
+        raise ValueError(f"This JSON schema cannot be used for constrained decoding: {short_error(str(error))}") \
+            from None
     return _checked(Grammar(text, "JSON schema"))
 
 
@@ -57,6 +72,10 @@ def tool_call_grammar(tools: list[dict], name: str | None = None, parallel: bool
     that tool's parameters. ``name``: only that tool (one call); else any of ``tools``, one call or, with
     ``parallel``, several in a row. ``tools``: OpenAI function tools (``{"type": "function", "function": ...}``)."""
     functions = {f["name"]: f.get("parameters") or ANY_OBJECT for f in (_function(t) for t in tools)}
+    for tool, parameters in functions.items():
+        if not isinstance(parameters, dict):
+            raise ValueError(f"The parameters of the tool {tool!r} must be a JSON schema (an object).")
+        check_schema(parameters, f"parameters schema of the tool {tool!r}")
     if name is not None:
         if name not in functions:
             raise ValueError(f"tool_choice names {name!r}, which is not one of the tools: {', '.join(functions)}.")
@@ -100,8 +119,18 @@ def _function(tool: object) -> dict:
     return function
 
 
+def short_error(error: str) -> str:
+    """llguidance's ``error`` for a client: without the grammar, parser state or backtrace it may append, on one
+    line, cut; its own option names put in the client's terms."""
+    for said, plain in PLAIN_ERRORS.items():
+        if said in error:
+            return plain
+    line = " ".join(re.split(r"<grammar>|<backtrace>|<non-verbose|<state>", error)[0].split()) or "unknown error"
+    return line if len(line) <= ERROR_CHARS else line[:ERROR_CHARS] + "..."
+
+
 def _checked(grammar: Grammar) -> Grammar:
     error = LLMatcher.validate_grammar(grammar.text)
     if error:
-        raise ValueError(f"This {grammar.source} cannot be used for constrained decoding: {error.strip()}")
+        raise ValueError(f"This {grammar.source} cannot be used for constrained decoding: {short_error(error)}")
     return grammar

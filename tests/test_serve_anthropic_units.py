@@ -45,7 +45,8 @@ def test_sampling_and_thinking_map_to_the_chat_fields():
 TOOL = {"name": "add", "description": "Adds.", "input_schema": {"type": "object"}}
 CALLED = [*QUESTION, {"role": "assistant", "content": [
     {"type": "thinking", "thinking": "Add them.", "signature": ""}, {"type": "text", "text": "Adding."},
-    {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 12, "b": 7}}]}]
+    {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 12, "b": 7}},
+    {"type": "tool_use", "id": "toolu_2", "name": "sub", "input": {}}]}]
 
 
 def test_tools_and_tool_turns_become_the_chat_endpoints():
@@ -60,7 +61,8 @@ def test_tools_and_tool_turns_become_the_chat_endpoints():
                                                                     "parameters": {"type": "object"}}}]
     assert [m.as_dict() for m in chat.messages[1:]] == [
         {"role": "assistant", "content": "<think>\nAdd them.\n</think>\n\nAdding.", "tool_calls": [
-            {"id": "toolu_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 12, "b": 7}'}}]},
+            {"id": "toolu_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 12, "b": 7}'}},
+            {"id": "toolu_2", "type": "function", "function": {"name": "sub", "arguments": "{}"}}]},
         {"role": "tool", "content": "19", "tool_call_id": "toolu_1"},
         {"role": "tool", "content": "Error: no such\n\ntool", "tool_call_id": "toolu_2"},
         {"role": "user", "content": "Go on."}]
@@ -73,11 +75,11 @@ def test_tool_choice_maps_onto_the_chat_endpoints():
 
     assert chat({"type": "none"}).offered_tools is None
     one = chat({"type": "auto", "disable_parallel_tool_use": True})
-    assert one.offered_tools and one.stop_strings == ("</tool_call>",) and one.grammar is None
+    assert one.offered_tools and one.stop_strings == ("</tool_call>",) and one.build_grammar() is None
     forced = chat({"type": "any"})
-    assert forced.tool_choice == "required" and forced.grammar is not None
+    assert forced.tool_choice == "required" and forced.build_grammar() is not None
     named = chat({"type": "tool", "name": "add"})
-    assert named.tool_choice.function.name == "add" and named.grammar is not None
+    assert named.tool_choice.function.name == "add" and named.build_grammar() is not None
     for wrong, words in (({"type": "tool", "name": "nope"}, "not one of the tools"),
                          ({"type": "any"}, "needs tools")):
         with pytest.raises(APIError) as caught:
@@ -93,11 +95,11 @@ def test_structured_output_is_the_chat_endpoints_json_schema():
                                            "output_config": {"effort": "low",
                                                              "format": {"type": "json_schema", "schema": schema}}})
     chat = chat_body(body)
-    assert chat.response_format.json_schema.schema_ == schema and chat.grammar is not None
+    assert chat.response_format.json_schema.schema_ == schema and chat.build_grammar() is not None
     with pytest.raises(APIError) as caught:
         chat_body(body.model_copy(update={"output_config": body.output_config.model_copy(update={
-            "format": body.output_config.format.model_copy(update={"schema_": {"type": "object", "not": {}}})})}))
-    assert caught.value.status == 400 and "not" in caught.value.message
+            "format": body.output_config.format.model_copy(update={"schema_": {"const": "x" * 20_000}})})}))
+    assert caught.value.status == 400 and "const" in caught.value.message
 
 
 @pytest.mark.parametrize("fields, words", [

@@ -57,6 +57,27 @@ def test_a_leased_model_is_never_taken_out_and_expires_only_when_idle():
     assert models.remove_if_idle(a, lambda: True) and models.loaded() == []
 
 
+def test_a_model_stays_loaded_while_a_reply_on_it_is_being_sent():
+    """keep_alive 0 (issue 63): a stream whose tokens are all made is still being sent; its model neither expires
+    nor is taken out (so /health does not say it is gone) until the reply is sent, or dropped unsent."""
+
+    class Reply:
+        pass
+
+    models = registry()
+    a = served("a", FakeWorker(1), keep_alive=0.0)
+    models.add(a)
+    streaming, unsent = Reply(), Reply()
+    models.sending(a, streaming)
+    models.sending(a, unsent)
+    models.give(a)
+    assert models.expired(time.monotonic() + 10) == [] and not models.remove_if_idle(a, lambda: True)
+    models.sent(a, streaming)
+    del unsent  # a response that never started: nothing will call sent()
+    assert models.expired(time.monotonic() + 10) == [a]
+    assert models.remove_if_idle(a, lambda: True) and models.loaded() == []
+
+
 def test_loaded_models_are_listed_least_recently_used_first():
     models = registry()
     for name in ("a", "b"):

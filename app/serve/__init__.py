@@ -13,7 +13,10 @@ thread (``worker.call``).
 - ``state.py``: what the routes share (the registry, model facts, settings, metrics).
 - ``schemas.py``: request bodies (pydantic, unknown fields forbidden).
 - ``prompts.py``: a request body -> the scheduler's ``Request``.
-- ``tokenizing.py``: chat templates and tokenization on a helper thread.
+- ``tokenizing.py``: chat templates and tokenization off the event loop.
+- ``templates.py``, ``template_worker.py``: chat templates rendered in a worker process, with a deadline.
+- ``grammars.py``: a request's grammar compiled once for its model, off the event loop.
+- ``pairing.py``: the pairing rules of calls and results, the same for the three APIs.
 - ``running.py``: submitting, merging choices' events, cancelling when the client leaves.
 - ``exchange.py``: one request in flight, its metrics and log line.
 - ``choices.py``: a choice's text, reasoning, logprobs and usage as events arrive.

@@ -88,9 +88,6 @@ def response_format(given: OutputFormat) -> ResponseFormat:
 
 def chat_messages(body: MessagesPrompt) -> list[ChatMessage]:
     """The system prompt (when one is left) and the conversation, as the chat endpoint's messages."""
-    if body.messages[-1].role == "assistant":
-        raise APIError(400, "The last message is the assistant's: mlxchat serve does not continue a reply "
-                            "(prefill). End the conversation with a user message.", param="messages")
     system = system_text(body.system)
     first = [ChatMessage(role="system", content=system)] if system is not None else []
     return first + [chat for i, message in enumerate(body.messages) for chat in chat_message(message, i)]

@@ -165,6 +165,8 @@ def run_serve(args: argparse.Namespace) -> int:
                              thinking=True if args.think is None else args.think, stall_seconds=args.stall_timeout,
                              read_timeout=args.read_timeout)
     choice = model_choice(args)
+    from app.serve.templates import TemplateWorker
+    templates = TemplateWorker()  # started first: it gets ready while the model loads
     opened = _open(args, choice, notice=_say)
     world = opened.engine.world
     if world.distributed:
@@ -179,7 +181,7 @@ def run_serve(args: argparse.Namespace) -> int:
     started = ModelEntry(opened.target_name, choice, "started")
     registry = ModelRegistry(Catalog(started, args.models_dir, args.allow_download), max_models=args.max_models,
                              idle_seconds=args.idle_unload)
-    first = _served(started, opened, make_worker, args, settings)
+    first = _served(started, opened, make_worker, args, settings, templates)
     if world.distributed:
         from app.serve.hosting import SingleHost
         host = SingleHost(registry, first)
@@ -187,7 +189,13 @@ def run_serve(args: argparse.Namespace) -> int:
         from app.serve.hosting import ModelHost
 
         def open_model(entry: ModelEntry, budget):
-            return _served(entry, _open(args, entry.choice, kv_budget=budget), make_worker, args, settings)
+            templates = TemplateWorker()
+            try:
+                return _served(entry, _open(args, entry.choice, kv_budget=budget), make_worker, args, settings,
+                               templates)
+            except BaseException:
+                templates.close()
+                raise
         host = ModelHost(registry, open_model)
         host.add(first)
     _serve(ServerState(registry, settings, opened.engine.rank_weight_bytes), host, args)
@@ -205,17 +213,25 @@ def _open(args: argparse.Namespace, choice, notice=None, kv_budget=None):
     return open_engine(choice, kv_config(args), num_draft=args.num_draft, notice=notice, kv_budget=kv_budget)
 
 
-def _served(entry, opened, make_worker: Callable, args: argparse.Namespace, settings: ServeSettings):
-    """What the routes hold of a loaded model (built on the engine thread)."""
+def _served(entry, opened, make_worker: Callable, args: argparse.Namespace, settings: ServeSettings, templates):
+    """What the routes hold of a loaded model (built on the engine thread). Its chat template is tried first
+    (in ``templates``, a ``TemplateWorker``): one that fails a one-message chat fails the load."""
     from app.serve.registry import ServedModel
     from app.serve.session_jobs import SessionJobs
     from app.serve.state import ModelInfo
+    from app.serve.templates import TemplateError
     from app.serve.tokenizing import Tokenizing
+    from mlxcore import ModelLoadError
 
     engine = opened.engine
+    tokens = Tokenizing(engine.tokenizer, templates)
+    try:
+        tokens.templates.probe()
+    except TemplateError as error:
+        raise ModelLoadError(f"its chat template fails a one-message chat: {error}.") from None
     info = ModelInfo.of(engine, entry.id, opened.draft_name)
     info = dataclasses.replace(info, default_params=generation_params(args, info.default_params))
-    return ServedModel(entry, make_worker(engine, args), info, Tokenizing(engine.tokenizer),
+    return ServedModel(entry, make_worker(engine, args), info, tokens,
                        SessionJobs(settings.sessions_root, settings.pinned_sessions))
 
 

@@ -27,7 +27,7 @@ from mlxcore import Request
 CLIENT_GONE = 499  # nginx's status for a client that closed the connection first (nothing is sent)
 
 
-@dataclass
+@dataclass(eq=False)
 class Exchange:
     """See the module docstring."""
 
@@ -49,8 +49,10 @@ class Exchange:
         handles = submit(served.worker, request, n)
         stops = request.params.stop
         choices = [ChoiceState(i, split, stops, tools=tools) for i in range(n)]
-        return cls(ReplyHeader(kind, served.info.id), served, handles, choices, len(request.prompt_ids), user,
-                   clock)
+        exchange = cls(ReplyHeader(kind, served.info.id), served, handles, choices, len(request.prompt_ids), user,
+                       clock)
+        state.models.sending(served, exchange)
+        return exchange
 
     def usage(self) -> dict:
         return usage(self.choices, self.prompt_tokens)
@@ -73,6 +75,7 @@ class Exchange:
 
     def finish(self, state: ServerState, scope_state: dict, outcome: str | None = None) -> None:
         """Record latencies and the log summary; ``outcome`` overrides the finish reasons ("client gone")."""
+        state.models.sent(self.served, self)
         state.metrics.observe_reply(self.clock)
         used = self.usage()
         reasons = outcome or ",".join(str(c.finish_reason) for c in self.choices)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -131,7 +132,8 @@ class ModelHost:
         except (MlxchatError, OSError) as error:
             log.warning("could not load %s: %s", entry.id, error)
             if future.set_running_or_notify_cancel():
-                future.set_exception(APIError(500, f"The model {entry.id!r} could not be loaded: {error}",
+                told = without_paths(str(error), entry)
+                future.set_exception(APIError(500, f"The model {entry.id!r} could not be loaded: {told}",
                                               param="model", code="model_load_failed"))
             return True
         self._adopt(served)
@@ -201,6 +203,23 @@ class ModelHost:
         mx.clear_cache()
         self._unloaded[served.entry.id] = (time.monotonic(), chats)
         log.info("unloaded %s %s (KV freed: %s)", served.entry.id, why, format_bytes(freed))
+
+
+PATH = re.compile(r"(?<![\w.])[~/][^\s'\"(),;]+")
+
+
+def without_paths(text: str, entry: ModelEntry) -> str:
+    """``text`` for a client: the model's folder named by the model's name, other paths of this machine by
+    their last part (the log keeps them whole)."""
+    folders = [str(p) for p in (entry.folder, entry.choice.model) if p and str(p).startswith(("/", "~"))]
+
+    def named(found: re.Match) -> str:
+        path = found.group().rstrip(".:")
+        for folder in folders:
+            if path == folder or path.startswith(folder.rstrip("/") + "/"):
+                return entry.id + path[len(folder.rstrip("/")):] + found.group()[len(path):]
+        return path.rstrip("/").rsplit("/", 1)[-1] + found.group()[len(path):]
+    return PATH.sub(named, text)
 
 
 class SingleHost:

@@ -7,8 +7,8 @@ gave override them, so a client that sends nothing samples as the model card say
 
 from __future__ import annotations
 
-
 from app.serve.errors import APIError
+from app.serve.grammars import request_grammar
 from app.serve.schemas import ChatCompletionRequest, CompletionRequest, Sampling
 from app.serve.state import ModelInfo
 from app.serve.tokenizing import Tokenizing
@@ -91,10 +91,11 @@ async def chat_prompt_ids(body: ChatCompletionRequest, tokens: Tokenizing, model
 
 async def chat_request(body: ChatCompletionRequest, tokens: Tokenizing, model: ModelInfo, *, thinking: bool,
                        system: str | None = None) -> Request:
-    """The scheduler's request for one reply to the conversation (``chat_prompt_ids``)."""
+    """The scheduler's request for one reply to the conversation (``chat_prompt_ids``), its grammar compiled."""
+    grammar = await request_grammar(body, model)
     ids = await chat_prompt_ids(body, tokens, model, thinking=thinking, system=system)
     params = generation_params(body, model.default_params, body.reply_cap)
-    return scheduler_request(body, ids, params, (body.top_logprobs or 0) if body.logprobs else 0, model, body.grammar)
+    return scheduler_request(body, ids, params, (body.top_logprobs or 0) if body.logprobs else 0, model, grammar)
 
 
 async def completion_request(body: CompletionRequest, tokens: Tokenizing, model: ModelInfo) -> Request:

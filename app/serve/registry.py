@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -40,6 +41,9 @@ class ServedModel:
     keep_alive: float | None = None  # seconds without requests before it is unloaded (None: never)
     last_used: float = field(default_factory=time.monotonic)
     leases: int = 0  # requests that named it and are not yet with its worker
+    # Replies still being sent (a stream whose tokens are all made may still be on its way): it is not unloaded
+    # under one. Weak: a reply whose response never started sending goes with its last reference.
+    replies: weakref.WeakSet = field(default_factory=weakref.WeakSet)
 
 
 class ModelRegistry:
@@ -109,6 +113,16 @@ class ModelRegistry:
             served.leases -= 1
             served.last_used = time.monotonic()
 
+    def sending(self, served: ServedModel, reply: object) -> None:
+        """``reply`` (leased still: submitted just now) is being sent: ``served`` stays loaded until ``sent``."""
+        with self._lock:
+            served.replies.add(reply)
+
+    def sent(self, served: ServedModel, reply: object) -> None:
+        with self._lock:
+            served.replies.discard(reply)
+            served.last_used = time.monotonic()  # (its idle time counts from the reply's end)
+
     def loaded(self) -> list[ServedModel]:
         """Least recently used first."""
         with self._lock:
@@ -145,7 +159,7 @@ class ModelRegistry:
         """Take ``served`` out if no request holds it and ``idle()`` (its worker has nothing queued or running,
         asked under the lock so that no request can take it meanwhile)."""
         with self._lock:
-            if served.leases or not idle():
+            if served.leases or served.replies or not idle():
                 return False
             del self._models[served.entry.id]
             self._retired = _sum([self._retired, served.worker.stats()], counted=True)
@@ -158,8 +172,8 @@ class ModelRegistry:
     def expired(self, now: float) -> list[ServedModel]:
         """Loaded models idle longer than their keep-alive (the engine thread confirms they are idle)."""
         with self._lock:
-            return [s for s in self._models.values()
-                    if s.keep_alive is not None and not s.leases and now - s.last_used >= s.keep_alive]
+            return [s for s in self._models.values() if s.keep_alive is not None and not s.leases and
+                    not s.replies and now - s.last_used >= s.keep_alive]
 
 
 def fetch(entry: ModelEntry) -> None:

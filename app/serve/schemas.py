@@ -6,7 +6,9 @@ out-of-range value is a 400 that names it, never silently ignored. Fields that
 OpenAI's API has but that we cannot honour (penalties other than 0, ``echo``)
 are refused by validators, with a sentence that says why. ``response_format``
 JSON modes and a ``tool_choice`` that forces a call become a grammar
-(``mlxcore.grammar``, no MLX): a schema it cannot compile is a 400 here.
+(``mlxcore.grammar``, no MLX): a schema over the limits (``mlxcore.check_schema``:
+a dict walk, no compiling) is a 400 here; the grammar is built and compiled once,
+off the event loop, by ``app.serve.grammars``.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import json
 import re
 from typing import Annotated, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationInfo,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator,
+                      model_validator)
 
+from app.serve.pairing import check_pairing
 from app.serve.settings import duration_seconds
-from mlxcore import CALL_CLOSE, Grammar, json_object, json_schema, thought_reply, tool_call_grammar
+from mlxcore import CALL_CLOSE, Grammar, check_schema, json_object, json_schema, thought_reply, tool_call_grammar
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 1_000  # each stop string: a reply is checked against every one of them after each token
@@ -71,10 +74,13 @@ class ResponseFormat(Strict):
     def _schema_given(self) -> ResponseFormat:
         if (self.type == "json_schema") != (self.json_schema is not None):
             raise ValueError("response_format 'json_schema' needs a json_schema (name, schema), and only it does.")
+        if self.json_schema is not None:
+            check_schema(self.json_schema.schema_)  # limits and constructs, before any compiling
         return self
 
     def grammar(self) -> Grammar | None:
-        """What the reply must match: None for text; ``ValueError`` for a schema that cannot be compiled."""
+        """What the reply must match: None for text; ``ValueError`` for a schema that cannot be compiled
+        (llguidance's work: not on the event loop)."""
         if self.type == "json_object":
             return json_object()
         if self.type == "json_schema":
@@ -274,7 +280,6 @@ class ChatCompletionRequest(Sampling):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None  # false: the reply ends after its first call (docs/tools.md)
-    _grammar: Grammar | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check_chat(self) -> ChatCompletionRequest:
@@ -282,19 +287,45 @@ class ChatCompletionRequest(Sampling):
             raise ValueError("top_logprobs needs logprobs set to true.")
         if self.tool_choice is not None and not self.tools and self.tool_choice != "none":
             raise ValueError("tool_choice needs tools.")
-        self._grammar = self._compiled()  # a schema llguidance cannot compile is a 400 that names the construct
+        check_pairing(self.messages)  # (the three APIs' requests all come through here)
+        if self.forced_call:
+            self._check_forced_call()
         return self
 
-    def _compiled(self) -> Grammar | None:
-        if self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice):
+    def _check_forced_call(self) -> None:
+        """The tool named exists; the schemas of the tools a call may go to keep ``check_schema``'s limits (they
+        become the grammar, as response_format's schema does)."""
+        name = self.tool_choice.function.name if isinstance(self.tool_choice, NamedToolChoice) else None
+        names = [tool.function.name for tool in self.tools or ()]
+        if name is not None and name not in names:
+            raise ValueError(f"tool_choice names {name!r}, which is not one of the tools: {', '.join(names)}.")
+        for tool in self.tools or ():
+            if tool.function.parameters is not None and (name is None or tool.function.name == name):
+                check_schema(tool.function.parameters, f"parameters schema of the tool {tool.function.name!r}")
+
+    @property
+    def forced_call(self) -> bool:
+        return self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice)
+
+    @property
+    def constrained(self) -> bool:
+        """Whether the reply follows a grammar (``build_grammar`` is not None)."""
+        return self.forced_call or (self.response_format is not None and self.response_format.type != "text")
+
+    def build_grammar(self) -> Grammar | None:
+        """What the reply must match after any thinking: a forced tool call, or the response format's JSON;
+        ``ValueError`` naming what cannot be compiled. llguidance's work: off the event loop (``grammars``)."""
+        if self.forced_call:
             name = self.tool_choice.function.name if isinstance(self.tool_choice, NamedToolChoice) else None
             return tool_call_grammar(self.offered_tools, name, parallel=self.parallel_tool_calls is not False)
         return self.response_format.grammar() if self.response_format is not None else None
 
-    @property
-    def grammar(self) -> Grammar | None:
-        """What the reply must match after any thinking: a forced tool call, or the response format's JSON."""
-        return self._grammar
+    def grammar_source(self) -> object:
+        """What the grammar is built from (for the log of a refused one): the schema or the tools."""
+        if self.forced_call:
+            return self.offered_tools
+        return self.response_format.json_schema.schema_ if self.response_format and self.response_format.json_schema \
+            else None
 
     @property
     def offered_tools(self) -> list[dict] | None:

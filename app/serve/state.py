@@ -32,13 +32,15 @@ class ModelInfo:
     draft: str | None = None  # the draft model's name, when decoding speculatively
     created: int = field(default_factory=lambda: int(time.time()))
     rank_weight_bytes: tuple[int, ...] = ()  # each rank's share of the target's weights (one entry per rank)
+    eos_ids: tuple[int, ...] = ()  # the tokens that end a reply (a grammar lets them end it where it is complete)
 
     @classmethod
     def of(cls, engine, model_id: str, draft_id: str | None) -> ModelInfo:
         """Read from an Engine (on any thread: plain attributes only)."""
         return cls(id=model_id, tokenizer=engine.tokenizer, default_params=engine.default_params,
                    vocab_size=int(engine.model.args.vocab_size), context_length=engine.context_length,
-                   draft=draft_id, rank_weight_bytes=engine.rank_weight_bytes)
+                   draft=draft_id, rank_weight_bytes=engine.rank_weight_bytes,
+                   eos_ids=tuple(sorted(engine.eos_ids or getattr(engine.tokenizer, "eos_token_ids", ()))))
 
 
 class ServerState:

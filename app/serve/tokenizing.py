@@ -1,9 +1,11 @@
-"""Chat templates and tokenization, off the event loop when the text is long.
+"""Chat templates and tokenization, off the event loop.
 
-Rendering and encoding a long conversation takes milliseconds (a large body,
-most of a second); on the loop that would stall every stream the server is
-sending, so long texts go to one helper thread (one, so that our side never uses
-the tokenizer from two threads at once). Short ones (most chat turns) are done on
+A chat template is code from the model folder, so it always renders off the
+loop, in a worker process with a deadline (``templates``), waited for on a thread
+of its own. Encoding a long conversation takes milliseconds (a large body, most
+of a second); on the loop that would stall every stream the server is sending, so
+long texts go to one helper thread (one, so that our side never uses the
+tokenizer from two threads at once). Short ones (most chat turns) are done on
 the loop: handing them over costs more than that.
 No MLX here: the tokenizer is the model's Hugging Face tokenizer.
 
@@ -16,11 +18,15 @@ characters than the longest entry of the vocabulary (``fewest_tokens``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache, partial
 
-from mlxcore import render_chat_text
+from app.serve.errors import APIError
+from app.serve.templates import TemplateError, TemplateWorker, WorkerTemplates
+
+log = logging.getLogger("mlxchat.serve")
 
 INLINE_CHARS = 16_384  # texts up to this long are tokenized on the loop
 # Normalizers that only compose: NFC puts at most 4 code points into one character (U+1F82 is a, 3 marks).
@@ -46,9 +52,11 @@ def longest_token_chars(tokenizer) -> int | None:
 class Tokenizing:
     """The model's tokenizer behind ``async`` calls that run on one helper thread."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, templates: TemplateWorker) -> None:
         self.tokenizer = tokenizer
+        self.templates = WorkerTemplates(tokenizer, templates)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer")
+        self._render = ThreadPoolExecutor(max_workers=1, thread_name_prefix="template")  # (one worker process)
         self.token_text = lru_cache(maxsize=65536)(self._token_text)
         self.token_chars = longest_token_chars(tokenizer)  # read once: the vocabulary is a big dict
 
@@ -61,9 +69,16 @@ class Tokenizing:
                         add_generation_prompt: bool = True, tools: Sequence[dict] | None = None) -> str:
         """``messages`` rendered by the model's chat template, ready for the reply (``add_generation_prompt``;
         without it, as a conversation that ends there is cached), ``tools`` offered; ``text_ids`` tokenizes it."""
-        chars = sum(len(m["content"]) for m in messages)
-        return await self._run(chars, render_chat_text, self.tokenizer, messages, enable_thinking=enable_thinking,
-                               add_generation_prompt=add_generation_prompt, tools=tools)
+        render = partial(self.templates.render, messages, enable_thinking, add_generation_prompt, tools)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._render, render)
+        except TemplateError as error:
+            log.warning("the chat template failed: %s", error)  # (one line: no traceback of the model's code)
+            if error.refused:
+                raise APIError(400, f"The model's chat template refused these messages: {error}",
+                               param="messages", code="chat_template_refused") from None
+            raise APIError(500, f"The model's chat template failed: {str(error).rstrip('.')}.",
+                           code="chat_template_failed") from None
 
     def fewest_tokens(self, text: str) -> int:
         """A lower bound on the tokens of ``text``, without tokenizing it (0 when the tokenizer gives none)."""
@@ -79,3 +94,5 @@ class Tokenizing:
 
     def close(self) -> None:
         self._thread.shutdown(wait=False, cancel_futures=True)
+        self._render.shutdown(wait=False, cancel_futures=True)
+        self.templates.worker.close()

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mlxcore.grammar import Grammar
+from mlxcore.grammar import Grammar, short_error
 
 if TYPE_CHECKING:
-    from llguidance import LLTokenizer
+    from llguidance import LLMatcher, LLTokenizer
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 Bits = np.ndarray[tuple[int], np.dtype[np.int32]]  # a row of ``Bitmask.words``: one bit a token
@@ -48,18 +48,35 @@ def _llg_tokenizer(tokenizer: TokenizerWrapper, vocab: int, eos: tuple[int, ...]
     return llguidance.hf.from_tokenizer(inner, n_vocab=vocab, eos_token=list(eos))  # type: ignore[arg-type]
 
 
+def compile_matcher(grammar: Grammar, tokenizer: TokenizerWrapper, vocab: int, eos_ids: Collection[int]) -> LLMatcher:
+    """``grammar``'s ``LLMatcher`` for ``tokenizer``, its first mask computed; ``ValueError`` (a short message,
+    no grammar text or parser state) if llguidance cannot compile it or no reply can match it.
+
+    Compiling drops the GIL (llguidance's note), so a thread can do it beside an event loop.
+    """
+    from llguidance import LLMatcher, LLParserLimits
+
+    text = grammar.for_tokenizer(_token_id(tokenizer, "<tool_call>") is not None)
+    llg = _llg_tokenizer(tokenizer, vocab, tuple(sorted(eos_ids)))
+    matcher = LLMatcher(llg, text, log_level=0, limits=LLParserLimits(verbose_errors=False))
+    if not matcher.is_error():
+        matcher.compute_bitmask()  # where a schema no value matches fails (a $ref to itself, say)
+    if matcher.is_error():
+        raise ValueError(f"This {grammar.source} cannot be used for constrained decoding: "
+                         f"{short_error(matcher.get_error())}")
+    return matcher
+
+
 class Constraint:
     """One reply's matcher, fed the reply's tokens; its phase says whether the grammar applies yet."""
 
-    def __init__(self, grammar: Grammar, tokenizer: TokenizerWrapper, vocab: int, eos_ids: Collection[int], prompt: Sequence[int]) -> None:
-        from llguidance import LLMatcher
-
+    def __init__(self, grammar: Grammar, tokenizer: TokenizerWrapper, vocab: int, eos_ids: Collection[int],
+                 prompt: Sequence[int]) -> None:
         self.grammar, self.vocab, self.eos = grammar, vocab, sorted(eos_ids)
         self._args = (tokenizer, prompt)
-        text = grammar.for_tokenizer(_token_id(tokenizer, "<tool_call>") is not None)
-        self.matcher = LLMatcher(_llg_tokenizer(tokenizer, vocab, tuple(self.eos)), text, log_level=0)
-        if self.matcher.is_error():
-            raise ValueError(f"This {grammar.source} cannot be compiled: {self.matcher.get_error()}")
+        compiled = grammar.compiled  # (compiled by the caller for this tokenizer: each reply a copy of it)
+        self.matcher = compiled.deep_copy() if compiled is not None else compile_matcher(grammar, tokenizer, vocab,
+                                                                                         self.eos)
         self.think, self.close = _token_id(tokenizer, THINK), _token_id(tokenizer, CLOSE)
         self.phase = think_phase(tokenizer, prompt, self.think, self.close)
         self.failed: GrammarError | None = None  # set by the decode loop; the runner ends the reply with it
@@ -78,7 +95,8 @@ class Constraint:
         """Consume ``reply[count:]`` (the reply's tokens are ``reply``); ``GrammarError`` if one is refused."""
         for token in reply[self.count:]:
             if not self.advance(token):
-                raise GrammarError(f"The reply left its {self.grammar.source}: {self.matcher.get_error() or token}")
+                raise GrammarError(f"The reply left its {self.grammar.source}: "
+                                   f"{short_error(self.matcher.get_error()) if self.matcher.is_error() else token}")
 
     def advance(self, token: int) -> bool:
         """Consume one token; False if the grammar refuses it (a draft's guess; nothing changes then)."""
@@ -105,7 +123,8 @@ class Constraint:
         del self.history[-n:]
         matched = sum(m for _, m in undone)
         if matched and not self.matcher.rollback(matched):
-            raise GrammarError(f"The grammar matcher could not roll back {matched} tokens: {self.matcher.get_error()}")
+            raise GrammarError(f"The grammar matcher could not roll back {matched} tokens: "
+                               f"{short_error(self.matcher.get_error())}")
         self.phase = undone[0][0]
 
     def fill(self, bits: Bits) -> None:
@@ -114,7 +133,7 @@ class Constraint:
             bits[:] = -1
             return
         if self.matcher.is_error():
-            raise GrammarError(f"The {self.grammar.source} grammar failed: {self.matcher.get_error()}")
+            raise GrammarError(f"The {self.grammar.source} grammar failed: {short_error(self.matcher.get_error())}")
         self.matcher.unsafe_compute_mask_ptr(bits.ctypes.data, bits.nbytes)
         if self.phase == MAY_THINK and self.think is not None:
             _allow(bits, self.think)
