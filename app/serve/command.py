@@ -63,8 +63,10 @@ def add_serve_parser(commands, epilog: str | None = None) -> None:
                        help="requests decoding at once (default: 8)")
     group.add_argument("--max-waiting", type=int, default=64, metavar="N",
                        help="requests queued before new ones get 429 (default: 64)")
-    group.add_argument("--step-tokens", type=int, default=512, metavar="N",
-                       help="tokens per scheduler step, decode and chunked prefill together (default: 512)")
+    group.add_argument("--step-tokens", type=int, default=None, metavar="N",
+                       help="tokens per scheduler step, decode rows and prompt chunks together: larger reads a "
+                            "joining prompt sooner, smaller keeps running streams' gaps shorter (default: the "
+                            "device's, 512 on a GPU, 256 on the CPU)")
     group.add_argument("--read-timeout", type=positive_seconds, default=READ_SECONDS, metavar="SECONDS",
                        help="a client that takes longer to send a request's line and headers, or pauses this long "
                             f"within its body, is cut (408) (default: {READ_SECONDS:g})")
@@ -90,7 +92,7 @@ def add_serve_parser(commands, epilog: str | None = None) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     for name in ("port", "max_body", "max_running", "max_waiting", "step_tokens", "max_models"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
     if args.port > 65535:
         raise UsageError(f"--port must be at most 65535, not {args.port}")
@@ -98,7 +100,7 @@ def _check(args: argparse.Namespace) -> None:
     for name, most in (("max_running", 1024), ("max_waiting", 100_000)):
         if getattr(args, name) > most:
             raise UsageError(f"--{name.replace('_', '-')} must be at most {most:,}, not {getattr(args, name):,}")
-    if args.step_tokens < args.max_running:  # each running request decodes at least one token a step
+    if args.step_tokens is not None and args.step_tokens < args.max_running:  # each running request decodes at least one token a step
         raise UsageError(f"--step-tokens ({args.step_tokens}) must be at least --max-running ({args.max_running}).")
     if args.api_key is not None and not args.api_key.strip():
         raise UsageError("--api-key must not be empty: an empty key would let any 'Authorization: Bearer' in.")

@@ -59,7 +59,8 @@ class Scheduler:
 
     def __init__(self, policy: Policy, account: BlockAccount, *, step_tokens: int | None = None,
                  max_running: int = 8) -> None:
-        step_tokens = step_tokens or current().step_tokens  # None: the device profile's
+        # None: the device profile's, and a token for every running sequence at least
+        step_tokens = step_tokens or max(current().step_tokens, max_running)
         if step_tokens < max_running:
             raise ValueError(f"step_tokens ({step_tokens}) must be at least max_running ({max_running}).")
         self.policy, self.account = policy, account
