@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 import mlx.nn as nn
 
+from mlxcore import buffer_cache
 from mlxcore.caches import Caches
 from mlxcore.compile_support import compile_works
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.configs import KVConfig
-from mlxcore.device_profile import current
+from mlxcore.device_profile import current, gpu_memory
 from mlxcore.distributed.broadcast import every_rank
 from mlxcore.distributed.kv_shards import KVShards
 from mlxcore.distributed.world import SINGLE, World
@@ -102,6 +103,9 @@ class Engine:
         self.kv_shards = KVShards(world)
         self.rank_weight_bytes = tuple(every_rank(world, weights_bytes(model)))  # each rank's share of the target
         wire_recommended_limit()  # Metal: weights and caches stay resident (a no-op on the CPU)
+        gpu = gpu_memory()
+        buffer_cache.limit(gpu[0] if gpu else None)
+        buffer_cache.clear()  # what loading left there (fused_linear.py frees the unfused q/k/v, gate/up weights)
 
     def warm_up(self) -> None:
         """Compile the decode kernels of both models, the sampler's, and prefill's exp on the CPU, before the
