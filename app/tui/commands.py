@@ -28,7 +28,7 @@ ACTIONS: tuple[ChatAction, ...] = (
     ChatAction("ctrl+l", "edit_last", "Edit last message", "Change your last message and answer it again."),
     ChatAction("ctrl+f", "fork", "Fork chat", "Continue in a copy of this chat; the original stays."),
     ChatAction("f8", "clear", "Clear chat", "Forget this chat's messages (the system prompt stays)."),
-    ChatAction("ctrl+o", "copy_reply", "Copy last reply", "Copy the last reply to the clipboard (OSC 52).", True),
+    ChatAction("ctrl+o", "copy_reply", "Copy last reply", "Copy the last reply to the clipboard (pbcopy, wl-copy or xclip; OSC 52 over SSH).", True),
     ChatAction("ctrl+g", "copy_code", "Copy last code block", "Copy the last code block of the last reply."),
     ChatAction("ctrl+s", "save", "Save", "Save now (chats are also saved after every reply)."),
     ChatAction("f2", "rename", "Rename chat", "Give this chat a title."),
