@@ -23,8 +23,9 @@ from app.flags import in_flags
 if TYPE_CHECKING:
     from sessions import ChatSession
 
-POOL_FULL_HINT = ("Give mlxchat more KV memory with a larger --max-kv (e.g. --max-kv 8GB), start a shorter "
-                  "chat (without --session), or close other programs or chat windows.")
+POOL_FULL_HINT = ("Start a shorter chat (without --session), keep the cache in 8 bits (--kv-bits 8), close other "
+                  "programs or chat windows, or give a larger --max-kv if you set one: without it mlxchat already "
+                  "takes what this machine's memory holds.")
 ASK_WAIT_S = 600  # how long an ask waits for another ask's turn on the same session file
 LONG_PROMPT_TOKENS = 1024  # a prefill this long says so on stderr (it takes a while on a big model)
 

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
     from mlxcore.errors import (MlxchatError as MlxchatError, ModelLoadError as ModelLoadError,
         PromptError as PromptError, SystemPromptTooLongError as SystemPromptTooLongError,
         TokenizerMismatchError as TokenizerMismatchError, UsageError as UsageError)
+    from mlxcore.buffer_cache import release_models as release_models
     from mlxcore.events import (Event as Event, FinalEvent as FinalEvent, GenerationStats as GenerationStats,
         TokenEvent as TokenEvent)
     from mlxcore.fingerprint import WEIGHTS_GLOB as WEIGHTS_GLOB
@@ -96,6 +97,7 @@ _EXPORTS = {
     "MlxchatError": "mlxcore.errors", "ModelLoadError": "mlxcore.errors", "PromptError": "mlxcore.errors",
     "SystemPromptTooLongError": "mlxcore.errors", "TokenizerMismatchError": "mlxcore.errors",
     "UsageError": "mlxcore.errors",
+    "release_models": "mlxcore.buffer_cache",
     "Event": "mlxcore.events", "FinalEvent": "mlxcore.events", "GenerationStats": "mlxcore.events",
     "TokenEvent": "mlxcore.events",
     "WEIGHTS_GLOB": "mlxcore.fingerprint",

@@ -6,8 +6,9 @@ updates nothing touches the cache, so each layer runs as two compiled functions
 (before and after attention) around the cache update and attention. Attention is
 ``decode_attention.attend`` over the cache's segments: a paged cache hands over
 its runs of blocks as views (no copy of the sequence per step); other caches
-their one array. The logits equal the model's own to float rounding (on Metal,
-bit for bit for one segment; tests compare them).
+their one array. The logits equal the model's own to float rounding (tests
+compare them on the CPU; Metal's kernels differ by shape, so there bf16 rounding
+may differ too: docs/internals.md, "What is exact on which device").
 
 Only short inputs run compiled (decode steps, speculative verification): each
 new input length compiles new kernels. Prompts are read as rows of the batched

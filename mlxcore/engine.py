@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 import mlx.nn as nn
 
+from mlxcore import buffer_cache
 from mlxcore.caches import Caches
 from mlxcore.compile_support import compile_works
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.configs import KVConfig
-from mlxcore.device_profile import current
+from mlxcore.device_profile import current, gpu_memory
 from mlxcore.distributed.broadcast import every_rank
 from mlxcore.distributed.kv_shards import KVShards
 from mlxcore.distributed.world import SINGLE, World
@@ -102,6 +103,9 @@ class Engine:
         self.kv_shards = KVShards(world)
         self.rank_weight_bytes = tuple(every_rank(world, weights_bytes(model)))  # each rank's share of the target
         wire_recommended_limit()  # Metal: weights and caches stay resident (a no-op on the CPU)
+        gpu = gpu_memory()
+        buffer_cache.limit(gpu[0] if gpu else None)
+        buffer_cache.clear()  # what loading left there (fused_linear.py frees the unfused q/k/v, gate/up weights)
 
     def warm_up(self) -> None:
         """Compile the decode kernels of both models, the sampler's, and prefill's exp on the CPU, before the
@@ -210,6 +214,14 @@ class Engine:
         return self._kv_budget
 
     @property
+    def more_kv_advice(self) -> str:
+        """How to get more KV room that does not make things worse: a larger max_kv only where one was given;
+        where the machine's memory set the budget, a larger one would push the Mac into swap."""
+        if self.kv.max_kv_bytes or self.kv.max_kv:
+            return "give a larger max_kv"
+        return "use 8-bit KV (kv_bits=8) or a smaller model: this machine's memory holds no more"
+
+    @property
     def prefixes(self) -> HybridPrefixCache | None:
         """A hybrid target's kept caches, for prompts that start as theirs did (``hybrid_prefixes.py``): a
         share of the KV budget. None for another model, or a rotating window (it forgets its start)."""
@@ -294,7 +306,7 @@ class Engine:
             raise PromptError(f"The prompt has {len(prompt_ids)} tokens, more than the model's context of "
                               f'{limit}: shorten it, start a new chat, or use a rotating KV cache (kind="rotating").')
         raise PromptError(f"The KV cache memory is full: the prompt's {len(prompt_ids):,} tokens do not fit in "
-                          f"{self.kv_room()[1]} (max_kv): start a new chat, or give a larger max_kv.")
+                          f"{self.kv_room()[1]} (max_kv): start a new chat, or {self.more_kv_advice}.")
 
     def keep_prefix(self, caches: Caches, prompt_ids: list[int]) -> int:
         """Trim ``caches`` to their longest common prefix with the prompt (at least one token left to

@@ -46,6 +46,7 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     from mlxcore.distributed.startup import join_ranks
     from mlxcore.distributed.world import current_world
     from mlxcore.loading import check_draft_compatible, find_model, load_found
+    from mlxcore.memory_fit import check_fits, weights_before_download
 
     note = ""
     target_ref, draft_ref = choice.model, choice.draft
@@ -55,6 +56,9 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     if choice.no_draft:
         draft_ref = None
     world = current_world()  # several ranks when started by mlx.launch
+    if not world.distributed:  # (split over ranks, a model may be larger than one machine: that is the point)
+        # Before any download: a model that cannot fit this machine is refused in one line with both sizes.
+        check_fits([(ref, weights_before_download(ref)) for ref in (target_ref, draft_ref) if ref])
     target_files = find_model(target_ref, progress=progress)
     draft_files = find_model(draft_ref, progress=progress) if draft_ref else None
     join_ranks(world, target_files, draft_files, kv, num_draft)  # same files and options everywhere, or an error

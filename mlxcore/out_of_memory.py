@@ -8,7 +8,7 @@ import os
 from mlxcore.device_profile import gpu_memory
 
 # How MLX words a failed allocation: Metal's allocator and command buffers, the C++ runtime on the CPU.
-_OOM_TEXTS = ("[metal::malloc]", "attempting to allocate", "insufficient memory", "out of memory",
+_OOM_TEXTS = ("[metal::malloc]", "[malloc] unable to allocate", "attempting to allocate", "insufficient memory", "out of memory",
               "outofmemory", "bad_alloc", "cannot allocate memory")
 
 

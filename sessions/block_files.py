@@ -25,6 +25,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from sessions.disk_sync import sync_to_disk
 from sessions.errors import SessionFileError, SessionSaveError
 from sessions.file_format import fsync_folder, write_error_text
 from sessions.temp_files import temp_path
@@ -125,7 +126,7 @@ class BlockFiles:
             with open(temp, "wb") as out:
                 out.write(data)
                 out.flush()
-                os.fsync(out.fileno())
+                sync_to_disk(out.fileno())
             os.replace(temp, path)
         except OSError as error:
             _remove_quietly(temp)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sessions.disk_sync import sync_to_disk
 from sessions.errors import SessionSaveError
 from sessions.file_format import (cannot_write_text, fsync_folder, open_session_file, read_start, rewrite_whole_header,
                                   write_error_text)
@@ -69,7 +70,7 @@ def write_whole(path: Path, header: bytes, blocks: WholeBlocks) -> FileMark:
             trailer = encode_trailer(record_at, record)
             out.write(record + trailer)
             out.flush()
-            os.fsync(out.fileno())
+            sync_to_disk(out.fileno())
             end = out.tell()
         os.replace(temp, target)
     except OSError as error:
@@ -118,9 +119,9 @@ def _append(fd: int, path: Path, mark: FileMark, header: bytes, blocks: Blocks) 
     trailer = encode_trailer(at, record)
     try:
         _write_at(fd, mark.end, b"".join(new) + record)
-        os.fsync(fd)  # everything the trailer names is down before the trailer
+        sync_to_disk(fd)  # everything the trailer names is down before the trailer
         _write_at(fd, at + len(record), trailer)
-        os.fsync(fd)
+        sync_to_disk(fd)
     except OSError as error:
         _cut_back(fd, mark.end)
         raise SessionSaveError(cannot_write_text(path, error) + " The file still holds its previous save.") \
@@ -152,7 +153,7 @@ def _cut_back(fd: int, end: int) -> None:
     """Drop a failed save's bytes (cutting needs no space); if even that fails, the trailer rule still holds."""
     try:
         os.ftruncate(fd, end)
-        os.fsync(fd)
+        sync_to_disk(fd)
     except OSError:
         pass
 

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
+from sessions.disk_sync import sync_to_disk
 from sessions.errors import SessionFileError, SessionSaveError
 from sessions.file_layout import MAGIC, is_appending, parse_json, read_commit
 from sessions.temp_files import sweep_dead_temps, temp_path
@@ -63,7 +64,7 @@ def write_file(path: Path, header: bytes, payload: Iterable[bytes]) -> None:
                 digest.update(piece)
             out.write(digest.digest())
             out.flush()
-            os.fsync(out.fileno())
+            sync_to_disk(out.fileno())
         os.replace(temp, target)
     except OSError as error:
         raise SessionSaveError(write_error_text(path, error)) from error
@@ -228,7 +229,7 @@ def fsync_folder(folder: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
+        sync_to_disk(fd)
     except OSError:
         pass
     finally:

@@ -98,6 +98,7 @@ def run_forked(action: Callable[[], object], kill_at: tuple[int, str] | None = N
         os.close(read_end)
         kill = _Kill(kill_at)
         file_append.os = _Os(kill)
+        file_append.sync_to_disk = file_append.os.fsync  # (F_FULLFSYNC on macOS: sessions/disk_sync.py)
         file_append.open = lambda *a, **k: _File(open(*a, **k), kill)
         try:
             action()

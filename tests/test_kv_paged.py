@@ -1,4 +1,8 @@
-"""The paged cache against mlx-lm's ``KVCache``: contents, logits, greedy output, sharing, errors."""
+"""The paged cache against mlx-lm's ``KVCache``: contents, logits, greedy output, sharing, errors.
+
+Greedy tokens are compared for equality: on the CPU backend both caches feed the same products the same rows (see
+docs/internals.md, "What is exact on which device"; on Metal a near-tie could flip).
+"""
 
 from __future__ import annotations
 

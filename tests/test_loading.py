@@ -271,3 +271,17 @@ def test_default_pair_without_hub_is_embedded(offline_hub: Path, monkeypatch):
     target, draft, reason = defaults.default_pair()
     assert (target, draft) == ("mini-target", "mini-draft")
     assert "cannot be reached" in reason
+
+
+def test_hub_check_goes_through_the_https_proxy(monkeypatch: pytest.MonkeyPatch):
+    """Behind a proxy the hub's own address may be unreachable: the check connects where requests would go."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as proxy:
+        monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.getsockname()[1]}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        assert defaults.hub_reachable(timeout=5)
+        monkeypatch.delenv("HTTPS_PROXY")
+        assert not defaults.hub_reachable(timeout=1)

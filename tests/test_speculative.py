@@ -1,4 +1,9 @@
-"""Speculative decoding: greedy output equals plain greedy output; caches exact at every stop; p is preserved."""
+"""Speculative decoding: greedy output equals plain greedy output; caches exact at every stop; p is preserved.
+
+Token equality holds here because MLX's CPU backend rounds a product of one row (a plain step) as it rounds the same
+row among k+1 (a verification block); on Metal the kernels differ by shape (docs/internals.md, "What is exact on which
+device").
+"""
 
 import mlxcore  # noqa: F401
 import mlx.core as mx

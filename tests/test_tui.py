@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
+from textual.app import App
 from textual.widgets import Markdown
 
 from app.engine_host.protocol import Chunk
@@ -173,7 +175,7 @@ def test_settings_change_max_tokens():
         app = make_app(ignore_eos=True)
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
-            await pilot.press("f10")
+            await pilot.press("ctrl+y")  # (F10 on a Mac laptop needs fn)
             await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen)
                            and bool(app.screen.query("#set-max_tokens")), what="the settings")
             field = app.screen.query_one("#set-max_tokens")
@@ -205,18 +207,46 @@ def test_corrupted_session_file_shows_a_dialog(tmp_path):
     assert len(messages) == 2
 
 
-def test_copy_last_reply_and_code_block():
+@pytest.mark.parametrize("ssh", [False, True], ids=["pbcopy", "over-ssh"])
+def test_copy_last_reply_and_code_block(ssh: bool, tmp_path, monkeypatch):
+    """On a Mac (a fake pbcopy on PATH), Ctrl+O puts the reply in pbcopy and says so; over SSH it goes to the
+    terminal by OSC 52 (pbcopy would fill the remote Mac's clipboard), and the notice says which."""
+    from app.tui import clipboard
+
+    pasted = tmp_path / "pasted"
+    (tmp_path / "pbcopy").write_text(f"#!/bin/sh\n{{ cat; echo '|'; }} >> {pasted}\n")
+    (tmp_path / "pbcopy").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(clipboard, "PLATFORM", "darwin")
+    for name in ("SSH_TTY", "SSH_CONNECTION", "SSH_CLIENT"):
+        monkeypatch.delenv(name, raising=False)
+    if ssh:
+        monkeypatch.setenv("SSH_CONNECTION", "127.0.0.1 50000 127.0.0.1 22")
+    osc52: list[str] = []
+    monkeypatch.setattr(App, "copy_to_clipboard", lambda self, text: osc52.append(text))
+
     async def scenario():
         app = make_app()
+        notices: list[str] = []
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot, app)
             await send(pilot, app, QUESTION)
+            app.notify = lambda message, **_: notices.append(message)
             await pilot.press("ctrl+o")
             copied = app.clipboard
             app.query(MessageView).first().focus()
             await pilot.press("c")  # on a message: copies it
             await pilot.pause()
-            return copied, app.state.messages[-1][1], app.clipboard
-    copied, reply, message = asyncio.run(scenario())
-    assert copied == split_reply(reply)[1].strip()
+            return copied, app.state.messages[-1][1], app.clipboard, notices
+    copied, reply, message, notices = asyncio.run(scenario())
+    answer = split_reply(reply)[1].strip()
+    assert copied == answer
     assert message == QUESTION
+    if ssh:
+        assert osc52 == [answer, QUESTION] and not pasted.exists()
+        assert "by OSC 52" in notices[0] and not notices[0].startswith("Copied")
+    else:
+        assert osc52 == [] and pasted.read_text() == f"{answer}|\n{QUESTION}|\n"  # the reply, then the message
+        assert notices[0] == f"Copied the last reply ({len(answer)} characters) with pbcopy."
+
+

@@ -2,7 +2,8 @@
 
 "Cold" is a new standard-cache engine on the same model (for a quantized cache, a
 new paged one with the same bits), fed the same prompt ids with nothing cached;
-greedy, so a speculative warm turn must match it token for token. The prompt ids
+greedy, so a speculative warm turn must match it token for token (exact on the CPU backend, where a block of
+rows rounds as each row alone; docs/internals.md, "What is exact on which device"). The prompt ids
 must also spell the conversation exactly as the chat template renders it (they
 may keep the model's own tokens for its earlier replies: mlxcore/held_tokens.py).
 """

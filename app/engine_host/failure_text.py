@@ -45,12 +45,12 @@ _HINTS = {
     Code.OVERLOADED: "Start a new chat (ctrl+n) or let the chats answering in the background end, or restart "
                      "mlxchat with a larger --max-kv (e.g. --max-kv 8GB).",
     Code.PROMPT: "Start a new chat (ctrl+n) or shorten the message.",
-    Code.SYSTEM_PROMPT_TOO_LONG: "Shorten the system prompt in the settings (f10), or restart mlxchat with a "
+    Code.SYSTEM_PROMPT_TOO_LONG: "Shorten the system prompt in the settings (ctrl+y, f10), or restart mlxchat with a "
                                  "larger --max-kv.",
     Code.SIDE_BY_SIDE: "Send it with Enter for one reply, or restart mlxchat with --kv paged (the default).",
 }
 _FATAL_HINT = "Quit, then check the --model/--draft names (mlxchat --help), or run without --model to use the default."
-_SWITCH_HINT = "The previous model is still loaded: switch model again (f5) with another name."
+_SWITCH_HINT = "The previous model is still loaded: switch model again (f5, alt+m) with another name."
 _OPEN_HINT = "A new chat was opened instead. Pick another chat in the sidebar (ctrl+b), or delete this one there."
 
 

@@ -37,10 +37,12 @@ class ModelHolder:
         """Load the models ``command`` names (downloading them if need be, with progress); the ones in use stay
         until ``use``."""
         from mlxcore import KVConfig, ModelChoice, open_engine
+        from mlxcore import release_models
 
         kv = KVConfig(kind=command.kv, max_kv=command.max_kv, block_size=command.block_size,
                       max_kv_bytes=command.max_kv_bytes, kv_bits=command.kv_bits)
         choice = ModelChoice(model=command.model, draft=command.draft, no_draft=command.no_draft)
+        release_models()  # what the model in use left cached goes back before the new one's weights arrive
         return open_engine(choice, kv, progress=DownloadProgress(self.send).report, num_draft=command.num_draft,
                            notice=lambda text: self.send(p.Notice(text[0].upper() + text[1:])))
 

@@ -46,6 +46,8 @@ class Opening:
                           opened.engine.batches))
         if self.chats.on_screen is not None:
             self._switched(self.chats.on_screen)
+            from mlxcore import release_models
+            release_models()  # the old model's weights and caches, now unreferenced, and the buffers they leave
             return
         try:  # a session that cannot be opened leaves a new chat behind, and a dialog that says why
             if command.session_file:

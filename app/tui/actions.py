@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from textual.app import App
+
 from app.options import model_catalog
 from app.engine_host import protocol as p
+from app.tui.clipboard import Copied, copy_notice, copy_text
 from app.tui.host import ChatHost
 from app.tui.screens.dialogs import ConfirmDialog, TextDialog
 from app.tui.screens.help import HelpScreen
@@ -218,8 +221,16 @@ class ChatActions(ChatHost):
         if not text:
             self.notify(f"Nothing to copy: there is no {what.removeprefix('the ')} yet.", severity="warning")
             return
-        self.copy_to_clipboard(text)  # OSC 52: works over SSH in terminals that allow it
-        self.notify(f"Copied {what} ({len(text)} characters).")
+        line, warning = copy_notice(self._copy_text(text), what, len(text))
+        self.notify(line, severity="warning" if warning else "information")
+
+    def copy_to_clipboard(self, text: str) -> None:
+        """Textual's copy (a selection's Ctrl+C too): the platform's clipboard command, OSC 52 over SSH."""
+        self._copy_text(text)
+
+    def _copy_text(self, text: str) -> Copied:
+        self._clipboard = text  # Textual's own paste buffer
+        return copy_text(text, lambda osc52_text: App.copy_to_clipboard(self, osc52_text))
 
     # sidebar ------------------------------------------------------------------------------------
 

@@ -26,11 +26,11 @@ class EngineRecovery(ChatHost):
         self.turn = 0
         saved = self._salvage()
         self.collector.release()
-        self.status.show_note("The engine stopped: f9 restarts it, ctrl+q quits")
+        self.status.show_note("The engine stopped: f9 or alt+s restarts it, ctrl+q quits")
         message = (f"The model process ended unexpectedly ({_exit_text(event.exit_code)}). Its log is "
                    f"{event.log_path}.\n\n{saved}")
         self.push_screen(ChoiceDialog("The engine stopped", message,
-                                      [("restart", "Restart the engine (f9)"), ("quit", "Quit"), ("close", "Close")]),
+                                      [("restart", "Restart the engine (f9, alt+s)"), ("quit", "Quit"), ("close", "Close")]),
                          self._engine_gone_closed)
 
     def _salvage(self) -> str:
@@ -82,7 +82,7 @@ class EngineRecovery(ChatHost):
     def _engine_running(self) -> bool:
         """False (and says what to do) while the engine is down."""
         if self.engine_down:
-            self.notify("The engine stopped: press f9 to restart it.", severity="warning")
+            self.notify("The engine stopped: press f9 or alt+s to restart it.", severity="warning")
         return not self.engine_down
 
 

@@ -99,7 +99,7 @@ class TurnView(ChatHost):
             self.notify("Type a message first: f7 answers it with several replies side by side.", severity="warning")
             return
         if self.state.params.get("temperature") == 0:
-            self.notify("At temperature 0 the replies are all the same: raise it in the settings (f10).",
+            self.notify("At temperature 0 the replies are all the same: raise it in the settings (ctrl+y, f10).",
                         severity="warning")
         text = self.prompt.take()
         if text is None:

@@ -53,6 +53,7 @@ from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.params import GenerationParams
+from mlxcore.buffer_cache import Clearing
 from mlxcore.prefill import prefill
 from mlxcore.reply_text import ReplyText
 
@@ -91,6 +92,7 @@ class BatchRunner:
         # sequence); a hybrid model's, through its own layers, by ``prefill()``.
         self.feeds_prompts = engine.target_forward.split and not engine.hybrid
         self._cancelled: set[str] = set()
+        self.clearing = Clearing()  # MLX's buffer cache, cleared as mlx-lm does (buffer_cache.py)
         self.stall_seconds = stall_seconds  # a reply whose reader read nothing for this long is cancelled
         self.max_unread: int | None = MAX_UNREAD  # None: never paused for its reader
 
@@ -264,6 +266,7 @@ class BatchRunner:
         self._read_chunks()
         if not self.scheduler.running:
             self.decoder.release()  # the batch's mirror of the pool (batch_mirror.py) goes back to the budget
+        self.clearing.after_step(bool(plan.prefill) or bool(work), idle=not self.scheduler.running)
         seconds = decision_clock.now() - start
         self.tally.step(len(plan.decode), decoded, seconds)
         if decoded:

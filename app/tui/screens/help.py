@@ -8,17 +8,17 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
-from app.tui.commands import ACTIONS, OTHER_KEYS
+from app.tui.commands import ACTIONS, OTHER_KEYS, key_label
 
 
 def _keys(key: str) -> str:
-    return ", ".join(k.replace("ctrl+underscore", "ctrl+_") for k in key.split(","))
+    return ", ".join(key_label(k).lower() for k in key.split(","))
 
 
 class HelpScreen(ModalScreen[None]):
-    """Lists the keys; any of Escape, F1 or q closes it."""
+    """Lists the keys; any of Escape, Ctrl+\\, F1 or q closes it."""
 
-    BINDINGS = [Binding("escape,f1,q", "dismiss(None)", "Close")]
+    BINDINGS = [Binding("escape,ctrl+backslash,f1,q", "dismiss(None)", "Close")]
 
     def __init__(self) -> None:
         super().__init__(classes="dialog")
@@ -27,7 +27,8 @@ class HelpScreen(ModalScreen[None]):
         with Vertical(classes="dialog-box -wide", id="help"):
             yield Label("mlxchat keys", classes="dialog-title")
             yield DataTable(id="help-keys", cursor_type="none", zebra_stripes=True)
-            yield Static("All actions are also in the command palette (ctrl+p). Esc closes this.",
+            yield Static("All actions are also in the command palette (ctrl+p). On a Mac laptop hold fn for F-keys; "
+                         "Alt is Option where the terminal sends it as Meta. Esc closes this.",
                          classes="dialog-hint")
 
     def on_mount(self) -> None:
