@@ -266,7 +266,7 @@ class BatchRunner:
         self._read_chunks()
         if not self.scheduler.running:
             self.decoder.release()  # the batch's mirror of the pool (batch_mirror.py) goes back to the budget
-        self.clearing.after_step(bool(plan.prefill) or bool(work), idle=not self.scheduler.running)
+        self.clearing.after_step(bool(plan.prefill), idle=not self.scheduler.running)
         seconds = decision_clock.now() - start
         self.tally.step(len(plan.decode), decoded, seconds)
         if decoded:
