@@ -55,7 +55,7 @@ class ToolTurns(ChatHost):
         failed = [server for server in self.mcp_servers if server.error]
         for server in failed:
             self.notify(printable(f"MCP server {server.server}: {server.error}", limit=None), title="MCP",
-                        severity="warning", timeout=FAILED_NOTE_S)
+                        severity="warning", timeout=FAILED_NOTE_S, markup=False)  # "[Errno 2]" is no markup
         # kept on the main screen (the status line) after the note goes, until the window closes
         self.status.warning = printable("MCP server " + ", ".join(s.server for s in failed) + " did not start (f4)",
                                         limit=None) if failed else ""
@@ -79,7 +79,7 @@ class ToolTurns(ChatHost):
             self._offer_tools()
             self.notify(printable("Tools offered from the next reply on: " + (", ".join(sorted(
                 tool.name for server in self.mcp_servers for tool in server.tools if tool.name not in switched_off))
-                or "none") + ".", limit=None), title="MCP")
+                or "none") + ".", limit=None), title="MCP", markup=False)
 
     # a reply's calls --------------------------------------------------------------------------
 
@@ -112,7 +112,8 @@ class ToolTurns(ChatHost):
         try:
             remember_always_allowed(self.mcp_config, server, name)
         except McpConfigError as error:
-            self.notify(printable(f"{error} (allowed in this window only)", limit=None), title="MCP", severity="warning")
+            self.notify(printable(f"{error} (allowed in this window only)", limit=None), title="MCP", severity="warning",
+                        markup=False)
 
     async def _answer_call(self, call: p.ToolCall) -> str:
         """The result the model reads for ``call``: asked first, then run (or refused, or an error)."""

@@ -40,7 +40,7 @@ class StatusLine(Static):
     """Shows the engine state, and its figures unless ``SHOW_FIGURES`` is off."""
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("Starting…", id=id)
+        super().__init__("Starting…", id=id, markup=False)  # model, server and tool names are no markup
         self.model = ""
         self.warning = ""  # what stays said while idle (an MCP server that did not start)
         self.stats: Mapping[str, object] = {}
