@@ -16,6 +16,7 @@ from sessions.batched_turn import Alternatives, BatchedTurn
 from sessions.messages import Message
 from sessions.reply import Reply
 from sessions.titles import shown_title
+from sessions.tool_fit import fitted_results
 from sessions.tools import Toolbox, ToolSpec
 
 if TYPE_CHECKING:
@@ -156,14 +157,23 @@ class ChatSession:
         return reply
 
     def add_tool_results(self, results: Sequence[str]) -> list[Message]:
-        """One ``tool`` message per result after the last reply, which made as many calls; the history before."""
+        """One ``tool`` message per result after the last reply, which made as many calls, each cut to fit the
+        context (``sessions.tool_fit``); the history the turn goes back to if it is refused: with the results,
+        so that the history never keeps a call without its result."""
         reply = self.last_reply()
         calls = len(reply.tool_calls) if reply is not None else 0
         if calls == 0 or calls != len(results):
             raise PromptError(f"The last reply made {calls} tool call(s); {len(results)} result(s) came back.")
         before = list(self.messages)
-        self.messages += [Message("tool", result) for result in results]
-        return before
+
+        def prompt_tokens(kept: list[str]) -> int:
+            self.messages = before + [Message("tool", result) for result in kept]
+            return len(self._prompt()[0])
+        fitted = fitted_results(results, self.engine.token_limit(), prompt_tokens,
+                                lambda text: list(self.tokenizer.encode(text, add_special_tokens=False)),
+                                lambda ids: str(self.tokenizer.decode(ids)))
+        self.messages = before + [Message("tool", result) for result in fitted]
+        return list(self.messages)
 
     def stream_tool_results(self, results: Sequence[str]) -> Iterator[str]:
         """Add the results of the last reply's calls (``add_tool_results``) and stream the model's next reply."""

@@ -84,7 +84,9 @@ def write_whole(path: Path, header: bytes, blocks: WholeBlocks) -> FileMark:
 
 def append_save(path: Path, mark: FileMark, header: bytes, blocks: Blocks) -> FileMark | None:
     """Append one save to the file ``mark`` describes; None when the file is no longer as ``mark`` says
-    (replaced, or changed by someone else): the caller writes it whole instead."""
+    (replaced, or changed by someone else): the caller writes it whole instead. Temporaries that killed whole
+    writes left beside it go too: a chat that only appends would otherwise keep them for good."""
+    sweep_dead_temps(Path(mark.path).parent, also=Path(mark.path).name)
     try:
         fd = os.open(mark.path, os.O_RDWR)
     except OSError:

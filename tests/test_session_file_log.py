@@ -380,3 +380,26 @@ def test_a_file_with_dead_space_and_its_compact_copy_open_alike(tmp_path):
     assert 0.2 < row["dead_share"] < COMPACT_AT and row["compact_bytes"] < row["dead_bytes"] and row["value"] > 0
     restore = measure_appended_restore(tiny_engine("paged", draft=False), 1, tmp_path / "a.mlxchat", min_tokens=1500)
     assert restore["saves"] > 1 and restore["value"] > 0  # a timing: the bench judges it, not a test
+
+
+def test_an_appending_save_sweeps_what_a_killed_compaction_left(tmp_path):
+    """A compaction killed before its rename leaves ``.NAME.PID.tmp``; before, only the next whole write swept it,
+    and a chat that only appends after that kept it for good."""
+    from sessions.temp_files import QUIET_SECONDS
+    session, path = new_session(), tmp_path / "chat.mlxchat"
+    session.send(STEPS[0])
+    session.save(path)
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)  # a pid no process has now: the writer was killed
+    orphan = path.with_name(f".{path.name}.{dead}.tmp")
+    orphan.write_bytes(b"half a compaction")
+    old = orphan.stat().st_mtime - QUIET_SECONDS - 5
+    os.utime(orphan, (old, old))
+    mark = session.saved_files[os.path.realpath(path)]
+    session.send("And the pears?")
+    session.save(path)
+    assert session.saved_files[os.path.realpath(path)].end > mark.end, "the save appended"
+    assert session.saved_files[os.path.realpath(path)].inode == mark.inode, "the file was not rewritten"
+    assert not orphan.exists(), "the orphan was swept"

@@ -172,3 +172,23 @@ def test_the_turn_after_a_tool_call_reuses_the_whole_conversation_from_the_cache
     result_turn = ("<|im_end|>\n<|im_start|>user\n<tool_response>\n19\n</tool_response><|im_end|>\n"
                    "<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert stats.prompt_tokens - stats.reused_tokens <= len(engine.tokenizer.encode(result_turn))
+
+
+def test_a_result_too_large_for_the_context_is_cut_with_a_note_and_a_small_one_is_kept_whole(engine):
+    from sessions.messages import Message
+    chat = session(engine)
+    limit = engine.token_limit()
+    chat.messages += [Message("user", "Add them."), Message("assistant", '<tool_call>\n{"name": "add", '
+                                                         '"arguments": {"a": 1, "b": 2}}\n</tool_call>')]
+    chat.add_tool_results([""])
+    base = len(chat.prompt_ids())  # the conversation with an empty result
+    chat.messages.pop()
+    huge = "apples and pears " * 60_000  # about a megabyte
+    chat.add_tool_results([huge])
+    kept = chat.messages[-1].content
+    text, note = kept.rsplit("\n[cut: ", 1)
+    assert huge.startswith(text) and note == f"{len(huge) - len(text)} characters]"
+    assert len(chat.prompt_ids()) <= base + (limit - base) // 2, "half of the free context at most"
+    chat.messages[-1:] = []
+    chat.add_tool_results(["3"])
+    assert chat.messages[-1] == Message("tool", "3")

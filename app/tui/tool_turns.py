@@ -20,11 +20,13 @@ from app.tui.host import ChatHost
 from app.tui.screens.mcp_tools import McpToolsScreen
 from app.mcp.config import McpConfigError, remember_always_allowed
 from app.tui.screens.tool_approval import ALWAYS, DENY, ToolApproval
+from sessions import printable
 
 if TYPE_CHECKING:
     from app.mcp.hub import McpHub, ServerTools
 
 MAX_TOOL_ROUNDS = 8
+FAILED_NOTE_S = 30.0  # seconds a server's failure to start stays in a note
 
 
 def denied(name: str) -> str:
@@ -50,9 +52,15 @@ class ToolTurns(ChatHost):
 
     async def _connect_mcp(self, hub: McpHub) -> None:
         self.mcp_servers = await asyncio.wrap_future(hub.start())
-        for server in self.mcp_servers:
-            if server.error:
-                self.notify(f"MCP server {server.server}: {server.error}", title="MCP", severity="warning")
+        failed = [server for server in self.mcp_servers if server.error]
+        for server in failed:
+            self.notify(printable(f"MCP server {server.server}: {server.error}", limit=None), title="MCP",
+                        severity="warning", timeout=FAILED_NOTE_S, markup=False)  # "[Errno 2]" is no markup
+        # kept on the main screen (the status line) after the note goes, until the window closes
+        self.status.warning = printable("MCP server " + ", ".join(s.server for s in failed) + " did not start (f4)",
+                                        limit=None) if failed else ""
+        if self.ready and not self.generating:
+            self.status.show_idle()
         self._offer_tools()
         self.tools_ready = True
 
@@ -69,9 +77,9 @@ class ToolTurns(ChatHost):
         if switched_off is not None and switched_off != self.switched_off:
             self.switched_off = switched_off
             self._offer_tools()
-            self.notify("Tools offered from the next reply on: " + (", ".join(sorted(
+            self.notify(printable("Tools offered from the next reply on: " + (", ".join(sorted(
                 tool.name for server in self.mcp_servers for tool in server.tools if tool.name not in switched_off))
-                or "none") + ".", title="MCP")
+                or "none") + ".", limit=None), title="MCP", markup=False)
 
     # a reply's calls --------------------------------------------------------------------------
 
@@ -104,7 +112,8 @@ class ToolTurns(ChatHost):
         try:
             remember_always_allowed(self.mcp_config, server, name)
         except McpConfigError as error:
-            self.notify(f"{error} (allowed in this window only)", title="MCP", severity="warning")
+            self.notify(printable(f"{error} (allowed in this window only)", limit=None), title="MCP", severity="warning",
+                        markup=False)
 
     async def _answer_call(self, call: p.ToolCall) -> str:
         """The result the model reads for ``call``: asked first, then run (or refused, or an error)."""
@@ -124,5 +133,5 @@ class ToolTurns(ChatHost):
                 return denied(call.name)
             if answer == ALWAYS:
                 self._always_allow(tool.server, tool.remote_name)
-        self.status.show_note(f"{self.status.model} · running {call.name}…")
+        self.status.show_note(f"{self.status.model} · running {printable(call.name)}…")
         return await asyncio.wrap_future(hub.call(call.name, arguments))

@@ -12,6 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
+from sessions import printable
+
 if TYPE_CHECKING:
     from app.mcp.hub import McpTool
 
@@ -34,8 +36,8 @@ class McpToolsScreen(ModalScreen[frozenset[str]]):
             if not self.servers:
                 yield Static(self._none_text(), classes="dialog-message", markup=False)
             for server in self.servers:
-                state = f"error: {server.error}" if server.error else f"{len(server.tools)} tools"
-                yield Static(f"{server.server} ({server.transport}): {state}", classes="dialog-message",
+                state = f"error: {printable(server.error, limit=None)}" if server.error else f"{len(server.tools)} tools"
+                yield Static(f"{printable(server.server)} ({server.transport}): {state}", classes="dialog-message",
                              markup=False)
             tools = [tool for server in self.servers for tool in server.tools]
             if tools:
@@ -48,7 +50,7 @@ class McpToolsScreen(ModalScreen[frozenset[str]]):
         if self.config is None:
             return ("No MCP config: start mlxchat with --mcp-config FILE, or write ~/.config/mlxchat/mcp.json "
                     "(see docs/tools.md).")
-        return f"{self.config} names no MCP server, or they are still starting."
+        return f"{printable(self.config, limit=None)} names no MCP server, or they are still starting."
 
     def on_mount(self) -> None:
         lists = self.query(SelectionList)
@@ -70,4 +72,4 @@ def _line(tool: McpTool) -> str:
     description = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
     if len(description) > DESCRIPTION_SHOWN:
         description = description[:DESCRIPTION_SHOWN - 1] + "…"
-    return f"{tool.name} ({tool.server})" + (f": {description}" if description else "")
+    return printable(f"{tool.name} ({tool.server})" + (f": {description}" if description else ""), limit=None)

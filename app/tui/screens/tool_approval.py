@@ -1,4 +1,7 @@
-"""Asks before a tool runs: the call's name, where it runs and its arguments; allow once, always, or deny."""
+"""Asks before a tool runs: the call's name, where it runs and its arguments; allow once, always, or deny.
+
+Everything shown comes from an MCP server or the model: ``printable`` escapes what a terminal would act on.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
 from app.tui.tool_text import pretty_arguments
+from sessions import printable
 
 ONCE, ALWAYS, DENY = "once", "always", "deny"
 
@@ -25,15 +29,15 @@ class ToolApproval(ModalScreen[str]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog-box -wide", id="tool-approval"):
-            yield Label(f"The model wants to run {self.tool_name} ({self.server})", classes="dialog-title",
+            yield Label(f"The model wants to run {printable(self.tool_name)} ({printable(self.server)})", classes="dialog-title",
                         markup=False)
             if self.description:
-                yield Static(self.description, classes="dialog-hint", markup=False)
+                yield Static(printable(self.description, limit=None, keep="\n"), classes="dialog-hint", markup=False)
             with VerticalScroll(id="tool-arguments"):
-                yield Static(pretty_arguments(self.arguments), markup=False)
+                yield Static(printable(pretty_arguments(self.arguments), limit=None, keep="\n"), markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Deny (d)", id=DENY, variant="error")
-                yield Button(f"Always allow {self.tool_name} (y)", id=ALWAYS)
+                yield Button(f"Always allow {printable(self.tool_name)} (y)", id=ALWAYS)
                 yield Button("Allow once (a)", id=ONCE, variant="primary")
 
     def on_mount(self) -> None:

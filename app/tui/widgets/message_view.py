@@ -19,6 +19,7 @@ from app.tui.text_parts import code_blocks, split_reply, word_count
 from app.tui.tool_text import call_title, pretty_arguments, shown_calls
 from app.tui.widgets.steady_collapsible import SteadyCollapsible
 from app.tui.widgets.steady_markdown import SteadyMarkdown
+from sessions import printable
 
 TITLE_SECONDS = 1.0  # a live "Thinking… N words" title changes at most this often
 
@@ -71,10 +72,11 @@ class MessageView(Vertical, can_focus=True):
     def _tool_block(self) -> SteadyCollapsible:
         """The result, folded under the call it answers (name, arguments, result)."""
         name, arguments = self.call or ("tool", "{}")
-        body = Static(f"Arguments:\n{pretty_arguments(arguments)}\n\nResult:\n{self.answer}", markup=False,
-                      classes="tool-text")
-        return SteadyCollapsible(body, title=call_title(name, arguments, self.answer), collapsed=True,
-                                 classes="tool-call")
+        # the server's text and the model's arguments, escaped: a terminal would act on control characters
+        body = Static(printable(f"Arguments:\n{pretty_arguments(arguments)}\n\nResult:\n{self.answer}", limit=None,
+                                keep="\n\t"), markup=False, classes="tool-text")
+        return SteadyCollapsible(body, title=printable(call_title(name, arguments, self.answer), limit=None),
+                                 collapsed=True, classes="tool-call")
 
     @property
     def content(self) -> str:

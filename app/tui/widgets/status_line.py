@@ -40,8 +40,9 @@ class StatusLine(Static):
     """Shows the engine state, and its figures unless ``SHOW_FIGURES`` is off."""
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("Starting…", id=id)
+        super().__init__("Starting…", id=id, markup=False)  # model, server and tool names are no markup
         self.model = ""
+        self.warning = ""  # what stays said while idle (an MCP server that did not start)
         self.stats: Mapping[str, object] = {}
         self._started = 0.0
         self._tokens = 0
@@ -83,4 +84,4 @@ class StatusLine(Static):
                  "cut while thinking": "cut off while thinking: no answer (raise max tokens, f10)"}.get(reason, "")
         figures = stats_text(self.stats) if self.stats and SHOW_FIGURES else ""
         lead = "" if figures else self.model  # the header names the model; the figures need the room
-        self.update(" · ".join(x for x in (lead, label, figures) if x) or "Ready")
+        self.update(" · ".join(x for x in (lead, label, self.warning, figures) if x) or "Ready")
