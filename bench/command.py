@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from bench.groups import DEFAULT_ROWS, expected_seconds
+from bench.machine import machine_info
 from bench.runner import ROWS, BenchSetup, Row, format_row, run_rows
 from mlxcore.errors import UsageError
 
@@ -63,21 +65,50 @@ def all_rows() -> dict[str, tuple[str, Row]]:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    """Run the chosen rows, print each as it ends and rewrite ``--json`` after each; 1 if a row failed."""
     if args.runs < 1:
         raise UsageError("--runs must be at least 1")
     rows = all_rows()
-    only = [name.strip() for value in args.only or [] for name in value.split(",") if name.strip()] or None
-    unknown = [name for name in only or [] if name not in rows]
-    if unknown:  # checked before the header, so a typo costs nothing
-        raise UsageError(f"unknown bench row(s) {', '.join(unknown)}; rows: {', '.join(rows)}")
+    names = _chosen(args, rows)
     setup = BenchSetup(model=args.model or BenchSetup.model, draft=args.draft or BenchSetup.draft, runs=args.runs)
+    report = {"machine": machine_info(), "setup": setup.__dict__ | {"command": " ".join(sys.argv[1:])}, "rows": {}}
+    minutes = max(1.0, expected_seconds(names, setup.runs) / 60)
+    print(f"{len(names)} rows, about {minutes:.0f} minutes on a 2-core x86 Linux host (an M-series Mac: about "
+          f"a third of that); each row is printed as it ends", file=sys.stderr, flush=True)
     print(f"{'row':<24} {'value':>8}   what", flush=True)
-    try:
-        report = run_rows(only, setup, lambda name, r: print(format_row(name, rows[name][0], r), flush=True),
-                          rows=rows)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+
+    def ended(name: str, result: dict) -> None:
+        report["rows"][name] = result
+        print(format_row(name, rows[name][0], result), flush=True)
+        if args.json:
+            _write(Path(args.json), report)
+        done = len(report["rows"])
+        if done < len(names):
+            print(f"[{done}/{len(names)}] next: {names[done]}", file=sys.stderr, flush=True)
+
+    print(f"[0/{len(names)}] next: {names[0]}", file=sys.stderr, flush=True)
+    run_rows(names, setup, ended, rows=rows)
+    failed = [name for name, result in report["rows"].items() if "error" in result]
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
         print(f"written to {args.json}", file=sys.stderr)
-    return 0
+    if failed:
+        print(f"mlxchat: {len(failed)} of {len(names)} rows failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _chosen(args: argparse.Namespace, rows: dict[str, tuple[str, Row]]) -> list[str]:
+    """The rows to run: --only's, all with --all, else the default group; a typo is told before anything runs."""
+    only = [name.strip() for value in args.only or [] for name in value.split(",") if name.strip()]
+    unknown = [name for name in only if name not in rows]
+    if unknown:
+        raise UsageError(f"unknown bench row(s) {', '.join(unknown)}; rows: {', '.join(rows)}")
+    if only and args.all:
+        raise UsageError("give --only ROW or --all, not both")
+    return only or (list(rows) if args.all else list(DEFAULT_ROWS))
+
+
+def _write(path: Path, report: dict) -> None:
+    """The whole report so far, replacing the file at once: a run stopped at any point leaves valid JSON."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(report, indent=2) + "\n")
+    partial.replace(path)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import platform
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +25,11 @@ class BenchSetup:
     model: str = "mini-target"  # the embedded target: every row runs offline
     draft: str = "mini-draft"
     runs: int = 5  # paired runs per ratio; the median is reported
+    smoke: bool = False  # every row at its smallest setting: its code runs in seconds, its figures mean nothing
+
+    def size(self, full: int, smallest: int) -> int:
+        """``full`` in a measuring run, ``smallest`` in a smoke run (the suite's check that the row still runs)."""
+        return smallest if self.smoke else full
 
 
 Row = Callable[[BenchSetup], dict]
@@ -96,26 +102,44 @@ ROWS: dict[str, tuple[str, Row]] = {
 }
 
 
-def run_rows(names: list[str] | None, setup: BenchSetup, on_row: Callable[[str, dict], None] | None = None,
-             rows: dict[str, tuple[str, Row]] = ROWS) -> dict:
-    """Run the named rows (all by default); returns {"machine": ..., "rows": {name: result}}.
+RAISE_ENV = "MLXCHAT_BENCH_RAISE"  # rows named here (comma-separated) raise: the tests' failing row
 
-    ``rows`` lets higher layers (sessions, the TUI) add their own rows to mlxcore's.
+
+def run_rows(names: list[str], setup: BenchSetup, on_row: Callable[[str, dict], None] | None = None,
+             rows: dict[str, tuple[str, Row]] = ROWS) -> dict[str, dict]:
+    """Run the named rows in order; returns {name: result}, a failed row's result {"error": one line}.
+
+    A row that raises never stops the others; ``on_row`` sees each result as soon as its row ends.
+    ``rows`` lets higher layers (sessions, the TUI, the server) add their own rows to mlxcore's.
     """
-    unknown = [n for n in names or [] if n not in rows]
+    unknown = [n for n in names if n not in rows]
     if unknown:
         raise ValueError(f"unknown bench row(s) {', '.join(unknown)}; rows: {', '.join(rows)}")
     results = {}
-    for name in names or list(rows):
-        results[name] = rows[name][1](setup)
+    for name in names:
+        start = time.perf_counter()
+        try:
+            if name in os.environ.get(RAISE_ENV, "").split(","):
+                raise RuntimeError(f"made to raise by {RAISE_ENV}")
+            result = rows[name][1](setup)
+        except Exception as error:  # one row's failure is its result, the run goes on
+            result = {"value": None, "error": _one_line(error)}
+        results[name] = result | {"row_seconds": round(time.perf_counter() - start, 1)}
         if on_row:
             on_row(name, results[name])
-    return {"machine": f"{platform.system()} {platform.machine()}", "setup": setup.__dict__, "rows": results}
+    return results
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or "(no message)"
+    return f"{type(error).__name__}: {text}"
 
 
 def format_row(name: str, what: str, result: dict) -> str:
     value = result.get("value")
     shown = "n/a" if value is None else f"{value:8.3f}"
+    if "error" in result:
+        return f"{name:<24} {'FAILED':>8}   {what}\n{'':<35}{result['error']}"
     detail = ", ".join(f"{k}={_short(v)}" for k, v in result.items() if k not in ("value", "ratios", "key"))
     return f"{name:<24} {shown:>8}   {what}\n{'':<35}({detail})"
 
