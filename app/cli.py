@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also write the results to FILE as JSON, after each row: the machine, chip, memory, OS, "
                             "MLX and mlx-lm versions, models and every figure (what a bug report needs)")
     bench.add_argument("--all", action="store_true", help="run every row, not only the default ones")
+    bench.add_argument("--smoke", action="store_true",
+                       help="every row at its smallest setting: checks that the rows run, in seconds; its figures "
+                            "mean nothing")
     bench.add_argument("--runs", type=int, default=5, help="paired runs per ratio (the median is reported)")
     bench.add_argument("--only", metavar="ROW", action="append",
                        help="run only these rows (repeatable, or comma-separated), e.g. --only decode_vs_mlx_lm,blas_speedup")
