@@ -86,8 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help='print {"models_dir", "hub_cache", "models": [{"id", "source", "path"}]} as JSON')
 
     bench = commands.add_parser("bench", help="measure mlxchat against mlx-lm on this machine",
-                                description="Run the benchmarks of DESIGN.md's Measures and print a table.")
-    bench.add_argument("--json", metavar="FILE", help="also write the results to FILE as JSON")
+                                description="Measure mlxchat against mlx-lm on this machine and print a table, a row "
+                                "as each ends. The default rows (decode, speculative decoding, batching, the server, "
+                                "sessions) take about 5 minutes on an M-series Mac; --all runs every row (hours). "
+                                "Exit status 1 if a row failed (its error is printed in its place).")
+    bench.add_argument("--json", metavar="FILE",
+                       help="also write the results to FILE as JSON, after each row: the machine, chip, memory, OS, "
+                            "MLX and mlx-lm versions, models and every figure (what a bug report needs)")
+    bench.add_argument("--all", action="store_true", help="run every row, not only the default ones")
+    bench.add_argument("--smoke", action="store_true",
+                       help="every row at its smallest setting: checks that the rows run, in seconds; its figures "
+                            "mean nothing")
     bench.add_argument("--runs", type=int, default=5, help="paired runs per ratio (the median is reported)")
     bench.add_argument("--only", metavar="ROW", action="append",
                        help="run only these rows (repeatable, or comma-separated), e.g. --only decode_vs_mlx_lm,blas_speedup")

@@ -67,29 +67,29 @@ def _collect(handles, traces: list[StreamTrace], now: float) -> None:
                 trace.add(event.token, now)
 
 
-def batch8_row(model_ref: str, runs: int, key: str) -> dict:
+def batch8_row(model_ref: str, runs: int, key: str, tokens: int = REPLY_TOKENS) -> dict:
     """One of the two 8-stream rows: the shared runs' ``key`` ratio as the value (the runs are made once)."""
-    result = batch8_throughput(model_ref, runs)
+    result = batch8_throughput(model_ref, runs, tokens)
     return {"value": result[key], **{k: v for k, v in result.items() if k != key}}
 
 
 @lru_cache(maxsize=2)
-def batch8_throughput(model_ref: str, runs: int) -> dict:
+def batch8_throughput(model_ref: str, runs: int, tokens: int = REPLY_TOKENS) -> dict:
     """``batch8_throughput_vs_single`` and ``batch8_vs_mlx_lm`` from one set of alternating runs."""
     engine = _engine(model_ref)
     model = engine.model
     prompts = batch_prompts(model.args.vocab_size, STREAMS)
-    decode_streams(engine, prompts, REPLY_TOKENS)  # warm-up: every batch size's kernels
-    mlx_lm_batch.decode_batch(model, prompts, REPLY_TOKENS)
+    decode_streams(engine, prompts, tokens)  # warm-up: every batch size's kernels
+    mlx_lm_batch.decode_batch(model, prompts, tokens)
     ours8, ours1, theirs8 = [], [], []
     for _ in range(runs):
-        ours8.append(decode_rate(decode_streams(engine, prompts, REPLY_TOKENS))["tokens_per_second"])
-        ours1.append(decode_rate(decode_streams(engine, prompts[:1], REPLY_TOKENS))["tokens_per_second"])
-        theirs8.append(decode_rate(mlx_lm_batch.decode_batch(model, prompts, REPLY_TOKENS))["tokens_per_second"])
+        ours8.append(decode_rate(decode_streams(engine, prompts, tokens))["tokens_per_second"])
+        ours1.append(decode_rate(decode_streams(engine, prompts[:1], tokens))["tokens_per_second"])
+        theirs8.append(decode_rate(mlx_lm_batch.decode_batch(model, prompts, tokens))["tokens_per_second"])
     return {"vs_single": statistics.median(a / b for a, b in zip(ours8, ours1)),
             "vs_mlx_lm": statistics.median(a / b for a, b in zip(ours8, theirs8)),
             "ours8_tps": statistics.median(ours8), "ours1_tps": statistics.median(ours1),
-            "mlx_lm8_tps": statistics.median(theirs8), "streams": STREAMS, "tokens": REPLY_TOKENS}
+            "mlx_lm8_tps": statistics.median(theirs8), "streams": STREAMS, "tokens": tokens}
 
 
 def join_run(engine: Engine, prompt_tokens: int = JOIN_PROMPT_TOKENS,
@@ -119,7 +119,7 @@ def join_run(engine: Engine, prompt_tokens: int = JOIN_PROMPT_TOKENS,
     return traces, joined_at
 
 
-def join_stall(model_ref: str) -> dict:
+def join_stall(model_ref: str, prompt_tokens: int = JOIN_PROMPT_TOKENS) -> dict:
     """``join_stall_seconds``: ours, then mlx-lm's on the same load, each after an untimed run. Ours warms up
     with another 2,000-token prompt, so the measured one is not in the pool's cache: it is read in full, as
     mlx-lm reads it (the running streams' prompts are, as they are on mlx-lm's side after its warm-up).
@@ -129,12 +129,12 @@ def join_stall(model_ref: str) -> dict:
     lengths; and the first token of a prompt as long read with nothing else running."""
     engine = _engine(model_ref)
     vocab = engine.model.args.vocab_size
-    join_run(engine, joining=stream_prompt(vocab, 98, JOIN_PROMPT_TOKENS))
-    traces, joined_at = join_run(engine)
+    join_run(engine, joining=stream_prompt(vocab, 98, prompt_tokens))
+    traces, joined_at = join_run(engine, prompt_tokens)
     ours = stall_figures(traces[:-1], traces[-1], joined_at)
     quiet = decode_streams(engine, batch_prompts(vocab, JOIN_RUNNING), JOIN_AFTER + max(ours["gaps_after_join"]))
-    alone = join_steps(engine, stream_prompt(vocab, 97, JOIN_PROMPT_TOKENS), running=0)["seconds"]
-    theirs = mlx_lm_batch.measure_join(engine.model).figures
+    alone = join_steps(engine, stream_prompt(vocab, 97, prompt_tokens), running=0)["seconds"]
+    theirs = mlx_lm_batch.measure_join(engine.model, prompt_tokens).figures
     return {"value": ours["worst_gap_seconds"], "goal_seconds": 2 * ours["median_step_seconds"],
             "ratio": ours["ratio"], "p99_ratio": ours["p99_ratio"], "median_step_seconds": ours["median_step_seconds"],
             "join_ttft_seconds": ours["join_ttft_seconds"], "after_join_step_ratio": ours["after_join_step_ratio"],
@@ -191,11 +191,12 @@ def join_steps(engine: Engine, prompt: list[int], progress=None, running: int = 
     return {"steps": steps, "seconds": seconds, "prompt_tokens": len(prompt)}
 
 
-def prefill_steps_8k(model_ref: str) -> dict:
+def prefill_steps_8k(model_ref: str, twin_tokens: int = 8000, model_tokens: int = 3500) -> dict:
     """``prefill_steps_8k``: ``join_steps`` of 8,000 tokens on the float32 0.6B twin (its value: the steps),
     and of 3,500 tokens on ``model_ref``; each after an untimed join of another prompt of that length."""
     figures = {"profile": current().kind, "step_tokens": current().step_tokens}
-    for name, ref, tokens in (("twin", str(twin_folder("qwen3-0.6b", bits=None)), 8000), ("model", model_ref, 3500)):
+    for name, ref, tokens in (("twin", str(twin_folder("qwen3-0.6b", bits=None)), twin_tokens),
+                              ("model", model_ref, model_tokens)):
         engine = _engine(ref)
         vocab = engine.model.args.vocab_size
         join_steps(engine, stream_prompt(vocab, 98, tokens // 4))  # warm-up (compiles), no prefix of the next
@@ -204,11 +205,11 @@ def prefill_steps_8k(model_ref: str) -> dict:
     return {"value": figures["twin_steps"], **figures}
 
 
-def spec_lone_vs_plain(model_ref: str, draft_ref: str, runs: int) -> dict:
+def spec_lone_vs_plain(model_ref: str, draft_ref: str, runs: int, tokens: int = speculative.MAX_TOKENS) -> dict:
     """A lone greedy reply through the scheduler with the draft / ``Engine.generate`` plain, on
     ``spec_speedup_greedy``'s chat prompts and measure (paired runs); that row's own ratio beside it."""
     target, draft, prompts = speculative._pair(model_ref, draft_ref)
-    kv, params = KVConfig(kind="paged"), GenerationParams(max_tokens=speculative.MAX_TOKENS)
+    kv, params = KVConfig(kind="paged"), GenerationParams(max_tokens=tokens)
     spec = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model)
     plain = Engine(target.model, target.tokenizer, kv=kv)
 

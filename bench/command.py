@@ -7,8 +7,16 @@ import json
 import sys
 from pathlib import Path
 
+from bench.groups import DEFAULT_ROWS, expected_seconds
+from bench.machine import machine_info
 from bench.runner import ROWS, BenchSetup, Row, format_row, run_rows
 from mlxcore.errors import UsageError
+
+
+SMOKE_REPLY = {"reply_tokens": 4, "think_tokens": 2}  # a smoke run's replies in the rows of turns
+SMOKE_TURNS = {"turns": 2, **SMOKE_REPLY}
+SMOKE_STORE = {"chats": 2, "tokens": 64}
+SMOKE_LOAD = {"concurrency": 2, "requests": 2, "max_tokens": 4}  # a smoke run's load on the two servers
 
 
 def all_rows() -> dict[str, tuple[str, Row]]:
@@ -20,64 +28,103 @@ def all_rows() -> dict[str, tuple[str, Row]]:
     from bench.session_turns import turn10_prefill_fraction, turn10_prefill_fraction_long
     from bench.hybrid_turns import hybrid_snapshot_bytes_per_token, hybrid_turn10_prefill_fraction
     from bench.hybrid_serving import hybrid_batch_vs_alone, hybrid_request_turn10_prefill_fraction
-    from bench.tui import tui_decode_vs_headless
+    from bench.tui import Workload, tui_decode_vs_headless
+
+    smoke_tui = Workload(reply_tokens=16, earlier=4)
     from bench import serve as serve_bench
 
     return ROWS | {
         "turn10_prefill_fraction": ("tokens prefilled at turn 10 / tokens of the whole templated conversation",
-                                    lambda s: turn10_prefill_fraction(s.model, s.draft)),
+                                    lambda s: turn10_prefill_fraction(s.model, s.draft, max_tokens=s.pick(96, 8))),
         "turn10_prefill_fraction_long": ("the same with ~300-token replies: thinking off (value), and on ('on', "
                                          "at most 'on_bound': the last answer and the new message)",
-                                         lambda s: turn10_prefill_fraction_long(s.model)),
+                                         lambda s: turn10_prefill_fraction_long(s.model, **s.pick({}, SMOKE_REPLY))),
         "hybrid_turn10_prefill_fraction": ("turn10_prefill_fraction_long on the Qwen3.5-9B twin (60-token replies)",
-                                           lambda s: hybrid_turn10_prefill_fraction()),
+                                           lambda s: hybrid_turn10_prefill_fraction(**s.pick({}, SMOKE_REPLY))),
         "hybrid_snapshot_bytes_per_token": ("bytes the linear states' snapshots hold / attention KV bytes, 6 turns "
-                                            "on the Qwen3.5-9B twin", lambda s: hybrid_snapshot_bytes_per_token()),
+                                            "on the Qwen3.5-9B twin",
+                                            lambda s: hybrid_snapshot_bytes_per_token(**s.pick({}, SMOKE_TURNS))),
         "hybrid_batch_vs_alone": ("output tok/s of 4 requests side by side / one at a time, Qwen3.5-9B twin, greedy",
-                                  lambda s: hybrid_batch_vs_alone(s.runs)),
+                                  lambda s: hybrid_batch_vs_alone(s.runs, *s.pick((4, 32), (2, 4)))),
         "hybrid_request_turn10_prefill_fraction": ("turn 10's prefilled / prompt tokens when every turn is a new request "
                                                    "with the whole history (as API clients send it), Qwen3.5-9B twin",
-                                                   lambda s: hybrid_request_turn10_prefill_fraction()),
+                                                   lambda s: hybrid_request_turn10_prefill_fraction(
+                                                       **s.pick({}, {"turns": 3, **SMOKE_REPLY}))),
         "restore_ttft_vs_cold": ("first-token time after opening a stored 2,000+-token chat / cold re-prefill",
-                                 lambda s: restore_ttft_vs_cold(s.model, s.draft, s.runs)),
+                                 lambda s: restore_ttft_vs_cold(s.model, s.draft, s.runs, min_tokens=s.pick(2000, 96))),
         "autosave_write_ratio": ("bytes an autosave writes after a short turn in a 3,000-token chat / the "
                                  "turn's new KV bytes (OS-counted)",
-                                 lambda s: autosave_write_ratio(s.model, s.draft, s.runs)),
+                                 lambda s: autosave_write_ratio(s.model, s.draft, s.runs, min_tokens=s.pick(3000, 96))),
         "session_file_write_ratio": ("bytes one more short `ask --session` turn writes to a 3,000-token chat's file "
                                      "/ the turn's new KV bytes (OS-counted)",
-                                     lambda s: session_file_write_ratio(s.model, s.draft, s.runs)),
+                                     lambda s: session_file_write_ratio(s.model, s.draft, s.runs,
+                                                                        min_tokens=s.pick(3000, 96))),
         "store_list_seconds": ("seconds to list a store of 50 chats of 3,000 tokens",
-                               lambda s: store_list_seconds(s.model, s.draft, s.runs)),
+                               lambda s: store_list_seconds(s.model, s.draft, s.runs, **s.pick({}, SMOKE_STORE))),
         "kv8_session_file_ratio": ("bytes of a session file of a 2,000-token chat, 8-bit KV / float KV",
-                                   lambda s: kv8_session_file_ratio(s.model, s.draft)),
+                                   lambda s: kv8_session_file_ratio(s.model, s.draft, min_tokens=s.pick(2000, 96))),
         "tui_decode_vs_headless": ("decode tok/s while the TUI streams 2,000 tokens over 60 messages / headless",
                                    # twice the pairs: on 2 cores one pair's ratio spreads by +-10%
-                                   lambda s: tui_decode_vs_headless(runs=2 * s.runs)),
+                                   lambda s: tui_decode_vs_headless(runs=s.pick(2 * s.runs, 1),
+                                                                     workload=s.pick(Workload(), smoke_tui))),
         "serve1_vs_ask": ("decode tok/s of one streaming client of `mlxchat serve` / `mlxchat ask`, same prompt",
-                          lambda s: serve_bench.serve1_vs_ask(s.model, s.runs)),
+                          lambda s: serve_bench.serve1_vs_ask(s.model, s.runs, max_tokens=s.pick(512, 8))),
         "serve8_throughput_vs_mlx_lm": ("output tok/s, 8 streaming clients, `mlxchat serve` / `mlx_lm.server`",
-                                        lambda s: serve_bench.serve8_throughput_vs_mlx_lm(s.model, s.runs)),
+                                        lambda s: serve_bench.serve8_throughput_vs_mlx_lm(
+                                            s.model, s.runs, s.pick(serve_bench.LOAD, SMOKE_LOAD))),
         "serve8_ttft_p99_vs_mlx_lm": ("TTFT p99, 8 streaming clients, `mlxchat serve` / `mlx_lm.server`",
-                                      lambda s: serve_bench.serve8_ttft_p99_vs_mlx_lm(s.model, s.runs)),
+                                      lambda s: serve_bench.serve8_ttft_p99_vs_mlx_lm(
+                                          s.model, s.runs, s.pick(serve_bench.LOAD, SMOKE_LOAD))),
     }
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    """Run the chosen rows, print each as it ends and rewrite ``--json`` after each; 1 if a row failed."""
     if args.runs < 1:
         raise UsageError("--runs must be at least 1")
     rows = all_rows()
-    only = [name.strip() for value in args.only or [] for name in value.split(",") if name.strip()] or None
-    unknown = [name for name in only or [] if name not in rows]
-    if unknown:  # checked before the header, so a typo costs nothing
-        raise UsageError(f"unknown bench row(s) {', '.join(unknown)}; rows: {', '.join(rows)}")
-    setup = BenchSetup(model=args.model or BenchSetup.model, draft=args.draft or BenchSetup.draft, runs=args.runs)
+    names = _chosen(args, rows)
+    setup = BenchSetup(model=args.model or BenchSetup.model, draft=args.draft or BenchSetup.draft, runs=args.runs,
+                       smoke=args.smoke)
+    report = {"machine": machine_info(), "setup": setup.__dict__ | {"command": " ".join(sys.argv[1:])}, "rows": {}}
+    if not setup.smoke:
+        minutes = max(1.0, expected_seconds(names, setup.runs) / 60)
+        print(f"{len(names)} rows, about {minutes:.0f} minutes on a 2-core x86 Linux host (an M-series Mac: about "
+              f"a third of that); each row is printed as it ends", file=sys.stderr, flush=True)
     print(f"{'row':<24} {'value':>8}   what", flush=True)
-    try:
-        report = run_rows(only, setup, lambda name, r: print(format_row(name, rows[name][0], r), flush=True),
-                          rows=rows)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+
+    def ended(name: str, result: dict) -> None:
+        report["rows"][name] = result
+        print(format_row(name, rows[name][0], result), flush=True)
+        if args.json:
+            _write(Path(args.json), report)
+        done = len(report["rows"])
+        if done < len(names):
+            print(f"[{done}/{len(names)}] next: {names[done]}", file=sys.stderr, flush=True)
+
+    print(f"[0/{len(names)}] next: {names[0]}", file=sys.stderr, flush=True)
+    run_rows(names, setup, ended, rows=rows)
+    failed = [name for name, result in report["rows"].items() if "error" in result]
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
         print(f"written to {args.json}", file=sys.stderr)
-    return 0
+    if failed:
+        print(f"mlxchat: {len(failed)} of {len(names)} rows failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _chosen(args: argparse.Namespace, rows: dict[str, tuple[str, Row]]) -> list[str]:
+    """The rows to run: --only's, all with --all, else the default group; a typo is told before anything runs."""
+    only = [name.strip() for value in args.only or [] for name in value.split(",") if name.strip()]
+    unknown = [name for name in only if name not in rows]
+    if unknown:
+        raise UsageError(f"unknown bench row(s) {', '.join(unknown)}; rows: {', '.join(rows)}")
+    if only and args.all:
+        raise UsageError("give --only ROW or --all, not both")
+    return only or (list(rows) if args.all else list(DEFAULT_ROWS))
+
+
+def _write(path: Path, report: dict) -> None:
+    """The whole report so far, replacing the file at once: a run stopped at any point leaves valid JSON."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(report, indent=2) + "\n")
+    partial.replace(path)

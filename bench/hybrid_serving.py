@@ -78,7 +78,7 @@ def hybrid_batch_vs_alone(runs: int, requests: int = 4, tokens: int = 32) -> dic
             "prompt_tokens": [len(p) for p in prompts], "model": f"{TWIN} twin, float32"}
 
 
-def hybrid_request_turn10_prefill_fraction(reply_tokens: int = 60, think_tokens: int = 30) -> dict:
+def hybrid_request_turn10_prefill_fraction(reply_tokens: int = 60, think_tokens: int = 30, turns: int = 10) -> dict:
     engine = _engine()
     limit = engine.prefixes.limit
     row: dict = {"reply_tokens": reply_tokens, "think_tokens": think_tokens, "model": f"{TWIN} twin, float32"}
@@ -86,9 +86,9 @@ def hybrid_request_turn10_prefill_fraction(reply_tokens: int = 60, think_tokens:
         for kept in (True, False):
             engine._prefixes = HybridPrefixCache(limit if kept else 0)
             with scripted_replies(engine.tokenizer, thinking=thinking, think_tokens=think_tokens):
-                turns = _request_turns(engine, reply_tokens, thinking)
+                figures = _request_turns(engine, reply_tokens, thinking, turns)
             name = ("on" if thinking else "off") + ("" if kept else "_not_kept")
-            row[name], row[name + "_turns"] = turns[-1][0] / turns[-1][1], turns
+            row[name], row[name + "_turns"] = figures[-1][0] / figures[-1][1], figures
     row["value"] = row.pop("off")
     return row
 

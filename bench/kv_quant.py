@@ -55,6 +55,8 @@ def decode_vs_float_long(model_ref: str, runs: int, context: int = 3000, chunks:
     model = loaded.model
     engines = {name: Engine(model, loaded.tokenizer, kv=KVConfig(kind="paged", kv_bits=bits))
                for name, bits in (("kv8", 8), ("float", None))}
+    for engine in engines.values():
+        engine.eos_ids = set()  # no reply ends before its chunks (at a short context the model may end at once)
     ids = _tokens(loaded.tokenizer, context + 1)
     ratios = []
     for run in range(runs + 1):  # the first run warms both up

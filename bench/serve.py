@@ -41,10 +41,10 @@ def ask_decode_rate(model: str, draft: str | None) -> float:
     return final["stats"]["decode_tps"]
 
 
-def serve1_vs_ask(model: str, runs: int, draft: str | None = None) -> dict:
+def serve1_vs_ask(model: str, runs: int, draft: str | None = None, max_tokens: int = 512) -> dict:
     ratios, served, asked = [], [], []
     with mlxchat_server(model, draft) as server:
-        spec = LoadSpec(server.url, server.model, concurrency=1, requests=1, max_tokens=512)
+        spec = LoadSpec(server.url, server.model, concurrency=1, requests=1, max_tokens=max_tokens)
         body = {"model": server.model, "messages": [{"role": "user", "content": ASK_PROMPT}], "stream": True,
                 "stream_options": {"include_usage": True}}
         client_decode_rate(stream_one(spec, body))  # warm up
@@ -64,14 +64,19 @@ def serve1_vs_ask(model: str, runs: int, draft: str | None = None) -> dict:
             "ask_tps": statistics.median(asked), "model": model, "draft": draft, "prompt": ASK_PROMPT}
 
 
-@lru_cache(maxsize=4)
-def serve8_vs_mlx_lm(model: str, runs: int) -> dict:
+def serve8_vs_mlx_lm(model: str, runs: int, load: dict = LOAD) -> dict:
     """Paired load runs on both servers (they alternate who goes first); medians of the per-pair ratios."""
+    return _serve8_pairs(model, runs, tuple(sorted(load.items())))
+
+
+@lru_cache(maxsize=4)  # the two serve8 rows read the same runs
+def _serve8_pairs(model: str, runs: int, load_items: tuple) -> dict:
+    load = dict(load_items)
     from mlxcore.loading import resolve
     folder, _ = resolve(model)
     pairs = []
     with mlxchat_server(str(folder), None) as ours, mlx_lm_server(folder) as theirs:
-        specs = {side: LoadSpec(server.url, server.model, **LOAD) for side, server in
+        specs = {side: LoadSpec(server.url, server.model, **load) for side, server in
                  (("ours", ours), ("theirs", theirs))}
         for spec in specs.values():
             run_load(spec)  # warm up: compiled kernels, caches
@@ -84,19 +89,19 @@ def serve8_vs_mlx_lm(model: str, runs: int) -> dict:
     return {"pairs": pairs, "model": model}
 
 
-def _ratio_row(model: str, runs: int, field: str) -> dict:
-    pairs = serve8_vs_mlx_lm(model, runs)["pairs"]
+def _ratio_row(model: str, runs: int, field: str, load: dict) -> dict:
+    pairs = serve8_vs_mlx_lm(model, runs, load)["pairs"]
     ours = [getattr(p["ours"], field) for p in pairs]
     theirs = [getattr(p["theirs"], field) for p in pairs]
     failed = sum(p[side].failed for p in pairs for side in p)
     ratios = [a / b for a, b in zip(ours, theirs)]
     return {"value": statistics.median(ratios), "ratios": ratios, "ours": statistics.median(ours),
-            "mlx_lm": statistics.median(theirs), "failed": failed, "model": model, **LOAD}
+            "mlx_lm": statistics.median(theirs), "failed": failed, "model": model, **load}
 
 
-def serve8_throughput_vs_mlx_lm(model: str, runs: int) -> dict:
-    return _ratio_row(model, runs, "output_tokens_per_second")
+def serve8_throughput_vs_mlx_lm(model: str, runs: int, load: dict = LOAD) -> dict:
+    return _ratio_row(model, runs, "output_tokens_per_second", load)
 
 
-def serve8_ttft_p99_vs_mlx_lm(model: str, runs: int) -> dict:
-    return _ratio_row(model, runs, "ttft_p99")
+def serve8_ttft_p99_vs_mlx_lm(model: str, runs: int, load: dict = LOAD) -> dict:
+    return _ratio_row(model, runs, "ttft_p99", load)

@@ -69,7 +69,7 @@ def session_file_write_ratio(target_ref: str, draft_ref: str | None, runs: int, 
                   "tokens": len(read_contents(base).header["cache"]["target"]["tokens"]),
                   "file_bytes": base.stat().st_size, "goal": "<= 2"}
         if dead_space:
-            result["open_dead_vs_compact"] = open_dead_vs_compact(engine, Path(folder), runs)
+            result["open_dead_vs_compact"] = open_dead_vs_compact(engine, Path(folder), runs, min_tokens=min_tokens)
     return result
 
 

@@ -188,5 +188,6 @@ def _random_chat(engine: Engine, seed: int, tokens: int) -> ChatSession:
         cache.release()
         setattr(session.caches, role, engine.restore_cache(role, values, {"kind": "paged", "tokens": ids,
                                                                          "block_size": engine.kv.block_size}))
+    session.caches.ids = ids  # the caches' owner gives the ids they hold (a store's save reads them)
     return session
 

@@ -34,9 +34,9 @@ def _ours(engine: Engine, params: GenerationParams):
     return run_one
 
 
-def _theirs(model, tokenizer, draft, k: int, temperature: float):
+def _theirs(model, tokenizer, draft, k: int, temperature: float, tokens: int = MAX_TOKENS):
     def run_one(ids):
-        return stream_generate(model, tokenizer, ids, max_tokens=MAX_TOKENS, draft_model=draft,
+        return stream_generate(model, tokenizer, ids, max_tokens=tokens, draft_model=draft,
                                num_draft_tokens=k, sampler=make_sampler(temp=temperature))
     return run_one
 
@@ -46,12 +46,12 @@ def _pair(target_ref: str, draft_ref: str):
     return target, draft, chat_prompts(target.tokenizer)
 
 
-def spec_speedup_greedy(target_ref: str, draft_ref: str, runs: int) -> dict:
+def spec_speedup_greedy(target_ref: str, draft_ref: str, runs: int, tokens: int = MAX_TOKENS) -> dict:
     target, draft, prompts = _pair(target_ref, draft_ref)
     kv = KVConfig(kind="paged")
     plain = Engine(target.model, target.tokenizer, kv=kv)
     spec = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model)
-    params = GenerationParams(max_tokens=MAX_TOKENS)
+    params = GenerationParams(max_tokens=tokens)
     ours, base = _ours(spec, params), _ours(plain, params)
     _rate_over_prompts(ours, prompts[:2]), _rate_over_prompts(base, prompts[:2])  # warm up, learn k
     r = paired_median(lambda: _rate_over_prompts(ours, prompts), lambda: _rate_over_prompts(base, prompts), runs)
@@ -59,36 +59,38 @@ def spec_speedup_greedy(target_ref: str, draft_ref: str, runs: int) -> dict:
             "k_chosen": list(spec.last_stats.draft_lengths[-8:]), "ratios": r["ratios"]}
 
 
-def spec_vs_mlx_lm_greedy(target_ref: str, draft_ref: str, runs: int, their_k: int = 2) -> dict:
+def spec_vs_mlx_lm_greedy(target_ref: str, draft_ref: str, runs: int, their_k: int = 2,
+                          tokens: int = MAX_TOKENS) -> dict:
     """Against mlx-lm's speculative generation with its default draft length (2)."""
     target, draft, prompts = _pair(target_ref, draft_ref)
     spec = Engine(target.model, target.tokenizer, kv=KVConfig(kind="paged"), draft_model=draft.model)
-    ours = _ours(spec, GenerationParams(max_tokens=MAX_TOKENS))
-    theirs = _theirs(target.model, target.tokenizer, draft.model, their_k, 0.0)
+    ours = _ours(spec, GenerationParams(max_tokens=tokens))
+    theirs = _theirs(target.model, target.tokenizer, draft.model, their_k, 0.0, tokens)
     _rate_over_prompts(ours, prompts[:2]), _rate_over_prompts(theirs, prompts[:2])
     r = paired_median(lambda: _rate_over_prompts(ours, prompts), lambda: _rate_over_prompts(theirs, prompts), runs)
     return {"value": r["ratio"], "ours_tps": r["ours"], "mlx_lm_tps": r["theirs"], "mlx_lm_k": their_k,
             "ratios": r["ratios"]}
 
 
-def _acceptance(spec: Engine, target, draft, prompts, k: int, temperature: float, seeds: int) -> tuple[float, float]:
+def _acceptance(spec: Engine, target, draft, prompts, k: int, temperature: float, seeds: int,
+                tokens: int) -> tuple[float, float]:
     """Accepted drafts per round, (ours, mlx-lm's), over ``seeds`` x prompts, both drafting k per round."""
     ours_acc = ours_rounds = their_acc = their_rounds = 0
     for seed in range(seeds):
         for ids in prompts:
-            params = GenerationParams(max_tokens=MAX_TOKENS, temperature=temperature, seed=seed)
+            params = GenerationParams(max_tokens=tokens, temperature=temperature, seed=seed)
             for _ in spec.generate(ids, spec.new_caches(), params):
                 pass
             ours_acc += spec.last_stats.draft_accepted
             ours_rounds += spec.last_stats.draft_proposed / k
             mx.random.seed(seed)
-            flags = [r.from_draft for r in _theirs(target.model, target.tokenizer, draft.model, k, temperature)(ids)]
+            flags = [r.from_draft for r in _theirs(target.model, target.tokenizer, draft.model, k, temperature, tokens)(ids)]
             their_acc += sum(flags)
             their_rounds += flags.count(False) + bool(flags and flags[-1])  # each round ends with a target token
     return ours_acc / ours_rounds, their_acc / their_rounds
 
 
-def accept_vs_mlx_lm_t06(target_ref: str, draft_ref: str, runs: int, k: int = 4) -> dict:
+def accept_vs_mlx_lm_t06(target_ref: str, draft_ref: str, runs: int, k: int = 4, tokens: int = MAX_TOKENS) -> dict:
     """Accepted drafts per round at temperature 0.6, both drafting exactly k tokens per round.
 
     Rejection sampling accepts a draft with probability sum(min(p, q)); mlx-lm only
@@ -98,13 +100,13 @@ def accept_vs_mlx_lm_t06(target_ref: str, draft_ref: str, runs: int, k: int = 4)
     target, draft, prompts = _pair(target_ref, draft_ref)
     spec = Engine(target.model, target.tokenizer, kv=KVConfig(kind="paged"), draft_model=draft.model)
     spec.draft_control = FixedDraftLength(k)
-    ours, theirs = _acceptance(spec, target, draft, prompts, k, 0.6, runs)
-    ours_t1, theirs_t1 = _acceptance(spec, target, draft, prompts, k, 1.0, runs)
+    ours, theirs = _acceptance(spec, target, draft, prompts, k, 0.6, runs, tokens)
+    ours_t1, theirs_t1 = _acceptance(spec, target, draft, prompts, k, 1.0, runs, tokens)
     return {"value": ours / theirs, "ours_per_round": ours, "mlx_lm_per_round": theirs, "k": k,
             "ratio_t1": ours_t1 / theirs_t1, "ours_per_round_t1": ours_t1, "mlx_lm_per_round_t1": theirs_t1}
 
 
-def spec_worst_case(target_ref: str, draft_ref: str, runs: int) -> dict:
+def spec_worst_case(target_ref: str, draft_ref: str, runs: int, tokens: int = MAX_TOKENS) -> dict:
     """With an untrained draft (the draft's shape, random weights): speculative / plain tok/s."""
     target, draft, prompts = _pair(target_ref, draft_ref)
     mx.random.seed(0)
@@ -113,7 +115,7 @@ def spec_worst_case(target_ref: str, draft_ref: str, runs: int) -> dict:
     kv = KVConfig(kind="paged")
     plain = Engine(target.model, target.tokenizer, kv=kv)
     spec = Engine(target.model, target.tokenizer, kv=kv, draft_model=untrained)
-    params = GenerationParams(max_tokens=MAX_TOKENS)
+    params = GenerationParams(max_tokens=tokens)
     ours, base = _ours(spec, params), _ours(plain, params)
     _rate_over_prompts(ours, prompts[:2]), _rate_over_prompts(base, prompts[:2])
     r = paired_median(lambda: _rate_over_prompts(ours, prompts), lambda: _rate_over_prompts(base, prompts), runs)

@@ -24,13 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBE_TIMEOUT_S = 600
 
 
-def tp2_row(model: str, runs: int) -> dict:
+def tp2_row(model: str, runs: int, tokens: int = 128, twin_tokens: int = 48) -> dict:
     """The row on ``model`` (the embedded target), and the same on the float32 0.6B twin (Qwen3-0.6B's
     28 layers, 16 heads and 8 KV heads, its 151,936-token vocabulary): the value is the model's."""
     from bench.twins import twin_folder
 
-    row = tp2_decode_vs_single(model, runs)
-    twin = tp2_decode_vs_single(str(twin_folder("qwen3-0.6b", bits=None)), max(2, runs // 2), tokens=48)
+    row = tp2_decode_vs_single(model, runs, tokens)
+    twin = tp2_decode_vs_single(str(twin_folder("qwen3-0.6b", bits=None)), max(2, runs // 2), tokens=twin_tokens)
     return row | {f"twin_{key}": twin[key] for key in ("value", "ratios", "tp2_tps", "single_tps", "comm_ms_per_step",
                                                       "comm_share_of_step")}
 

@@ -60,7 +60,7 @@ def twin_prefill_vs_mlx_lm(runs: int, tokens: int = 2000, twin: str = "qwen3-8b"
                 mx.clear_cache()
         return time.perf_counter() - start
 
-    ours(256), theirs(256)  # warm up both paths (kernels, buffers) on a short prompt
+    ours(min(256, tokens)), theirs(min(256, tokens))  # warm up both paths (kernels, buffers) on a short prompt
     result = paired_median(theirs, ours, runs)  # mlx-lm's side first: ratio = its seconds / ours
     return {"value": result["ratio"], "mlx_lm_s": result["ours"], "ours_s": result["theirs"],
             "ratios": result["ratios"], "tokens": tokens, "chunk": chunk, "mlx_lm_step": MLX_LM_PREFILL_STEP,
