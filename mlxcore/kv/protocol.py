@@ -18,14 +18,17 @@ Mask = mx.array | str | None
 # biases); a segment is one run of a sequence's keys and values.
 Part = mx.array | tuple[mx.array, mx.array, mx.array]
 Segment = tuple[Part, Part]
+# Keys or values as a cache stores and returns them: one array, or a quantized cache's parts.
+Stored = mx.array | tuple[mx.array, ...]
 
 
 @runtime_checkable
 class LayerCache(Protocol):
     offset: int  # tokens seen so far: the RoPE position of the next token
 
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        """Append keys/values of shape (B, n_kv_heads, L, head_dim); return all keys/values to attend over."""
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Stored, Stored]:
+        """Append keys/values of shape (B, n_kv_heads, L, head_dim); return all keys/values to attend over
+        (a quantized cache's as their parts)."""
         ...
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Mask:
