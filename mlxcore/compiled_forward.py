@@ -142,8 +142,10 @@ def _updated(cache: LayerCache, q: mx.array, keys: mx.array, values: mx.array, m
     """Write ``keys`` and ``values`` into ``cache``; the sequence's segments for ``q``'s attention, and the mask
     to attend with: a paged cache's runs of blocks as views (or one span, with its mask), another cache's one
     array."""
-    if hasattr(cache, "update_and_read"):
-        return cache.update_and_read(keys, values, mask, q.shape[1])
+    read = getattr(cache, "update_and_read", None)  # a paged layer's (kv/paged.py)
+    if read is not None:
+        read_back: tuple[list[Segment], Mask] = read(keys, values, mask, q.shape[1])
+        return read_back
     return [cache.update_and_fetch(keys, values)], mask
 
 

@@ -16,10 +16,9 @@ import mlx.core as mx
 Mask = mx.array | str | None
 # Keys or values as attention reads them: (1, kv_heads, length, dim), or quantized per token (packed, scales,
 # biases); a segment is one run of a sequence's keys and values.
-Part = mx.array | tuple[mx.array, mx.array, mx.array]
+Part = mx.array | tuple[mx.array, ...]
 Segment = tuple[Part, Part]
-# Keys or values as a cache stores and returns them: one array, or a quantized cache's parts.
-Stored = mx.array | tuple[mx.array, ...]
+Stored = Part  # keys or values as a cache stores and returns them (``kv/stored.py``)
 
 
 @runtime_checkable
