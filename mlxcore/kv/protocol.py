@@ -18,6 +18,7 @@ Mask = mx.array | str | None
 # biases); a segment is one run of a sequence's keys and values.
 Part = mx.array | tuple[mx.array, ...]
 Segment = tuple[Part, Part]
+FloatSegment = tuple[mx.array, mx.array]  # a segment of float keys and values
 Stored = Part  # keys or values as a cache stores and returns them (``kv/stored.py``)
 
 
