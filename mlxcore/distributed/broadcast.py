@@ -95,7 +95,7 @@ def every_rank(world: World, value: int) -> list[int]:
     return [int(v) for v in gathered]  # a 1-d array iterates as its scalars
 
 
-def every_rank_object(world: World, value: object) -> list[object]:
+def every_rank_object(world: World, value: T) -> list[T]:
     """Each rank's ``value`` (picklable), in rank order."""
     if not world.distributed:
         return [value]
