@@ -48,7 +48,7 @@ def _valid(value: object, field: str) -> TypeGuard[float]:
     if field == "top_k" and not float(value).is_integer():
         return False
     try:
-        GenerationParams(**{field: int(value) if field == "top_k" else float(value)})
+        GenerationParams().replaced({field: int(value) if field == "top_k" else float(value)})
     except ValueError:
         return False
     return True
