@@ -25,6 +25,8 @@ uncompiled, so attention still reads segments.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.activations import swiglu
@@ -38,6 +40,7 @@ from mlxcore.fast_exp import fast_silu
 from mlxcore.fused_linear import fuse
 from mlxcore.kv.protocol import LayerCache, Mask, Segment
 
+Gate = Callable[[mx.array, mx.array], mx.array]  # SwiGLU: gate, up -> activation
 MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer inputs run uncompiled
 # Lengths whose kernels a warm-up builds: one decode step, and one verification block, whose kernels
 # every other block length reuses (measured on the embedded target: 18 kernels for 1, 8 more for 2, none after).
@@ -86,12 +89,14 @@ class _FusedLayer:
         if _dense_mlp(mlp):
             gate_up = fuse([mlp.gate_proj, mlp.up_proj])
 
-            def feed_forward(x: mx.array, gated=swiglu) -> mx.array:
+            def feed_forward(x: mx.array, gated: Gate = swiglu) -> mx.array:
                 gate, up = gate_up(x)
-                return mlp.down_proj(gated(gate, up))
+                out: mx.array = mlp.down_proj(gated(gate, up))
+                return out
         else:  # Qwen3-MoE's sparse block: its router and experts as mlx-lm runs them (its own SwiGLU)
-            def feed_forward(x: mx.array, gated=swiglu) -> mx.array:
-                return mlp(x)
+            def feed_forward(x: mx.array, gated: Gate = swiglu) -> mx.array:
+                out: mx.array = mlp(x)
+                return out
 
         def before(h: mx.array, offset: mx.array) -> tuple[mx.array, mx.array, mx.array]:
             b, n, _ = h.shape
@@ -105,7 +110,7 @@ class _FusedLayer:
             q, k, v = before(h, offsets)  # h (B, 1, hidden), offsets (B,)
             return q, mx.concatenate([k, v], axis=2).transpose(2, 1, 0, 3)  # keys, values: (2, kv_heads, B, dim)
 
-        def after(h: mx.array, attended: mx.array, gated=swiglu) -> mx.array:
+        def after(h: mx.array, attended: mx.array, gated: Gate = swiglu) -> mx.array:
             b, n, _ = h.shape
             h = h + attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))
             return h + feed_forward(layer.post_attention_layernorm(h), gated)
@@ -143,8 +148,10 @@ def _updated(cache: LayerCache, q: mx.array, keys: mx.array, values: mx.array, m
     """Write ``keys`` and ``values`` into ``cache``; the sequence's segments for ``q``'s attention, and the mask
     to attend with: a paged cache's runs of blocks as views (or one span, with its mask), another cache's one
     array."""
-    if hasattr(cache, "update_and_read"):
-        return cache.update_and_read(keys, values, mask, q.shape[1])
+    read = getattr(cache, "update_and_read", None)  # a paged layer's (kv/paged.py)
+    if read is not None:
+        read_back: tuple[list[Segment], Mask] = read(keys, values, mask, q.shape[1])
+        return read_back
     return [cache.update_and_fetch(keys, values)], mask
 
 
@@ -162,33 +169,39 @@ class CompiledForward:
 
     def __init__(self, model: nn.Module) -> None:
         self.wrapped = model
-        self.model = getattr(model, "model", model)
+        self.model: nn.Module = model.model if hasattr(model, "model") else model
         self.args = getattr(model, "args", None)
         self.split = has_split_layers(model)
         self.enabled = self.split and compile_works()
         if self.split:
             self._layers = [_FusedLayer(layer, self.enabled) for layer in self.model.layers]
+            assert self.args is not None, "a model split here has mlx-lm's args"
             inner, lm_head = self.model, None if self.args.tie_word_embeddings else model.lm_head
 
             def head(h: mx.array) -> mx.array:
-                return inner.embed_tokens.as_linear(inner.norm(h)) if lm_head is None else lm_head(inner.norm(h))
+                logits: mx.array = (inner.embed_tokens.as_linear(inner.norm(h)) if lm_head is None
+                                    else lm_head(inner.norm(h)))
+                return logits
 
-            self._head, self._head_long = (mx.compile(head) if self.enabled else head), head
+            self._head: Callable[[mx.array], mx.array] = mx.compile(head) if self.enabled else head
+            self._head_long = head
 
-    def __call__(self, inputs: mx.array, cache: list | None = None) -> mx.array:
+    def __call__(self, inputs: mx.array, cache: Sequence[LayerCache] | None = None) -> mx.array:
         if not self.split or cache is None:
-            return self.wrapped(inputs, cache=cache)
+            logits: mx.array = self.wrapped(inputs, cache=cache)
+            return logits
         short = inputs.shape[1] <= MAX_COMPILED_TOKENS
         h = self.body(inputs, cache, compiled=short)
         return self._head(h) if short else self._head_long(h)
 
-    def body(self, inputs: mx.array, cache: list, compiled: bool = False) -> mx.array:
+    def body(self, inputs: mx.array, cache: Sequence[LayerCache], compiled: bool = False) -> mx.array:
         """The layers' output for ``inputs`` (B, L), written into ``cache`` (no logits), through
         ``_FusedLayer.chunk``; ``compiled``: the compiled layers (a decode step or a
         verification block). Before the final norm here; the model's own (normed) for a model not split here."""
         if not self.split:
-            return self.model(inputs, cache=cache)
-        h = self.model.embed_tokens(inputs)
+            out: mx.array = self.model(inputs, cache=cache)
+            return out
+        h: mx.array = self.model.embed_tokens(inputs)
         mask = create_attention_mask(h, cache[0])
         offset = mx.array(cache[0].offset, dtype=mx.int32)  # an array: one compiled graph for every position
         for layer, layer_cache in zip(self._layers, cache):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from mlxcore.device_profile import current
-from mlxcore.kv.protocol import Segment
+from mlxcore.kv.protocol import FloatSegment
 from mlxcore.fast_exp import fast_exp
 
 # Scores per block: 2**18 float32 (1 MiB), which stays in cache through softmax's passes: 512 keys at 32
@@ -41,7 +41,7 @@ def reads_spans(rows: int, keys: int) -> bool:
     return not current().fast_exp or rows * keys <= SCORES_PER_BLOCK
 
 
-def segmented_causal_attention(q: mx.array, segments: list[Segment], scale: float) -> mx.array:
+def segmented_causal_attention(q: mx.array, segments: list[FloatSegment], scale: float) -> mx.array:
     """Softmax attention of q (1, heads, L, dim) over keys and values held in pieces (a paged cache's runs of
     blocks; each (1, kv_heads, n, dim), grouped heads sharing a kv head), in order; (1, heads, L, dim). Query i
     sees keys up to S - L + i (the queries are the last L of S positions).
@@ -64,13 +64,14 @@ def segmented_causal_attention(q: mx.array, segments: list[Segment], scale: floa
 class _Keys:
     """Keys and values in pieces, addressed by position as if they were one array."""
 
-    def __init__(self, segments: list[Segment]) -> None:
-        self.segments, self.starts, self.length = segments, [], 0
+    def __init__(self, segments: list[FloatSegment]) -> None:
+        self.segments, self.length = segments, 0
+        self.starts: list[int] = []
         for k, _ in segments:
             self.starts.append(self.length)
             self.length += k.shape[2]
 
-    def between(self, first: int, end: int, heads: slice) -> Segment:
+    def between(self, first: int, end: int, heads: slice[int, int, None]) -> FloatSegment:
         """Keys and values of positions ``first .. end`` for kv heads ``heads``: a view if one piece holds them."""
         pieces = [(k[:, heads, max(first - at, 0):end - at], v[:, heads, max(first - at, 0):end - at])
                   for (k, v), at in zip(self.segments, self.starts) if at < end and at + k.shape[2] > first]
@@ -95,7 +96,7 @@ def _attend(q: mx.array, keys: _Keys, s: int, scale: float) -> mx.array:
     return out.reshape(b, heads, n, dim)
 
 
-def _attend_heads(q: mx.array, keys: _Keys, heads: slice, s: int, n: int, width: int) -> mx.array:
+def _attend_heads(q: mx.array, keys: _Keys, heads: slice[int, int, None], s: int, n: int, width: int) -> mx.array:
     """q: (1, c, rows, dim), already scaled, against the first ``s`` keys of kv heads ``heads``."""
     # Blocks counted back from the end, so the last one starts at S - width <= S - n (seen by every query);
     # the others end where a piece ends when one does, so that they are views.
@@ -103,7 +104,7 @@ def _attend_heads(q: mx.array, keys: _Keys, heads: slice, s: int, n: int, width:
     if len(parts) == 1:
         _, total, out = parts[0]
         return out / total
-    tops, totals, outs = (mx.stack(x) for x in zip(*parts))  # (blocks, 1, c, rows, 1 or dim)
+    tops, totals, outs = (mx.stack(list(x)) for x in zip(*parts))  # (blocks, 1, c, rows, 1 or dim)
     weights = fast_exp(tops - mx.max(tops, axis=0))  # each block's exps rescaled to the row's overall max
     return mx.sum(weights * outs, axis=0) / mx.sum(weights * totals, axis=0)
 

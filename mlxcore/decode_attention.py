@@ -27,12 +27,13 @@ MLX's CPU attention broadcasts a 5-D product per query head.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 import mlx.core as mx
 
 from mlxcore.cpu_attention import reads_spans, segmented_causal_attention
 from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_exp_below
-from mlxcore.kv.protocol import Mask, Segment
+from mlxcore.kv.protocol import FloatSegment, Mask, Part, Segment
 
 
 
@@ -56,19 +57,21 @@ def attend_parts(q: mx.array, segments: list[Segment], scale: float, mask: Mask 
     profile = current()
     quantized = isinstance(segments[0][0], tuple)
     if profile.fast_exp and isinstance(mask, str) and _scores_outgrow_cache(q, segments):  # a long prompt chunk
-        return segmented_causal_attention(q, dequantized(segments, q.shape[-1]) if quantized else segments,
+        return segmented_causal_attention(q, dequantized(segments, q.shape[-1]) if quantized else _floats(segments),
                                           scale), None
     if (profile.fused_attention and not quantized and (len(segments) == 1 or _scores_outweigh_keys(q, segments))
             or not _grouped_mask_ok(mask)):
         keys, values = _joined(dequantized(segments, q.shape[-1]) if quantized else segments)
-        return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask), None
+        return mx.fast.scaled_dot_product_attention(q, _float(keys), _float(values), scale=scale, mask=mask), None
     return _grouped(q, segments, scale, lambda scores: _masked(scores, mask, q.shape[2]), profile.fast_exp)
 
 
-def dequantized(segments: list[Segment], dim: int) -> list[Segment]:
+def dequantized(segments: list[Segment], dim: int) -> list[FloatSegment]:
     """Float keys and values of quantized segments (for attention that cannot read them as stored)."""
-    def one(parts: tuple) -> mx.array:
-        return mx.dequantize(*parts, **_quantization(parts, dim))
+    def one(parts: Part) -> mx.array:
+        packed, scales, biases = _parts(parts)
+        group_size, bits = _quantization(packed, scales, dim)
+        return mx.dequantize(packed, scales, biases, group_size=group_size, bits=bits)
     return [(one(keys), one(values)) for keys, values in segments]
 
 
@@ -82,7 +85,7 @@ def attend_batch_parts(q: mx.array, segments: list[Segment], scale: float, valid
     profile = current()
     if profile.fused_attention and len(segments) == 1 and not isinstance(segments[0][0], tuple):
         keys, values = segments[0]  # padded rows and their mask: what the fused kernel takes
-        return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=valid), None
+        return mx.fast.scaled_dot_product_attention(q, _float(keys), _float(values), scale=scale, mask=valid), None
     return _grouped(q, segments, scale, lambda scores: mx.where(valid, scores, -mx.inf), profile.fast_exp)
 
 
@@ -94,14 +97,15 @@ def normalized(parts: Attended, shape: tuple[int, ...]) -> mx.array:
     return _as(out / total, out.dtype).reshape(shape)
 
 
-def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, fast: bool) -> Attended:
+def _grouped(q: mx.array, segments: list[Segment], scale: float, mask: Callable[[mx.array], mx.array],
+             fast: bool) -> Attended:
     """Grouped-query softmax attention over ``segments``; ``mask`` maps float32 scores to masked scores."""
     batch, heads, n, dim = q.shape
     keys = segments[0][0]
     kv_heads = _keys_of(keys).shape[1]
     rows = (q if scale == 1.0 else q * scale).reshape(batch, kv_heads, heads // kv_heads * n, dim)  # head h: kv h // rep
-    scores = [_scores(rows, keys) for keys, _ in segments]  # (B, kv_heads, rep * L, length) each
-    scores = scores[0] if len(scores) == 1 else mx.concatenate(scores, axis=-1)
+    pieces = [_scores(rows, keys) for keys, _ in segments]  # (B, kv_heads, rep * L, length) each
+    scores = pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-1)
     scores = mask(_as(scores, mx.float32))
     values_dtype = _dtype(segments[0][1])
     if fast:
@@ -114,7 +118,7 @@ def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, fast: boo
         out = _weighted(weights, segments[0][1], dim)
     else:  # one split (not a slice per run); each run's product added to the sum in the same call
         ends = list(itertools.accumulate(_length(keys) for keys, _ in segments))[:-1]
-        parts = mx.split(weights, ends, axis=-1)
+        parts: list[mx.array] = mx.split(weights, ends, axis=-1)  # type: ignore[assignment]  # mlx's stub: a list
         out = _weighted(parts[0], segments[0][1], dim)
         for part, (_, values) in zip(parts[1:], segments[1:]):
             out = mx.addmm(out, part, values) if not isinstance(values, tuple) else out + _weighted(part, values, dim)
@@ -123,36 +127,56 @@ def _grouped(q: mx.array, segments: list[Segment], scale: float, mask, fast: boo
     return out, total
 
 
-def _scores(rows: mx.array, keys) -> mx.array:
+def _scores(rows: mx.array, keys: Part) -> mx.array:
     """rows (B, kv_heads, R, dim) times keys transposed: float (B, kv_heads, T, dim), or quantized per token
     (packed, scales, biases) read as they are stored (``kv_format.py``)."""
     if not isinstance(keys, tuple):
         return rows @ keys.swapaxes(-1, -2)
-    return mx.quantized_matmul(rows, *keys, transpose=True, **_quantization(keys, rows.shape[-1]))
+    packed, scales, biases = _parts(keys)
+    group_size, bits = _quantization(packed, scales, rows.shape[-1])
+    return mx.quantized_matmul(rows, packed, scales, biases, transpose=True, group_size=group_size, bits=bits)
 
 
-def _weighted(weights: mx.array, values, dim: int) -> mx.array:
+def _weighted(weights: mx.array, values: Part, dim: int) -> mx.array:
     """weights (B, kv_heads, R, T) times values (T, dim), float or quantized per token."""
     if not isinstance(values, tuple):
         return weights @ values
-    return mx.quantized_matmul(weights, *values, transpose=False, **_quantization(values, dim))
+    packed, scales, biases = _parts(values)
+    group_size, bits = _quantization(packed, scales, dim)
+    return mx.quantized_matmul(weights, packed, scales, biases, transpose=False, group_size=group_size, bits=bits)
 
 
-def _quantization(parts: tuple, dim: int) -> dict:
-    """group_size and bits of quantized keys or values of head size ``dim``, read from their shapes."""
-    packed, scales, _ = parts
-    return {"group_size": dim // scales.shape[-1], "bits": packed.shape[-1] * 32 // dim}
+def _quantization(packed: mx.array, scales: mx.array, dim: int) -> tuple[int, int]:
+    """(group_size, bits) of quantized keys or values of head size ``dim``, read from their shapes."""
+    return dim // scales.shape[-1], packed.shape[-1] * 32 // dim
 
 
-def _keys_of(keys) -> mx.array:
+def _parts(quantized: Part) -> tuple[mx.array, mx.array, mx.array]:
+    """(packed, scales, biases) of quantized keys or values."""
+    packed, scales, biases = quantized
+    return packed, scales, biases
+
+
+def _float(part: Part) -> mx.array:
+    """Keys or values known to be float (one array)."""
+    assert not isinstance(part, tuple), "float keys and values are one array"
+    return part
+
+
+def _floats(segments: list[Segment]) -> list[FloatSegment]:
+    """Segments known to be float."""
+    return [(_float(keys), _float(values)) for keys, values in segments]
+
+
+def _keys_of(keys: Part) -> mx.array:
     return keys[0] if isinstance(keys, tuple) else keys
 
 
-def _length(keys) -> int:
+def _length(keys: Part) -> int:
     return _keys_of(keys).shape[2]
 
 
-def _dtype(values) -> mx.Dtype:
+def _dtype(values: Part) -> mx.Dtype:
     """The dtype attention's weights take to meet ``values`` (a quantized one's scales)."""
     return values[1].dtype if isinstance(values, tuple) else values.dtype
 
@@ -161,10 +185,11 @@ def _as(array: mx.array, dtype: mx.Dtype) -> mx.array:
     return array if array.dtype == dtype else array.astype(dtype)
 
 
-def _joined(segments: list[Segment]) -> Segment:
+def _joined(segments: Sequence[Segment]) -> Segment:
     if len(segments) == 1:
         return segments[0]
-    return mx.concatenate([k for k, _ in segments], axis=2), mx.concatenate([v for _, v in segments], axis=2)
+    return (mx.concatenate([_float(k) for k, _ in segments], axis=2),
+            mx.concatenate([_float(v) for _, v in segments], axis=2))
 
 
 def _scores_outgrow_cache(q: mx.array, segments: list[Segment]) -> bool:

@@ -27,12 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import mlx.core as mx
-import mlx.nn as nn
 
 from mlxcore import decision_clock
 from mlxcore.batching.constraints import Bitmask, Mask
 from mlxcore.device_profile import current
 from mlxcore.draft_length import DraftLengthController
+from mlxcore.compiled_forward import CompiledForward
+from mlxcore.kv.base import ModelCache
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.params import SamplingParams
 from mlxcore.prefill import prefill, settle
@@ -59,14 +60,14 @@ class SpecCounters:
 class SpeculativeDecoder:
     """One reply's rounds (see the module docstring); its counters and random stream last the reply."""
 
-    def __init__(self, target: nn.Module, draft: nn.Module, params: SamplingParams,
+    def __init__(self, target: CompiledForward, draft: CompiledForward, params: SamplingParams,
                  controller: DraftLengthController, constraint: Mask | None = None) -> None:
         self.target, self.draft = target, draft
         self.constraint = constraint  # kept in step with the reply by the runner; each round leaves it so
         self.constrain_draft = CONSTRAIN_DRAFT and constraint is not None
         self.params, self.controller = params, controller
         self.keys = KeyStream(params.seed)
-        self.vocab = min(target.args.vocab_size, draft.args.vocab_size)  # padding rows may differ
+        self.vocab = min(target.wrapped.args.vocab_size, draft.wrapped.args.vocab_size)  # padding rows may differ
         self.counters = SpecCounters(accepted_by_position=[0] * controller.max_k)
 
     def choose(self) -> int:
@@ -75,7 +76,7 @@ class SpeculativeDecoder:
         self.counters.draft_lengths.append(k)
         return k
 
-    def round(self, tcache, dcache, ids: list[int], k: int) -> list[Emitted]:
+    def round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:
         """One round after ``ids`` (prompt and reply so far), with one synchronisation: every pass is queued
         lazily. Should it fail, both caches are trimmed back to a prefix of ``ids[:-1]`` (the target's all of
         it) before the error goes on."""
@@ -86,7 +87,7 @@ class SpeculativeDecoder:
             settle(dcache, ids[:-1])
             raise
 
-    def _round(self, tcache, dcache, ids: list[int], k: int) -> list[Emitted]:
+    def _round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:
         self._catch_up_draft(dcache, ids)
         start = decision_clock.now()
         drafted, q = self._propose(dcache, ids, k)  # (k,) lazy ids, (k, V) or None
@@ -102,14 +103,14 @@ class SpeculativeDecoder:
         if self.constraint is not None:
             logits = self._masked(logits, drafted)
         n, t, logprobs = self._accept(logits, drafted, q)
-        proposed = drafted.tolist()
+        proposed = _ints(drafted)
         self.controller.observe_round(k, n, decision_clock.now() - start, draft_seconds)
         self._count(k, n)
         _rewind(tcache, k - n)
         _rewind(dcache, max(k - 1 - n, 0))
         return [(token, logprob, i < n) for i, (token, logprob) in enumerate(zip(proposed[:n] + [t], logprobs))]
 
-    def _catch_up_draft(self, dcache, ids: list[int]) -> None:
+    def _catch_up_draft(self, dcache: ModelCache, ids: list[int]) -> None:
         """Feed the draft what it missed during plain steps, before (and not timed as part of) a round.
 
         The controller times rounds to learn what each drafted token costs; a
@@ -121,19 +122,23 @@ class SpeculativeDecoder:
             prefill(self.draft, dcache, missed, current().prefill_chunk)  # evaluated: it synchronises
             self.controller.observe_catch_up(len(missed), decision_clock.now() - start)
 
-    def _propose(self, dcache, ids: list[int], k: int) -> tuple[mx.array, mx.array | None]:
+    def _propose(self, dcache: ModelCache, ids: list[int], k: int) -> tuple[mx.array, mx.array | None]:
         """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously."""
         fed = ids[dcache.offset:]
         _mark(dcache)
         dcache.begin(len(fed))
-        inputs, tokens, rows, matched = mx.array(fed)[None], [], [], 0
+        inputs, matched = mx.array(fed)[None], 0
+        tokens: list[mx.array] = []
+        rows: list[mx.array] = []
         for i in range(k):
             if i:
                 dcache.begin(1)
             logits = self.draft(inputs, cache=dcache.layers)[0, -1, : self.vocab]
             if self.constrain_draft:
-                matched += bool(i) and self.constraint.advance(tokens[-1].item())  # drawn under the mask
-                logits = mx.where(_allowed(self.constraint, self.vocab)[0], logits, -mx.inf)
+                constraint = self.constraint
+                assert constraint is not None, "constrain_draft needs a constraint"
+                matched += bool(i) and constraint.advance(int(tokens[-1]))  # drawn under the mask
+                logits = mx.where(_allowed(constraint, self.vocab)[0], logits, -mx.inf)
             if self.params.greedy:
                 token = mx.argmax(logits)
             else:
@@ -142,7 +147,7 @@ class SpeculativeDecoder:
             mx.async_eval(token)  # start computing while the next pass is being built
             tokens.append(token)
             inputs = token.reshape(1, 1)
-        if matched:
+        if matched and self.constraint is not None:  # only a constraint matches tokens
             self.constraint.rollback(matched)
         return mx.stack(tokens), (mx.stack(rows) if rows else None)
 
@@ -150,7 +155,8 @@ class SpeculativeDecoder:
         """The target's (k + 1, V) logits under the grammar: row i masked after d_1..d_i (rows after a refused
         draft token keep every token: the run stops before them). Filled while the target's pass runs."""
         mx.async_eval(logits)
-        proposed, constraint = drafted.tolist(), self.constraint
+        proposed, constraint = _ints(drafted), self.constraint
+        assert constraint is not None, "masked only under a constraint"
         mask, taken = Bitmask(len(proposed) + 1, constraint.vocab), 0
         for i in range(len(proposed) + 1):
             constraint.fill(mask.words[i])
@@ -170,8 +176,8 @@ class SpeculativeDecoder:
         chosen = mx.where(mx.arange(chosen.size) == n, t, chosen)  # t sits right after the accepted run
         logprobs = mx.take_along_axis(logits, chosen[:, None], axis=-1)[:, 0] - mx.logsumexp(logits, axis=-1)
         mx.eval(n, t, logprobs, drafted)
-        n_value = n.item()
-        return n_value, t.item(), logprobs[: n_value + 1].tolist()
+        n_value = int(n)
+        return n_value, int(t), _floats(logprobs[: n_value + 1])
 
     def _count(self, k: int, n: int) -> None:
         c = self.counters
@@ -188,13 +194,27 @@ def _allowed(constraint: Mask, vocab: int) -> mx.array:
     return mx.array(mask.allowed()[:, :vocab])
 
 
-def _mark(cache) -> None:
+def _ints(array: mx.array) -> list[int]:
+    """A 1-d integer array's values."""
+    values = array.tolist()
+    assert isinstance(values, list), "a 1-d array"
+    return [int(v) for v in values]  # type: ignore[arg-type]  # mlx's stub: tolist() of 1-d ints is a list of ints
+
+
+def _floats(array: mx.array) -> list[float]:
+    """A 1-d float array's values."""
+    values = array.tolist()
+    assert isinstance(values, list), "a 1-d array"
+    return [float(v) for v in values]  # type: ignore[arg-type]  # mlx's stub: tolist() of 1-d floats is floats
+
+
+def _mark(cache: ModelCache) -> None:
     """Let a cache that cannot be trimmed (``kv/hybrid.py``) come back to this point."""
     if isinstance(cache, HybridCache):
         cache.mark()
 
 
-def _rewind(cache, n: int) -> None:
+def _rewind(cache: ModelCache, n: int) -> None:
     if n and isinstance(cache, HybridCache):
         # Back to before the round's pass: the loop feeds it what it lacks, as it does after any rewind.
         cache.rewind_to_mark()

@@ -18,8 +18,12 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypedDict
 
 import mlx.core as mx
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
 ENV = "MLXCHAT_DEVICE_PROFILE"
 
@@ -89,8 +93,18 @@ def gpu_memory() -> tuple[int, int | None] | None:
     return int(total), None if free is None else int(free)
 
 
+class ProfileChanges(TypedDict, total=False):
+    """The fields ``forced`` may replace (tests send reads down one path)."""
+
+    prefill_chunk: int
+    step_tokens: int
+    max_segments: int
+    span_slack_slots: int
+    alone_cost_keys: int
+
+
 @contextmanager
-def forced(name: str, **changes: int) -> Iterator[DeviceProfile]:
+def forced(name: str, **changes: Unpack[ProfileChanges]) -> Iterator[DeviceProfile]:
     """Run with the ``name`` profile's branches whatever the device (for tests: the GPU's on the CPU), its
     fields ``changes`` replaced (for tests: a threshold that sends the reads down one path)."""
     global _forced

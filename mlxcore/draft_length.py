@@ -103,7 +103,7 @@ class DraftLengthController:
     def _probe_pays_its_catch_up(self) -> bool:
         if not self.catch_up_samples or self.plain_step is None:
             return True
-        return statistics.median(self.catch_up_samples) <= self.probe_budget * self.plain_step
+        return bool(statistics.median(self.catch_up_samples) <= self.probe_budget * self.plain_step)
 
     def observe_catch_up(self, tokens: int, seconds: float) -> None:
         """Record feeding the draft ``tokens`` it missed (before a round) in ``seconds``. Only a catch-up as long as

@@ -38,8 +38,8 @@ def _exp_parts(x: mx.array) -> tuple[mx.array, mx.array]:
     rounded = x * (1 / math.log(2)) + _ROUNDER
     n = rounded - _ROUNDER
     r = (x - n * _LN2_HIGH) - n * _LN2_LOW
-    p = _TAYLOR[0]
-    for c in _TAYLOR[1:]:
+    p = _TAYLOR[0] * r + _TAYLOR[1]
+    for c in _TAYLOR[2:]:
         p = p * r + c
     p = (p * r + 1.0) * r + 1.0
     # 2**n: n + 127 in the exponent field of a float32
@@ -79,8 +79,8 @@ def warm_up() -> None:
     """Build the fused kernel now (on Linux the first build runs the C++ compiler for seconds)."""
     for shape in ((2,), (1, 1, 2), (1, 1, 1, 1, 2)):  # SiLU's and attention's number of axes
         mx.eval(fast_exp(mx.zeros(shape)))
-    for shape in ((1, 1, 1, 2), (1, 1, 1, 1, 2)):  # decode attention's scores, against their row maxima
-        mx.eval(fast_exp_below(mx.zeros(shape), mx.zeros(shape[:-1] + (1,))))
+    for scores in ((1, 1, 1, 2), (1, 1, 1, 1, 2)):  # decode attention's scores, against their row maxima
+        mx.eval(fast_exp_below(mx.zeros(scores), mx.zeros(scores[:-1] + (1,))))
 
 
 def fast_softmax(x: mx.array) -> mx.array:

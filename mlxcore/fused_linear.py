@@ -11,6 +11,7 @@ of one format join; anything else (a bias, mixed formats) stays unjoined.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -42,7 +43,7 @@ class FusedLinear:
                                       biases=self.parts.get("biases"), transpose=True, **self.format)
         else:
             out = x @ self.parts["weight"].T
-        return mx.split(out, self.ends, axis=-1)
+        return mx.split(out, self.ends, axis=-1)  # type: ignore[return-value]  # mlx's stub says array: a list
 
 
 def fusable(layers: list[nn.Module]) -> bool:
@@ -56,7 +57,7 @@ def fusable(layers: list[nn.Module]) -> bool:
     return False
 
 
-def fuse(layers: list[nn.Module]):
+def fuse(layers: list[nn.Module]) -> Callable[[mx.array], list[mx.array]]:
     """A ``FusedLinear`` of ``layers`` when they can be joined; else a function calling each (same result)."""
     if fusable(layers):
         return FusedLinear(layers)

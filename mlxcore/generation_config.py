@@ -38,17 +38,17 @@ def read_generation_defaults(folder: Path) -> dict[str, float]:
     if data.get("do_sample") is False:
         return {"temperature": 0.0}
     return {field: int(value) if field == "top_k" else float(value)
-            for key, field in _KEYS.items() if _valid(field, value := data.get(key))}
+            for key, field in _KEYS.items() if _valid(value := data.get(key), field)}
 
 
-def _valid(field: str, value: object) -> TypeGuard[float]:
+def _valid(value: object, field: str) -> TypeGuard[float]:
     from mlxcore.params import GenerationParams
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return False
     if field == "top_k" and not float(value).is_integer():
         return False
     try:
-        GenerationParams(**{field: int(value) if field == "top_k" else float(value)})
+        GenerationParams().replaced({field: int(value) if field == "top_k" else float(value)})
     except ValueError:
         return False
     return True

@@ -14,11 +14,15 @@ When the cache holds the tokenizer's own ids (the usual case), nothing changes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from mlxcore.sequences import common_prefix_length
 
+if TYPE_CHECKING:
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-def prompt_ids(tokenizer, text: str, held: Sequence[int]) -> list[int]:
+
+def prompt_ids(tokenizer: TokenizerWrapper, text: str, held: Sequence[int]) -> list[int]:
     """The ids of ``text`` as a prompt for caches that hold ``held`` (see the module docstring)."""
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     if not held or common_prefix_length(held, ids) == len(held):

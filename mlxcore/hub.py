@@ -118,10 +118,11 @@ def _callback_tqdm(progress: Progress) -> type[hf_tqdm]:
     lock = threading.Lock()
 
     class CallbackTqdm(hf_tqdm):
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args: object, **kwargs: object) -> None:
             # snapshot_download names the bar that sums the bytes written by all files.
             self._reports = kwargs.get("name") == "huggingface_hub.snapshot_download"
-            self._done = int(kwargs.get("initial") or 0)
+            initial = kwargs.get("initial")
+            self._done = int(initial) if isinstance(initial, int | float) else 0
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)
 
@@ -130,6 +131,7 @@ def _callback_tqdm(progress: Progress) -> type[hf_tqdm]:
                 with lock:
                     self._done += int(n or 0)
                     progress(self._done, int(self.total or 0))
-            return super().update(n)
+            shown: bool | None = super().update(n)
+            return shown
 
     return CallbackTqdm

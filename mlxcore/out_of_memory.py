@@ -14,12 +14,13 @@ _OOM_TEXTS = ("[metal::malloc]", "[malloc] unable to allocate", "attempting to a
 
 def is_out_of_memory(error: BaseException) -> bool:
     """Whether ``error`` (or an error it was raised from) is a failed memory allocation."""
-    while error is not None:
-        if isinstance(error, MemoryError) or (isinstance(error, OSError) and error.errno == errno.ENOMEM):
+    link: BaseException | None = error
+    while link is not None:
+        if isinstance(link, MemoryError) or (isinstance(link, OSError) and link.errno == errno.ENOMEM):
             return True
-        if isinstance(error, RuntimeError) and any(text in str(error).lower() for text in _OOM_TEXTS):
+        if isinstance(link, RuntimeError) and any(text in str(link).lower() for text in _OOM_TEXTS):
             return True
-        error = error.__cause__ or error.__context__
+        link = link.__cause__ or link.__context__
     return False
 
 

@@ -10,6 +10,7 @@ from mlxcore.batching.batch_forward import BatchDecoder
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.blas import parallel_products
 from mlxcore.compiled_forward import CompiledForward
+from mlxcore.kv.base import ModelCache
 from mlxcore.kv.hybrid import HybridCache
 
 Progress = Callable[[int, int], None]  # (prompt tokens done, prompt tokens in all)
@@ -20,7 +21,7 @@ class StopPrefill(Exception):
     chunks done."""
 
 
-def settle(cache, ids: Sequence[int], forward: CompiledForward | None = None) -> None:
+def settle(cache: ModelCache, ids: Sequence[int], forward: CompiledForward | None = None) -> None:
     """Make ``cache`` hold ``ids``: even out a pass stopped between layers, trim what is ahead of them and,
     with ``forward``, feed what it lacks of them. Without, a cache behind ``ids`` stays a prefix of them
     (an interrupted prefill keeps the chunks every layer completed). Its full blocks are then hashed."""
@@ -36,7 +37,7 @@ def settle(cache, ids: Sequence[int], forward: CompiledForward | None = None) ->
     cache.hash_blocks(ids)
 
 
-def prefill(forward: CompiledForward, cache, ids: Sequence[int], chunk: int) -> None:
+def prefill(forward: CompiledForward, cache: ModelCache, ids: Sequence[int], chunk: int) -> None:
     """Feed ``ids`` into ``cache`` in chunks of ``chunk`` tokens, on every BLAS thread, computing no logits.
 
     Each chunk is a pass of the batched forward's prompt rows alone (``PromptFeed``, ``BatchDecoder``), as the

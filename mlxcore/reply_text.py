@@ -8,12 +8,16 @@ first. It is released as soon as it cannot be one, and at the reply's end.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 
 class ReplyText:
     """Streaming detokenization, end-of-sequence and stop strings for one reply."""
 
-    def __init__(self, tokenizer, eos_ids: Iterable[int], stop: tuple[str, ...], max_tokens: int | None) -> None:
+    def __init__(self, tokenizer: TokenizerWrapper | None, eos_ids: Iterable[int], stop: tuple[str, ...], max_tokens: int | None) -> None:
         self._detok = tokenizer.detokenizer if tokenizer is not None else None
         self._eos = set(eos_ids)
         self._stop = stop

@@ -56,7 +56,8 @@ def distribution(logits: mx.array, params: SamplingParams, recent: mx.array | No
         best = mx.argmax(logits, axis=-1, keepdims=True)
         return mx.put_along_axis(mx.zeros_like(logits), best, mx.array(1.0), axis=-1)
     fn, scalars = transform(params)
-    return fn(logits, *scalars)
+    probs: mx.array = fn(logits, *scalars)
+    return probs
 
 
 def draw(probs: mx.array, key: mx.array) -> mx.array:
@@ -73,7 +74,9 @@ def next_token(logits: mx.array, params: SamplingParams, key: mx.array | None,
     (temperature 1, no masks, no penalty).
     """
     if params.greedy:
-        return greedy_pick()(penalize_repeats(logits, recent, params.repetition_penalty), logits)
+        picked: tuple[mx.array, mx.array] = greedy_pick()(penalize_repeats(logits, recent, params.repetition_penalty),
+                                                            logits)
+        return picked
     chosen = penalize_repeats(logits.astype(mx.float32), recent, params.repetition_penalty)  # as ``distribution``
     fn, scalars = sampled_pick([params])  # one key draws every row (a reply's, or a test's block)
     rows, shape = (-1, logits.shape[-1]), logits.shape[:-1]

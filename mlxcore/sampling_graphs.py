@@ -87,6 +87,7 @@ def _keep(z: mx.array, probs: mx.array | None, masks: Masks, top_p: mx.array, mi
     keep = None
     k = _active_k(masks, z.shape[-1])
     if k or masks.nucleus:
+        assert probs is not None, "top-k and top-p need the probabilities (_needs_probs)"
         keep = probs >= _threshold(probs, k, masks.nucleus, top_p)
     if masks.floor:  # p >= min_p * max(p)  <=>  z >= max(z) + log(min_p): no exp over the vocabulary
         above = z >= mx.max(z, axis=-1, keepdims=True) + mx.log(min_p)
@@ -123,13 +124,15 @@ def _logprob(logits: mx.array, token: mx.array, fast: bool) -> mx.array:
 
 @lru_cache(maxsize=64)
 def _scalars(temperature: float, top_p: float, min_p: float) -> Scalars:
-    return tuple(mx.array(v, dtype=mx.float32) for v in (temperature, top_p, min_p))
+    t, p, m = (mx.array(v, dtype=mx.float32) for v in (temperature, top_p, min_p))
+    return t, p, m
 
 
 @lru_cache(maxsize=64)
 def _row_scalars(rows: tuple[tuple[float, float, float], ...]) -> Scalars:
     """(temperature, top_p, min_p) of each row as (rows, 1) arrays."""
-    return tuple(mx.array([[row[i]] for row in rows], dtype=mx.float32) for i in range(3))
+    t, p, m = (mx.array([[row[i]] for row in rows], dtype=mx.float32) for i in range(3))
+    return t, p, m
 
 
 @lru_cache(maxsize=16)
@@ -159,7 +162,8 @@ def _row_noise(draw: Callable, keys: mx.array, rows: int, width: int) -> mx.arra
     """(rows, width) random numbers by ``draw`` (mx.random.uniform or gumbel): from one key (2,) for them all,
     or row i from ``keys[i]`` (rows, 2), so that a row drawn alone with key k draws the same in a batch."""
     if keys.ndim == 1:
-        return draw(shape=(rows, width), key=keys)
+        noise: mx.array = draw(shape=(rows, width), key=keys)
+        return noise
     parts = [draw(shape=(1, width), key=keys[i]) for i in range(rows)]
     return parts[0] if rows == 1 else mx.concatenate(parts)
 
@@ -187,7 +191,7 @@ def _inverse_cdf_draw(probs: mx.array, keys: mx.array) -> mx.array:
     return mx.sum(~((cdf > target) | (cdf >= total)), axis=-1)
 
 
-def _draw(chosen: mx.array, keys: mx.array, scalars: Scalars, masks: Masks) -> mx.array:
+def _draw(chosen: mx.array, keys: mx.array, scalars: tuple[mx.array, ...], masks: Masks) -> mx.array:
     """A token per row of ``chosen`` (rows, V) drawn from ``_masked_distribution(chosen, ...)`` with that row's
     key (``keys``: (rows, 2), or one (2,) for all), touching the vocabulary few times.
 
@@ -201,6 +205,7 @@ def _draw(chosen: mx.array, keys: mx.array, scalars: Scalars, masks: Masks) -> m
     probs = mx.softmax(z, axis=-1) if _needs_probs(masks, z.shape[-1]) else None
     keep = _keep(z, probs, masks, top_p, min_p)
     if 0 < _active_k(masks, z.shape[-1]) <= FEW_TOKENS:
+        assert keep is not None and probs is not None, "top-k keeps tokens by their probabilities"
         return _inverse_cdf_draw(mx.where(keep, probs, 0.0), keys)
     return gumbel_max(z if keep is None else mx.where(keep, z, -mx.inf), keys)
 

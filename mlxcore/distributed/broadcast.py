@@ -54,10 +54,10 @@ def _pickled(outcome: tuple) -> bytes:
 
 def send_bytes(world: World, data: bytes | None) -> bytes:
     """``data`` (given on rank 0, None elsewhere) on every rank."""
-    head = bytearray(_HEADER + INLINE_BYTES)
+    head, sent = bytearray(_HEADER + INLINE_BYTES), data or b""  # sent: rank 0's, read on rank 0 only
     if world.leader:
-        head[:_HEADER] = len(data).to_bytes(_HEADER, "little")
-        inline = data[:INLINE_BYTES]
+        head[:_HEADER] = len(sent).to_bytes(_HEADER, "little")
+        inline = sent[:INLINE_BYTES]
         head[_HEADER:_HEADER + len(inline)] = inline
     got = _sum(world, bytes(head))
     length = int.from_bytes(got[:_HEADER], "little")
@@ -65,16 +65,17 @@ def send_bytes(world: World, data: bytes | None) -> bytes:
     done = len(parts[0])
     while done < length:
         size = min(CHUNK_BYTES, length - done)
-        parts.append(_sum(world, data[done:done + size] if world.leader else bytes(size)))
+        parts.append(_sum(world, sent[done:done + size] if world.leader else bytes(size)))
         done += size
     return b"".join(parts)
 
 
 def _sum(world: World, data: bytes) -> bytes:
-    array = mx.array(memoryview(data), dtype=mx.uint8) if world.leader else mx.zeros((len(data),), dtype=mx.uint8)
+    array = (mx.array(memoryview(data), dtype=mx.uint8)  # type: ignore[arg-type]  # mlx's stub: it takes buffers
+             if world.leader else mx.zeros((len(data),), dtype=mx.uint8))
     total = mx.distributed.all_sum(array, group=world.group)
     mx.eval(total)
-    return bytes(memoryview(total))
+    return bytes(memoryview(total))  # type: ignore[arg-type]  # mlx's stub: an array is a buffer
 
 
 def leader_number(world: World, value: float) -> float:
@@ -83,7 +84,7 @@ def leader_number(world: World, value: float) -> float:
         return value
     mine = mx.array([value if world.leader else 0.0], dtype=mx.float64)
     total = mx.distributed.all_sum(mine, group=world.group)
-    return float(total.item())
+    return float(total.item())  # type: ignore[arg-type]  # mlx's stub: a float64 array's item is a float
 
 
 def every_rank(world: World, value: int) -> list[int]:
@@ -91,16 +92,16 @@ def every_rank(world: World, value: int) -> list[int]:
     if not world.distributed:
         return [value]
     gathered = mx.distributed.all_gather(mx.array([value], dtype=mx.int64), group=world.group)
-    return [int(v) for v in gathered.tolist()]
+    return [int(v) for v in gathered]  # a 1-d array iterates as its scalars
 
 
-def every_rank_object(world: World, value) -> list:
+def every_rank_object(world: World, value: T) -> list[T]:
     """Each rank's ``value`` (picklable), in rank order."""
     if not world.distributed:
         return [value]
     data = pickle.dumps(value)
     longest = max(every_rank(world, len(data)))
-    row = mx.array(memoryview(data.ljust(longest, b"\0")), dtype=mx.uint8)[None]
+    row = mx.array(memoryview(data.ljust(longest, b"\0")), dtype=mx.uint8)[None]  # type: ignore[arg-type]  # see _sum
     rows = mx.distributed.all_gather(row, group=world.group)
     mx.eval(rows)
-    return [pickle.loads(bytes(memoryview(rows[i]))) for i in range(world.size)]
+    return [pickle.loads(bytes(memoryview(rows[i]))) for i in range(world.size)]  # type: ignore[arg-type]  # see _sum

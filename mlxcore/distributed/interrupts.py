@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 
 from mlxcore.distributed.broadcast import leader_number
 from mlxcore.distributed.world import World
@@ -34,7 +35,7 @@ class SharedInterrupt:
             yield
             return
 
-        def hold(signum, frame) -> None:
+        def hold(signum: int, frame: FrameType | None) -> None:
             self.pressed = True
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a second press interrupts at once
 

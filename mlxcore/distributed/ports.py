@@ -13,7 +13,7 @@ def free_ports(count: int) -> int:
     for _ in range(200):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
-            first = probe.getsockname()[1]
+            first: int = probe.getsockname()[1]
         if first + count < 65536 and all(_free(first + i) for i in range(count)):
             return first
     raise RuntimeError("no free ports on 127.0.0.1")

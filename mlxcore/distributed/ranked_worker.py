@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import queue
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.worker import BatchWorker
@@ -28,6 +30,23 @@ from mlxcore.distributed.broadcast import share
 from mlxcore.distributed.errors import DistributedError
 from mlxcore.distributed.fail_fast import exit_on_lost_peer
 from mlxcore.distributed.watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11
+
+    from mlxcore.engine import Engine
+
+T = TypeVar("T")
+
+
+class WorkerOptions(TypedDict, total=False):
+    """``BatchWorker``'s keyword options, passed through."""
+
+    policy: str
+    max_waiting: int
+    max_running: int
+    step_tokens: int | None
+    stall_seconds: float
 
 HEARTBEAT_SECONDS = 0.1
 FOLLOWER_NAP_SECONDS = 0.09  # rank 0 shares HEARTBEAT_SECONDS after the last share: the follower spins the rest
@@ -45,7 +64,7 @@ class Orders:
 class RankedWorker(BatchWorker):
     """A ``BatchWorker`` whose loop every rank runs in step (see the module docstring)."""
 
-    def __init__(self, engine, **options) -> None:
+    def __init__(self, engine: Engine, **options: Unpack[WorkerOptions]) -> None:
         super().__init__(engine, **options)
         self.world = engine.world
         self.watchdog = Watchdog(self.world)
@@ -54,7 +73,7 @@ class RankedWorker(BatchWorker):
         # every rank must step alike, so replies are never paused here.
         self.runner.max_unread = None
 
-    def call(self, fn, timeout=None):
+    def call(self, fn: Callable[[Engine], T], timeout: float | None = None) -> T:
         raise DistributedError("This needs the engine of one process; it is not available while the model runs "
                                f"over {self.world.size} ranks.")
 
@@ -111,6 +130,6 @@ class RankedWorker(BatchWorker):
             self.runner.cancel(request_id)
 
 
-def serve_followers(engine, **options) -> None:
+def serve_followers(engine: Engine, **options: Unpack[WorkerOptions]) -> None:
     """On a rank other than 0: take rank 0's steps until it stops (or a rank goes away: the error propagates)."""
     RankedWorker(engine, **options).run()

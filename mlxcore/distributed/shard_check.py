@@ -19,7 +19,8 @@ SPLIT_WIDTHS = {"num_key_value_heads": "KV heads", "num_attention_heads": "atten
 def check_shardable(config: Mapping[str, object], ranks: int, where: Path | str) -> None:
     """``ShardingError`` unless mlx-lm can split this model (``shard()``) evenly over ``ranks``."""
     model_type = str(config.get("model_type", ""))
-    config = {**(config.get("text_config") or {}), **config}  # Qwen3.5's checkpoints nest the text model's
+    text_config = config.get("text_config")
+    config = {**(text_config if isinstance(text_config, Mapping) else {}), **config}  # Qwen3.5's checkpoints nest the text model's
     module = importlib.import_module(f"mlx_lm.models.{MODEL_REMAPPING.get(model_type, model_type)}")
     if not hasattr(module.Model, "shard"):
         raise ShardingError(f"{where}: mlx-lm cannot split {model_type} models over several ranks "

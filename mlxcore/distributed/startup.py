@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from mlxcore import decision_clock, seeds
 from mlxcore.configs import KVConfig
@@ -11,8 +12,11 @@ from mlxcore.distributed.broadcast import leader_number, share
 from mlxcore.distributed.fail_fast import watch_ring_failures
 from mlxcore.distributed.world import World
 
+if TYPE_CHECKING:
+    from mlxcore.loading import ModelFiles
 
-def join_ranks(world: World, target, draft, kv: KVConfig, num_draft: int) -> None:
+
+def join_ranks(world: World, target: ModelFiles, draft: ModelFiles | None, kv: KVConfig, num_draft: int) -> None:
     """Over several ranks: check every rank runs the same software, model files (``ModelFiles``) and options
     (``RankMismatchError``), then share rank 0's random seeds and clock readings. Nothing for one process."""
     if not world.distributed:

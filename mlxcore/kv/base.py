@@ -201,7 +201,7 @@ class ModelCache(ABC):
                                   "stopped half way, and cannot be rewound; rebuild the cache.") from None
 
 
-def layer_tensors(names: tuple[str, ...], arrays: list[tuple[mx.array, ...]]) -> Tensors:
+def layer_tensors(names: tuple[str, ...], arrays: Sequence[tuple[mx.array, ...]]) -> Tensors:
     """Name per-layer arrays ``"<layer>.<name>"`` for a state dict."""
     return {f"{i}.{name}": array for i, group in enumerate(arrays) for name, array in zip(names, group)}
 

@@ -18,8 +18,13 @@ import os
 import re
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mlxcore.errors import MlxchatError
+
+if TYPE_CHECKING:  # no MLX import at run time (module docstring)
+    import mlx.core as mx
+    import mlx.nn as nn
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -80,11 +85,13 @@ def available_ram() -> int:
     raise MlxchatError("This machine's memory cannot be read: give the KV cache a size (--max-kv 8GB).")
 
 
-def weights_bytes(model) -> int:
+def weights_bytes(model: nn.Module) -> int:
     """Bytes of a model's parameters."""
     from mlx.utils import tree_flatten
 
-    return sum(array.nbytes for _, array in tree_flatten(model.parameters()))
+    arrays: list[tuple[str, mx.array]] = []
+    tree_flatten(model.parameters(), destination=arrays)  # fills the list (its return type is list or dict)
+    return sum(array.nbytes for _, array in arrays)
 
 
 def wire_recommended_limit() -> int | None:

@@ -55,4 +55,5 @@ def model_geometry(model: nn.Module, kv_bits: int | None = None) -> KVGeometry:
 def activation_dtype(model: nn.Module) -> mx.Dtype:
     """The dtype of the model's activations: its embedding's (a quantized one's scales)."""
     embed = model.model.embed_tokens
-    return getattr(embed, "scales", embed.weight).dtype
+    dtype: mx.Dtype = getattr(embed, "scales", embed.weight).dtype
+    return dtype

@@ -49,7 +49,9 @@ class HybridPrefixCache:
         entry = cache.fork()
         entry.prefixes = None
         for state in entry.states:  # rows of a batch's arrays (hybrid_batch.py) would keep the whole batch
-            state[0], state[1] = mx.contiguous(state[0]), mx.contiguous(state[1])
+            first, second = state[0], state[1]
+            assert first is not None and second is not None, "a state that read tokens holds its arrays"
+            state[0], state[1] = mx.contiguous(first), mx.contiguous(second)
         mx.eval([part for state in entry.states for part in (state[0], state[1])])  # (lazy, they would too)
         size = entry.held_bytes
         if size > self.limit:

@@ -42,12 +42,12 @@ from mlxcore.kv.paged_pool import BlockPool, make_block_pool
 from mlxcore.kv.protocol import Mask, Segment
 from mlxcore.kv.slab_storage import Gather
 
-def _as_float(parts: list[mx.array], fmt: KVFormat, geometry: KVGeometry) -> tuple[mx.array, mx.array]:
+def _as_float(parts: Sequence[mx.array], fmt: KVFormat, geometry: KVGeometry) -> tuple[mx.array, mx.array]:
     """Saved keys and values as float arrays of the geometry's dtype."""
     if not fmt.quantized:
         return parts[0].astype(geometry.dtype), parts[1].astype(geometry.dtype)
-    options = {"group_size": fmt.group_size, "bits": fmt.bits}
-    keys, values = (mx.dequantize(*group, **options).astype(geometry.dtype) for group in (parts[:3], parts[3:]))
+    keys, values = (mx.dequantize(w, scales, biases, group_size=fmt.group_size, bits=fmt.bits).astype(geometry.dtype)
+                    for w, scales, biases in (parts[:3], parts[3:]))
     return keys, values
 Span = tuple[tuple[int, int, int], mx.array]  # (slab, start, size) of one view, and its (queries, slots) mask
 
@@ -72,7 +72,8 @@ class PagedLayerCache:
         return self._owner.read(self.index, self.offset, keys.shape[2], heads, mask)
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Mask:
-        return create_attention_mask(N, offset=self.offset, return_array=return_array, window_size=window_size)
+        mask: Mask = create_attention_mask(N, offset=self.offset, return_array=return_array, window_size=window_size)
+        return mask
 
     def is_trimmable(self) -> bool:
         return True
@@ -120,10 +121,10 @@ class PagedCache(ModelCache):
 
     def __init__(self, pool: BlockPool, seq_id: int | None = None) -> None:
         """A new empty sequence in ``pool``, or (``seq_id``) one the pool's manager already holds."""
-        self.pool = pool
+        self.pool, self.geometry = pool, pool.geometry
         self.seq_id = pool.manager.new_sequence() if seq_id is None else seq_id
-        layer = QuantizedPagedLayerCache if pool.geometry.format.quantized else PagedLayerCache
-        self.layers: list[PagedLayerCache] = [layer(self, i) for i in range(pool.geometry.num_layers)]
+        layer_kind = QuantizedPagedLayerCache if pool.geometry.format.quantized else PagedLayerCache
+        self.layers: list[PagedLayerCache] = [layer_kind(self, i) for i in range(pool.geometry.num_layers)]
         for layer in self.layers:
             layer.offset = pool.manager.length(self.seq_id)
         self._plan: AppendPlan | None = None
@@ -134,11 +135,7 @@ class PagedCache(ModelCache):
         # Give the blocks back when the cache is garbage collected without release().
         weakref.finalize(self, pool.drop_sequence, self.seq_id)
 
-    @property
-    def geometry(self) -> KVGeometry:
-        return self.pool.geometry
-
-    def reuse_prefix(self, ids: list[int]) -> int:
+    def reuse_prefix(self, ids: Sequence[int]) -> int:
         self._settle()
         self.edits += 1
         reused = self.pool.manager.reuse_prefix(self.seq_id, ids)
@@ -196,8 +193,8 @@ class PagedCache(ModelCache):
         reused = self.reuse_prefix(ids)  # blocks another session already holds are shared, not copied
         self.begin(len(ids) - reused)
         same = saved_format == self.pool.geometry.format
-        for layer, parts in zip(self.layers, saved):
-            parts = [part[..., reused:, :] for part in parts]
+        for layer, layer_parts in zip(self.layers, saved):
+            parts = [part[..., reused:, :] for part in layer_parts]
             if same:
                 self._write_stored(layer, parts)
             else:
@@ -211,6 +208,7 @@ class PagedCache(ModelCache):
         half = len(parts) // 2
         both = [mx.concatenate([k, v], axis=0) for k, v in zip(parts[:half], parts[half:])]
         plan = self._plan
+        assert plan is not None, "_write_saved calls begin first"
         self.pool.storage[layer.index].write_parts(plan.segments, tuple(both))
         layer.offset += plan.length
         self._pending_layers -= 1
@@ -340,9 +338,10 @@ class PagedCache(ModelCache):
         """``Gather.span`` of the first ``length`` tokens with its (queries, slots) mask, made once a pass."""
         key = (length, queries)
         if self._span is None or self._span[0] != key:
-            span = self._gather_index().span(length)
-            if span is not None:
-                run, positions = span
+            found = self._gather_index().span(length)
+            span: Span | None = None
+            if found is not None:
+                run, positions = found
                 last = np.arange(length - queries, length)[:, None]  # query i's own position
                 span = run, mx.array((positions >= 0) & (positions <= last))
             self._span = (key, span)

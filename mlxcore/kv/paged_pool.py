@@ -120,7 +120,9 @@ class BlockPool:
         """Blocks held and those of the slabs ``room`` bytes (the budget's free ones) can add in order: full
         slabs, then a last shorter one (read on every scheduler step, so counted, not looped)."""
         config, blocks = self.config, self.held_blocks
-        room = self.budget.free if room is None else room
+        if room is None:
+            assert self.budget is not None, "a pool without a budget never asks what it affords"
+            room = self.budget.free
         full = config.slab_blocks * self.block_bytes
         whole = min(room // full, (config.max_blocks - blocks) // config.slab_blocks)
         blocks, room = blocks + whole * config.slab_blocks, room - whole * full

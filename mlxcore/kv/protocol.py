@@ -16,16 +16,19 @@ import mlx.core as mx
 Mask = mx.array | str | None
 # Keys or values as attention reads them: (1, kv_heads, length, dim), or quantized per token (packed, scales,
 # biases); a segment is one run of a sequence's keys and values.
-Part = mx.array | tuple[mx.array, mx.array, mx.array]
+Part = mx.array | tuple[mx.array, ...]
 Segment = tuple[Part, Part]
+FloatSegment = tuple[mx.array, mx.array]  # a segment of float keys and values
+Stored = Part  # keys or values as a cache stores and returns them (``kv/stored.py``)
 
 
 @runtime_checkable
 class LayerCache(Protocol):
     offset: int  # tokens seen so far: the RoPE position of the next token
 
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        """Append keys/values of shape (B, n_kv_heads, L, head_dim); return all keys/values to attend over."""
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Stored, Stored]:
+        """Append keys/values of shape (B, n_kv_heads, L, head_dim); return all keys/values to attend over
+        (a quantized cache's as their parts)."""
         ...
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Mask:

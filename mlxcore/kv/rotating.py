@@ -52,19 +52,22 @@ class RotatingLayerCache:
         """Whether some ring slot was overwritten (then ``keep`` can no longer change)."""
         return self.high > self.window.slots
 
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[stored.Stored, stored.Stored]:
         """Store (1, kv_heads, N, head_dim) keys/values; return the keys/values that ``make_mask(N)`` describes."""
         self._geometry.check(keys, values, "rotating KV cache")
         layout, count = self._layout(keys.shape[2])
-        keys, values = (stored.encode(x, self._geometry.format) for x in (keys, values))
+        new_keys, new_values = (stored.encode(x, self._geometry.format) for x in (keys, values))
         if layout != "concat":
-            self._write(keys, values)
-            return stored.first(self.keys, count), stored.first(self.values, count)
+            self._write(new_keys, new_values)
+            held_keys, held_values = self._slots()
+            return stored.first(held_keys, count), stored.first(held_values, count)
         # Too many new tokens for the ring: attend over the old slots + all new tokens, then store.
-        fetched = (keys, values) if not count else (
-            stored.joined([stored.first(self.keys, count), keys]),
-            stored.joined([stored.first(self.values, count), values]))
-        self._write(keys, values)
+        fetched = (new_keys, new_values)
+        if count:
+            held_keys, held_values = self._slots()
+            fetched = (stored.joined([stored.first(held_keys, count), new_keys]),
+                       stored.joined([stored.first(held_values, count), new_values]))
+        self._write(new_keys, new_values)
         return fetched
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Mask:
@@ -73,7 +76,8 @@ class RotatingLayerCache:
         w, end = self.window, self.offset + N
         if layout == "plain":
             if window_size is None:
-                return create_attention_mask(N, offset=self.offset, return_array=return_array, window_size=None)
+                mask: Mask = create_attention_mask(N, offset=self.offset, return_array=return_array, window_size=None)
+                return mask
             positions, valid = np.arange(end), np.ones(end, dtype=bool)
         elif layout == "ring":
             positions, valid = w.slot_positions(end, max(self.high, end), count)
@@ -105,7 +109,8 @@ class RotatingLayerCache:
             empty = stored.zeros(self._geometry, 0)
             return empty, empty
         count = min(self.high, self.window.slots)
-        return stored.first(self.keys, count), stored.first(self.values, count)
+        keys, values = self._slots()
+        return stored.first(keys, count), stored.first(values, count)
 
     @property
     def meta_state(self) -> tuple[str, ...]:
@@ -114,9 +119,17 @@ class RotatingLayerCache:
 
     @property
     def nbytes(self) -> int:
-        return 0 if self.keys is None else stored.nbytes(self.keys) + stored.nbytes(self.values)
+        if self.keys is None:
+            return 0
+        keys, values = self._slots()
+        return stored.nbytes(keys) + stored.nbytes(values)
 
     # internals -------------------------------------------------------------
+
+    def _slots(self) -> tuple[stored.Stored, stored.Stored]:
+        """The keys and values held; only once something was written (keys and values are set together)."""
+        assert self.keys is not None and self.values is not None
+        return self.keys, self.values
 
     def _layout(self, n: int) -> tuple[str, int]:
         """How ``n`` new tokens are stored and fetched, and how many slots the fetch starts with.
@@ -137,10 +150,11 @@ class RotatingLayerCache:
     def _write(self, keys: stored.Stored, values: stored.Stored) -> None:
         w, start, n = self.window, self.offset, stored.length(keys)
         self._grow(min(start + n, w.slots))
+        held_keys, held_values = self._slots()
         for position, length in _runs(w, start, n):
             slot, source = w.slot_of(position), position - start
-            stored.put(self.keys, slot, keys, source, length)
-            stored.put(self.values, slot, values, source, length)
+            stored.put(held_keys, slot, keys, source, length)
+            stored.put(held_values, slot, values, source, length)
         self.offset = start + n
         self.high = max(self.high, self.offset)
 
@@ -153,7 +167,8 @@ class RotatingLayerCache:
             self.keys, self.values = stored.zeros(self._geometry, size), stored.zeros(self._geometry, size)
         else:
             extra = stored.zeros(self._geometry, size - have)
-            self.keys, self.values = stored.joined([self.keys, extra]), stored.joined([self.values, extra])
+            keys, values = self._slots()
+            self.keys, self.values = stored.joined([keys, extra]), stored.joined([values, extra])
 
 
 def _runs(w: Window, start: int, n: int) -> list[tuple[int, int]]:
@@ -217,7 +232,8 @@ class RotatingCache(ModelCache):
         for mine, theirs in zip(self.layers, child.layers):
             theirs.offset, theirs.high = mine.offset, mine.high
             if mine.keys is not None:  # new arrays: writes stay apart
-                theirs.keys, theirs.values = stored.copied(mine.keys), stored.copied(mine.values)
+                keys, values = mine._slots()
+                theirs.keys, theirs.values = stored.copied(keys), stored.copied(values)
         return child
 
     def state_dict(self, ids: Sequence[int]) -> tuple[Tensors, CacheMeta]:

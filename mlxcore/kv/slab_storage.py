@@ -9,10 +9,12 @@ how many slabs) is ``paged_pool.py``'s.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import numpy as np
+import numpy.typing as npt
 
 from mlxcore.device_profile import current
 from mlxcore.kv.block_manager import WriteSegment
@@ -44,7 +46,7 @@ class Gather:
         self.runs = [tuple(run) for run in runs]  # (slab, first slot in the slab, slots)
         self._rows: dict[tuple[int, int], mx.array] = {}  # (kv_heads, slab slots) -> (kv_heads, slots) rows
 
-    def span(self, length: int) -> tuple[tuple[int, int, int], np.ndarray] | None:
+    def span(self, length: int) -> tuple[tuple[int, int, int], npt.NDArray[np.int32]] | None:
         """For the first ``length`` tokens in several runs of one slab with small gaps between them: the run
         (slab, first slot, slots) that spans them, and each of its slots' position in the sequence (-1 in a
         gap). None when they are one run, cross slabs, or the gaps are too wide to read."""
@@ -97,7 +99,7 @@ class LayerStorage:
     def parts(self) -> list[tuple[tuple[int, int], mx.Dtype]]:
         """((kv_heads, width), dtype) of each part."""
         g, fmt = self._geometry, self._geometry.format
-        if not fmt.quantized:
+        if fmt.bits is None:
             return [((g.kv_heads, g.head_dim), g.dtype)]
         groups = g.head_dim // fmt.group_size
         return [((g.kv_heads, g.head_dim * fmt.bits // 32), mx.uint32),
@@ -177,7 +179,7 @@ class LayerStorage:
 
     def view(self, slab: int, start: int, size: int) -> tuple:
         """Keys and values of ``size`` adjacent slots of one slab, as a view: (1, kv_heads, size, width) each."""
-        parts = self.slabs[slab]
+        parts: Sequence[mx.array] = self.slabs[slab]
         if start or size < parts[0].shape[2]:
             parts = [part[:, :, start:start + size, :] for part in parts]
         return self._split(parts)
@@ -198,7 +200,7 @@ class LayerStorage:
         keys, values = zip(*views)
         return _joined(keys), _joined(values)
 
-    def _split(self, parts) -> tuple:
+    def _split(self, parts: Sequence[mx.array]) -> tuple:
         """Keys and values of parts (2, kv_heads, n, width) each."""
         return self._pair([part[0:1] for part in parts], [part[1:2] for part in parts])
 

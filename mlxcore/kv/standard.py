@@ -33,7 +33,7 @@ class StandardCache(ModelCache):
 
     def __init__(self, geometry: KVGeometry) -> None:
         self.geometry = geometry
-        self.layers: list[KVCache] = [StandardLayerCache() for _ in range(geometry.num_layers)]
+        self.layers: list[StandardLayerCache] = [StandardLayerCache() for _ in range(geometry.num_layers)]
 
     def fork(self) -> StandardCache:
         child = StandardCache(self.geometry)

@@ -7,20 +7,23 @@ attention and ``decode_attention`` take the parts as a tuple.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import mlx.core as mx
 
 from mlxcore.kv.errors import CacheShapeError
 from mlxcore.kv.geometry import KVGeometry
 from mlxcore.kv.kv_format import KVFormat
+from mlxcore.kv.protocol import Stored
 
-Stored = mx.array | tuple[mx.array, ...]
+__all__ = ["Stored"]
 
 
 def _parts(value: Stored) -> tuple[mx.array, ...]:
     return value if isinstance(value, tuple) else (value,)
 
 
-def _like(value: Stored, parts) -> Stored:
+def _like(value: Stored, parts: Sequence[mx.array]) -> Stored:
     return tuple(parts) if isinstance(value, tuple) else parts[0]
 
 
@@ -34,7 +37,7 @@ def encode(x: mx.array, fmt: KVFormat) -> Stored:
 def zeros(geometry: KVGeometry, tokens: int) -> Stored:
     """Empty slots for ``tokens`` tokens in the geometry's format."""
     g, fmt = geometry, geometry.format
-    if not fmt.quantized:
+    if fmt.bits is None:
         return mx.zeros((1, g.kv_heads, tokens, g.head_dim), g.dtype)
     groups = g.head_dim // fmt.group_size
     return (mx.zeros((1, g.kv_heads, tokens, g.head_dim * fmt.bits // 32), mx.uint32),

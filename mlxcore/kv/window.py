@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Window:
         """Whether ``n`` new tokens can be written before attention without evicting a key they need."""
         return self.ring_start(max(high, offset + n)) <= max(self.keep, offset - self.recent + 1)
 
-    def slot_positions(self, offset: int, high: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    def slot_positions(self, offset: int, high: int, count: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
         """Position held by each of the first ``count`` slots, and whether it is valid (< offset)."""
         slots = np.arange(count)
         start = self.ring_start(high)
@@ -74,8 +75,8 @@ class Window:
         positions = np.where(slots < self.keep, slots, ring)
         return positions, positions < offset
 
-    def mask(self, first_query: int, n: int, positions: np.ndarray, valid: np.ndarray,
-             window_size: int | None = None) -> np.ndarray:
+    def mask(self, first_query: int, n: int, positions: npt.NDArray[np.intp],
+             valid: npt.NDArray[np.bool_], window_size: int | None = None) -> npt.NDArray[np.bool_]:
         """(n, len(positions)) booleans: query first_query + i may attend to key slot j."""
         q = np.arange(first_query, first_query + n)[:, None]
         p = positions[None, :]
