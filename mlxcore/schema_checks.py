@@ -75,7 +75,7 @@ def _check_refs(schema: dict, what: str) -> None:
     """A ``$ref`` reached again through ``$ref``s and same-value keywords only (no property or item between)
     describes a value that must contain itself: nothing matches it. One depth-first walk of those edges
     (a cycle among them is one of these): linear in the schema's size."""
-    def edges(node: dict) -> list[tuple[str, object]]:
+    def edges(node: dict) -> list[tuple[str, dict]]:
         found = [(ref, _target(schema, ref)) for ref in [node.get("$ref")] if isinstance(ref, str)]
         for keyword in SAME_VALUE:
             if isinstance(node.get(keyword), list):

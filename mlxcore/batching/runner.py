@@ -468,6 +468,7 @@ class BatchRunner:
 
     def _speculative(self, seq: Sequence) -> SpeculativeDecoder:
         if seq.speculative is None:
+            assert self.engine.draft_forward is not None  # (only a reply with a draft drafts: ``_drafts``)
             seq.speculative = SpeculativeDecoder(self.engine.target_forward, self.engine.draft_forward,
                                                  seq.params, self.engine.draft_control, seq.constraint)
         return seq.speculative
@@ -478,7 +479,8 @@ class BatchRunner:
         if not self._alive(seq):  # that pick ended it
             return 0
         decoder, caches = seq.speculative, seq.caches
-        assert decoder is not None and caches is not None  # (``_speculative`` made it; a running reply's)
+        # (``_speculative`` made it; a running reply's caches, with the draft's: ``_drafts``)
+        assert decoder is not None and caches is not None and caches.draft is not None
         if seq.constraint is not None:
             seq.constraint.catch_up(seq.reply_ids)  # the round's masks follow what was emitted
         try:
