@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from typing import cast
+
 import mlx.core as mx
 
 from mlxcore.cpu_attention import reads_spans, segmented_causal_attention
@@ -37,6 +39,7 @@ from mlxcore.kv.protocol import FloatSegment, Mask, Part, Segment
 
 
 
+Quantized = tuple[mx.array, mx.array, mx.array]  # packed words, scales, biases
 Attended = tuple[mx.array, mx.array | None]  # (out, row sums to divide it by, or None when out is final)
 
 
@@ -57,19 +60,19 @@ def attend_parts(q: mx.array, segments: list[Segment], scale: float, mask: Mask 
     profile = current()
     quantized = isinstance(segments[0][0], tuple)
     if profile.fast_exp and isinstance(mask, str) and _scores_outgrow_cache(q, segments):  # a long prompt chunk
-        return segmented_causal_attention(q, dequantized(segments, q.shape[-1]) if quantized else _floats(segments),
+        return segmented_causal_attention(q, dequantized(segments, q.shape[-1]) if quantized else cast("list[FloatSegment]", segments),
                                           scale), None
     if (profile.fused_attention and not quantized and (len(segments) == 1 or _scores_outweigh_keys(q, segments))
             or not _grouped_mask_ok(mask)):
         keys, values = _joined(dequantized(segments, q.shape[-1]) if quantized else segments)
-        return mx.fast.scaled_dot_product_attention(q, _float(keys), _float(values), scale=scale, mask=mask), None
+        return mx.fast.scaled_dot_product_attention(q, cast(mx.array, keys), cast(mx.array, values), scale=scale, mask=mask), None
     return _grouped(q, segments, scale, lambda scores: _masked(scores, mask, q.shape[2]), profile.fast_exp)
 
 
 def dequantized(segments: list[Segment], dim: int) -> list[FloatSegment]:
     """Float keys and values of quantized segments (for attention that cannot read them as stored)."""
     def one(parts: Part) -> mx.array:
-        packed, scales, biases = _parts(parts)
+        packed, scales, biases = cast(Quantized, parts)
         group_size, bits = _quantization(packed, scales, dim)
         return mx.dequantize(packed, scales, biases, group_size=group_size, bits=bits)
     return [(one(keys), one(values)) for keys, values in segments]
@@ -85,7 +88,7 @@ def attend_batch_parts(q: mx.array, segments: list[Segment], scale: float, valid
     profile = current()
     if profile.fused_attention and len(segments) == 1 and not isinstance(segments[0][0], tuple):
         keys, values = segments[0]  # padded rows and their mask: what the fused kernel takes
-        return mx.fast.scaled_dot_product_attention(q, _float(keys), _float(values), scale=scale, mask=valid), None
+        return mx.fast.scaled_dot_product_attention(q, cast(mx.array, keys), cast(mx.array, values), scale=scale, mask=valid), None
     return _grouped(q, segments, scale, lambda scores: mx.where(valid, scores, -mx.inf), profile.fast_exp)
 
 
@@ -132,7 +135,7 @@ def _scores(rows: mx.array, keys: Part) -> mx.array:
     (packed, scales, biases) read as they are stored (``kv_format.py``)."""
     if not isinstance(keys, tuple):
         return rows @ keys.swapaxes(-1, -2)
-    packed, scales, biases = _parts(keys)
+    packed, scales, biases = cast(Quantized, keys)
     group_size, bits = _quantization(packed, scales, rows.shape[-1])
     return mx.quantized_matmul(rows, packed, scales, biases, transpose=True, group_size=group_size, bits=bits)
 
@@ -141,7 +144,7 @@ def _weighted(weights: mx.array, values: Part, dim: int) -> mx.array:
     """weights (B, kv_heads, R, T) times values (T, dim), float or quantized per token."""
     if not isinstance(values, tuple):
         return weights @ values
-    packed, scales, biases = _parts(values)
+    packed, scales, biases = cast(Quantized, values)
     group_size, bits = _quantization(packed, scales, dim)
     return mx.quantized_matmul(weights, packed, scales, biases, transpose=False, group_size=group_size, bits=bits)
 
@@ -151,21 +154,7 @@ def _quantization(packed: mx.array, scales: mx.array, dim: int) -> tuple[int, in
     return dim // scales.shape[-1], packed.shape[-1] * 32 // dim
 
 
-def _parts(quantized: Part) -> tuple[mx.array, mx.array, mx.array]:
-    """(packed, scales, biases) of quantized keys or values."""
-    packed, scales, biases = quantized
-    return packed, scales, biases
 
-
-def _float(part: Part) -> mx.array:
-    """Keys or values known to be float (one array)."""
-    assert not isinstance(part, tuple), "float keys and values are one array"
-    return part
-
-
-def _floats(segments: list[Segment]) -> list[FloatSegment]:
-    """Segments known to be float."""
-    return [(_float(keys), _float(values)) for keys, values in segments]
 
 
 def _keys_of(keys: Part) -> mx.array:
@@ -188,8 +177,8 @@ def _as(array: mx.array, dtype: mx.Dtype) -> mx.array:
 def _joined(segments: Sequence[Segment]) -> Segment:
     if len(segments) == 1:
         return segments[0]
-    return (mx.concatenate([_float(k) for k, _ in segments], axis=2),
-            mx.concatenate([_float(v) for _, v in segments], axis=2))
+    return (mx.concatenate([cast(mx.array, k) for k, _ in segments], axis=2),
+            mx.concatenate([cast(mx.array, v) for _, v in segments], axis=2))
 
 
 def _scores_outgrow_cache(q: mx.array, segments: list[Segment]) -> bool:

@@ -25,6 +25,7 @@ token; q is then its masked distribution, and rejection sampling stays exact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import mlx.core as mx
 
@@ -103,7 +104,7 @@ class SpeculativeDecoder:
         if self.constraint is not None:
             logits = self._masked(logits, drafted)
         n, t, logprobs = self._accept(logits, drafted, q)
-        proposed = _ints(drafted)
+        proposed = cast("list[int]", drafted.tolist())
         self.controller.observe_round(k, n, decision_clock.now() - start, draft_seconds)
         self._count(k, n)
         _rewind(tcache, k - n)
@@ -155,7 +156,7 @@ class SpeculativeDecoder:
         """The target's (k + 1, V) logits under the grammar: row i masked after d_1..d_i (rows after a refused
         draft token keep every token: the run stops before them). Filled while the target's pass runs."""
         mx.async_eval(logits)
-        proposed, constraint = _ints(drafted), self.constraint
+        proposed, constraint = cast("list[int]", drafted.tolist()), self.constraint
         assert constraint is not None, "masked only under a constraint"
         mask, taken = Bitmask(len(proposed) + 1, constraint.vocab), 0
         for i in range(len(proposed) + 1):
@@ -177,7 +178,7 @@ class SpeculativeDecoder:
         logprobs = mx.take_along_axis(logits, chosen[:, None], axis=-1)[:, 0] - mx.logsumexp(logits, axis=-1)
         mx.eval(n, t, logprobs, drafted)
         n_value = int(n)
-        return n_value, int(t), _floats(logprobs[: n_value + 1])
+        return n_value, int(t), cast("list[float]", logprobs[: n_value + 1].tolist())
 
     def _count(self, k: int, n: int) -> None:
         c = self.counters
@@ -194,18 +195,6 @@ def _allowed(constraint: Mask, vocab: int) -> mx.array:
     return mx.array(mask.allowed()[:, :vocab])
 
 
-def _ints(array: mx.array) -> list[int]:
-    """A 1-d integer array's values."""
-    values = array.tolist()
-    assert isinstance(values, list), "a 1-d array"
-    return [int(v) for v in values]  # type: ignore[arg-type]  # mlx's stub: tolist() of 1-d ints is a list of ints
-
-
-def _floats(array: mx.array) -> list[float]:
-    """A 1-d float array's values."""
-    values = array.tolist()
-    assert isinstance(values, list), "a 1-d array"
-    return [float(v) for v in values]  # type: ignore[arg-type]  # mlx's stub: tolist() of 1-d floats is floats
 
 
 def _mark(cache: ModelCache) -> None:
