@@ -162,7 +162,7 @@ class ModelHost:
     @staticmethod
     def _settled(served: ServedModel) -> Callable[[], bool]:
         # a model whose engine died serves nothing and runs nothing: it may go (its next request loads it anew)
-        return lambda: not served.worker.alive or served.worker.settle()
+        return lambda: not served.worker.alive or served.worker.drained()
 
     def _load(self, entry: ModelEntry) -> ServedModel:
         gone, chats = self._unloaded.pop(entry.id, (None, []))

@@ -166,7 +166,7 @@ class BatchWorker:
             self.stop(error)
             raise
 
-    def settle(self) -> bool:
+    def drained(self) -> bool:
         """On the engine thread: take in what arrived; whether nothing is queued or running."""
         self._drain()
         return not self.runner.busy
