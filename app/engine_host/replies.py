@@ -136,7 +136,7 @@ class Replies:
         finally:  # whatever happens, the chat is not left waiting for a turn that is over
             chat.run = None
         if on_screen:
-            self.send(run.done(choice, self.model.engine.context_length, chat.session.cut_in_thinking))
+            self.send(run.done(choice, self.model.engine.token_limit(), chat.session.cut_in_thinking))  # what fits
         self.autosave.save(chat)
         if on_screen:
             self.publisher.publish()
