@@ -1,5 +1,5 @@
-"""The smoke runs of the bench's twin rows, plain and hybrid (``bench_smoke.py``): a file of its own, so that the suite's
-workers share the groups."""
+"""The smoke runs of the bench's twin rows, plain and hybrid (``bench_smoke.py``): a file of its own, so that
+the suite's workers share the groups."""
 
 from __future__ import annotations
 
