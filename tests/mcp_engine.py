@@ -15,6 +15,14 @@ from pathlib import Path
 import mlxcore  # noqa: F401  (before mlx.core: it picks the BLAS)
 
 
+def use_script(tmp_path: Path, monkeypatch, rules: list) -> None:
+    """The window's engine answers by ``rules`` ([needle, reply] pairs) and keeps its store under ``tmp_path``."""
+    monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / "home"))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(rules))
+    monkeypatch.setenv("MLXCHAT_TEST_SCRIPT", str(script))
+
+
 def scripted_engine_process(conn, log_path: str) -> None:
     from app.tui.engine_client import run_engine_process
     from mlxcore.batching.runner import BatchRunner

@@ -21,7 +21,7 @@ from app.tui.app import ChatApp
 from app.tui.screens.mcp_tools import McpToolsScreen
 from app.tui.screens.tool_approval import ToolApproval
 from app.tui.widgets.message_view import MessageView
-from mcp_engine import scripted_engine_process
+from mcp_engine import scripted_engine_process, use_script
 from test_tui_helpers import SIZE, open_command, record_notes, wait_for, wait_ready
 
 pytestmark = pytest.mark.slow
@@ -53,10 +53,7 @@ RULES = [
 
 @pytest.fixture(autouse=True)
 def scripted(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / "home"))
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(RULES))
-    monkeypatch.setenv("MLXCHAT_TEST_SCRIPT", str(script))
+    use_script(tmp_path, monkeypatch, RULES)
     monkeypatch.setattr(engine_client, "run_engine_process", scripted_engine_process)
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from mcp_engine import use_script
 from test_tui_mcp import call
 
 pytestmark = pytest.mark.slow
@@ -49,10 +50,7 @@ def write_config(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def scripted(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / "home"))
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(RULES))
-    monkeypatch.setenv("MLXCHAT_TEST_SCRIPT", str(script))
+    use_script(tmp_path, monkeypatch, RULES)
 
 
 class Terminal:
