@@ -32,6 +32,7 @@ def all_rows() -> dict[str, tuple[str, Row]]:
 
     smoke_tui = Workload(reply_tokens=16, earlier=4)
     from bench import serve as serve_bench
+    from bench.spec_batch import TWIN_LOAD, spec_batch_vs_plain, spec_batch_vs_plain_twin
 
     return ROWS | {
         "turn10_prefill_fraction": ("tokens prefilled at turn 10 / tokens of the whole templated conversation",
@@ -75,6 +76,18 @@ def all_rows() -> dict[str, tuple[str, Row]]:
         "serve8_ttft_p99_vs_mlx_lm": ("TTFT p99, 8 streaming clients, `mlxchat serve` / `mlx_lm.server`",
                                       lambda s: serve_bench.serve8_ttft_p99_vs_mlx_lm(
                                           s.model, s.runs, s.pick(serve_bench.LOAD, SMOKE_LOAD))),
+        "spec_batch2_vs_plain": ("output tok/s, 2 streaming clients of `mlxchat serve`, with the draft / without "
+                                 "(goal >= 1.5)",
+                                 lambda s: spec_batch_vs_plain(s.model, s.draft, s.runs, 2, *s.pick((8, 128), (2, 4)))),
+        "spec_batch8_vs_plain": ("the same with 8 clients (goal >= 1.0: never slower)",
+                                 lambda s: spec_batch_vs_plain(s.model, s.draft, s.runs, 8, *s.pick((32, 128), (2, 4)))),
+        "spec_batch2_vs_plain_twin": ("spec_batch2_vs_plain on the 8B twin, the 0.6B twin drafting (4-bit, random "
+                                      "weights)",
+                                      lambda s: spec_batch_vs_plain_twin(s.pick(max(2, s.runs // 2), 1), 2,
+                                                                         *s.pick(tuple(TWIN_LOAD.values()), (2, 2)))),
+        "spec_batch8_vs_plain_twin": ("the same with 8 clients",
+                                      lambda s: spec_batch_vs_plain_twin(s.pick(max(2, s.runs // 2), 1), 8,
+                                                                         *s.pick((8, 24), (2, 2)))),
     }
 
 

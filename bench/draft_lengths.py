@@ -18,3 +18,6 @@ class FixedDraftLength(DraftLengthController):
 
     def choose(self) -> int:
         return self.k
+
+    def for_rows(self, rows: int) -> DraftLengthController:
+        return self  # the same k for a batch's rounds

@@ -55,7 +55,7 @@ class SpecCounters:
     rounds: int = 0  # target passes of the rounds
     round_tokens: int = 0  # tokens the rounds emitted
     accepted_by_position: list[int] = field(default_factory=list)
-    draft_lengths: list[int] = field(default_factory=list)  # k chosen at each step it decoded alone (0: plain)
+    draft_lengths: list[int] = field(default_factory=list)  # k of each of its rounds
 
 
 class SpeculativeDecoder:
@@ -71,12 +71,6 @@ class SpeculativeDecoder:
         self.vocab = min(target.wrapped.args.vocab_size, draft.wrapped.args.vocab_size)  # padding rows may differ
         self.counters = SpecCounters(accepted_by_position=[0] * controller.max_k)
 
-    def choose(self) -> int:
-        """The draft length of this step (0: a plain step)."""
-        k = self.controller.choose()
-        self.counters.draft_lengths.append(k)
-        return k
-
     def round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:
         """One round after ``ids`` (prompt and reply so far), with one synchronisation: every pass is queued
         lazily. Should it fail, both caches are trimmed back to a prefix of ``ids[:-1]`` (the target's all of
@@ -89,7 +83,7 @@ class SpeculativeDecoder:
             raise
 
     def _round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:
-        self._catch_up_draft(dcache, ids)
+        self.catch_up_draft(dcache, ids, self.controller)
         start = decision_clock.now()
         drafted, q = self._propose(dcache, ids, k)  # (k,) lazy ids, (k, V) or None
         draft_seconds = None
@@ -100,19 +94,27 @@ class SpeculativeDecoder:
         _mark(tcache)
         tcache.begin(len(fed) + k)
         inputs = mx.concatenate([mx.array(fed), drafted])[None]
-        logits = self.target(inputs, cache=tcache.layers)[0, -(k + 1):, : self.vocab]  # (k + 1, V)
+        logits = self.target(inputs, cache=tcache.layers)[0, -(k + 1):]  # (k + 1, V)
+        n, emitted = self.verdict(logits, drafted, q)
+        self.controller.observe_round(k, n, decision_clock.now() - start, draft_seconds)
+        rewind(tcache, k - n)
+        rewind(dcache, max(k - 1 - n, 0))
+        return emitted
+
+    def verdict(self, logits: mx.array, drafted: mx.array, q: mx.array | None) -> tuple[int, list[Emitted]]:
+        """Rejection sampling of the target's ``logits`` (k + 1, V) over the ``drafted`` (k,) (drawn from ``q``):
+        n accepted, and the n + 1 tokens the round emits (one evaluation); counted."""
+        logits = logits[:, : self.vocab]
         if self.constraint is not None:
             logits = self._masked(logits, drafted)
         n, t, logprobs = self._accept(logits, drafted, q)
         proposed = cast("list[int]", drafted.tolist())
-        self.controller.observe_round(k, n, decision_clock.now() - start, draft_seconds)
-        self._count(k, n)
-        _rewind(tcache, k - n)
-        _rewind(dcache, max(k - 1 - n, 0))
-        return [(token, logprob, i < n) for i, (token, logprob) in enumerate(zip(proposed[:n] + [t], logprobs))]
+        self._count(drafted.size, n)
+        return n, [(token, logprob, i < n) for i, (token, logprob) in enumerate(zip(proposed[:n] + [t], logprobs))]
 
-    def _catch_up_draft(self, dcache: ModelCache, ids: list[int]) -> None:
-        """Feed the draft what it missed during plain steps, before (and not timed as part of) a round.
+    def catch_up_draft(self, dcache: ModelCache, ids: list[int], controller: DraftLengthController) -> None:
+        """Feed the draft what it missed during plain steps, before (and not timed as part of) a round;
+        ``controller``, of the step's batch size, learns what it cost.
 
         The controller times rounds to learn what each drafted token costs; a
         catch-up folded into that would make drafting look expensive for good.
@@ -121,36 +123,54 @@ class SpeculativeDecoder:
         if len(missed) > 1:  # a whole prompt when it starts: in the device's prefill chunks
             start = decision_clock.now()
             prefill(self.draft, dcache, missed, current().prefill_chunk)  # evaluated: it synchronises
-            self.controller.observe_catch_up(len(missed), decision_clock.now() - start)
+            controller.observe_catch_up(len(missed), decision_clock.now() - start)
 
     def _propose(self, dcache: ModelCache, ids: list[int], k: int) -> tuple[mx.array, mx.array | None]:
         """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously."""
         fed = ids[dcache.offset:]
         _mark(dcache)
         dcache.begin(len(fed))
-        inputs, matched = mx.array(fed)[None], 0
-        tokens: list[mx.array] = []
-        rows: list[mx.array] = []
+        inputs = mx.array(fed)[None]
+        self.start_proposal()
         for i in range(k):
             if i:
                 dcache.begin(1)
-            logits = self.draft(inputs, cache=dcache.layers)[0, -1, : self.vocab]
-            if self.constrain_draft:
-                constraint = self.constraint
-                assert constraint is not None, "constrain_draft needs a constraint"
-                matched += bool(i) and constraint.advance(int(tokens[-1]))  # drawn under the mask
-                logits = mx.where(_allowed(constraint, self.vocab)[0], logits, -mx.inf)
-            if self.params.greedy:
-                token = mx.argmax(logits)
-            else:
-                rows.append(distribution(logits, self.params))
-                token = draw(rows[-1], self.keys.next())
+            token = self.propose(self.draft(inputs, cache=dcache.layers)[0, -1])
             mx.async_eval(token)  # start computing while the next pass is being built
-            tokens.append(token)
             inputs = token.reshape(1, 1)
-        if matched and self.constraint is not None:  # only a constraint matches tokens
-            self.constraint.rollback(matched)
-        return mx.stack(tokens), (mx.stack(rows) if rows else None)
+        return self.proposal()
+
+    def start_proposal(self) -> None:
+        """A round's drafting starts: ``propose`` the k tokens, then take them with ``proposal``."""
+        self._tokens: list[mx.array] = []
+        self._rows: list[mx.array] = []
+        self._matched = 0  # tokens the grammar's matcher advanced over while drafting
+
+    def propose(self, logits: mx.array) -> mx.array:
+        """The next draft token (lazy) from the draft's logits (V,) after the ones proposed this round: under
+        the grammar's mask with ``constrain_draft`` (one read of the previous token), drawn as the reply
+        samples."""
+        logits = logits[: self.vocab]
+        if self.constrain_draft:
+            constraint = self.constraint
+            assert constraint is not None, "constrain_draft needs a constraint"
+            if self._tokens:  # drawn under the mask: the matcher takes it
+                self._matched += constraint.advance(int(self._tokens[-1]))
+            logits = mx.where(_allowed(constraint, self.vocab)[0], logits, -mx.inf)
+        if self.params.greedy:
+            token = mx.argmax(logits)
+        else:
+            self._rows.append(distribution(logits, self.params))
+            token = draw(self._rows[-1], self.keys.next())
+        self._tokens.append(token)
+        return token
+
+    def proposal(self) -> tuple[mx.array, mx.array | None]:
+        """The round's drafted tokens (k,) and the distributions they were drawn from (k, V), None for greedy;
+        the matcher is back where the round started."""
+        if self._matched and self.constraint is not None:
+            self.constraint.rollback(self._matched)
+        return mx.stack(self._tokens), (mx.stack(self._rows) if self._rows else None)
 
     def _masked(self, logits: mx.array, drafted: mx.array) -> mx.array:
         """The target's (k + 1, V) logits under the grammar: row i masked after d_1..d_i (rows after a refused
@@ -203,7 +223,8 @@ def _mark(cache: ModelCache) -> None:
         cache.mark()
 
 
-def _rewind(cache: ModelCache, n: int) -> None:
+def rewind(cache: ModelCache, n: int) -> None:
+    """Take the last ``n`` tokens off ``cache`` (a hybrid one: back to its mark)."""
     if n and isinstance(cache, HybridCache):
         # Back to before the round's pass: the loop feeds it what it lacks, as it does after any rewind.
         cache.rewind_to_mark()

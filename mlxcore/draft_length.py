@@ -49,6 +49,7 @@ class DraftLengthController:
     probe_wait: int = 0  # plain steps before the next probe (starts at probe_every)
     unexplored_rounds: int = 0  # rounds since one drafted past the best k
     _best: tuple[int, float] | None = field(default=None, repr=False)  # best() until the next round
+    _by_rows: dict[int, DraftLengthController] = field(default_factory=dict, repr=False)  # ``for_rows``
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
@@ -59,6 +60,13 @@ class DraftLengthController:
         self.draft_samples = deque(self.draft_samples, maxlen=self.window)
         self.fixed_samples = deque(self.fixed_samples, maxlen=self.window)
         self.catch_up_samples = deque(self.catch_up_samples, maxlen=self.window)
+
+    def for_rows(self, rows: int) -> DraftLengthController:
+        """The controller of steps that decode ``rows`` replies: a batch's steps and rounds take other times
+        than a lone reply's (this one), so each batch size learns its own; the learning lasts the engine."""
+        if rows == 1:
+            return self
+        return self._by_rows.setdefault(rows, DraftLengthController(max_k=self.max_k))
 
     @property
     def plain_step(self) -> float | None:
@@ -134,14 +142,17 @@ class DraftLengthController:
         self.plain_run += 1
         self.round_run = 0
 
-    def observe_round(self, k: int, accepted: int, seconds: float, draft_seconds: float | None = None) -> None:
-        """Record one round: k drafted, ``accepted`` kept, ``seconds`` from start to verdict.
+    def observe_round(self, k: int, accepted: int | list[int], seconds: float,
+                      draft_seconds: float | None = None) -> None:
+        """Record one round: k drafted, ``accepted`` kept (by each reply of a batch's round), ``seconds`` from
+        start to verdict.
 
         ``draft_seconds``: the time its k draft passes took, when this round was timed.
         """
         self._best = None
-        for j in range(min(accepted + 1, k)):  # positions after the first rejection were not tested
-            self.accept[j] = self._avg(self.accept[j], 1.0 if j < accepted else 0.0)
+        for kept in [accepted] if isinstance(accepted, int) else accepted:
+            for j in range(min(kept + 1, k)):  # positions after the first rejection were not tested
+                self.accept[j] = self._avg(self.accept[j], 1.0 if j < kept else 0.0)
         if draft_seconds is not None:
             self.draft_samples.append(draft_seconds / k)
             self.untimed_rounds = 0

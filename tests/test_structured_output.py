@@ -117,6 +117,27 @@ def test_twenty_schemas_validate_in_batches_of_eight_beside_a_free_reply(engine,
         assert finals[free.request_id].stats.generated_tokens == 20  # the unconstrained row went on freely
 
 
+def test_constrained_replies_drafting_side_by_side_equal_each_alone_without_the_draft(engine, tokenizer):
+    """Four schemas' replies in one batch, each drafting (its rounds as rows of the batch's pass,
+    ``spec_rows.py``) beside a free reply that drafts too: each text as the reply alone without the draft."""
+    names = ["nested", "array_of_objects", "any_of_objects", "number_range"]
+    batch = LocalBatch(engine)
+    handles = [batch.submit(Request(tuple(prompt_ids(tokenizer)), GREEDY, grammar=grammar.json_schema(SCHEMAS[n])))[0]
+               for n in names]
+    free = batch.submit(Request(tuple(prompt_ids(tokenizer)), GenerationParams(max_tokens=20)))[0]
+    finals = {}
+    while batch.busy:
+        batch.step()
+        for handle in handles + [free]:
+            finals.update((handle.request_id, e) for e in drain(handle) if isinstance(e, FinalEvent))
+    assert batch.runner.tally.largest_batch == len(names) + 1
+    for name, handle in zip(names, handles):
+        final = finals[handle.request_id]
+        assert final.stats.draft_proposed > 0, f"{name}: it drafted in the batch"
+        assert final.text == reply(engine, tokenizer, grammar.json_schema(SCHEMAS[name]), GREEDY, draft=False)[0].text
+        assert_valid(final, SCHEMAS[name], name)
+
+
 def test_a_constrained_batch_row_leaves_its_neighbours_greedy_tokens_as_they_were(engine, tokenizer):
     ids = tuple(prompt_ids(tokenizer))
     params = GenerationParams(max_tokens=12)

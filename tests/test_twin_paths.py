@@ -151,3 +151,32 @@ def test_the_chat_window_opens_a_twin_and_answers(twin_8b_f32, monkeypatch, tmp_
     messages, stats = asyncio.run(scenario())
     assert messages[0] == ("user", "Hello?") and messages[1][0] == "assistant" and messages[1][1]
     assert stats["generated_tokens"] == 8
+
+
+def test_replies_drafting_side_by_side_equal_each_alone_on_the_twins(pair):
+    """Two replies on the 8B twin, each drafted by the 0.6B twin as rows of one batch (``spec_rows.py``): each
+    as the same request alone without the draft."""
+    from mlxcore.batching.local import LocalBatch, drain
+    from mlxcore.batching.request import Request
+    from mlxcore.events import FinalEvent, TokenEvent
+
+    prompts = [tuple(pair.tokenizer.encode(text)) for text in ("Name a colour.", "Count to three, slowly, please.")]
+
+    def replies(requests):
+        batch = LocalBatch(pair)
+        handles = [batch.submit(r)[0] for r in requests]
+        events = {h.request_id: [] for h in handles}
+        while batch.busy:
+            batch.step()
+            for h in handles:
+                events[h.request_id].extend(drain(h))
+        return [events[h.request_id] for h in handles], batch.runner.tally.largest_batch
+
+    together, largest = replies([Request(p, GREEDY) for p in prompts])
+    assert largest == 2
+    for p, events in zip(prompts, together):
+        final = events[-1]
+        assert isinstance(final, FinalEvent) and final.stats.draft_proposed > 0
+        reference = replies([Request(p, GREEDY, use_draft=False)])[0][0]
+        assert [e.token for e in events if isinstance(e, TokenEvent)] == \
+            [e.token for e in reference if isinstance(e, TokenEvent)]

@@ -71,8 +71,9 @@ class BatchDecoder:
         if feeds:
             where = mx.concatenate([where] + [feed.offsets for feed in feeds])
         slots = SlotWrites(caches, [feed.paged for feed in feeds if feed.paged]) if pool is not None else None
+        compiled = rows > 0 or all(feed.short for feed in feeds)  # prompt rows alone: uncompiled
         for index, layer in enumerate(self.forward._layers):
-            before = layer.before_batch if rows else layer.before_rows  # prompt rows alone: uncompiled
+            before = layer.before_batch if compiled else layer.before_rows
             q, both = before(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
             if slots is not None and pool is not None:
                 parts = pool.storage[index].encode(both)  # as the pool stores them
@@ -86,7 +87,7 @@ class BatchDecoder:
                     reads.write(index, tuple(part[:, :, :rows] for part in parts))
                     outs.insert(0, normalized(reads.attend(index, q[:rows]), q[:rows].shape))
                 out = outs[0] if len(outs) == 1 else mx.concatenate(outs)
-                x = layer.after(x, (out, None)) if rows else layer.after_rows(x, out)
+                x = layer.after(x, (out, None)) if compiled else layer.after_rows(x, out)
             else:
                 assert reads is not None  # a pass of decode rows alone
                 reads.write(index, parts)

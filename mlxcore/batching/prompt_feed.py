@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from mlxcore.compiled_forward import CompiledForward
+from mlxcore.compiled_forward import MAX_COMPILED_TOKENS, CompiledForward
 from mlxcore.decode_attention import attend
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.paged import PagedCache
@@ -25,17 +25,24 @@ from mlxcore.kv.protocol import Mask
 
 
 class PromptFeed:
-    """``ids`` of ``cache``'s prompt going through the layers: the rows a pass carries beside its decode rows."""
+    """``ids`` of ``cache``'s prompt going through the layers: the rows a pass carries beside its decode rows.
+    A speculative round's verification is such rows too: the reply's last token and its draft's proposals
+    (``ids`` an array, lazy), whose every row's hidden state is kept (``spec_rows.py``)."""
 
-    def __init__(self, forward: CompiledForward, cache: ModelCache, ids: list[int]) -> None:
-        """Announce the chunk to the cache (``PoolExhaustedError`` if the pool cannot take it, nothing changed)."""
+    def __init__(self, forward: CompiledForward, cache: ModelCache, ids: list[int] | mx.array,
+                 in_round: bool = False) -> None:
+        """Announce the chunk to the cache (``PoolExhaustedError`` if the pool cannot take it, nothing changed).
+        ``in_round``: a speculative round's rows (``spec_rows.py``)."""
+        # A round's few rows: a pass of such chunks alone runs compiled, as decode rows do (their counts
+        # repeat); a prompt's chunk lengths vary, and each new one would trace a graph anew.
+        self.short = in_round and len(ids) <= MAX_COMPILED_TOKENS
         self.paged = cache if isinstance(cache, PagedCache) else None  # on the pool: the pass writes its slots
         self.mask: Mask = None
         if self.paged is None:  # its layers write as they go; the mask is the cache's (a window's, for a rotating one)
             self.mask = cache.layers[0].make_mask(len(ids), return_array=False, window_size=None)
         cache.begin(len(ids))
         self.cache, self.ids = cache, ids
-        self.h = forward.model.embed_tokens(mx.array(ids)[:, None])  # (L, 1, hidden): a row a token
+        self.h = forward.model.embed_tokens((ids if isinstance(ids, mx.array) else mx.array(ids))[:, None])  # (L, 1, hidden): a row a token
         self.offsets = mx.arange(cache.offset, cache.offset + len(ids), dtype=mx.int32)
 
     def attend(self, q: mx.array, index: int, both: mx.array | None = None) -> mx.array:

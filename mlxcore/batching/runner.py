@@ -6,10 +6,12 @@ request first attaches the blocks it finds cached) under the step's token budget
 one decode step for every ready sequence, the chunks riding in the same forward
 pass through every layer (``prompt_feed.py``; with nothing decoding, a pass of
 prompt rows alone); a prompt read for several choices then forks. The decode step is
-one batched forward pass (``batch_forward.py``) for two or more; a lone
-sequence with a draft takes a speculative round instead when its draft-length
-controller says drafting pays (``decode_speculative.py``: one round a step, so a
-newcomer waits at most one round), else the same plain step. Greedy output is
+one batched forward pass (``batch_forward.py``) for two or more. When the
+draft-length controller of the step's batch size says drafting pays, replies with
+a draft take a speculative round instead (one round a step, so a newcomer waits
+at most one round), as rows of the step's pass (``spec_rows.py``) beside the
+plain rows of those without a draft; a lone reply of a model whose layers are
+not run split here (a hybrid one) by ``decode_speculative.py``. Greedy output is
 the same either way. Events go to each request's handle.
 
 Requests run on the engine's paged caches: ``Engine.new_caches`` makes them in
@@ -43,18 +45,20 @@ from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.request import Request
 from mlxcore.batching.scheduler import Scheduler, StepPlan
 from mlxcore.batching.sequence import Sequence
+from mlxcore.batching.spec_rows import BatchRound, SpeculativeRows
 from mlxcore.batching.pool_account import NoPool, PoolAccount
 from mlxcore.batching.tally import Tally
 from mlxcore.blas import parallel_products
 from mlxcore.caches import Caches
 from mlxcore.chat_template import turn_marks
 from mlxcore.decode_speculative import SpeculativeDecoder
+from mlxcore.draft_length import DraftLengthController
 from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.params import GenerationParams
 from mlxcore.buffer_cache import Clearing
-from mlxcore.prefill import prefill
+from mlxcore.prefill import prefill, settle
 from mlxcore.reply_text import ReplyText
 
 if TYPE_CHECKING:  # the runner runs on an Engine it is given; Engine.generate runs the runner
@@ -95,6 +99,11 @@ class BatchRunner:
         self.clearing = Clearing()  # MLX's buffer cache, cleared as mlx-lm does (buffer_cache.py)
         self.stall_seconds = stall_seconds  # a reply whose reader read nothing for this long is cancelled
         self.max_unread: int | None = MAX_UNREAD  # None: never paused for its reader
+        # Replies side by side draft as rows of the step's pass, on the block pools (``spec_rows.py``).
+        draft = engine.draft_forward
+        self.rows = (SpeculativeRows(engine.target_forward, draft) if draft is not None and draft.split
+                     and self.feeds_prompts and isinstance(self.decoder, BatchDecoder) else None)
+        self._plain_clock: tuple[int, float] | None = None  # (replies, when) of the last plain step with a draft
 
     # requests ---------------------------------------------------------------
 
@@ -418,33 +427,99 @@ class BatchRunner:
 
     def _decode(self, seqs: list[Sequence], lone: bool, feeds: list[PromptFeed]) -> int:
         """One token for each of ``seqs`` (queued; read next step, ``decode_steps.py``) with ``feeds`` riding
-        in the pass, or one speculative round for a lone reply with a draft when drafting pays; tokens
-        emitted."""
-        drafting = lone and self._drafts(seqs[0])
-        if drafting:
+        in the pass; when drafting pays, a speculative round for each reply with a draft instead, as rows of
+        the step's pass (``spec_rows.py``; a lone reply of a model not run split here: by
+        ``SpeculativeDecoder.round``); tokens emitted."""
+        control = self._draft_control(seqs, lone)
+        k = control.choose() if control is not None else 0
+        if k and self.rows is None:  # a lone reply of a model not run split here (a hybrid one)
             with self._alone(seqs[0]):
-                k = self._speculative(seqs[0]).choose()
-                if k:
-                    return self._emit_pending(seqs[0]) + self._round(seqs[0], k)
-            if not self._alive(seqs[0]):  # it failed, and ended
-                return 0
-        if seqs:
-            self.steps.queue(seqs, feeds)
-        for seq in seqs:
+                self._speculative(seqs[0]).counters.draft_lengths.append(k)
+                return self._emit_pending(seqs[0]) + self._round(seqs[0], k)
+            return 0  # it failed, and ended
+        start, emitted = decision_clock.now(), 0
+        rounds = None
+        if k:
+            emitted, rounds = self._start_rounds(seqs, k)
+        drafting = set(map(id, rounds.drafting)) if rounds is not None else set()
+        plain = [seq for seq in seqs if id(seq) not in drafting and self._alive(seq)]
+        rows = feeds + (rounds.verify if rounds is not None else [])
+        if plain:
+            self.steps.queue(plain, rows)
+        elif rows:  # every decoding reply drafts: the pass is their rounds' rows (and prompt chunks)
+            assert isinstance(self.decoder, BatchDecoder)  # (``self.rows``)
+            self.decoder([], None, rows)
+        for seq in plain:
             assert seq.caches is not None  # a decoding reply's
             seq.cached = seq.caches.target.offset
-        emitted = 0
         for seq, token, logprob, top in self.steps.advance():
             if seq.constraint is not None and seq.constraint.failed is not None:  # never a token past it
                 self._end(seq, error=seq.constraint.failed)
                 continue
             self._emitted(seq, token, logprob, False, top)
             emitted += 1
-        if drafting:  # the controller compares a round's tokens per second with a plain step's
-            seq, now = seqs[0], decision_clock.now()
-            if seq.plain_clock is not None:
-                self.engine.draft_control.observe_plain(now - seq.plain_clock)
-            seq.plain_clock = now
+        if rounds is not None and control is not None:
+            return emitted + self._finish_rounds(rounds, control, start)
+        if control is not None:  # the controller compares a round's tokens per second with a plain step's
+            now = decision_clock.now()
+            if self._plain_clock is not None and self._plain_clock[0] == len(seqs):
+                control.observe_plain(now - self._plain_clock[1])
+            self._plain_clock = (len(seqs), now)
+        return emitted
+
+    def _draft_control(self, seqs: list[Sequence], lone: bool) -> DraftLengthController | None:
+        """The draft-length controller of this step's batch size, when a reply of it may draft: a lone one, or
+        replies side by side as rows of the step's pass (a model run split here, ``spec_rows.py``)."""
+        if not any(self._drafts(seq) for seq in seqs) or not (lone or self.rows is not None):
+            return None
+        return self.engine.draft_control.for_rows(len(seqs))
+
+    def _start_rounds(self, seqs: list[Sequence], k: int) -> tuple[int, BatchRound | None]:
+        """Emit the drafting replies' pending picks, then queue their drafts and announce their verifying rows
+        (``spec_rows.py``); tokens emitted, and the round (None when nobody drafts after all: a round that
+        does not fit in the pools gives the drafts back, and every reply decodes plainly)."""
+        self._plain_clock = None
+        drafting = [seq for seq in seqs if self._drafts(seq)]
+        emitted = sum(self._emit_pending(seq) for seq in drafting)
+        drafting = [seq for seq in drafting if self._alive(seq)]
+        if not drafting:
+            return emitted, None
+        assert self.rows is not None  # (``_draft_control``)
+        for seq in drafting:
+            decoder = self._speculative(seq)
+            decoder.counters.draft_lengths.append(k)
+            assert seq.caches is not None and seq.caches.draft is not None  # (``_drafts``)
+            if seq.constraint is not None:
+                seq.constraint.catch_up(seq.reply_ids)  # the round's masks follow what was emitted
+            decoder.catch_up_draft(seq.caches.draft, seq.ids, self.engine.draft_control.for_rows(len(seqs)))
+        rounds = None
+        try:
+            rounds = BatchRound(self.rows, drafting, k)
+        except PoolExhaustedError:  # no room for the rounds (other chats hold the rest): on without the drafts
+            log.info("no KV room for the batch's draft rounds; %d replies decode on without the draft",
+                     len(drafting))
+            for seq in drafting:
+                assert seq.caches is not None  # a decoding reply's
+                settle(seq.caches.target, seq.ids)  # an announced verification dropped
+                seq.leave_draft()
+            return emitted, None
+        return emitted, rounds
+
+    def _finish_rounds(self, rounds: BatchRound, control: DraftLengthController, start: float) -> int:
+        """The batch's rounds after the step's pass: each reply's verdict emitted; tokens emitted."""
+        verdicts = rounds.verdicts(self.engine.target_forward)
+        control.observe_round(rounds.k, [n for n, _ in verdicts], decision_clock.now() - start)
+        emitted = 0
+        for seq, (_, tokens) in zip(rounds.drafting, verdicts):
+            assert seq.caches is not None  # a drafting reply's
+            seq.cached = seq.caches.target.offset
+            for done, (token, logprob, from_draft) in enumerate(tokens, 1):
+                self._emitted(seq, token, logprob, from_draft, ())
+                emitted += 1
+                if not self._alive(seq):  # the reply ended there: the rest are not its tokens
+                    assert seq.speculative is not None
+                    seq.speculative.counters.round_tokens -= len(tokens) - done
+                    break
         return emitted
 
     def _emit_pending(self, seq: Sequence) -> int:
@@ -475,7 +550,7 @@ class BatchRunner:
 
     def _round(self, seq: Sequence, k: int) -> int:
         """One speculative round for ``seq`` (its pending pick emitted first); tokens emitted."""
-        seq.plain_clock = None
+        self._plain_clock = None
         if not self._alive(seq):  # that pick ended it
             return 0
         decoder, caches = seq.speculative, seq.caches

@@ -59,7 +59,6 @@ class Sequence:
         # the runner's state
         self.caches: Caches | None = None
         self.speculative: SpeculativeDecoder | None = None  # its rounds, counters and draws, once it drafts
-        self.plain_clock: float | None = None  # when its last plain step alone read a token (drafting pays?)
         self._picker: TokenPicker | None = None
         self.first_token: float | None = None
         self.last_token: float | None = None

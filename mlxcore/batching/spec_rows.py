@@ -1,0 +1,109 @@
+"""Speculative decoding as rows: the rounds of every drafting reply of a step, in the step's one pass.
+
+A step in which replies draft (the draft-length controller of the step's batch size chose k > 0), after
+each drafting reply's pending pick is emitted (a round starts from known tokens):
+- the draft proposes k tokens for every drafting reply at once, in k passes of rows (``prompt_feed.py``):
+  the first feeds each reply what the draft has not seen (its last emitted tokens), each later one the
+  token just drafted; each row attends over its own sequence's blocks (rows rewound every round would
+  leave a mirror of the batch stale);
+- the target verifies in the step's one pass: each drafting reply's [y, d_1..d_k] are k + 1 rows, beside
+  the decode rows of the replies that do not draft and the prompt chunks that join, and every one of
+  those k + 1 rows keeps its logits;
+- rejection sampling for each reply (``SpeculativeDecoder.verdict``); its target is rewound by k - n, its
+  draft by k - 1 - n.
+A lone reply drafts the same way, on any cache (a cache of one sequence rides alone in its passes). A model
+whose layers are not run split here (a hybrid one) takes ``SpeculativeDecoder.round`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Listed
+
+import mlx.core as mx
+
+from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.prompt_feed import PromptFeed
+from mlxcore.batching.sequence import Sequence
+from mlxcore.compiled_forward import CompiledForward
+from mlxcore.decode_speculative import Emitted, SpeculativeDecoder, rewind
+from mlxcore.kv.base import ModelCache
+
+
+class BatchRound:
+    """One step's rounds: ``drafting`` replies' proposals, then (after the step's pass) their verdicts."""
+
+    def __init__(self, rounds: SpeculativeRows, drafting: list[Sequence], k: int) -> None:
+        """Propose ``k`` tokens for each of ``drafting`` (queued lazily) and announce the verifying rows
+        (``PoolExhaustedError`` if a pool cannot take them)."""
+        self.drafting, self.k = drafting, k
+        self.proposals = rounds.propose(drafting, [_decoder(seq) for seq in drafting], k)
+        self.verify = [PromptFeed(rounds.target, tcache, mx.concatenate([mx.array(seq.ids[tcache.offset:]), drafted]),
+                                  in_round=True)
+                       for seq, (drafted, _), (tcache, _) in zip(drafting, self.proposals, map(_caches, drafting))]
+
+    def verdicts(self, target: CompiledForward) -> list[tuple[int, list[Emitted]]]:
+        """After the step's pass: each reply's accepted count and emitted tokens, its caches rewound to hold
+        every token but the last it emits."""
+        for feed in self.verify:
+            feed.ran()
+        rows = target._head(mx.concatenate([feed.h[-(self.k + 1):] for feed in self.verify]))  # ((k + 1) B, 1, V)
+        logits = rows.reshape(len(self.drafting), self.k + 1, -1)
+        mx.async_eval(logits)
+        out = []
+        for row, (seq, (drafted, q)) in enumerate(zip(self.drafting, self.proposals)):
+            n, emitted = _decoder(seq).verdict(logits[row], drafted, q)
+            tcache, dcache = _caches(seq)
+            rewind(tcache, self.k - n)
+            rewind(dcache, max(self.k - 1 - n, 0))
+            out.append((n, emitted))
+        return out
+
+
+class SpeculativeRows:
+    """The draft's side of the rounds (see the module docstring)."""
+
+    def __init__(self, target: CompiledForward, draft: CompiledForward) -> None:
+        self.target, self.draft = target, draft
+        self.decoder = BatchDecoder(draft)
+
+    def propose(self, seqs: list[Sequence], decoders: Listed[SpeculativeDecoder], k: int
+                ) -> list[tuple[mx.array, mx.array | None]]:
+        """k draft tokens (k,) for each of ``seqs``, and the distributions they were drawn from (None for greedy);
+        every pass queued lazily."""
+        dcaches = [_caches(seq)[1] for seq in seqs]
+        logits = self._pass([(cache, seq.ids[cache.offset:]) for seq, cache in zip(seqs, dcaches)])
+        for decoder in decoders:
+            decoder.start_proposal()
+        tokens = _draw(decoders, logits)
+        for _ in range(k - 1):
+            tokens = _draw(decoders, self._pass([(cache, tokens[row:row + 1]) for row, cache in enumerate(dcaches)]))
+        return [decoder.proposal() for decoder in decoders]
+
+    def _pass(self, rows: list[tuple[ModelCache, list[int] | mx.array]]) -> mx.array:
+        """One draft pass feeding each cache its tokens; the logits (B, V) after each one's last."""
+        feeds = [PromptFeed(self.draft, cache, ids, in_round=True) for cache, ids in rows]
+        self.decoder([], None, feeds)
+        for feed in feeds:
+            feed.ran()
+        out: mx.array = self.draft._head(mx.concatenate([feed.h[-1:] for feed in feeds]))[:, -1]
+        return out
+
+
+def _draw(decoders: Listed[SpeculativeDecoder], logits: mx.array) -> mx.array:
+    """Each reply's next draft token (B,) from the draft's logits (B, V), computed while the next pass is built."""
+    tokens = mx.stack([decoder.propose(logits[row]) for row, decoder in enumerate(decoders)])
+    mx.async_eval(tokens)
+    return tokens
+
+
+def _decoder(seq: Sequence) -> SpeculativeDecoder:
+    decoder = seq.speculative
+    assert decoder is not None  # the runner made it (``BatchRunner._speculative``)
+    return decoder
+
+
+def _caches(seq: Sequence) -> tuple[ModelCache, ModelCache]:
+    """A drafting reply's target and draft caches."""
+    caches = seq.caches
+    assert caches is not None and caches.draft is not None  # (``BatchRunner._drafts``)
+    return caches.target, caches.draft
