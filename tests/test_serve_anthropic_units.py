@@ -27,11 +27,11 @@ def test_the_billing_header_block_is_dropped_and_the_rest_joined():
 
 def test_claude_codes_request_a_system_message_within_the_messages_stays_where_it_stands():
     """As Claude Code 2.1 sends it: a system message after the first user turn (its list of agent types), and
-    top-level fields that ask for nothing this server can give (context editing, effort)."""
+    top-level fields that ask for nothing this server can give (context editing, effort, thinking not shown)."""
     body = MessagesRequest.model_validate({
         "model": "m", "max_tokens": 9, "system": "You are terse.", "metadata": {"user_id": '{"session_id":"s"}'},
         "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
-        "output_config": {"effort": "high"}, "thinking": {"type": "adaptive"},
+        "output_config": {"effort": "high"}, "thinking": {"type": "adaptive", "display": "omitted"},
         "messages": [*QUESTION, {"role": "system", "content": "Agent types: claude."},
                      {"role": "assistant", "content": "19."},
                      {"role": "user", "content": [{"type": "text", "text": "Again."}]},

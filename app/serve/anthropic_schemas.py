@@ -85,7 +85,10 @@ class ThinkingConfig(Strict):
 
     type: Literal["enabled", "adaptive", "disabled"]
     budget_tokens: int | None = Field(None, ge=1)
-    display: Literal["summarized"] | None = None  # "omitted" (a signature without the text) is not offered
+    # A hint: the text is sent either way. With "omitted" (Claude Code 2.1.3xx sends it) Anthropic sends a signature
+    # that carries the reasoning back next turn; ours carry nothing, and Qwen's template needs the text of a tool
+    # loop's reasoning sent back to render the prompt the model wrote (and find it in the prefix cache).
+    display: Literal["summarized", "omitted"] | None = None
 
 
 class OutputFormat(Strict):
