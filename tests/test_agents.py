@@ -105,12 +105,21 @@ AGENTS = [
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    models = tmp_path_factory.mktemp("agent-models")
-    write_reply_model(models / MODEL)
-    with ServeProcess(tmp_path_factory.mktemp("agents-serve"), pair=("--models-dir", str(models), "--model", MODEL,
-                                                                       "--no-draft")) as running:
+def models(tmp_path_factory) -> Path:
+    """A --models-dir holding the reply model."""
+    folder = tmp_path_factory.mktemp("agent-models")
+    write_reply_model(folder / MODEL)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, models):
+    with ServeProcess(tmp_path_factory.mktemp("agents-serve"), pair=serving(models)) as running:
         yield running
+
+
+def serving(models: Path) -> tuple[str, ...]:
+    return ("--models-dir", str(models), "--model", MODEL, "--no-draft")
 
 
 def installed(name: str) -> Path:
@@ -135,15 +144,20 @@ def run_turn(command: Path, agent: Agent, prompt: str, again: bool, home: Path, 
     return done, requests
 
 
+def agent_home(agent: Agent, server: ServeProcess, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A temporary HOME with ``agent``'s settings for ``server`` and an empty work folder; its environment."""
+    home = tmp_path / "home"
+    (home / "work").mkdir(parents=True)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "TMPDIR": str(tmp_path),
+           **{f"XDG_{kind}_HOME": str(home / f".{kind.lower()}") for kind in ("CONFIG", "DATA", "CACHE", "STATE")}}
+    return home, env | agent.setup(server, home)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("agent", AGENTS, ids=[agent.name for agent in AGENTS])
 def test_an_agent_answers_two_turns_and_the_second_reads_the_first_from_the_cache(agent, server, tmp_path):
     command = installed(agent.name)
-    home = tmp_path / "home"
-    (home / "work").mkdir(parents=True)
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "TMPDIR": str(tmp_path),
-           **{f"XDG_{kind}_HOME": str(home / f".{kind.lower()}") for kind in ("CONFIG", "DATA", "CACHE", "STATE")},
-           **agent.setup(server, home)}
+    home, env = agent_home(agent, server, tmp_path)
     version = subprocess.run([str(command), "--version"], env=env, capture_output=True, text=True,
                              timeout=TURN_S).stdout.strip()
     for again, prompt in enumerate(ASKED):
@@ -155,3 +169,33 @@ def test_an_agent_answers_two_turns_and_the_second_reads_the_first_from_the_cach
     _, _, prompt_tokens, cached = max(requests, key=lambda request: request[2])
     assert cached >= MIN_CACHED * prompt_tokens, f"{agent.name} {version}: turn 2 read {cached} of {prompt_tokens} " \
                                                  f"prompt tokens from the cache; its requests: {requests}"
+
+
+# Claude Code's tool loop, on a server whose model calls Read when asked to (tests/serve_scripted.py) and answers
+# ANSWERED once it sees a tool's result followed by Claude Code's tokens-left note, rendered where it stands.
+NOTE_AFTER_RESULT = "</tool_response><|im_end|>\n<|im_start|>system\n<total_tokens>"
+ANSWERED = "The file says plum."
+
+
+@pytest.mark.slow
+def test_claude_codes_tool_loop_reads_each_request_before_from_the_cache(models, tmp_path):
+    """Claude Code puts a ``<total_tokens>N tokens left</total_tokens>`` system message after each tool result
+    (with its reminder on), N new each time: the request after the call still reads the one before from the
+    cache, as the note is rendered after the result, not moved to the front."""
+    agent = AGENTS[0]
+    command = installed(agent.name)
+    (tmp_path / "serve").mkdir()
+    script, notes = tmp_path / "script.json", tmp_path / "home" / "work" / "notes.txt"
+    call = {"name": "Read", "arguments": {"file_path": str(notes)}}
+    script.write_text(json.dumps([[NOTE_AFTER_RESULT, ANSWERED],
+                                  ["Read notes.txt", f"<tool_call>\n{json.dumps(call)}\n</tool_call>"]]))
+    with ServeProcess(tmp_path / "serve", pair=serving(models), script="serve_scripted.py",
+                      env={"MLXCHAT_TEST_SCRIPT": str(script)}) as scripted:
+        home, env = agent_home(agent, scripted, tmp_path)
+        notes.write_text("The secret word is plum.\n")
+        done, requests = run_turn(command, agent, "Read notes.txt and say what it holds.", False, home, env, scripted)
+    said = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}\n{requests}"
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1:] == [ANSWERED], said
+    assert len(requests) == 2 and all(status == 200 for _, status, _, _ in requests), said
+    (_, _, first, _), (_, _, second, cached) = requests
+    assert cached >= first - 16, f"the request after the call read {cached} of the first one's {first} tokens"
