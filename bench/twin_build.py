@@ -71,6 +71,12 @@ def write_twin(folder: Path, spec: TwinSpec, *, bits: int | None, seed: int, voc
     config = twin_config(spec, bits=bits, vocab_pad=vocab_pad)
     if bits is not None:
         config = quantize_bf16(model, config, bits)
+    save_folder(folder, model, config)
+
+
+def save_folder(folder: Path, model: nn.Module, config: dict[str, Any]) -> None:
+    """Write ``model`` with ``config`` into ``folder`` (created) in the mlx-community layout, with Qwen3's own
+    tokenizer and generation config."""
     save_model(folder, model, donate_model=True)
     save_config(config, folder / "config.json")
     (folder / "generation_config.json").write_text(json.dumps(generation_config(), indent=2) + "\n")

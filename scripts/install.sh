@@ -77,3 +77,18 @@ spec="."
 echo "install.sh: installing mlxchat$([ -n "${1:-}" ] && echo " with [$1]") and MLX (a few minutes the first time)"
 .venv/bin/pip install -q -e "$spec"
 echo "mlxchat installed in .venv (run .venv/bin/mlxchat --help)"
+
+# The test extra also brings the coding agents the suite runs against `mlxchat serve` (tests/test_agents.py):
+# their current releases from npm, as their users install them, into .venv/agents (nothing global).
+AGENTS="@anthropic-ai/claude-code @openai/codex @qwen-code/qwen-code opencode-ai"
+case ",${1:-}," in
+    *,test,*)
+        if command -v npm >/dev/null; then
+            echo "install.sh: installing the coding agents' current releases into .venv/agents (npm)"
+            npm install --prefix .venv/agents --no-audit --no-fund --loglevel=error $(printf '%s@latest ' $AGENTS) \
+                >/dev/null || stop "npm could not install the coding agents ($AGENTS) into .venv/agents"
+            npm ls --prefix .venv/agents --depth=0 | tail -n +2
+        else
+            echo "install.sh: no npm: the coding agents are not installed, and tests/test_agents.py skips" >&2
+        fi;;
+esac

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ("bash", "dirname", "rm", "cp", "mkdir", "chmod", "grep", "id", "cat")
+TOOLS = ("bash", "dirname", "rm", "cp", "mkdir", "chmod", "grep", "id", "cat", "tail")
 
 
 def _script(path: Path, body: str) -> None:
@@ -143,3 +143,23 @@ def test_a_mac_mlx_cannot_run_on_is_told_in_one_line(mac: Mac, machine: str, tra
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and said in done.stderr
     assert not (mac.root / ".venv").exists()
+
+
+def test_the_test_extra_installs_the_coding_agents_with_npm_into_the_venv(mac: Mac):
+    mac.python("python3.12", "3.12")
+    npm_log = mac.root.parent / "npm.log"
+    _script(mac.bin / "npm", f'echo "$@" >> {npm_log}\n')
+    assert mac.run().returncode == 0 and not npm_log.exists(), "without the test extra, no agents"
+    done = mac.run("test")
+    assert done.returncode == 0, done.stderr
+    install = npm_log.read_text().splitlines()[0]
+    assert install.startswith("install --prefix .venv/agents ")
+    assert all(f"{package}@latest" in install.split() for package in
+               ("@anthropic-ai/claude-code", "@openai/codex", "@qwen-code/qwen-code", "opencode-ai"))
+
+
+def test_without_npm_the_test_extra_says_the_agent_tests_skip(mac: Mac):
+    mac.python("python3.12", "3.12")
+    done = mac.run("test")
+    assert done.returncode == 0, done.stderr
+    assert "no npm" in done.stderr and "test_agents.py skips" in done.stderr

@@ -25,6 +25,23 @@ def test_the_billing_header_block_is_dropped_and_the_rest_joined():
     assert as_chat(system=system[:1], messages=QUESTION) == [{"role": "user", "content": "What is 12 + 7?"}]
 
 
+def test_claude_codes_request_a_system_message_within_the_messages_stays_where_it_stands():
+    """As Claude Code 2.1 sends it: a system message after the first user turn (its list of agent types), and
+    top-level fields that ask for nothing this server can give (context editing, effort, thinking not shown)."""
+    body = MessagesRequest.model_validate({
+        "model": "m", "max_tokens": 9, "system": "You are terse.", "metadata": {"user_id": '{"session_id":"s"}'},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"}, "thinking": {"type": "adaptive", "display": "omitted"},
+        "messages": [*QUESTION, {"role": "system", "content": "Agent types: claude."},
+                     {"role": "assistant", "content": "19."},
+                     {"role": "user", "content": [{"type": "text", "text": "Again."}]},
+                     {"role": "system", "content": [{"type": "text", "text": "<total_tokens>9 tokens left</total_tokens>"}]}]})
+    assert [m.as_dict() for m in chat_body(body).messages] == [
+        {"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 12 + 7?"},
+        {"role": "system", "content": "Agent types: claude."}, {"role": "assistant", "content": "19."},
+        {"role": "user", "content": "Again."}, {"role": "system", "content": "<total_tokens>9 tokens left</total_tokens>"}]
+
+
 def test_a_thinking_block_is_the_replys_reasoning():
     turn = [*QUESTION, {"role": "assistant", "content": [{"type": "thinking", "thinking": "2 + 7 = 9", "signature": ""},
                                                          {"type": "text", "text": "19."}]},
@@ -106,6 +123,8 @@ def test_structured_output_is_the_chat_endpoints_json_schema():
     ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, "server tool"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "add", "input": {}}]}]},
      "assistant messages only"),
+    ({"messages": [*QUESTION, {"role": "system", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
+     "text blocks only"),
     ({"messages": [*CALLED, {"role": "assistant", "content": [
         {"type": "tool_result", "tool_use_id": "t", "content": "19"}]}, *QUESTION]}, "user messages only"),
 ])

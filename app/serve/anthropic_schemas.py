@@ -72,7 +72,10 @@ Block = Annotated[TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock, Fi
 
 
 class Message(Strict):
-    role: Literal["user", "assistant"]
+    """A turn; a ``system`` one (Claude Code sends them since 2.1, after its first user turn) holds text only and
+    is rendered where it stands, as Qwen's template renders a system turn that is not the first."""
+
+    role: Literal["user", "assistant", "system"]
     content: Annotated[list[Block], BeforeValidator(_as_blocks)]
 
 
@@ -82,7 +85,10 @@ class ThinkingConfig(Strict):
 
     type: Literal["enabled", "adaptive", "disabled"]
     budget_tokens: int | None = Field(None, ge=1)
-    display: Literal["summarized"] | None = None  # "omitted" (a signature without the text) is not offered
+    # A hint: the text is sent either way. With "omitted" (Claude Code 2.1.3xx sends it) Anthropic sends a signature
+    # that carries the reasoning back next turn; ours carry nothing, and Qwen's template needs the text of a tool
+    # loop's reasoning sent back to render the prompt the model wrote (and find it in the prefix cache).
+    display: Literal["summarized", "omitted"] | None = None
 
 
 class OutputFormat(Strict):
@@ -140,6 +146,15 @@ class Metadata(Strict):
     user_id: str | None = None  # accepted and ignored
 
 
+class ContextManagement(Strict):
+    """Accepted and ignored: Anthropic's context editing (clear earlier thinking, or earlier tool results once the
+    prompt outgrows a trigger) saves tokens on its side. Qwen's template already leaves earlier turns' thinking
+    out, and a prompt that outgrows the context here is a 400 that says so. The edits are not read: new kinds
+    come with new releases of Claude Code, and none changes what the reply means."""
+
+    edits: list[dict] | None = None
+
+
 StopSequence = Annotated[str, StringConstraints(min_length=1, max_length=MAX_STOP_CHARS), AfterValidator(unicode_text)]
 
 
@@ -166,4 +181,5 @@ class MessagesRequest(MessagesPrompt):
     metadata: Metadata | None = None
     cache_control: CacheControl | None = None
     output_config: OutputConfig | None = None
+    context_management: ContextManagement | None = None
     keep_alive: KeepAlive = None  # extension, as on the chat endpoint (Ollama's): how long the model stays loaded

@@ -4,7 +4,8 @@ Everything below (prompt building, sampling, the worker, usage) then runs as
 for ``POST /v1/chat/completions``: nothing there knows a second protocol.
 
 - ``system`` becomes the first message; its text blocks, and those of a message,
-  are joined by a blank line.
+  are joined by a blank line. A ``system`` message within ``messages`` (Claude Code
+  sends one after the first user turn) stays where it is, a system turn of the chat.
 - A ``thinking`` block on an earlier reply is that reply's reasoning, rendered in
   Qwen3's think block as the chat endpoint's ``reasoning_content`` is.
 - ``thinking`` enabled (or adaptive) or disabled is Qwen3's ``enable_thinking``.
@@ -114,6 +115,10 @@ def chat_message(message: Message, index: int) -> list[ChatMessage]:
     thoughts = [block.thinking for block in message.content if isinstance(block, ThinkingBlock)]
     calls = [block for block in message.content if isinstance(block, ToolUseBlock)]
     results = [block for block in message.content if isinstance(block, ToolResultBlock)]
+    if message.role == "system":  # rendered where it stands, as Qwen's template renders a later system turn
+        if not all(isinstance(block, TextBlock) for block in message.content):
+            raise APIError(400, "A system message holds text blocks only.", param=where)
+        return [ChatMessage(role="system", content=texts)]
     if message.role == "user":
         if thoughts or calls:
             raise APIError(400, "thinking and tool_use blocks belong to assistant messages only.", param=where)
