@@ -117,6 +117,36 @@ def test_unhashed_blocks_are_reused_first_then_fresh_ones_then_oldest_cached_tai
     check_invariants(manager)
 
 
+def test_a_growing_sequence_never_takes_the_cached_head_of_another_prompt():
+    """The block right after a sequence's last is taken when it continues the same prefix (the sequence's own
+    old tail), not when it starts another prompt's chain. Before: an agent's main request, extending its
+    cached prefix, took the head of its memory request's cached prompt, and the rest of that chain could
+    never be hit again."""
+    manager = BlockManager(block_size=4, num_blocks=16)
+    a, b = list(range(100, 104)), list(range(200, 212))
+    first, second = filled(manager, a), filled(manager, b)  # a: block 0; b: blocks 1-3
+    manager.release(second)
+    manager.release(first)
+    grows = manager.new_sequence()
+    assert manager.reuse_prefix(grows, a + [7, 8]) == 4
+    manager.append(grows, 6)  # a block after block 0
+    assert manager.block_ids(grows)[1] != 1, "b's first block stays cached"
+    other = manager.new_sequence()
+    assert manager.reuse_prefix(other, b + [9]) == 12
+    check_invariants(manager)
+
+
+def test_a_regenerated_tail_takes_its_old_blocks_and_stays_adjacent():
+    manager = BlockManager(block_size=4, num_blocks=16)
+    a = list(range(100, 104))
+    manager.release(filled(manager, a + [7, 8, 9, 10]))  # blocks 0 (a), 1 (its continuation)
+    again = manager.new_sequence()
+    assert manager.reuse_prefix(again, a + [5, 6]) == 4
+    manager.append(again, 2)
+    assert manager.block_ids(again) == [0, 1]
+    check_invariants(manager)
+
+
 def test_shared_partial_tail_is_copied_before_a_write():
     manager = BlockManager(block_size=4, num_blocks=8)
     parent = filled(manager, [1, 2, 3, 4, 5, 6])

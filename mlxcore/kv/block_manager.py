@@ -17,8 +17,9 @@ yet sit between the two: the pool hands out storage lazily, but fills it up to
 its capacity before it evicts cached prefixes. One exception keeps a sequence's
 blocks adjacent in storage, so attention reads them as few views (one per run
 of adjacent blocks, ``decode_attention.py``): a sequence that needs another block takes the one right
-after its last when that one is free or never used, evicting its cached prefix
-if it has one (after a trim or a regenerate, that is the sequence's own old tail).
+after its last when that one is free or never used, evicting what it caches only
+when that continues the same prefix (after a trim or a regenerate, the sequence's
+own old tail), never another prompt's cached block (its chain would be cut).
 
 The three checks nano-vllm learnt the hard way: reusing a block removes its hash
 entry only if the entry still points at that block; a prefix hit never covers
@@ -55,6 +56,8 @@ class Block:
     ref_count: int = 0
     hash: bytes | None = None  # chained hash; set when the block fills, kept after free
     token_ids: tuple[int, ...] = ()  # the tokens behind ``hash``, compared on a prefix hit
+    parent: bytes | None = None  # the hash of the block before it in its chain (None: a chain's first)
+    trimmed_from: _Sequence | None = None  # the sequence whose trim freed it (its own old tail), until taken
 
 
 @dataclass(frozen=True)
@@ -215,7 +218,7 @@ class BlockManager:
         for index in range(first, full):
             block = self._blocks[seq.block_ids[index]]
             chunk = tuple(token_ids[index * size:(index + 1) * size])
-            block.hash, block.token_ids = chain_hash(parent, chunk), chunk
+            block.hash, block.token_ids, block.parent = chain_hash(parent, chunk), chunk, parent
             self._by_hash[block.hash] = block.block_id
             parent = block.hash
 
@@ -248,6 +251,8 @@ class BlockManager:
             raise TrimError(f"Cannot trim {n} tokens from a sequence of {seq.length}.")
         seq.length -= n
         keep_blocks = -(-seq.length // self.block_size)
+        for block_id in seq.block_ids[keep_blocks:]:
+            self._blocks[block_id].trimmed_from = seq
         self._free_tail(seq, len(seq.block_ids) - keep_blocks)
 
     # metrics -------------------------------------------------------------
@@ -297,11 +302,11 @@ class BlockManager:
         seq.block_ids.append(block_id)
         seq.length += len(chunk)
 
-    def _allocate(self, after: int | None = None) -> int:
+    def _allocate(self, after: int | None = None, seq: _Sequence | None = None) -> int:
         """Take a block: the one after ``after`` if free or never used (see the module docstring),
         else a free unhashed one, else a fresh id, else evict the oldest cached prefix."""
         front = next(iter(self._free), None)
-        if after is not None and after + 1 in self._free:
+        if after is not None and after + 1 in self._free and self._continues(after, self._blocks[after + 1], seq):
             front = after + 1
             del self._free[front]
             self._unhash(self._blocks[front])
@@ -317,14 +322,22 @@ class BlockManager:
             assert front is not None, "append checked available_blocks"
             del self._free[front]
             self._unhash(self._blocks[front])
-        self._blocks[front].ref_count = 1
+        self._blocks[front].ref_count, self._blocks[front].trimmed_from = 1, None
         return front
+
+    def _continues(self, after: int, block: Block, seq: _Sequence | None) -> bool:
+        """Whether free ``block`` may follow block ``after`` in ``seq``'s table: it caches nothing, or it is
+        the sequence's own old tail (freed by its trim, or continuing ``after``'s tokens: a regenerated
+        reply). Another prompt's cached block stays: taking it would cut its chain, whose later blocks no
+        hit could reach."""
+        return (block.hash is None or (seq is not None and block.trimmed_from is seq)
+                or (block.parent is not None and block.parent == self._blocks[after].hash))
 
     def _unhash(self, block: Block) -> None:
         # Another block may own this hash by now (same tokens written twice): leave its entry alone.
         if block.hash is not None and self._by_hash.get(block.hash) == block.block_id:
             del self._by_hash[block.hash]
-        block.hash, block.token_ids = None, ()
+        block.hash, block.token_ids, block.parent = None, (), None
 
     def _free_tail(self, seq: _Sequence, count: int) -> None:
         for _ in range(count):
@@ -344,7 +357,7 @@ class BlockManager:
             self._unhash(self._blocks[tail])  # its tail slots are about to change
             return ()
         self._blocks[tail].ref_count -= 1
-        copy = self._allocate(seq.block_ids[-2] if len(seq.block_ids) > 1 else None)
+        copy = self._allocate(seq.block_ids[-2] if len(seq.block_ids) > 1 else None, seq)
         seq.block_ids[-1] = copy
         return ((tail, copy),)
 
@@ -353,7 +366,7 @@ class BlockManager:
         while done < length:
             position = start + done
             if position % size == 0:
-                seq.block_ids.append(self._allocate(seq.block_ids[-1] if seq.block_ids else None))
+                seq.block_ids.append(self._allocate(seq.block_ids[-1] if seq.block_ids else None, seq))
             run = min(size - position % size, length - done)
             slot = seq.block_ids[position // size] * size + position % size
             segments.append(WriteSegment(slot, run, done))
