@@ -9,7 +9,7 @@ from pathlib import Path
 from app.catalog import Catalog
 from mlxcore import GenerationParams, KVConfig, ModelChoice, UsageError
 from mlxcore import KVLimit, local_model, parse_max_kv
-from mlxcore import SUPPORTED_BITS
+from mlxcore import LOOKUP, SUPPORTED_BITS
 
 
 MODELS_DIR_ENV = "MLXCHAT_MODELS_DIR"  # --models-dir's default
@@ -28,7 +28,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                             "hub repo id (org/name), local MLX folder, or embedded name (mini-target); "
                             "default: a 4-bit Qwen3 from the hub, or the embedded demo model offline")
     add_models_dir_option(group)
-    group.add_argument("--draft", metavar="REF", help="draft model for speculative decoding (same tokenizer)")
+    group.add_argument("--draft", metavar="REF", help="draft model for speculative decoding (same tokenizer), or "
+                       "'lookup': draft from the reply's own text, no model (pays where replies repeat their "
+                       "context: edits, quotes)")
     group.add_argument("--no-draft", action="store_true", help="decode without a draft model")
     group.add_argument("--num-draft", type=int, default=8, metavar="K",
                        help="most tokens the draft proposes per round (adaptive below that; default 8)")
@@ -121,7 +123,7 @@ def model_choice(args: argparse.Namespace) -> ModelChoice:
     model = args.model
     if model is not None and (entry := model_catalog(models_dir(args)).find(model)) is not None:
         model = entry.choice.model
-    for ref in (model, None if args.no_draft else args.draft):
+    for ref in (model, None if args.no_draft or args.draft == LOOKUP else args.draft):
         if ref is not None:
             local_model(ref)  # a mistyped name or path is told now, before any model code loads
     return ModelChoice(model=model, draft=args.draft, no_draft=args.no_draft)

@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
         IDLE_WAIT_SECONDS as IDLE_WAIT_SECONDS, PAUSED_WAIT_SECONDS as PAUSED_WAIT_SECONDS, STEPPED as STEPPED)
     from mlxcore.caches import Caches as Caches
     from mlxcore.chat_template import render_chat as render_chat, render_chat_text as render_chat_text
-    from mlxcore.configs import KVConfig as KVConfig, ModelChoice as ModelChoice, check_num_draft as check_num_draft
+    from mlxcore.configs import (KVConfig as KVConfig, LOOKUP as LOOKUP, ModelChoice as ModelChoice,
+                                 check_num_draft as check_num_draft)
     from mlxcore.distributed.broadcast import share as share
     from mlxcore.distributed.errors import (DistributedError as DistributedError, is_lost_peer as is_lost_peer,
         lost_peer as lost_peer)
@@ -84,6 +85,7 @@ _EXPORTS = {
     "Caches": "mlxcore.caches",
     "render_chat": "mlxcore.chat_template", "render_chat_text": "mlxcore.chat_template",
     "KVConfig": "mlxcore.configs", "ModelChoice": "mlxcore.configs", "check_num_draft": "mlxcore.configs",
+    "LOOKUP": "mlxcore.configs",
     "share": "mlxcore.distributed.broadcast",
     "DistributedError": "mlxcore.distributed.errors", "is_lost_peer": "mlxcore.distributed.errors",
     "lost_peer": "mlxcore.distributed.errors",

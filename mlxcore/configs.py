@@ -17,7 +17,7 @@ class ModelChoice:
     """What the user asked for on the command line or in the TUI."""
 
     model: str | None = None  # hub repo id, local folder or embedded name; None = the default pair
-    draft: str | None = None  # None = the default pair's draft when the default model is used
+    draft: str | None = None  # None = the default pair's draft when the default model is used; LOOKUP: prompt lookup
     no_draft: bool = False  # decode plainly even when a draft is available
 
 
@@ -44,6 +44,9 @@ class KVConfig:
             raise ValueError(f"block_size must be positive, not {self.block_size}")
         if self.kv_bits is not None and self.kind == "standard":
             raise ValueError('a quantized KV cache (kv_bits) needs kind="paged" or kind="rotating"')
+
+
+LOOKUP = "lookup"  # --draft lookup: draft tokens found in the reply's own text (mlxcore/prompt_lookup.py)
 
 
 def check_num_draft(num_draft: int) -> int:

@@ -38,6 +38,8 @@ from mlxcore.kv.base import ModelCache
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.params import SamplingParams
 from mlxcore.prefill import prefill, settle
+from mlxcore.configs import LOOKUP
+from mlxcore.prompt_lookup import NgramIndex
 from mlxcore.rejection import verify, verify_greedy
 from mlxcore.sampling import KeyStream, distribution, draw
 
@@ -61,15 +63,19 @@ class SpecCounters:
 class SpeculativeDecoder:
     """One reply's rounds (see the module docstring); its counters and random stream last the reply."""
 
-    def __init__(self, target: CompiledForward, draft: CompiledForward, params: SamplingParams,
+    def __init__(self, target: CompiledForward, draft: CompiledForward | None, params: SamplingParams,
                  controller: DraftLengthController, constraint: Mask | None = None) -> None:
+        """``draft``: the draft model's forward, or None for prompt lookup (``lookup``)."""
         self.target, self.draft = target, draft
         self.constraint = constraint  # kept in step with the reply by the runner; each round leaves it so
-        self.constrain_draft = CONSTRAIN_DRAFT and constraint is not None
+        self.constrain_draft = CONSTRAIN_DRAFT and constraint is not None and draft is not None
         self.params, self.controller = params, controller
         self.keys = KeyStream(params.seed)
-        self.vocab = min(target.wrapped.args.vocab_size, draft.wrapped.args.vocab_size)  # padding rows may differ
+        sizes = [forward.wrapped.args.vocab_size for forward in (target, draft) if forward is not None]
+        self.vocab = min(sizes)  # a draft's padding rows may differ
         self.counters = SpecCounters(accepted_by_position=[0] * controller.max_k)
+        self.index = NgramIndex() if draft is None else None  # prompt lookup's
+        self.drafter = LOOKUP if draft is None else "draft model"  # what the reply's stats name (the runner's name)
 
     def round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:
         """One round after ``ids`` (prompt and reply so far), with one synchronisation: every pass is queued
@@ -83,6 +89,7 @@ class SpeculativeDecoder:
             raise
 
     def _round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:
+        assert self.draft is not None, "a round of a model not run split drafts with the draft model"
         self.catch_up_draft(dcache, ids, self.controller)
         start = decision_clock.now()
         drafted, q = self._propose(dcache, ids, k)  # (k,) lazy ids, (k, V) or None
@@ -120,6 +127,7 @@ class SpeculativeDecoder:
         catch-up folded into that would make drafting look expensive for good.
         """
         missed = ids[dcache.offset:-1]
+        assert self.draft is not None, "only a draft model has a cache to catch up"
         if len(missed) > 1:  # a whole prompt when it starts: in the device's prefill chunks
             start = decision_clock.now()
             prefill(self.draft, dcache, missed, current().prefill_chunk)  # evaluated: it synchronises
@@ -132,6 +140,7 @@ class SpeculativeDecoder:
         dcache.begin(len(fed))
         inputs = mx.array(fed)[None]
         self.start_proposal()
+        assert self.draft is not None  # (``_round``)
         for i in range(k):
             if i:
                 dcache.begin(1)
@@ -139,6 +148,19 @@ class SpeculativeDecoder:
             mx.async_eval(token)  # start computing while the next pass is being built
             inputs = token.reshape(1, 1)
         return self.proposal()
+
+    def lookup(self, ids: list[int], k: int) -> tuple[mx.array, mx.array | None] | None:
+        """Prompt lookup's proposal after ``ids``: up to k tokens that followed the same few tokens before
+        (``prompt_lookup.py``), and their distributions (one-hot: the proposal is certain; None for greedy);
+        None when nothing matches."""
+        assert self.index is not None, "prompt lookup drafts without a draft model"
+        found = self.index.propose(ids, k)
+        if not found:
+            return None
+        drafted = mx.array(found)
+        if self.params.greedy:
+            return drafted, None
+        return drafted, (mx.arange(self.vocab)[None] == drafted[:, None]).astype(mx.float32)
 
     def start_proposal(self) -> None:
         """A round's drafting starts: ``propose`` the k tokens, then take them with ``proposal``."""

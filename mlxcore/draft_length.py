@@ -143,15 +143,17 @@ class DraftLengthController:
         self.round_run = 0
 
     def observe_round(self, k: int, accepted: int | list[int], seconds: float,
-                      draft_seconds: float | None = None) -> None:
+                      draft_seconds: float | None = None, proposed: list[int] | None = None) -> None:
         """Record one round: k drafted, ``accepted`` kept (by each reply of a batch's round), ``seconds`` from
         start to verdict.
 
-        ``draft_seconds``: the time its k draft passes took, when this round was timed.
+        ``draft_seconds``: the time its k draft passes took, when this round was timed. ``proposed``: each
+        reply's drafted count where it may be fewer than k (prompt lookup's).
         """
         self._best = None
-        for kept in [accepted] if isinstance(accepted, int) else accepted:
-            for j in range(min(kept + 1, k)):  # positions after the first rejection were not tested
+        kept_counts = [accepted] if isinstance(accepted, int) else accepted
+        for kept, drafted in zip(kept_counts, proposed or [k] * len(kept_counts)):
+            for j in range(min(kept + 1, drafted)):  # positions after the first rejection were not tested
                 self.accept[j] = self._avg(self.accept[j], 1.0 if j < kept else 0.0)
         if draft_seconds is not None:
             self.draft_samples.append(draft_seconds / k)

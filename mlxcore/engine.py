@@ -73,7 +73,8 @@ class Engine:
     def __init__(self, model: nn.Module, tokenizer: TokenizerWrapper | None = None, *, kv: KVConfig = KVConfig(),
                  draft_model: nn.Module | None = None, num_draft: int = 8, context_length: int | None = None,
                  fingerprint: str = "", draft_fingerprint: str = "", model_name: str = "",
-                 draft_name: str = "", generation_defaults: dict | None = None, world: World = SINGLE) -> None:
+                 draft_name: str = "", generation_defaults: dict | None = None, world: World = SINGLE,
+                 prompt_lookup: bool = False) -> None:
         if linear_layers(model) or (draft_model is not None and linear_layers(draft_model)):
             _check_hybrid(kv)
         self.hybrid = bool(linear_layers(model))  # Qwen3.5, Qwen3-Next: linear layers with a state each
@@ -82,6 +83,8 @@ class Engine:
         self.model = model
         self.tokenizer = tokenizer
         self.draft_model = draft_model
+        # Without a draft model, draft tokens found in each reply's own text (``prompt_lookup.py``).
+        self.prompt_lookup = prompt_lookup and draft_model is None
         # Decode steps and verification run through these (same logits, fewer kernel launches).
         self.target_forward = CompiledForward(model)
         self.draft_forward = CompiledForward(draft_model) if draft_model is not None else None
@@ -355,17 +358,19 @@ class Engine:
         return cache
 
     def generate(self, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams = GenerationParams(),
-                 progress: Progress | None = None, grammar: Grammar | None = None) -> Generator[Event, None, None]:
+                 progress: Progress | None = None, grammar: Grammar | None = None,
+                 use_draft: bool = True) -> Generator[Event, None, None]:
         """Yield a ``TokenEvent`` per emitted token, then one ``FinalEvent`` with the stats.
 
         One request to the batching loop, on the caller's thread (``batching/one_reply.py``). Stop iterating
         at any point: the caches then hold exactly the prompt plus the tokens yielded so far. ``progress``
-        follows the prompt's reading and may stop it (``StopPrefill``). With a draft, decoding is speculative.
+        follows the prompt's reading and may stop it (``StopPrefill``). With a draft (``caches.draft``) or
+        prompt lookup, decoding is speculative unless ``use_draft`` is False.
         ``grammar``: what the reply must match after any thinking (``mlxcore.grammar``).
         """
         from mlxcore.batching.one_reply import generate  # the loop builds on the engine
 
-        return generate(self, prompt_ids, caches, params, progress, grammar)
+        return generate(self, prompt_ids, caches, params, progress, grammar, use_draft)
 
     def _kv_stats(self) -> dict:
         """A reply's figures that are the engine's: KV memory, and the ranks it runs on."""

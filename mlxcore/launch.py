@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from mlxcore.compile_support import report_compile_failure
-from mlxcore.configs import KVConfig, ModelChoice, check_num_draft
+from mlxcore.configs import LOOKUP, KVConfig, ModelChoice, check_num_draft
 from mlxcore.engine import Engine
 from mlxcore.hub import Progress
 from mlxcore.kv.budget import KVBudget
@@ -55,6 +55,9 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
         draft_ref = draft_ref or default_draft
     if choice.no_draft:
         draft_ref = None
+    lookup = draft_ref == LOOKUP  # prompt lookup drafts from the reply's own text: no draft model
+    if lookup:
+        draft_ref = None
     world = current_world()  # several ranks when started by mlx.launch
     if not world.distributed:  # (split over ranks, a model may be larger than one machine: that is the point)
         # Before any download: a model that cannot fit this machine is refused in one line with both sizes.
@@ -74,12 +77,12 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     engine = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model if draft else None,
                     num_draft=num_draft,
                     fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "",
-                    model_name=target.name, draft_name=draft.name if draft else "",
-                    generation_defaults=target.generation_defaults, world=world)
+                    model_name=target.name, draft_name=draft.name if draft else LOOKUP if lookup else "",
+                    generation_defaults=target.generation_defaults, world=world, prompt_lookup=lookup)
     if kv_budget is not None:
         engine._kv_budget = kv_budget  # before any pool is made: every pool takes from the shared account
     warm_up(engine, notice)
-    return OpenedEngine(engine, target.name, draft.name if draft else None, note)
+    return OpenedEngine(engine, target.name, draft.name if draft else LOOKUP if lookup else None, note)
 
 
 def warm_up(engine: Engine, notice: Notice | None = None,

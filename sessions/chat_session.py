@@ -55,7 +55,7 @@ class ChatSession:
         self.max_tool_steps = max_tool_steps
         self.params = params or engine.default_params  # the model's recommended sampling
         self.enable_thinking = enable_thinking
-        self.use_draft = use_draft and engine.draft_model is not None
+        self.use_draft = use_draft and (engine.draft_model is not None or engine.prompt_lookup)
         self.messages: list[Message] = [Message("system", system)] if system else []
         self.caches = engine.new_caches()
         if not self.use_draft:
@@ -323,7 +323,8 @@ class ChatSession:
         try:
             self._keep_system_in_window()
             prompt, lead = self._prompt()
-            events = self.engine.generate(prompt, self.caches, self.params, self.prefill_progress, grammar)
+            events = self.engine.generate(prompt, self.caches, self.params, self.prefill_progress, grammar,
+                                          self.use_draft)
             for event in events:
                 if isinstance(event, TokenEvent):
                     reply = reply + event.text

@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # the engine's generate runs here
 
 
 def generate(engine: Engine, prompt_ids: Sequence[int], caches: Caches, params: GenerationParams,
-             progress: Progress | None = None, grammar: Grammar | None = None) -> Generator[Event, None, None]:
+             progress: Progress | None = None, grammar: Grammar | None = None,
+             use_draft: bool = True) -> Generator[Event, None, None]:
     """``Engine.generate``'s events (see there)."""
     engine.last_stats = None  # set when the reply ends: a refused or stopped prefill leaves None
     prompt = list(prompt_ids)
@@ -41,8 +42,8 @@ def generate(engine: Engine, prompt_ids: Sequence[int], caches: Caches, params: 
     reused = engine.keep_prefix(caches, prompt)
     batch = LocalBatch(engine, max_running=1, step_tokens=engine.prefill_chunk(params))  # a prompt chunk a step
     batch.runner.max_unread = None  # this caller takes every event after each step
-    request = Request(tuple(prompt), params, use_draft=caches.draft is not None, keep_caches=True, caches=caches,
-                      grammar=grammar)
+    request = Request(tuple(prompt), params, use_draft=use_draft and (caches.draft is not None or engine.prompt_lookup),
+                      keep_caches=True, caches=caches, grammar=grammar)
     handle = batch.submit(request)[0]
     to_read, read = len(prompt) - 1 - reused, 0  # the prompt's tokens to compute (its last one is decoded)
     if progress is not None and to_read > 0:

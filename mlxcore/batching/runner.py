@@ -99,10 +99,11 @@ class BatchRunner:
         self.clearing = Clearing()  # MLX's buffer cache, cleared as mlx-lm does (buffer_cache.py)
         self.stall_seconds = stall_seconds  # a reply whose reader read nothing for this long is cancelled
         self.max_unread: int | None = MAX_UNREAD  # None: never paused for its reader
-        # Replies side by side draft as rows of the step's pass, on the block pools (``spec_rows.py``).
+        # Replies draft as rows of the step's pass (``spec_rows.py``): with the draft model, or prompt lookup.
         draft = engine.draft_forward
-        self.rows = (SpeculativeRows(engine.target_forward, draft) if draft is not None and draft.split
-                     and self.feeds_prompts and isinstance(self.decoder, BatchDecoder) else None)
+        drafter = draft.split if draft is not None else engine.prompt_lookup
+        self.rows = (SpeculativeRows(engine.target_forward, draft) if drafter and self.feeds_prompts
+                     and isinstance(self.decoder, BatchDecoder) else None)
         self._plain_clock: tuple[int, float] | None = None  # (replies, when) of the last plain step with a draft
 
     # requests ---------------------------------------------------------------
@@ -485,16 +486,21 @@ class BatchRunner:
         if not drafting:
             return emitted, None
         assert self.rows is not None  # (``_draft_control``)
+        control = self.engine.draft_control.for_rows(len(seqs))
         for seq in drafting:
             decoder = self._speculative(seq)
             decoder.counters.draft_lengths.append(k)
-            assert seq.caches is not None and seq.caches.draft is not None  # (``_drafts``)
+            assert seq.caches is not None  # a decoding reply's
             if seq.constraint is not None:
                 seq.constraint.catch_up(seq.reply_ids)  # the round's masks follow what was emitted
-            decoder.catch_up_draft(seq.caches.draft, seq.ids, self.engine.draft_control.for_rows(len(seqs)))
-        rounds = None
+            if seq.caches.draft is not None:
+                decoder.catch_up_draft(seq.caches.draft, seq.ids, control)
+        start = decision_clock.now()
         try:
             rounds = BatchRound(self.rows, drafting, k)
+            if control.draft_timing_due():  # now and then: one more sync, to learn what a draft pass costs
+                mx.eval([drafted for drafted, _ in rounds.proposals])
+                rounds.draft_seconds = decision_clock.now() - start
         except PoolExhaustedError:  # no room for the rounds (other chats hold the rest): on without the drafts
             log.info("no KV room for the batch's draft rounds; %d replies decode on without the draft",
                      len(drafting))
@@ -503,14 +509,15 @@ class BatchRunner:
                 settle(seq.caches.target, seq.ids)  # an announced verification dropped
                 seq.leave_draft()
             return emitted, None
-        return emitted, rounds
+        return emitted, rounds if rounds.drafting else None
 
     def _finish_rounds(self, rounds: BatchRound, control: DraftLengthController, start: float) -> int:
         """The batch's rounds after the step's pass: each reply's verdict emitted; tokens emitted."""
         verdicts = rounds.verdicts(self.engine.target_forward)
-        control.observe_round(rounds.k, [n for n, _ in verdicts], decision_clock.now() - start)
+        control.observe_round(rounds.k, [n for _, n, _ in verdicts], decision_clock.now() - start,
+                              rounds.draft_seconds, proposed=[k for k, _, _ in verdicts])
         emitted = 0
-        for seq, (_, tokens) in zip(rounds.drafting, verdicts):
+        for seq, (_, _, tokens) in zip(rounds.drafting, verdicts):
             assert seq.caches is not None  # a drafting reply's
             seq.cached = seq.caches.target.offset
             for done, (token, logprob, from_draft) in enumerate(tokens, 1):
@@ -542,10 +549,10 @@ class BatchRunner:
         seq.cached = 0
 
     def _speculative(self, seq: Sequence) -> SpeculativeDecoder:
-        if seq.speculative is None:
-            assert self.engine.draft_forward is not None  # (only a reply with a draft drafts: ``_drafts``)
+        if seq.speculative is None:  # (``draft_forward`` None: prompt lookup)
             seq.speculative = SpeculativeDecoder(self.engine.target_forward, self.engine.draft_forward,
                                                  seq.params, self.engine.draft_control, seq.constraint)
+            seq.speculative.drafter = self.engine.draft_name or seq.speculative.drafter
         return seq.speculative
 
     def _round(self, seq: Sequence, k: int) -> int:
@@ -573,10 +580,13 @@ class BatchRunner:
         return len(tokens)
 
     def _drafts(self, seq: Sequence) -> bool:
-        """Whether this reply may decode speculatively when alone."""
-        return (self.engine.draft_model is not None and seq.request.use_draft
-                and seq.params.repetition_penalty == 1.0 and not seq.request.top_logprobs
-                and (seq.caches is None or seq.caches.draft is not None))
+        """Whether this reply may decode speculatively: with the draft model (while its draft cache is
+        kept), or prompt lookup (a model run split here)."""
+        if not seq.request.use_draft or seq.params.repetition_penalty != 1.0 or seq.request.top_logprobs:
+            return False
+        if self.engine.prompt_lookup:
+            return self.rows is not None
+        return self.engine.draft_model is not None and (seq.caches is None or seq.caches.draft is not None)
 
     def _alive(self, seq: Sequence) -> bool:
         """Whether ``seq`` is still the sequence its request id runs in (not ended, not handed on)."""

@@ -225,7 +225,8 @@ class Sequence:
         c = self.speculative.counters
         return {"draft_proposed": c.proposed, "draft_accepted": c.accepted,
                 "target_passes": c.rounds + count - c.round_tokens,
-                "accepted_by_position": tuple(c.accepted_by_position), "draft_lengths": tuple(c.draft_lengths)}
+                "accepted_by_position": tuple(c.accepted_by_position), "draft_lengths": tuple(c.draft_lengths),
+                "drafter": self.speculative.drafter}
 
     def started(self, now: float) -> None:
         """A step works on it (the first call sets ``started_at``)."""

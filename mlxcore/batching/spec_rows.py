@@ -12,7 +12,9 @@ each drafting reply's pending pick is emitted (a round starts from known tokens)
 - rejection sampling for each reply (``SpeculativeDecoder.verdict``); its target is rewound by k - n, its
   draft by k - 1 - n.
 A lone reply drafts the same way, on any cache (a cache of one sequence rides alone in its passes). A model
-whose layers are not run split here (a hybrid one) takes ``SpeculativeDecoder.round`` instead.
+whose layers are not run split here (a hybrid one) takes ``SpeculativeDecoder.round`` instead. Without a
+draft model, prompt lookup proposes (``prompt_lookup.py``): no draft passes, and a reply whose last tokens
+occurred nowhere before decodes as a plain row.
 """
 
 from __future__ import annotations
@@ -30,47 +32,57 @@ from mlxcore.kv.base import ModelCache
 
 
 class BatchRound:
-    """One step's rounds: ``drafting`` replies' proposals, then (after the step's pass) their verdicts."""
+    """One step's rounds: the drafting replies' proposals, then (after the step's pass) their verdicts."""
 
-    def __init__(self, rounds: SpeculativeRows, drafting: list[Sequence], k: int) -> None:
-        """Propose ``k`` tokens for each of ``drafting`` (queued lazily) and announce the verifying rows
-        (``PoolExhaustedError`` if a pool cannot take them)."""
-        self.drafting, self.k = drafting, k
-        self.proposals = rounds.propose(drafting, [_decoder(seq) for seq in drafting], k)
+    def __init__(self, rounds: SpeculativeRows, seqs: list[Sequence], k: int) -> None:
+        """Propose up to ``k`` tokens for each of ``seqs`` (queued lazily) and announce the verifying rows
+        (``PoolExhaustedError`` if a pool cannot take them). ``drafting``: those with a proposal (prompt
+        lookup finds none where nothing repeats: such a reply decodes as a plain row)."""
+        proposals = rounds.propose(seqs, [_decoder(seq) for seq in seqs], k)
+        self.k = k
+        self.draft_seconds: float | None = None  # what the draft passes took, when the runner timed them
+        self.drafting = [seq for seq, proposal in zip(seqs, proposals) if proposal is not None]
+        self.proposals = [proposal for proposal in proposals if proposal is not None]
         self.verify = [PromptFeed(rounds.target, tcache, mx.concatenate([mx.array(seq.ids[tcache.offset:]), drafted]),
                                   in_round=True)
-                       for seq, (drafted, _), (tcache, _) in zip(drafting, self.proposals, map(_caches, drafting))]
+                       for seq, (drafted, _), (tcache, _) in zip(self.drafting, self.proposals,
+                                                                 map(_caches, self.drafting))]
 
-    def verdicts(self, target: CompiledForward) -> list[tuple[int, list[Emitted]]]:
-        """After the step's pass: each reply's accepted count and emitted tokens, its caches rewound to hold
-        every token but the last it emits."""
+    def verdicts(self, target: CompiledForward) -> list[tuple[int, int, list[Emitted]]]:
+        """After the step's pass: each reply's drafted and accepted counts and emitted tokens, its caches
+        rewound to hold every token but the last it emits."""
         for feed in self.verify:
             feed.ran()
-        rows = target._head(mx.concatenate([feed.h[-(self.k + 1):] for feed in self.verify]))  # ((k + 1) B, 1, V)
-        logits = rows.reshape(len(self.drafting), self.k + 1, -1)
-        mx.async_eval(logits)
-        out = []
-        for row, (seq, (drafted, q)) in enumerate(zip(self.drafting, self.proposals)):
-            n, emitted = _decoder(seq).verdict(logits[row], drafted, q)
+        sizes = [drafted.size + 1 for drafted, _ in self.proposals]
+        rows = target._head(mx.concatenate([feed.h[-size:] for feed, size in zip(self.verify, sizes)]))[:, 0]
+        mx.async_eval(rows)  # (rows, V): each reply's k + 1 in turn
+        out, start = [], 0
+        for seq, (drafted, q), size in zip(self.drafting, self.proposals, sizes):
+            n, emitted = _decoder(seq).verdict(rows[start:start + size], drafted, q)
+            start += size
             tcache, dcache = _caches(seq)
-            rewind(tcache, self.k - n)
-            rewind(dcache, max(self.k - 1 - n, 0))
-            out.append((n, emitted))
+            rewind(tcache, drafted.size - n)
+            if dcache is not None:
+                rewind(dcache, max(drafted.size - 1 - n, 0))
+            out.append((drafted.size, n, emitted))
         return out
 
 
 class SpeculativeRows:
-    """The draft's side of the rounds (see the module docstring)."""
+    """The draft's side of the rounds (see the module docstring); without a draft model, prompt lookup's
+    proposals (``SpeculativeDecoder.lookup``)."""
 
-    def __init__(self, target: CompiledForward, draft: CompiledForward) -> None:
+    def __init__(self, target: CompiledForward, draft: CompiledForward | None) -> None:
         self.target, self.draft = target, draft
-        self.decoder = BatchDecoder(draft)
+        self.decoder = BatchDecoder(draft) if draft is not None else None
 
     def propose(self, seqs: list[Sequence], decoders: Listed[SpeculativeDecoder], k: int
-                ) -> list[tuple[mx.array, mx.array | None]]:
-        """k draft tokens (k,) for each of ``seqs``, and the distributions they were drawn from (None for greedy);
-        every pass queued lazily."""
-        dcaches = [_caches(seq)[1] for seq in seqs]
+                ) -> list[tuple[mx.array, mx.array | None] | None]:
+        """Up to k draft tokens (k,) for each of ``seqs``, and the distributions they were drawn from (None for
+        greedy), or None where there is no proposal; every pass queued lazily."""
+        if self.draft is None:
+            return [decoder.lookup(seq.ids, k) for seq, decoder in zip(seqs, decoders)]
+        dcaches = [_draft_cache(seq) for seq in seqs]
         logits = self._pass([(cache, seq.ids[cache.offset:]) for seq, cache in zip(seqs, dcaches)])
         for decoder in decoders:
             decoder.start_proposal()
@@ -81,6 +93,7 @@ class SpeculativeRows:
 
     def _pass(self, rows: list[tuple[ModelCache, list[int] | mx.array]]) -> mx.array:
         """One draft pass feeding each cache its tokens; the logits (B, V) after each one's last."""
+        assert self.draft is not None and self.decoder is not None  # (``propose``)
         feeds = [PromptFeed(self.draft, cache, ids, in_round=True) for cache, ids in rows]
         self.decoder([], None, feeds)
         for feed in feeds:
@@ -102,8 +115,14 @@ def _decoder(seq: Sequence) -> SpeculativeDecoder:
     return decoder
 
 
-def _caches(seq: Sequence) -> tuple[ModelCache, ModelCache]:
-    """A drafting reply's target and draft caches."""
+def _draft_cache(seq: Sequence) -> ModelCache:
+    draft = _caches(seq)[1]
+    assert draft is not None  # a reply that drafts with the draft model keeps its cache (``BatchRunner._drafts``)
+    return draft
+
+
+def _caches(seq: Sequence) -> tuple[ModelCache, ModelCache | None]:
+    """A drafting reply's target and draft caches (None for prompt lookup)."""
     caches = seq.caches
-    assert caches is not None and caches.draft is not None  # (``BatchRunner._drafts``)
+    assert caches is not None  # (a decoding reply's)
     return caches.target, caches.draft

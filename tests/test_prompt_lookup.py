@@ -1,0 +1,140 @@
+"""Prompt lookup (``mlxcore/prompt_lookup.py``): draft tokens found in the reply's own text, verified as rows of
+the step's pass. Greedy replies equal plain greedy's, alone on every cache and side by side; sampled tokens
+follow the target's distribution (rejection sampling against a certain proposal).
+
+Token equality holds on MLX's CPU backend (docs/internals.md, "What is exact on which device").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mlxcore  # noqa: F401  (optimized BLAS before mlx)
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
+
+from app.tui.widgets.status_line import stats_text
+from bench.draft_lengths import FixedDraftLength
+from mlxcore.batching.local import LocalBatch, drain
+from mlxcore.batching.request import Request
+from mlxcore.engine import Engine, KVConfig
+from mlxcore.events import FinalEvent, TokenEvent
+from mlxcore.params import GenerationParams, SamplingParams
+from mlxcore.prompt_lookup import NgramIndex
+from mlxcore.sampling import distribution
+from tiny_models import tiny_qwen3
+
+KINDS = [KVConfig(kind="paged", block_size=8), KVConfig(kind="standard"), KVConfig(kind="rotating", max_kv=48)]
+
+
+def test_the_longest_earlier_match_proposes_what_followed_its_latest_occurrence():
+    index = NgramIndex(max_ngram=3, min_ngram=2)
+    ids = [1, 2, 3, 4, 9, 2, 3, 5, 6, 7, 1, 2, 3]
+    assert index.propose(ids, 2) == [4, 9], "the 3-gram [1, 2, 3] occurred before: the longest match wins"
+    assert NgramIndex(3, 2).propose(ids[:-3] + [8, 2, 3], 2) == [5, 6], "[2, 3] last ended before 5, 6"
+    assert index.propose(ids + [4, 8], 3) == [], "nothing ends with [4, 8] before"
+    assert index.propose([5, 5], 4) == [], "a match needs an earlier occurrence"
+    assert index.propose([5, 5, 5], 4) == [5], "the continuation stops where the text does"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=40))
+def test_an_index_grown_token_by_token_proposes_as_one_built_at_once(ids):
+    grown = NgramIndex()
+    for end in range(1, len(ids) + 1):
+        grown.propose(ids[:end], 5)
+    assert grown.propose(ids, 5) == NgramIndex().propose(ids, 5)
+
+
+def looping_prompt(seed: int) -> list[int]:
+    """A prompt that repeats itself, as a file quoted and then edited would."""
+    part = np.random.default_rng(seed).integers(0, 512, 12).tolist()
+    return part + [7, 8] + part + part[:5]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_qwen3(seed=3, vocab_size=512)
+
+
+def engine(target, kv: KVConfig, lookup: bool, k: int | None = 4) -> Engine:
+    made = Engine(target, None, kv=kv, prompt_lookup=lookup)
+    if lookup and k is not None:
+        made.draft_control = FixedDraftLength(k)
+    return made
+
+
+def reply(made: Engine, prompt: list[int], params: GenerationParams) -> tuple[list[int], FinalEvent]:
+    events = list(made.generate(prompt, made.new_caches(), params))
+    assert isinstance(events[-1], FinalEvent)
+    return [e.token for e in events if isinstance(e, TokenEvent)], events[-1]
+
+
+@pytest.mark.parametrize("kv", KINDS, ids=lambda kv: kv.kind)
+@pytest.mark.parametrize("k", [2, 6, None], ids=["k2", "k6", "adaptive"])
+def test_greedy_with_prompt_lookup_equals_plain(target, kv, k):
+    params = GenerationParams(max_tokens=40)
+    for seed in range(3):
+        prompt = looping_prompt(seed)
+        tokens, final = reply(engine(target, kv, True, k), prompt, params)
+        assert tokens == reply(engine(target, kv, False), prompt, params)[0]
+        if k is not None:
+            assert final.stats.draft_proposed > 0, "the repeated prompt gave proposals"
+
+
+def test_replies_side_by_side_with_prompt_lookup_equal_each_alone(target):
+    made = engine(target, KVConfig(kind="paged", block_size=8), True, 4)
+    params = GenerationParams(max_tokens=30)
+    prompts = [looping_prompt(seed) for seed in range(3)] + [np.random.default_rng(9).integers(0, 512, 20).tolist()]
+    batch = LocalBatch(made)
+    handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts]
+    events = {h.request_id: [] for h in handles}
+    while batch.busy:
+        batch.step()
+        for h in handles:
+            events[h.request_id].extend(drain(h))
+    assert batch.runner.tally.largest_batch == 4
+    plain = engine(target, KVConfig(kind="paged", block_size=8), False)
+    for prompt, handle in zip(prompts, handles):
+        got = events[handle.request_id]
+        assert [e.token for e in got if isinstance(e, TokenEvent)] == reply(plain, prompt, params)[0]
+    assert sum(events[h.request_id][-1].stats.draft_accepted for h in handles) > 0
+
+
+def test_sampled_tokens_after_a_lookup_follow_the_target_distribution(target):
+    """1,500 seeded one-token replies to a prompt whose last tokens occurred before (every first token is a
+    proposal's verdict): their counts against the target's distribution, chi-square p > 0.001."""
+    made = engine(target, KVConfig(kind="paged", block_size=8), True, 3)
+    prompt = looping_prompt(4)
+    p = np.array(distribution(target(mx.array([prompt]))[0, -1], SamplingParams(temperature=0.8)), dtype=np.float64)
+    p /= p.sum()
+    counts = np.zeros_like(p)
+    for seed in range(1500):
+        tokens, final = reply(made, prompt, GenerationParams(max_tokens=1, temperature=0.8, seed=seed))
+        assert final.stats.draft_proposed == 3
+        counts[tokens[0]] += 1
+    big = p * counts.sum() >= 5  # chi-square needs expected counts of 5 or more: pool the rest
+    observed = np.append(counts[big], counts[~big].sum())
+    expected = np.append(p[big], p[~big].sum()) * counts.sum()
+    assert chisquare(observed, expected).pvalue > 1e-3, (observed, expected)
+
+
+def test_ask_draft_lookup_says_which_drafter_ran_and_the_status_line_names_it(tmp_path):
+    """`mlxchat ask --draft lookup --json`, as users run it: the final stats name the drafter; the window's
+    status line shows its acceptance under that name."""
+    done = subprocess.run([sys.executable, "-m", "app.cli", "ask", "--json", "--draft", "lookup", "--max-tokens", "40",
+                           "What is 12 times 9?"], cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout.strip().splitlines()[-1])["stats"]
+    assert stats["drafter"] == "lookup" and stats["draft_lengths"], stats
+    line = stats_text({**stats, "acceptance": 0.5, "draft_proposed": 4})
+    assert "lookup 50%" in line
