@@ -33,6 +33,7 @@ def all_rows() -> dict[str, tuple[str, Row]]:
     smoke_tui = Workload(reply_tokens=16, earlier=4)
     from bench import serve as serve_bench
     from bench.spec_batch import TWIN_LOAD, spec_batch_vs_plain, spec_batch_vs_plain_twin
+    from bench.lookup import lookup_speedup_edit, lookup_worst_case
 
     return ROWS | {
         "turn10_prefill_fraction": ("tokens prefilled at turn 10 / tokens of the whole templated conversation",
@@ -81,6 +82,12 @@ def all_rows() -> dict[str, tuple[str, Row]]:
                                  lambda s: spec_batch_vs_plain(s.model, s.draft, s.runs, 2, *s.pick((8, 128), (2, 4)))),
         "spec_batch8_vs_plain": ("the same with 8 clients (goal >= 1.0: never slower)",
                                  lambda s: spec_batch_vs_plain(s.model, s.draft, s.runs, 8, *s.pick((32, 128), (2, 4)))),
+        "lookup_speedup_edit": ("decode tok/s with --draft lookup / plain: a reply writing out again a 1,500-token "
+                                "text of its prompt with small changes, 0.6B twin geometry (goal >= 2.0)",
+                                lambda s: lookup_speedup_edit(s.runs, *s.pick((1500, 256), (64, 8)))),
+        "lookup_worst_case": ("decode tok/s with --draft lookup / plain, chat replies that repeat little "
+                              "(goal >= 0.97)",
+                              lambda s: lookup_worst_case(s.model, s.runs, s.pick(200, 8))),
         "spec_batch2_vs_plain_twin": ("spec_batch2_vs_plain on the 8B twin, the 0.6B twin drafting (4-bit, random "
                                       "weights)",
                                       lambda s: spec_batch_vs_plain_twin(s.pick(max(2, s.runs // 2), 1), 2,
