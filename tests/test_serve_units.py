@@ -69,3 +69,11 @@ def test_request_fields_override_the_servers_defaults_and_only_those():
     assert (params.temperature, params.top_p, params.top_k, params.max_tokens, params.stop) == (0.0, 0.95, 20, 100,
                                                                                                 ("x",))
     assert generation_params(body, defaults, 7).max_tokens == 7
+
+
+def test_a_messages_stream_keeps_alive_with_anthropics_own_ping_event():
+    """(Anthropic's SDK skips ping events, so test_serve_pings cannot see which keep-alive came.)"""
+    from sse_starlette.sse import ensure_bytes
+
+    from app.serve.anthropic_stream import _ping
+    assert ensure_bytes(_ping(), "\r\n") == b'event: ping\r\ndata: {"type":"ping"}\r\n\r\n'
