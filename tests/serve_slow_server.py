@@ -3,7 +3,9 @@
 The embedded models answer in a fraction of a second, too fast for a test to
 act while a reply is under way (close the connection after 5 tokens, fail the
 engine while two requests run). Here each scheduler step first waits
-``MLXCHAT_TEST_STEP_SECONDS``; while the file ``MLXCHAT_TEST_FAULT_FILE`` exists,
+``MLXCHAT_TEST_STEP_SECONDS``, and each step that reads prompt tokens
+``MLXCHAT_TEST_PROMPT_STEP_SECONDS`` (a long prompt's reading, deterministically:
+with ``--step-tokens`` it takes a known number of steps); while the file ``MLXCHAT_TEST_FAULT_FILE`` exists,
 steps raise, as a failing pass would (the worker's own handling then runs
 unchanged); the first failing step removes the file if it holds "once". With
 ``MLXCHAT_TEST_IGNORE_EOS`` set, replies go on to their max_tokens (as the
@@ -44,7 +46,21 @@ def slow_worker(engine, args):
         step()
 
     worker.runner.step = slow_step
+    _slow_prompts(worker.runner.scheduler, float(os.environ.get("MLXCHAT_TEST_PROMPT_STEP_SECONDS", "0")))
     return worker
+
+
+def _slow_prompts(scheduler, delay: float) -> None:
+    """Each step whose plan reads prompt tokens first waits ``delay`` seconds."""
+    plan = scheduler.plan
+
+    def slow_plan(now: float):
+        planned = plan(now)
+        if planned.prefill:
+            time.sleep(delay)
+        return planned
+
+    scheduler.plan = slow_plan
 
 
 if __name__ == "__main__":

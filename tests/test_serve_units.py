@@ -69,3 +69,52 @@ def test_request_fields_override_the_servers_defaults_and_only_those():
     assert (params.temperature, params.top_p, params.top_k, params.max_tokens, params.stop) == (0.0, 0.95, 20, 100,
                                                                                                 ("x",))
     assert generation_params(body, defaults, 7).max_tokens == 7
+
+
+def test_a_messages_stream_keeps_alive_with_anthropics_own_ping_event():
+    """(Anthropic's SDK skips ping events, so test_serve_pings cannot see which keep-alive came.)"""
+    from sse_starlette.sse import ensure_bytes
+
+    from app.serve.anthropic_stream import _ping
+    assert ensure_bytes(_ping(), "\r\n") == b'event: ping\r\ndata: {"type":"ping"}\r\n\r\n'
+
+
+def test_requests_asking_for_one_grammar_at_once_share_one_compile(monkeypatch):
+    """Twenty requests with one schema (as instructor sends them) compile it once, not 20 times in a queue
+    that refuses the last ones after COMPILE_SECONDS; another schema is compiled for itself."""
+    import asyncio
+    import threading
+    import time
+    from collections import OrderedDict
+
+    from app.serve import grammars
+    from app.serve.schemas import ChatCompletionRequest
+    from app.serve.state import ModelInfo
+    from mlxcore import GenerationParams
+
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def compile_matcher(grammar, tokenizer, vocab, eos_ids):
+        with lock:
+            calls.append(grammar.text)
+        time.sleep(0.05)
+        return object()
+
+    monkeypatch.setattr(grammars, "compile_matcher", compile_matcher)
+    monkeypatch.setattr(grammars, "_compiles", OrderedDict(), raising=False)  # (none kept from other tests)
+    model = ModelInfo(id="m", tokenizer=object(), default_params=GenerationParams(), vocab_size=10, context_length=99)
+
+    def body(maximum: int) -> ChatCompletionRequest:
+        schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": maximum}}}
+        return ChatCompletionRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                                     "response_format": {"type": "json_schema", "json_schema": {
+                                                         "name": "x", "schema": schema}}})
+
+    async def twenty_and_one() -> list:
+        return await asyncio.gather(*[grammars.request_grammar(body(9), model) for _ in range(20)],
+                                    grammars.request_grammar(body(8), model))
+
+    got = asyncio.run(twenty_and_one())
+    assert len(calls) == 2 and len(set(calls)) == 2, f"{len(calls)} compiles"
+    assert all(grammar.compiled is got[0].compiled for grammar in got[:20]) and got[20].compiled is not None

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.serve.anthropic_replies import Decode, message_shell, message_usage, stop_reason, tool_use
 from app.serve.call_pieces import CallPieces
@@ -100,4 +100,9 @@ class MessageFrames:
 
 def message_stream(state: ServerState, exchange: Exchange, scope_state: dict, *, thinking: bool) -> EventSourceResponse:
     frames = MessageFrames(exchange, thinking, exchange.served.tokens.tokenizer.decode)
-    return sse_response(state, relay(state, exchange, scope_state, frames))
+    return sse_response(state, relay(state, exchange, scope_state, frames), ping=_ping)
+
+
+def _ping() -> ServerSentEvent:
+    """Anthropic's keep-alive, as its API sends it."""
+    return ServerSentEvent(data='{"type":"ping"}', event="ping")

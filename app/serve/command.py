@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 from app.options import (MODELS_DIR_ENV, add_generation_options, add_model_options, generation_params, kv_config,
                          model_choice, models_dir)
-from app.serve.settings import MAX_BODY_BYTES, READ_SECONDS, STALL_SECONDS, ServeSettings, duration_seconds
+from app.serve.settings import (MAX_BODY_BYTES, PING_SECONDS, READ_SECONDS, STALL_SECONDS, ServeSettings,
+                                duration_seconds)
 from mlxcore import UsageError
 
 POLICIES = ("fcfs", "priority", "shortest", "deadline")
@@ -74,6 +75,10 @@ def add_serve_parser(commands, epilog: str | None = None) -> None:
                        help="a client that stops reading its reply is paused at once (its events are not "
                             "piled up), and cancelled after this long, its memory freed "
                             f"(default: {STALL_SECONDS:g})")
+    group.add_argument("--sse-ping-interval", type=positive_seconds, default=PING_SECONDS, metavar="SECONDS",
+                       help="a stream sends a keep-alive this often (a comment line; Anthropic's ping event), so "
+                            "that a client does not time out while a long prompt is read "
+                            f"(default: {PING_SECONDS:g})")
     models = serve.add_argument_group("models by name", "Requests name a model; one not loaded loads (its requests "
                                       "wait). /v1/models lists them, as `mlxchat models` does: the folders under "
                                       "--models-dir and the hub cache (docs/serve.md).")
@@ -165,7 +170,7 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     settings = ServeSettings(api_key=args.api_key, max_body_bytes=args.max_body, system=args.system,
                              thinking=True if args.think is None else args.think, stall_seconds=args.stall_timeout,
-                             read_timeout=args.read_timeout)
+                             read_timeout=args.read_timeout, ping_seconds=args.sse_ping_interval)
     choice = model_choice(args)
     from app.serve.templates import TemplateWorker
     templates = TemplateWorker()  # started first: it gets ready while the model loads

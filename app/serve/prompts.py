@@ -47,8 +47,10 @@ def scheduler_request(body: Sampling, prompt_ids: list[int], params: GenerationP
 def _within_context(tokens: int, model: ModelInfo, param: str, *, at_least: bool = False) -> None:
     if model.context_length is not None and tokens >= model.context_length:
         count = f"at least {tokens:,}" if at_least else f"{tokens:,}"
-        raise APIError(400, f"The prompt has {count} tokens, more than the model's context of "
-                            f"{model.context_length}: shorten it.", param=param, code="context_length_exceeded")
+        room = f"the model's context of {model.context_length}" if model.context_length == model.trained_context \
+            else f"the {model.context_length:,} tokens the server's KV memory holds for one request (--max-kv)"
+        raise APIError(400, f"The prompt has {count} tokens, more than {room}: shorten it.", param=param,
+                       code="context_length_exceeded")
 
 
 async def prompt_ids(text: str, tokens: Tokenizing, model: ModelInfo, param: str) -> list[int]:

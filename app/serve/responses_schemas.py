@@ -11,11 +11,11 @@ warning (``docs/responses.md`` says why).
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from app.serve.schemas import KeepAlive, Strict, Text
+from app.serve.schemas import Effort, KeepAlive, Strict, Text, refused
 
 
 def _typed(item: object) -> object:
@@ -147,7 +147,7 @@ class TextConfig(Strict):
 class Reasoning(Strict):
     """``effort`` none or minimal: Qwen3 answers without thinking; low to xhigh: it thinks first."""
 
-    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    effort: Effort | None = None
     summary: Literal["auto", "concise", "detailed", "none"] | None = None  # the reasoning is sent whole
     generate_summary: Literal["auto", "concise", "detailed"] | None = None  # the older name of summary
 
@@ -194,3 +194,23 @@ class ResponsesRequest(Strict):
     priority: Literal["low", "normal", "high"] = "normal"  # extension, as on the chat endpoint
     top_k: int | None = Field(None, ge=0)  # extension (vLLM's): 0 = off
     seed: int | None = None  # extension
+    # hints and options with no meaning here: accepted and ignored (said in a header and the log)
+    prompt_cache_options: dict | None = None
+    prompt_cache_retention: str | None = None
+    context_management: list[dict] | None = None  # server-side compaction: the client's own compaction still runs
+    max_tool_calls: int | None = Field(None, ge=0)  # of hosted tools, which are not offered here
+    image: dict | None = None  # options of generated images: none are made
+    access_programs: dict | None = None
+    background_options: dict | None = None
+    IGNORED: ClassVar[tuple[str, ...]] = ("metadata", "store", "include", "safety_identifier", "prompt_cache_key",
+                                          "service_tier", "client_metadata", "prompt_cache_options",
+                                          "prompt_cache_retention", "context_management", "max_tool_calls", "image",
+                                          "access_programs", "background_options")
+    # what would change the reply and cannot be honoured
+    background: Annotated[bool | None, refused(
+        "background is not supported: the reply comes on this request (stream it to follow it)")] = None
+    moderation: Annotated[dict | None, refused("moderation is not supported: no moderation model runs here")] = None
+    prompt: Annotated[dict | None, refused(
+        "prompt (a stored prompt template) is not supported: send instructions and input instead")] = None
+    top_logprobs: Annotated[int | None, refused("top_logprobs is not supported on /v1/responses yet: use the chat "
+                                                "endpoint's logprobs")] = None

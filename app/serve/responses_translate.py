@@ -28,13 +28,12 @@ from app.serve.errors import APIError
 from app.serve.responses_schemas import (FunctionCallItem, FunctionCallOutputItem, FunctionChoice, Item,
                                          ReasoningItem, ResponsesRequest, TextFormat)
 from app.serve.schemas import (ChatCompletionRequest, ChatMessage, FunctionCall, FunctionSpec, JSONSchemaFormat,
-                               NamedFunction, NamedToolChoice, ResponseFormat, Strict, TemplateKwargs, Tool,
+                               NamedFunction, NamedToolChoice, ResponseFormat, Strict, Tool,
                                ToolCallIn)
 
 log = logging.getLogger("mlxchat.serve")
 STATELESS = ("mlxchat serve does not store responses (it is stateless): send the whole conversation in input, "
              "as Codex does with store false, instead of {field}.")
-THINKING_OFF = ("none", "minimal")
 
 
 class FunctionTool(Strict):
@@ -61,7 +60,7 @@ def translate(body: ResponsesRequest) -> Translated:
         fields = {"model": body.model, "messages": chat_messages(body), "max_tokens": body.max_output_tokens,
                   "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k, "seed": body.seed,
                   "stream": body.stream, "user": body.user, "priority": body.priority, "keep_alive": body.keep_alive,
-                  "chat_template_kwargs": template_kwargs(body),
+                  "reasoning_effort": body.reasoning.effort if body.reasoning is not None else None,
                   "response_format": response_format(body.text.format if body.text else None)}
         return Translated(ChatCompletionRequest(**fields | tool_fields(body, tools)), dropped)
     except ValidationError as error:
@@ -121,11 +120,6 @@ def tool_fields(body: ResponsesRequest, tools: list[Tool]) -> dict:
     if isinstance(choice, FunctionChoice):
         choice = NamedToolChoice(type="function", function=NamedFunction(name=choice.name))
     return {"tools": tools, "tool_choice": choice, "parallel_tool_calls": body.parallel_tool_calls}
-
-
-def template_kwargs(body: ResponsesRequest) -> TemplateKwargs | None:
-    effort = body.reasoning.effort if body.reasoning is not None else None
-    return None if effort is None else TemplateKwargs(enable_thinking=effort not in THINKING_OFF)
 
 
 def chat_messages(body: ResponsesRequest) -> list[ChatMessage]:

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.serve.exchange import CLIENT_GONE, Exchange, open_chat
+from app.serve.ignored import ignored_header
 from app.serve.prompts import completion_request
 from app.serve.replies import chat_completion, text_completion
 from app.serve.schemas import ChatCompletionRequest, CompletionRequest
@@ -19,14 +20,17 @@ router = APIRouter()
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     state: ServerState = request.app.state.serve
     exchange, thinking = await open_chat(state, body)
+    headers = ignored_header(body)
     if body.stream:
-        return chat_stream(state, exchange, request.scope.setdefault("state", {}), logprobs=body.logprobs,
-                           include_usage=body.include_usage)
+        response = chat_stream(state, exchange, request.scope.setdefault("state", {}), logprobs=body.logprobs,
+                               include_usage=body.include_usage)
+        response.headers.update(headers)
+        return response
     if not await exchange.wait(state, request):
         return Response(status_code=CLIENT_GONE)
     text_of = exchange.served.tokens.token_text if body.logprobs else None
     return JSONResponse(chat_completion(exchange.header, exchange.choices, exchange.usage(),
-                                        thinking=thinking, text_of=text_of))
+                                        thinking=thinking, text_of=text_of), headers=headers)
 
 
 @router.post("/v1/completions")

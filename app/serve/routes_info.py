@@ -25,11 +25,16 @@ async def models(request: Request) -> dict:
 
 
 def _listed(entry: ModelEntry, served: ServedModel | None) -> dict:
-    """OpenAI's fields, and whether it is loaded; a loaded model's context and draft."""
+    """OpenAI's fields, and whether it is loaded; a loaded model's draft and context: what a request may hold
+    (the KV memory may hold less than the model was trained for), under the names agents and their libraries
+    read it by: ``context_length`` (LM Studio's and OpenRouter's lists), ``max_model_len`` (vLLM's),
+    ``loaded_context_length``, with the model's own as ``max_context_length`` (LM Studio's)."""
     listed = {"id": entry.id, "object": "model", "created": served.info.created if served else 0,
               "owned_by": "mlxchat", "source": entry.source, "loaded": served is not None}
     if served is not None:
-        listed |= {"context_length": served.info.context_length, "draft": served.info.draft}
+        fits = served.info.context_length
+        listed |= {"context_length": fits, "max_model_len": fits, "loaded_context_length": fits,
+                   "max_context_length": served.info.trained_context, "draft": served.info.draft}
     return listed
 
 

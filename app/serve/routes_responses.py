@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.serve.exchange import CLIENT_GONE, open_chat
+from app.serve.ignored import ignored_header
 from app.serve.responses_replies import whole_response
 from app.serve.responses_schemas import ResponsesRequest
 from app.serve.responses_stream import response_stream
@@ -29,6 +30,7 @@ async def responses(body: ResponsesRequest, request: Request) -> Response:
     translated = translate(body)
     exchange, thinking = await open_chat(state, translated.chat)
     headers = {DROPPED_HEADER: ", ".join(sorted(set(translated.dropped)))} if translated.dropped else {}
+    headers |= ignored_header(body)
     tokenizer = exchange.served.tokens.tokenizer
 
     def count(text: str) -> int:

@@ -2,9 +2,12 @@
 
 Every model forbids fields it does not know (``extra="forbid"``) and is strict
 about types (no "5" for 5), so a field we do not support, a wrong type or an
-out-of-range value is a 400 that names it, never silently ignored. Fields that
-OpenAI's API has but that we cannot honour (penalties other than 0, ``echo``)
-are refused by validators, with a sentence that says why. ``response_format``
+out-of-range value is a 400 that names it. Fields of OpenAI's API that the
+current clients send: one with a meaning here is honoured; a hint or metadata
+with none (``IGNORED``) is accepted, and said in the ``X-Mlxchat-Ignored-Fields``
+header and the log (``ignored.py``); one that would change the reply and cannot
+be honoured (penalties other than 0, ``echo``, ``audio``, ``logit_bias``) is a
+400 with a sentence that says why (``refused``). ``response_format``
 JSON modes and a ``tool_choice`` that forces a call become a grammar
 (``mlxcore.grammar``, no MLX): a schema over the limits (``mlxcore.check_schema``:
 a dict walk, no compiling) is a 400 here; the grammar is built and compiled once,
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator,
                       model_validator)
@@ -28,6 +31,7 @@ MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 1_000  # each stop string: a reply is checked against every one of them after each token
 MAX_CHOICES = 16  # n: the choices share the prompt's blocks, but each decodes on its own
 MAX_TITLE_CHARS = 200  # a session's title is a line in `mlxchat sessions ls`
+AUDIO = "audio is not supported: mlxchat serve answers in text only (leave audio and modalities out)"
 
 SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's "\ud800" escape parses to one; a pair parses to one character
 
@@ -41,7 +45,24 @@ def unicode_text(text: str) -> str:
     return text
 
 
+def refused(why: str) -> AfterValidator:
+    """A field's check: any value but none, false or empty is a 400 that says ``why`` (what cannot be honoured)."""
+    def check(value: object) -> object:
+        if value:
+            raise ValueError(why)
+        return value
+    return AfterValidator(check)
+
+
+def _text_only(kinds: list[str] | None) -> list[str] | None:
+    if kinds and set(kinds) != {"text"}:
+        raise ValueError(AUDIO)
+    return kinds
+
+
 Text = Annotated[str, AfterValidator(unicode_text)]
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]  # OpenAI's reasoning effort
+THINKING_OFF = ("none", "minimal")  # the efforts at which Qwen3 answers without thinking
 Title = Annotated[str, StringConstraints(max_length=MAX_TITLE_CHARS), AfterValidator(unicode_text)]
 
 
@@ -53,6 +74,7 @@ class Strict(BaseModel):
 
 class StreamOptions(Strict):
     include_usage: bool = False  # a last chunk with the usage of the whole request
+    include_obfuscation: bool | None = None  # padding against length side channels: none is sent
 
 
 class TemplateKwargs(Strict):
@@ -280,6 +302,28 @@ class ChatCompletionRequest(Sampling):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None  # false: the reply ends after its first call (docs/tools.md)
+    reasoning_effort: Effort | None = None  # none or minimal: Qwen3 answers without thinking; others: it thinks
+    modalities: Annotated[list[Literal["text", "audio"]] | None, AfterValidator(_text_only)] = None
+    # hints and metadata with no meaning here: accepted and ignored (said in a header and the log)
+    metadata: dict[str, str] | None = None
+    store: bool | None = None  # nothing is stored, whatever it says
+    prompt_cache_key: str | None = None  # the prefix cache finds shared prefixes by itself
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict | None = None
+    safety_identifier: Text | None = None
+    service_tier: str | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None  # a hint to OpenAI's models
+    prediction: dict | None = None  # predicted output: a speed hint; the reply is the same without it
+    IGNORED: ClassVar[tuple[str, ...]] = ("metadata", "store", "prompt_cache_key", "prompt_cache_retention",
+                                          "prompt_cache_options", "safety_identifier", "service_tier", "verbosity",
+                                          "prediction")
+    # what would change the reply and cannot be honoured
+    audio: Annotated[dict | None, refused(AUDIO)] = None
+    logit_bias: Annotated[dict[str, float] | None, refused(
+        "logit_bias is not supported: the sampler takes no per-token bias (leave it out, or send {})")] = None
+    moderation: Annotated[dict | None, refused("moderation is not supported: no moderation model runs here")] = None
+    web_search_options: Annotated[dict | None, refused(
+        "web search is not supported: this server runs no hosted tools (offer a function tool instead)")] = None
 
     @model_validator(mode="after")
     def _check_chat(self) -> ChatCompletionRequest:
@@ -345,8 +389,11 @@ class ChatCompletionRequest(Sampling):
         return self.max_completion_tokens or self.max_tokens
 
     def thinking(self, default: bool) -> bool:
-        """Whether the model thinks first: the request's ``enable_thinking``, else ``default``."""
+        """Whether the model thinks first: the request's ``enable_thinking``, else its ``reasoning_effort``, else
+        ``default``."""
         asked = self.chat_template_kwargs.enable_thinking if self.chat_template_kwargs else None
+        if asked is None and self.reasoning_effort is not None:
+            asked = self.reasoning_effort not in THINKING_OFF
         return default if asked is None else asked
 
 

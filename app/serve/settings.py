@@ -10,6 +10,9 @@ from pathlib import Path
 MAX_BODY_BYTES = 4 * 2**20
 READ_SECONDS = 30.0  # like nginx's client_header_timeout and client_body_timeout (60 s there)
 STALL_SECONDS = 60.0  # mlxcore.batching.runner's default (not imported here: the parser stays light)
+# A stream sends a keep-alive this often while nothing else goes out (a long prompt being read): well within the
+# read timeouts clients and proxies set (10 s and up), few bytes (llama.cpp's --sse-ping-interval).
+PING_SECONDS = 5.0
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
@@ -42,4 +45,5 @@ class ServeSettings:
     system: str | None = None  # a system prompt for conversations that bring none (--system)
     thinking: bool = True  # Qwen3 thinks first unless a request's chat_template_kwargs says otherwise
     stall_seconds: float = STALL_SECONDS  # a stream whose client reads nothing this long is closed (--stall-timeout)
+    ping_seconds: float = PING_SECONDS  # a stream's keep-alive interval (--sse-ping-interval)
     read_timeout: float = READ_SECONDS  # the longest a request head, or a pause in its body, may take (--read-timeout)

@@ -28,7 +28,8 @@ class ModelInfo:
     tokenizer: object  # the model's Hugging Face tokenizer (no MLX)
     default_params: GenerationParams  # the model's recommended sampling (generation_config.json)
     vocab_size: int
-    context_length: int | None
+    context_length: int | None  # the most tokens a request may hold: the model's, or fewer when the KV memory holds less
+    trained_context: int | None = None  # the model's own context (its config's max_position_embeddings)
     draft: str | None = None  # the draft model's name, when decoding speculatively
     created: int = field(default_factory=lambda: int(time.time()))
     rank_weight_bytes: tuple[int, ...] = ()  # each rank's share of the target's weights (one entry per rank)
@@ -38,7 +39,8 @@ class ModelInfo:
     def of(cls, engine, model_id: str, draft_id: str | None) -> ModelInfo:
         """Read from an Engine (on any thread: plain attributes only)."""
         return cls(id=model_id, tokenizer=engine.tokenizer, default_params=engine.default_params,
-                   vocab_size=int(engine.model.args.vocab_size), context_length=engine.context_length,
+                   vocab_size=int(engine.model.args.vocab_size), context_length=engine.token_limit(),
+                   trained_context=engine.context_length,
                    draft=draft_id, rank_weight_bytes=engine.rank_weight_bytes,
                    eos_ids=tuple(sorted(engine.eos_ids or getattr(engine.tokenizer, "eos_token_ids", ()))))
 

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from sse_starlette.sse import AppStatus
 
 from app.serve.choices import ChoiceState, Delta
@@ -132,8 +132,12 @@ def _usage(exchange: Exchange, include_usage: bool) -> Callable[[], dict] | None
     return (lambda: usage_chunk(exchange.header, exchange.usage())) if include_usage else None
 
 
-def sse_response(state: ServerState, events: AsyncIterator[bytes]) -> EventSourceResponse:
-    # sse-starlette's pings (a comment line every 15 s) keep a proxy from closing a stream that waits in the queue.
-    # A client that takes nothing for --stall-timeout is closed (its choices cancelled, with ``finally``), even
-    # one whose reply is done: what waits to be sent is held no longer than that.
-    return EventSourceResponse(events, headers={"Cache-Control": "no-cache"}, send_timeout=state.settings.stall_seconds)
+def sse_response(state: ServerState, events: AsyncIterator[bytes],
+                 ping: Callable[[], ServerSentEvent] | None = None) -> EventSourceResponse:
+    """The stream of ``events``, with a keep-alive every ``--sse-ping-interval`` seconds (``ping``: the API's own
+    event; default, a comment line, which every SSE client skips), so that a client's read timeout does not end
+    it while the prompt is read or the request waits in the queue. A client that takes nothing for
+    --stall-timeout is closed (its choices cancelled, with ``finally``), even one whose reply is done: what
+    waits to be sent is held no longer than that."""
+    return EventSourceResponse(events, headers={"Cache-Control": "no-cache"}, send_timeout=state.settings.stall_seconds,
+                               ping=state.settings.ping_seconds, ping_message_factory=ping)
