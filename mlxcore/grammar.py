@@ -107,9 +107,13 @@ def schema_dict(schema: dict | str | type) -> dict:
 
 
 def _call_schema(name: str, parameters: dict) -> dict:
-    """The call's JSON: its name fixed, its arguments the tool's parameters (keys in Qwen3's order)."""
-    return {"type": "object", "properties": {"name": {"const": name}, "arguments": parameters},
-            "required": ["name", "arguments"], "additionalProperties": False, "x-guidance": JSON_STYLE}
+    """The call's JSON: its name fixed, its arguments the tool's parameters (keys in Qwen3's order). The
+    parameters' definitions (a pydantic model's nested ones, ``$defs``) go to the call's root, where their
+    ``#/$defs/...`` references point."""
+    arguments = {key: value for key, value in parameters.items() if key not in ("$defs", "definitions")}
+    definitions = {key: parameters[key] for key in ("$defs", "definitions") if key in parameters}
+    return {"type": "object", "properties": {"name": {"const": name}, "arguments": arguments},
+            "required": ["name", "arguments"], "additionalProperties": False, "x-guidance": JSON_STYLE, **definitions}
 
 
 def _function(tool: object) -> dict:

@@ -165,6 +165,23 @@ def test_a_named_tool_choice_always_calls_that_tool(engine, tokenizer, params, d
         jsonschema.validate(json.loads(parser.calls[0].arguments), schema)
 
 
+def test_a_tool_whose_parameters_hold_definitions_is_called_with_arguments_that_validate(engine, tokenizer):
+    """A pydantic model's parameters keep nested models in ``$defs``, referred to from the root
+    (instructor's tools mode, pydantic-ai): the call's grammar resolves them. Before: a 400, the pointer
+    ``#/$defs/Place`` not found under ``arguments``."""
+    parameters = {"type": "object", "properties": {"place": {"$ref": "#/$defs/Place"}}, "required": ["place"],
+                  "additionalProperties": False,
+                  "$defs": {"Place": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+                                      "required": ["zone"], "additionalProperties": False}}}
+    tools = [{"type": "function", "function": {"name": "where", "parameters": parameters}}]
+    final, _ = reply(engine, tokenizer, grammar.tool_call_grammar(tools, "where"), GREEDY, draft=False)
+    parser = ReplyParser(tools)
+    parser.feed(final.text)
+    parser.finish()
+    assert [call.name for call in parser.calls] == ["where"], final.text
+    jsonschema.validate(json.loads(parser.calls[0].arguments), parameters)
+
+
 def test_session_send_with_a_pydantic_model_or_a_schema_returns_json_that_validates(engine):
     from typing import Literal
 
