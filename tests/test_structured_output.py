@@ -138,6 +138,21 @@ def test_constrained_replies_drafting_side_by_side_equal_each_alone_without_the_
         assert_valid(final, SCHEMAS[name], name)
 
 
+def test_constrained_replies_with_prompt_lookup_equal_each_without(engine, tokenizer):
+    """Prompt lookup's proposals under a grammar: the target's masked rows decide every token, so each
+    reply's text is the same as without a drafter (and lookup proposed: JSON repeats its keys' text)."""
+    lookup = Engine(engine.model, tokenizer, kv=KVConfig(kind="paged"), prompt_lookup=True)
+    lookup.draft_control = FixedDraftLength(4)
+    proposed = 0
+    for name in ("nested", "array_of_objects", "any_of_objects", "number_range"):
+        final = next(e for e in lookup.generate(prompt_ids(tokenizer), lookup.new_caches(), GREEDY,
+                                                grammar=grammar.json_schema(SCHEMAS[name]))
+                     if isinstance(e, FinalEvent))
+        assert final.text == reply(engine, tokenizer, grammar.json_schema(SCHEMAS[name]), GREEDY, draft=False)[0].text
+        proposed += final.stats.draft_proposed
+    assert proposed > 0
+
+
 def test_a_constrained_batch_row_leaves_its_neighbours_greedy_tokens_as_they_were(engine, tokenizer):
     ids = tuple(prompt_ids(tokenizer))
     params = GenerationParams(max_tokens=12)
