@@ -7,7 +7,10 @@ and more schemas at once wait their turn instead of taking every core. A grammar
 that cannot be compiled, or that no reply can match, is a 400 naming it, before
 the engine sees the request (so it never counts as an engine failure); one
 slower than ``COMPILE_SECONDS`` is a 400 too (its thread ends on its own later).
-The engine takes the compiled matcher, one copy per reply.
+The engine takes the compiled matcher, one copy per reply. A ``max_tokens`` below
+the shortest reply the grammar allows is a 400 too (the engine closes a reply
+before its cap: ``mlxcore.batching.grammar_close``; it cannot close one that
+cannot fit).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import replace
 from app.serve.errors import APIError
 from app.serve.schemas import ChatCompletionRequest
 from app.serve.state import ModelInfo
-from mlxcore import Grammar, compile_matcher
+from mlxcore import Grammar, compile_matcher, shortest_reply
 
 log = logging.getLogger("mlxchat.serve")
 
@@ -41,15 +44,26 @@ async def request_grammar(body: ChatCompletionRequest, model: ModelInfo) -> Gram
     except TimeoutError:
         raise refused(body, f"The grammar for this request took more than {COMPILE_SECONDS:g} s to compile: "
                             "simplify the schema.") from None
+    except TooShort as error:
+        raise APIError(400, str(error), param="max_tokens", code="invalid_value") from None
     except ValueError as error:
         raise refused(body, str(error)) from None
+
+
+class TooShort(ValueError):
+    """``max_tokens`` is below the shortest reply the grammar allows."""
 
 
 def _compiled(body: ChatCompletionRequest, model: ModelInfo) -> Grammar | None:
     grammar = body.build_grammar()
     if grammar is None:
         return None
-    return replace(grammar, compiled=compile_matcher(grammar, model.tokenizer, model.vocab_size, model.eos_ids))
+    matcher = compile_matcher(grammar, model.tokenizer, model.vocab_size, model.eos_ids)
+    cap = body.reply_cap
+    if cap is not None and shortest_reply(matcher, model.tokenizer, cap) is None:
+        raise TooShort(f"max_tokens is {cap}, below the shortest reply this {grammar.source} allows (more than "
+                       f"{cap} tokens): the reply could not be complete JSON. Raise max_tokens.")
+    return replace(grammar, compiled=matcher)
 
 
 def refused(body: ChatCompletionRequest, message: str) -> APIError:

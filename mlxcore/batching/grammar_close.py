@@ -34,6 +34,13 @@ def closer_ids(tokenizer: TokenizerWrapper) -> tuple[int, ...]:
     return tuple(ids[0] for ids in found if len(ids) == 1)
 
 
+def shortest_reply(matcher: LLMatcher, tokenizer: TokenizerWrapper, limit: int) -> int | None:
+    """Tokens of the short complete reply ``closing_path`` finds from ``matcher``'s state (its end-of-text token
+    included), if at most ``limit``; else None. ``serve`` refuses a ``max_tokens`` below it."""
+    path = closing_path(matcher, closer_ids(tokenizer), limit - 1)
+    return None if path is None else len(path) + 1
+
+
 def closing_path(matcher: LLMatcher, closers: tuple[int, ...], limit: int) -> list[int] | None:
     """The tokens that take ``matcher`` (left as it is) to a complete reply, at most ``limit`` of them; None
     if there are more (or the grammar cannot complete)."""
