@@ -70,6 +70,7 @@ class SpeculativeDecoder:
         self.keys = KeyStream(params.seed)
         self.vocab = min(target.wrapped.args.vocab_size, draft.wrapped.args.vocab_size)  # padding rows may differ
         self.counters = SpecCounters(accepted_by_position=[0] * controller.max_k)
+        self._draft_masks: list[mx.array] = []  # (vocab,) bool: the masks the draft proposed under, this round
 
     def choose(self) -> int:
         """The draft length of this step (0: a plain step)."""
@@ -124,13 +125,18 @@ class SpeculativeDecoder:
             self.controller.observe_catch_up(len(missed), decision_clock.now() - start)
 
     def _propose(self, dcache: ModelCache, ids: list[int], k: int) -> tuple[mx.array, mx.array | None]:
-        """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously."""
+        """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously.
+
+        Under a constrained draft each pass is queued before the token it reads is known, and that token is
+        read (to fill the next mask) while the pass runs: the graph's building and the grammar's mask overlap
+        the model, as in the free draft. The masks are kept for the target's rows (``_masked``)."""
         fed = ids[dcache.offset:]
         _mark(dcache)
         dcache.begin(len(fed))
         inputs, matched = mx.array(fed)[None], 0
         tokens: list[mx.array] = []
         rows: list[mx.array] = []
+        self._draft_masks = []
         for i in range(k):
             if i:
                 dcache.begin(1)
@@ -138,8 +144,10 @@ class SpeculativeDecoder:
             if self.constrain_draft:
                 constraint = self.constraint
                 assert constraint is not None, "constrain_draft needs a constraint"
+                mx.async_eval(logits)  # this pass runs while the previous token is read and the mask filled
                 matched += bool(i) and constraint.advance(int(tokens[-1]))  # drawn under the mask
-                logits = mx.where(_allowed(constraint, self.vocab)[0], logits, -mx.inf)
+                self._draft_masks.append(_allowed(constraint, self.vocab)[0])
+                logits = mx.where(self._draft_masks[-1], logits, -mx.inf)
             if self.params.greedy:
                 token = mx.argmax(logits)
             else:
@@ -154,18 +162,23 @@ class SpeculativeDecoder:
 
     def _masked(self, logits: mx.array, drafted: mx.array) -> mx.array:
         """The target's (k + 1, V) logits under the grammar: row i masked after d_1..d_i (rows after a refused
-        draft token keep every token: the run stops before them). Filled while the target's pass runs."""
+        draft token keep every token: the run stops before them). Filled while the target's pass runs; a
+        constrained draft's masks are rows 0..k-1 already (every drafted token is allowed), so only row k is
+        filled then."""
         mx.async_eval(logits)
         proposed, constraint = cast("list[int]", drafted.tolist()), self.constraint
         assert constraint is not None, "masked only under a constraint"
-        mask, taken = Bitmask(len(proposed) + 1, constraint.vocab), 0
+        known = self._draft_masks if self.constrain_draft else []
+        mask, taken = Bitmask(len(proposed) + 1 - len(known), constraint.vocab), 0
         for i in range(len(proposed) + 1):
-            constraint.fill(mask.words[i])
+            if i >= len(known):
+                constraint.fill(mask.words[i - len(known)])
             if i == len(proposed) or not constraint.advance(proposed[i]):
                 break
             taken += 1
         constraint.rollback(taken)
-        return mx.where(mx.array(mask.allowed()[:, : self.vocab]), logits, -mx.inf)
+        filled = mx.array(mask.allowed()[:, : self.vocab])
+        return mx.where(mx.concatenate([mx.stack(known), filled]) if known else filled, logits, -mx.inf)
 
     def _accept(self, logits: mx.array, drafted: mx.array, q: mx.array | None) -> tuple[int, int, list[float]]:
         """(n accepted, next token, log-probabilities of the n + 1 emitted tokens), after one evaluation."""
