@@ -97,3 +97,23 @@ def test_bounds_fill_only_what_the_schema_leaves_open():
     assert "additionalProperties" not in props["all"]["allOf"][0]
     assert props["all"]["allOf"][0]["properties"]["a"] == {"type": "integer", "maximum": 3, "minimum": -10**18}
     assert props["free"]["additionalProperties"] is True
+
+
+def test_a_reply_still_thinking_near_its_cap_closes_the_block_and_answers_in_time():
+    from mlx_lm.tokenizer_utils import load as load_tokenizer
+    from tiny_models import tiny_qwen3
+
+    from assets import QWEN3_TOKENIZER_DIR
+    from mlxcore.engine import Engine, KVConfig
+    from mlxcore.grammar import json_schema
+    from mlxcore.params import GenerationParams
+
+    tokenizer = load_tokenizer(QWEN3_TOKENIZER_DIR)
+    engine = Engine(tiny_qwen3(0, vocab_size=151_936), tokenizer, kv=KVConfig(kind="paged"), fingerprint="tiny")
+    prompt = tokenizer.encode("<|im_start|>user\nAnswer in JSON.<|im_end|>\n<|im_start|>assistant\n<think>\n",
+                              add_special_tokens=False)  # (inside an open block: free until </think>)
+    schema = SCHEMAS["objects"]
+    final = list(engine.generate(list(prompt), engine.new_caches(), GenerationParams(max_tokens=MAX_TOKENS),
+                                 grammar=json_schema(schema)))[-1]
+    assert final.finish_reason == "eos", final.text
+    jsonschema.validate(json.loads(final.text.split("</think>")[-1]), schema)

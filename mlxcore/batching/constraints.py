@@ -136,6 +136,10 @@ class Constraint:
         """Write the next token's mask into ``bits`` (a row of ``Bitmask.words``); all ones while free."""
         if self.phase == THINKING:
             bits[:] = -1
+            if self.closing is not None and self.close is not None and self.closing.stop_thinking(self.count,
+                                                                                                   self.matcher):
+                bits[:] = 0  # near the token cap: the answer must start now to be complete
+                _allow(bits, self.close)
             return
         if self.matcher.is_error():
             raise GrammarError(f"The {self.grammar.source} grammar failed: {short_error(self.matcher.get_error())}")

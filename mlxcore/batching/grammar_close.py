@@ -3,11 +3,12 @@ token cap.
 
 ``closing_path`` plays the matcher forward on a copy, without the model: at each
 step the first of ``CLOSERS`` the grammar allows (a closing brace, bracket or
-quote, a ``0``) that changes what may follow, else the allowed token with the lowest id (in Qwen3's vocabulary, and in
-most byte-level ones, the single characters come first), until the grammar is
-complete. Not always the very shortest reply, but one the reply can be held to:
-``Constraint`` forces it, token by token, once what is left of ``max_tokens``
-comes near its length (``Closing``).
+quote, a ``0``) that changes what may follow, else the allowed token with the
+lowest id (in Qwen3's vocabulary, as in most byte-level ones, the single
+characters come first), until the grammar is complete. Not always the very
+shortest reply, but one the reply can be held to: ``Constraint`` forces it,
+token by token, once what is left of ``max_tokens`` comes near its length
+(``Closing``); a reply still thinking then closes its block first.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class Closing:
         self.next_check = 0  # the reply position of the next measure
         self.measured = False  # measured once (a path that does not fit then never will: nothing to do)
         self.off = False
+        self.answer = 0  # tokens of the shortest answer from the grammar's start (0: not measured yet)
 
     def token(self, count: int, matcher: LLMatcher) -> int | None:
         """The token forced at reply position ``count`` (``matcher``'s state there), or None."""
@@ -120,6 +122,14 @@ class Closing:
             return None
         self.start, self.forced = count, dict(enumerate([*path, self.eos], count))
         return self.forced.get(count)
+
+    def stop_thinking(self, count: int, matcher: LLMatcher) -> bool:
+        """Whether a reply still thinking at position ``count`` must close its block now (``matcher``: the
+        grammar's start, untouched while thinking) to leave room for the answer and the margin."""
+        if not self.answer:
+            path = closing_path(matcher, self.closers, self.budget)
+            self.answer = -1 if path is None else len(path) + 1
+        return self.answer > 0 and self.budget - count <= self.answer + 1 + MARGIN
 
     def rolled_back(self, count: int) -> None:
         """The reply is back to ``count`` tokens (a speculative round's guesses undone): a path measured after
