@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 
 INT_LIMIT = 10**18  # |an integer| at most: 19 digits, inside int64 (2**63 is ~9.2e18)
-NUMBER_LIMIT = 10**15  # |a number| at most: 15 integer digits, what a double holds exactly
+NUMBER_LIMIT = 10**15  # |a number| at most: 16 integer digits, whose integer part a double holds exactly
 DECIMALS = 9  # a number's decimals at most (``multipleOf`` 1e-9)
 STRING_CHARS = 4_096  # a string's characters at most: a long paragraph
 SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
@@ -53,12 +53,14 @@ def _bound(node: object, in_all_of: bool) -> None:
     if "string" in kinds and not {"enum", "const"} & node.keys():
         node.setdefault("maxLength", max(STRING_CHARS, _int(node.get("minLength"))))
     for key in SCHEMA_MAPS:
-        for sub in (node.get(key) or {}).values() if isinstance(node.get(key), dict) else ():
+        subs = node.get(key)
+        for sub in subs.values() if isinstance(subs, dict) else ():
             _bound(sub, in_all_of=False)
     for key in SCHEMA_VALUES:
         _bound(node.get(key), in_all_of=False)
     for key in SCHEMA_LISTS:
-        for sub in node.get(key) if isinstance(node.get(key), list) else ():
+        subs = node.get(key)
+        for sub in subs if isinstance(subs, list) else ():
             _bound(sub, in_all_of=key == "allOf")
 
 

@@ -45,7 +45,7 @@ def shortest_reply(matcher: LLMatcher, tokenizer: TokenizerWrapper, limit: int) 
 def closing_path(matcher: LLMatcher, closers: tuple[int, ...], limit: int) -> list[int] | None:
     """The tokens that take ``matcher`` (left as it is) to a complete reply, at most ``limit`` of them; None
     if there are more (or the grammar cannot complete)."""
-    state, path = matcher.deep_copy(), []
+    state, path = matcher.deep_copy(), list[int]()
     mask = state.compute_bitmask()
     while not state.is_accepting():
         if len(path) >= limit or state.is_stopped() or state.is_error():
