@@ -60,7 +60,7 @@ def _compiled(body: ChatCompletionRequest, model: ModelInfo) -> Grammar | None:
         return None
     matcher = compile_matcher(grammar, model.tokenizer, model.vocab_size, model.eos_ids)
     cap = body.reply_cap
-    if cap is not None and shortest_reply(matcher, model.tokenizer, cap) is None:
+    if cap is not None and shortest_reply(grammar.text, model.tokenizer, matcher, cap) is None:
         raise TooShort(f"max_tokens is {cap}, below the shortest reply this {grammar.source} allows (more than "
                        f"{cap} tokens): the reply could not be complete JSON. Raise max_tokens.")
     return replace(grammar, compiled=matcher)

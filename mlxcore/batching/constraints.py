@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mlxcore.batching.grammar_close import Closing, closer_ids
+from mlxcore.batching.grammar_close import Closing, closer_ids, shortest_reply
 from mlxcore.grammar import Grammar, short_error
 
 if TYPE_CHECKING:
@@ -83,7 +83,9 @@ class Constraint:
         self.failed: GrammarError | None = None  # set by the decode loop; the runner ends the reply with it
         self.history: list[tuple[str, bool]] = []  # per token consumed: the phase before, whether matched
         # ``budget``: the reply's token cap, which the grammar closes before (``grammar_close``)
-        self.closing = Closing(budget, closer_ids(tokenizer), self.eos[0]) if budget and self.eos else None
+        text = grammar.for_tokenizer(_token_id(tokenizer, "<tool_call>") is not None)
+        self.closing = Closing(budget, closer_ids(tokenizer), self.eos[0], shortest_reply(
+            text, tokenizer, self.matcher, budget)) if budget and self.eos else None
 
     def fresh(self) -> Constraint:
         """The same grammar for another choice of the same prompt, from the start."""
@@ -136,8 +138,7 @@ class Constraint:
         """Write the next token's mask into ``bits`` (a row of ``Bitmask.words``); all ones while free."""
         if self.phase == THINKING:
             bits[:] = -1
-            if self.closing is not None and self.close is not None and self.closing.stop_thinking(self.count,
-                                                                                                   self.matcher):
+            if self.closing is not None and self.close is not None and self.closing.stop_thinking(self.count):
                 bits[:] = 0  # near the token cap: the answer must start now to be complete
                 _allow(bits, self.close)
             return

@@ -26,6 +26,8 @@ CLOSERS = ("}", "]", '"', "0")  # preferred where allowed and where they change 
 # is open (``0``: the shortest number)
 MARGIN = 24  # tokens left beyond the closing path when it is forced: what one free token may add to it
 GROWTH = 8  # what one free token is assumed to add to the path at most, between two measures of it
+SHORTEST_KEPT = 64  # grammars whose shortest reply is kept
+_shortest: dict[tuple[str, int], tuple[int, int | None]] = {}  # (grammar, tokenizer) -> (limit, its tokens)
 
 
 @lru_cache(maxsize=4)
@@ -35,11 +37,20 @@ def closer_ids(tokenizer: TokenizerWrapper) -> tuple[int, ...]:
     return tuple(ids[0] for ids in found if len(ids) == 1)
 
 
-def shortest_reply(matcher: LLMatcher, tokenizer: TokenizerWrapper, limit: int) -> int | None:
-    """Tokens of the short complete reply ``closing_path`` finds from ``matcher``'s state (its end-of-text token
-    included), if at most ``limit``; else None. ``serve`` refuses a ``max_tokens`` below it."""
-    path = closing_path(matcher, closer_ids(tokenizer), limit - 1)
-    return None if path is None else len(path) + 1
+def shortest_reply(grammar: str, tokenizer: TokenizerWrapper, matcher: LLMatcher, limit: int) -> int | None:
+    """Tokens of the short complete reply ``closing_path`` finds from ``matcher``'s state, the start of
+    ``grammar`` (llguidance's text), its end-of-text token included, if at most ``limit``; else None. Kept per
+    grammar and tokenizer: every reply to a grammar starts from the same state. ``serve`` refuses a
+    ``max_tokens`` below it."""
+    key = (grammar, id(tokenizer))
+    measured, found = _shortest.get(key, (-1, None))
+    if found is None and measured < limit:
+        path = closing_path(matcher, closer_ids(tokenizer), limit - 1)
+        found = None if path is None else len(path) + 1
+        if len(_shortest) >= SHORTEST_KEPT:
+            _shortest.clear()
+        _shortest[key] = (limit, found)
+    return found if found is not None and found <= limit else None
 
 
 def closing_path(matcher: LLMatcher, closers: tuple[int, ...], limit: int) -> list[int] | None:
@@ -60,15 +71,14 @@ def closing_path(matcher: LLMatcher, closers: tuple[int, ...], limit: int) -> li
 
 def _closer(state: LLMatcher, mask: bytes, closers: tuple[int, ...]) -> tuple[int, LLMatcher, bytes] | None:
     """The first of ``closers`` allowed that changes what may follow (inside a string, ``}`` is a character
-    like any other: the mask after it is the same); the state and mask after it."""
+    like any other: the mask after it is the same), consumed by ``state``; the mask after it."""
     words = np.frombuffer(mask, dtype=np.uint32)
     for token in closers:
-        if token // 32 < words.size and words[token // 32] >> (token % 32) & 1:
-            after = state.deep_copy()
-            if after.consume_token(token):
-                after_mask = after.compute_bitmask()
-                if after.is_accepting() or after_mask != mask:
-                    return token, after, after_mask
+        if token // 32 < words.size and words[token // 32] >> (token % 32) & 1 and state.consume_token(token):
+            after = state.compute_bitmask()
+            if state.is_accepting() or after != mask:
+                return token, state, after
+            state.rollback(1)
     return None
 
 
@@ -92,14 +102,13 @@ class Closing:
     forced. A grammar whose shortest reply does not fit the budget from the start is left alone (``serve``
     refuses such a request up front)."""
 
-    def __init__(self, budget: int, closers: tuple[int, ...], eos: int) -> None:
-        self.budget, self.closers, self.eos = budget, closers, eos
+    def __init__(self, budget: int, closers: tuple[int, ...], eos: int, answer: int | None) -> None:
+        """``answer``: ``shortest_reply`` from the grammar's start (None: it does not fit ``budget``)."""
+        self.budget, self.closers, self.eos, self.answer = budget, closers, eos, answer
         self.forced: dict[int, int] = {}  # reply position -> the token forced there (the path, then eos)
         self.start = -1  # where the forced path begins (-1: not forced)
         self.next_check = 0  # the reply position of the next measure
-        self.measured = False  # measured once (a path that does not fit then never will: nothing to do)
-        self.off = False
-        self.answer = 0  # tokens of the shortest answer from the grammar's start (0: not measured yet)
+        self.off = answer is None  # it cannot fit (or no longer does): nothing to do
 
     def token(self, count: int, matcher: LLMatcher) -> int | None:
         """The token forced at reply position ``count`` (``matcher``'s state there), or None."""
@@ -111,11 +120,9 @@ class Closing:
             return None
         left = self.budget - count  # tokens the reply may still take, this one included
         path = closing_path(matcher, self.closers, max(left - 1, 0))
-        if path is None:
-            self.off = not self.measured  # from the start: it cannot fit at all
-            self.measured, self.next_check = True, count + 1
+        if path is None:  # too late (a token added more than the margin): the cap cuts it
+            self.off = True
             return None
-        self.measured = True
         slack = left - (len(path) + 1)
         if slack > MARGIN:
             self.next_check = count + max(1, (slack - MARGIN) // (GROWTH + 1))
@@ -123,13 +130,10 @@ class Closing:
         self.start, self.forced = count, dict(enumerate([*path, self.eos], count))
         return self.forced.get(count)
 
-    def stop_thinking(self, count: int, matcher: LLMatcher) -> bool:
-        """Whether a reply still thinking at position ``count`` must close its block now (``matcher``: the
-        grammar's start, untouched while thinking) to leave room for the answer and the margin."""
-        if not self.answer:
-            path = closing_path(matcher, self.closers, self.budget)
-            self.answer = -1 if path is None else len(path) + 1
-        return self.answer > 0 and self.budget - count <= self.answer + 1 + MARGIN
+    def stop_thinking(self, count: int) -> bool:
+        """Whether a reply still thinking at position ``count`` must close its block now, to leave room for
+        the answer and the margin."""
+        return self.answer is not None and self.budget - count <= self.answer + 1 + MARGIN
 
     def rolled_back(self, count: int) -> None:
         """The reply is back to ``count`` tokens (a speculative round's guesses undone): a path measured after
