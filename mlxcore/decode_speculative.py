@@ -30,7 +30,7 @@ from typing import cast
 import mlx.core as mx
 
 from mlxcore import decision_clock
-from mlxcore.batching.constraints import Bitmask, Mask
+from mlxcore.batching.constraints import GRAMMAR, Bitmask, Constraint, Mask
 from mlxcore.device_profile import current
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.compiled_forward import CompiledForward
@@ -44,6 +44,7 @@ from mlxcore.sampling import KeyStream, distribution, draw
 # The draft proposes under the grammar's masks too (docs/structured_output.md has the acceptance both ways;
 # the grammar_spec_accept bench row turns it off to measure the other way).
 CONSTRAIN_DRAFT = True
+FORCED = 8  # tokens the grammar forces after a constrained draft's, checked in the same target pass at most
 
 Emitted = tuple[int, float, bool]  # (token, log-probability, drafted)
 
@@ -97,20 +98,42 @@ class SpeculativeDecoder:
         if self.controller.draft_timing_due():  # now and then: one more sync, to learn what a draft pass costs
             mx.eval(drafted)
             draft_seconds = decision_clock.now() - start
+        forced = self._forced(drafted) if self.constrain_draft else []
+        if forced:  # the grammar's next tokens, checked in the same pass (the draft is fed them next round)
+            drafted = mx.concatenate([drafted, mx.array(forced, dtype=drafted.dtype)])
+            q = None if q is None else mx.concatenate([q, _one_hot(forced, q.shape[-1], q.dtype)])
+        checked = k + len(forced)
         fed = ids[tcache.offset:]
         _mark(tcache)
-        tcache.begin(len(fed) + k)
+        tcache.begin(len(fed) + checked)
         inputs = mx.concatenate([mx.array(fed), drafted])[None]
-        logits = self.target(inputs, cache=tcache.layers)[0, -(k + 1):, : self.vocab]  # (k + 1, V)
+        logits = self.target(inputs, cache=tcache.layers)[0, -(checked + 1):, : self.vocab]  # (checked + 1, V)
         if self.constraint is not None:
             logits = self._masked(logits, drafted)
         n, t, logprobs = self._accept(logits, drafted, q)
         proposed = cast("list[int]", drafted.tolist())
-        self.controller.observe_round(k, n, decision_clock.now() - start, draft_seconds)
+        self.controller.observe_round(k, min(n, k), decision_clock.now() - start, draft_seconds)
         self._count(k, n)
-        _rewind(tcache, k - n)
-        _rewind(dcache, max(k - 1 - n, 0))
+        _rewind(tcache, checked - n)
+        _rewind(dcache, max(k - 1 - n, 0))  # (it fed d_1..d_k-1, none of the forced tokens)
         return [(token, logprob, i < n) for i, (token, logprob) in enumerate(zip(proposed[:n] + [t], logprobs))]
+
+    def _forced(self, drafted: mx.array) -> list[int]:
+        """The tokens the grammar forces after d_1..d_k (llguidance's fast-forward: a key, a separator), at
+        most ``FORCED``; the matcher left as it was. A token the masked target would not pick there (another
+        tokenization of the same text) is rejected as any draft token is: the reply stays exact."""
+        constraint = self.constraint
+        if not isinstance(constraint, Constraint):
+            return []
+        taken = 0
+        for token in cast("list[int]", drafted.tolist()):
+            if not constraint.advance(token):
+                break
+            taken += 1
+        grammar = taken == drafted.size and constraint.phase == GRAMMAR and constraint.closing_free()
+        forced = list(constraint.matcher.compute_ff_tokens())[:FORCED] if grammar else []
+        constraint.rollback(taken)
+        return forced
 
     def _catch_up_draft(self, dcache: ModelCache, ids: list[int]) -> None:
         """Feed the draft what it missed during plain steps, before (and not timed as part of) a round.
@@ -119,7 +142,8 @@ class SpeculativeDecoder:
         catch-up folded into that would make drafting look expensive for good.
         """
         missed = ids[dcache.offset:-1]
-        if len(missed) > 1:  # a whole prompt when it starts: in the device's prefill chunks
+        if len(missed) > FORCED + 1:  # a whole prompt when it starts: in the device's prefill chunks (a round's
+            # forced tokens the draft did not see go with its first pass)
             start = decision_clock.now()
             prefill(self.draft, dcache, missed, current().prefill_chunk)  # evaluated: it synchronises
             self.controller.observe_catch_up(len(missed), decision_clock.now() - start)
@@ -195,10 +219,15 @@ class SpeculativeDecoder:
 
     def _count(self, k: int, n: int) -> None:
         c = self.counters
-        c.proposed, c.accepted, c.rounds, c.round_tokens = c.proposed + k, c.accepted + n, c.rounds + 1, \
+        c.proposed, c.accepted, c.rounds, c.round_tokens = c.proposed + k, c.accepted + min(n, k), c.rounds + 1, \
             c.round_tokens + n + 1
-        for j in range(n):
+        for j in range(min(n, k)):  # (the forced tokens after the k drafted ones are the grammar's)
             c.accepted_by_position[j] += 1
+
+
+def _one_hot(tokens: list[int], vocab: int, dtype: mx.Dtype) -> mx.array:
+    """(len(tokens), vocab): each row all its mass on its token (the draft distribution of a forced token)."""
+    return (mx.arange(vocab)[None, :] == mx.array(tokens)[:, None]).astype(dtype)
 
 
 def _allowed(constraint: Mask, vocab: int) -> mx.array:

@@ -134,6 +134,11 @@ class Constraint:
         if self.closing is not None:
             self.closing.rolled_back(self.count)
 
+    def closing_free(self) -> bool:
+        """Whether the reply is not being closed before its cap (``grammar_close``): the grammar alone says
+        what comes next."""
+        return self.closing is None or self.closing.start < 0
+
     def fill(self, bits: Bits) -> None:
         """Write the next token's mask into ``bits`` (a row of ``Bitmask.words``); all ones while free."""
         if self.phase == THINKING:
