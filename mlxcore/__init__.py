@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
         TokenEvent as TokenEvent)
     from mlxcore.fingerprint import WEIGHTS_GLOB as WEIGHTS_GLOB
     from mlxcore.batching.constraints import compile_matcher as compile_matcher
+    from mlxcore.batching.grammar_close import shortest_reply as shortest_reply
     from mlxcore.grammar import (Grammar as Grammar, json_object as json_object, json_schema as json_schema,
         tool_call_grammar as tool_call_grammar)
     from mlxcore.schema_checks import check_schema as check_schema
@@ -105,6 +106,7 @@ _EXPORTS = {
     "WEIGHTS_GLOB": "mlxcore.fingerprint",
     "Grammar": "mlxcore.grammar", "json_object": "mlxcore.grammar", "json_schema": "mlxcore.grammar",
     "tool_call_grammar": "mlxcore.grammar", "compile_matcher": "mlxcore.batching.constraints",
+    "shortest_reply": "mlxcore.batching.grammar_close",
     "check_schema": "mlxcore.schema_checks",
     "prompt_ids": "mlxcore.held_tokens",
     "download": "mlxcore.hub",

@@ -30,7 +30,7 @@ from typing import cast
 import mlx.core as mx
 
 from mlxcore import decision_clock
-from mlxcore.batching.constraints import Bitmask, Mask
+from mlxcore.batching.constraints import GRAMMAR, Bitmask, Constraint, Mask
 from mlxcore.device_profile import current
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.compiled_forward import CompiledForward
@@ -46,6 +46,7 @@ from mlxcore.sampling import KeyStream, distribution, draw
 # The draft proposes under the grammar's masks too (docs/structured_output.md has the acceptance both ways;
 # the grammar_spec_accept bench row turns it off to measure the other way).
 CONSTRAIN_DRAFT = True
+FORCED = 8  # tokens the grammar forces after a constrained draft's, checked in the same target pass at most
 
 Emitted = tuple[int, float, bool]  # (token, log-probability, drafted)
 
@@ -76,6 +77,7 @@ class SpeculativeDecoder:
         self.counters = SpecCounters(accepted_by_position=[0] * controller.max_k)
         self.index = NgramIndex() if draft is None else None  # prompt lookup's
         self.drafter = LOOKUP if draft is None else "draft model"  # what the reply's stats name (the runner's name)
+        self._draft_masks: list[mx.array] = []  # (vocab,) bool: the masks the draft proposed under, this round
 
     def round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:
         """One round after ``ids`` (prompt and reply so far), with one synchronisation: every pass is queued
@@ -97,27 +99,58 @@ class SpeculativeDecoder:
         if self.controller.draft_timing_due():  # now and then: one more sync, to learn what a draft pass costs
             mx.eval(drafted)
             draft_seconds = decision_clock.now() - start
+        drafted, q = self.with_forced(drafted, q)
+        checked = drafted.size
         fed = ids[tcache.offset:]
         _mark(tcache)
-        tcache.begin(len(fed) + k)
+        tcache.begin(len(fed) + checked)
         inputs = mx.concatenate([mx.array(fed), drafted])[None]
-        logits = self.target(inputs, cache=tcache.layers)[0, -(k + 1):]  # (k + 1, V)
-        n, emitted = self.verdict(logits, drafted, q)
-        self.controller.observe_round(k, n, decision_clock.now() - start, draft_seconds)
-        rewind(tcache, k - n)
-        rewind(dcache, max(k - 1 - n, 0))
+        logits = self.target(inputs, cache=tcache.layers)[0, -(checked + 1):]  # (checked + 1, V)
+        n, emitted = self.verdict(logits, drafted, q, k)
+        self.controller.observe_round(k, min(n, k), decision_clock.now() - start, draft_seconds)
+        rewind(tcache, checked - n)
+        rewind(dcache, max(k - 1 - n, 0))  # (it fed d_1..d_k-1, none of the forced tokens)
         return emitted
 
-    def verdict(self, logits: mx.array, drafted: mx.array, q: mx.array | None) -> tuple[int, list[Emitted]]:
-        """Rejection sampling of the target's ``logits`` (k + 1, V) over the ``drafted`` (k,) (drawn from ``q``):
-        n accepted, and the n + 1 tokens the round emits (one evaluation); counted."""
+    def with_forced(self, drafted: mx.array, q: mx.array | None) -> tuple[mx.array, mx.array | None]:
+        """The proposal and the tokens the grammar forces after it (``_forced``), checked in the same pass
+        (a constrained draft's; the draft is fed them with its next first pass)."""
+        forced = self._forced(drafted) if self.constrain_draft else []
+        if not forced:
+            return drafted, q
+        return (mx.concatenate([drafted, mx.array(forced, dtype=drafted.dtype)]),
+                None if q is None else mx.concatenate([q, _one_hot(forced, q.shape[-1], q.dtype)]))
+
+    def verdict(self, logits: mx.array, drafted: mx.array, q: mx.array | None, k: int | None = None
+                ) -> tuple[int, list[Emitted]]:
+        """Rejection sampling of the target's ``logits`` (checked + 1, V) over the ``drafted`` (checked,) (drawn
+        from ``q``; after the ``k`` the drafter proposed, the grammar's forced ones): n accepted, and the n + 1
+        tokens the round emits (one evaluation); counted."""
+        k = drafted.size if k is None else k
         logits = logits[:, : self.vocab]
         if self.constraint is not None:
             logits = self._masked(logits, drafted)
         n, t, logprobs = self._accept(logits, drafted, q)
         proposed = cast("list[int]", drafted.tolist())
-        self._count(drafted.size, n)
+        self._count(k, n)
         return n, [(token, logprob, i < n) for i, (token, logprob) in enumerate(zip(proposed[:n] + [t], logprobs))]
+
+    def _forced(self, drafted: mx.array) -> list[int]:
+        """The tokens the grammar forces after d_1..d_k (llguidance's fast-forward: a key, a separator), at
+        most ``FORCED``; the matcher left as it was. A token the masked target would not pick there (another
+        tokenization of the same text) is rejected as any draft token is: the reply stays exact."""
+        constraint = self.constraint
+        if not isinstance(constraint, Constraint):
+            return []
+        taken = 0
+        for token in cast("list[int]", drafted.tolist()):
+            if not constraint.advance(token):
+                break
+            taken += 1
+        grammar = taken == drafted.size and constraint.phase == GRAMMAR and constraint.closing_free()
+        forced = list(constraint.matcher.compute_ff_tokens())[:FORCED] if grammar else []
+        constraint.rollback(taken)
+        return forced
 
     def catch_up_draft(self, dcache: ModelCache, ids: list[int], controller: DraftLengthController) -> None:
         """Feed the draft what it missed during plain steps, before (and not timed as part of) a round;
@@ -128,13 +161,18 @@ class SpeculativeDecoder:
         """
         missed = ids[dcache.offset:-1]
         assert self.draft is not None, "only a draft model has a cache to catch up"
-        if len(missed) > 1:  # a whole prompt when it starts: in the device's prefill chunks
+        if len(missed) > FORCED + 1:  # a whole prompt when it starts: in the device's prefill chunks (a round's
+            # forced tokens the draft did not see go with its first pass)
             start = decision_clock.now()
             prefill(self.draft, dcache, missed, current().prefill_chunk)  # evaluated: it synchronises
             controller.observe_catch_up(len(missed), decision_clock.now() - start)
 
     def _propose(self, dcache: ModelCache, ids: list[int], k: int) -> tuple[mx.array, mx.array | None]:
-        """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously."""
+        """Queue k draft passes (the first also feeds what the draft has not seen), computed asynchronously.
+
+        Under a constrained draft each pass is queued before the token it reads is known, and that token is
+        read (to fill the next mask) while the pass runs: the graph's building and the grammar's mask overlap
+        the model, as in the free draft. The masks are kept for the target's rows (``_masked``)."""
         fed = ids[dcache.offset:]
         _mark(dcache)
         dcache.begin(len(fed))
@@ -160,13 +198,14 @@ class SpeculativeDecoder:
         drafted = mx.array(found)
         if self.params.greedy:
             return drafted, None
-        return drafted, (mx.arange(self.vocab)[None] == drafted[:, None]).astype(mx.float32)
+        return drafted, _one_hot(found, self.vocab, mx.float32)
 
     def start_proposal(self) -> None:
         """A round's drafting starts: ``propose`` the k tokens, then take them with ``proposal``."""
         self._tokens: list[mx.array] = []
         self._rows: list[mx.array] = []
         self._matched = 0  # tokens the grammar's matcher advanced over while drafting
+        self._draft_masks = []
 
     def propose(self, logits: mx.array) -> mx.array:
         """The next draft token (lazy) from the draft's logits (V,) after the ones proposed this round: under
@@ -176,9 +215,11 @@ class SpeculativeDecoder:
         if self.constrain_draft:
             constraint = self.constraint
             assert constraint is not None, "constrain_draft needs a constraint"
+            mx.async_eval(logits)  # this pass runs while the previous token is read and the mask filled
             if self._tokens:  # drawn under the mask: the matcher takes it
                 self._matched += constraint.advance(int(self._tokens[-1]))
-            logits = mx.where(_allowed(constraint, self.vocab)[0], logits, -mx.inf)
+            self._draft_masks.append(_allowed(constraint, self.vocab)[0])  # the target's rows reuse them
+            logits = mx.where(self._draft_masks[-1], logits, -mx.inf)
         if self.params.greedy:
             token = mx.argmax(logits)
         else:
@@ -196,18 +237,23 @@ class SpeculativeDecoder:
 
     def _masked(self, logits: mx.array, drafted: mx.array) -> mx.array:
         """The target's (k + 1, V) logits under the grammar: row i masked after d_1..d_i (rows after a refused
-        draft token keep every token: the run stops before them). Filled while the target's pass runs."""
+        draft token keep every token: the run stops before them). Filled while the target's pass runs; a
+        constrained draft's masks are rows 0..k-1 already (every drafted token is allowed), so only row k is
+        filled then."""
         mx.async_eval(logits)
         proposed, constraint = cast("list[int]", drafted.tolist()), self.constraint
         assert constraint is not None, "masked only under a constraint"
-        mask, taken = Bitmask(len(proposed) + 1, constraint.vocab), 0
+        known = self._draft_masks if self.constrain_draft else []
+        mask, taken = Bitmask(len(proposed) + 1 - len(known), constraint.vocab), 0
         for i in range(len(proposed) + 1):
-            constraint.fill(mask.words[i])
+            if i >= len(known):
+                constraint.fill(mask.words[i - len(known)])
             if i == len(proposed) or not constraint.advance(proposed[i]):
                 break
             taken += 1
         constraint.rollback(taken)
-        return mx.where(mx.array(mask.allowed()[:, : self.vocab]), logits, -mx.inf)
+        filled = mx.array(mask.allowed()[:, : self.vocab])
+        return mx.where(mx.concatenate([mx.stack(known), filled]) if known else filled, logits, -mx.inf)
 
     def _accept(self, logits: mx.array, drafted: mx.array, q: mx.array | None) -> tuple[int, int, list[float]]:
         """(n accepted, next token, log-probabilities of the n + 1 emitted tokens), after one evaluation."""
@@ -224,10 +270,15 @@ class SpeculativeDecoder:
 
     def _count(self, k: int, n: int) -> None:
         c = self.counters
-        c.proposed, c.accepted, c.rounds, c.round_tokens = c.proposed + k, c.accepted + n, c.rounds + 1, \
+        c.proposed, c.accepted, c.rounds, c.round_tokens = c.proposed + k, c.accepted + min(n, k), c.rounds + 1, \
             c.round_tokens + n + 1
-        for j in range(n):
+        for j in range(min(n, k)):  # (the forced tokens after the k drafted ones are the grammar's)
             c.accepted_by_position[j] += 1
+
+
+def _one_hot(tokens: list[int], vocab: int, dtype: mx.Dtype) -> mx.array:
+    """(len(tokens), vocab): each row all its mass on its token (the draft distribution of a forced token)."""
+    return (mx.arange(vocab)[None, :] == mx.array(tokens)[:, None]).astype(dtype)
 
 
 def _allowed(constraint: Mask, vocab: int) -> mx.array:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from llguidance import LLMatcher
 
+from mlxcore.schema_bounds import bounded
 from mlxcore.schema_checks import check_schema
 
 if TYPE_CHECKING:
@@ -47,7 +48,8 @@ class Grammar:
 
 
 def json_schema(schema: dict | str | type) -> Grammar:
-    """A grammar for JSON text that validates against ``schema`` (a dict, JSON text, or a pydantic model class).
+    """A grammar for JSON text that validates against ``schema`` (a dict, JSON text, or a pydantic model class),
+    made finite where it says nothing (``schema_bounds``: no extra keys, bounded numbers and strings).
 
     Raises ``ValueError`` naming what is over the limits (``schema_checks``) or what llguidance cannot
     compile (an unknown format, a look-around in a pattern, an unsupported keyword such as ``not``).
@@ -55,7 +57,7 @@ def json_schema(schema: dict | str | type) -> Grammar:
     schema = schema_dict(schema)
     check_schema(schema)
     try:
-        text = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_STYLE)
+        text = LLMatcher.grammar_from_json_schema(bounded(schema), overrides=JSON_STYLE)
     except ValueError as error:
         raise ValueError(f"This JSON schema cannot be used for constrained decoding: {short_error(str(error))}") \
             from None
@@ -76,6 +78,7 @@ def tool_call_grammar(tools: list[dict], name: str | None = None, parallel: bool
         if not isinstance(parameters, dict):
             raise ValueError(f"The parameters of the tool {tool!r} must be a JSON schema (an object).")
         check_schema(parameters, f"parameters schema of the tool {tool!r}")
+        functions[tool] = bounded(parameters)
     if name is not None:
         if name not in functions:
             raise ValueError(f"tool_choice names {name!r}, which is not one of the tools: {', '.join(functions)}.")

@@ -11,7 +11,10 @@ The engine takes the compiled matcher, one copy per reply, so one compiled
 grammar serves every request that asks for the same: clients send the same
 schema with every request (instructor, LangChain, pydantic-ai), often many at
 once, and the last ``CACHED`` are kept by model and grammar fields; requests
-that ask for one being compiled wait for that compile (``_shared``).
+that ask for one being compiled wait for that compile (``_shared``). A
+``max_tokens`` below the shortest reply the grammar allows is a 400 too (the
+engine closes a reply before its cap: ``mlxcore.batching.grammar_close``; it
+cannot close one that cannot fit), checked for each request (``_fits``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import replace
 from app.serve.errors import APIError
 from app.serve.schemas import ChatCompletionRequest
 from app.serve.state import ModelInfo
-from mlxcore import Grammar, compile_matcher
+from mlxcore import Grammar, compile_matcher, shortest_reply
 
 log = logging.getLogger("mlxchat.serve")
 
@@ -44,10 +47,16 @@ async def request_grammar(body: ChatCompletionRequest, model: ModelInfo) -> Gram
     if not body.constrained:
         return None
     try:  # shielded: a request that stops waiting leaves the compile to those that wait for it too
-        return await asyncio.wait_for(asyncio.shield(_shared(body, model)), COMPILE_SECONDS)
+        grammar = await asyncio.wait_for(asyncio.shield(_shared(body, model)), COMPILE_SECONDS)
+        if grammar is not None and body.reply_cap is not None:  # (the shortest reply is measured once a grammar)
+            await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(_threads, _fits, grammar, model,
+                                                                              body.reply_cap), COMPILE_SECONDS)
+        return grammar
     except TimeoutError:
         raise refused(body, f"The grammar for this request took more than {COMPILE_SECONDS:g} s to compile: "
                             "simplify the schema.") from None
+    except TooShort as error:
+        raise APIError(400, str(error), param="max_tokens", code="invalid_value") from None
     except ValueError as error:
         raise refused(body, str(error)) from None
 
@@ -67,11 +76,24 @@ def _shared(body: ChatCompletionRequest, model: ModelInfo) -> asyncio.Future:
     return work
 
 
+class TooShort(ValueError):
+    """``max_tokens`` is below the shortest reply the grammar allows."""
+
+
 def _compiled(body: ChatCompletionRequest, model: ModelInfo) -> Grammar | None:
     grammar = body.build_grammar()
     if grammar is None:
         return None
-    return replace(grammar, compiled=compile_matcher(grammar, model.tokenizer, model.vocab_size, model.eos_ids))
+    matcher = compile_matcher(grammar, model.tokenizer, model.vocab_size, model.eos_ids)
+    return replace(grammar, compiled=matcher)
+
+
+def _fits(grammar: Grammar, model: ModelInfo, cap: int) -> None:
+    """``TooShort`` when no reply the grammar allows fits in ``cap`` tokens."""
+    assert grammar.compiled is not None  # (``_compiled``)
+    if shortest_reply(grammar.text, model.tokenizer, grammar.compiled, cap) is None:
+        raise TooShort(f"max_tokens is {cap}, below the shortest reply this {grammar.source} allows (more than "
+                       f"{cap} tokens): the reply could not be complete JSON. Raise max_tokens.")
 
 
 def refused(body: ChatCompletionRequest, message: str) -> APIError:

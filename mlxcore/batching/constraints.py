@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mlxcore.batching.grammar_close import Closing, closer_ids, shortest_reply
 from mlxcore.grammar import Grammar, short_error
 
 if TYPE_CHECKING:
@@ -71,9 +72,9 @@ class Constraint:
     """One reply's matcher, fed the reply's tokens; its phase says whether the grammar applies yet."""
 
     def __init__(self, grammar: Grammar, tokenizer: TokenizerWrapper, vocab: int, eos_ids: Collection[int],
-                 prompt: Sequence[int]) -> None:
+                 prompt: Sequence[int], budget: int | None = None) -> None:
         self.grammar, self.vocab, self.eos = grammar, vocab, sorted(eos_ids)
-        self._args = (tokenizer, prompt)
+        self._args = (tokenizer, prompt, budget)
         compiled = grammar.compiled  # (compiled by the caller for this tokenizer: each reply a copy of it)
         self.matcher = compiled.deep_copy() if compiled is not None else compile_matcher(grammar, tokenizer, vocab,
                                                                                          self.eos)
@@ -81,10 +82,14 @@ class Constraint:
         self.phase = think_phase(tokenizer, prompt, self.think, self.close)
         self.failed: GrammarError | None = None  # set by the decode loop; the runner ends the reply with it
         self.history: list[tuple[str, bool]] = []  # per token consumed: the phase before, whether matched
+        # ``budget``: the reply's token cap, which the grammar closes before (``grammar_close``)
+        text = grammar.for_tokenizer(_token_id(tokenizer, "<tool_call>") is not None)
+        self.closing = Closing(budget, closer_ids(tokenizer), self.eos[0], shortest_reply(
+            text, tokenizer, self.matcher, budget)) if budget and self.eos else None
 
     def fresh(self) -> Constraint:
         """The same grammar for another choice of the same prompt, from the start."""
-        return Constraint(self.grammar, self._args[0], self.vocab, self.eos, self._args[1])
+        return Constraint(self.grammar, self._args[0], self.vocab, self.eos, self._args[1], self._args[2])
 
     @property
     def count(self) -> int:
@@ -126,14 +131,29 @@ class Constraint:
             raise GrammarError(f"The grammar matcher could not roll back {matched} tokens: "
                                f"{short_error(self.matcher.get_error())}")
         self.phase = undone[0][0]
+        if self.closing is not None:
+            self.closing.rolled_back(self.count)
+
+    def closing_free(self) -> bool:
+        """Whether the reply is not being closed before its cap (``grammar_close``): the grammar alone says
+        what comes next."""
+        return self.closing is None or self.closing.start < 0
 
     def fill(self, bits: Bits) -> None:
         """Write the next token's mask into ``bits`` (a row of ``Bitmask.words``); all ones while free."""
         if self.phase == THINKING:
             bits[:] = -1
+            if self.closing is not None and self.close is not None and self.closing.stop_thinking(self.count):
+                bits[:] = 0  # near the token cap: the answer must start now to be complete
+                _allow(bits, self.close)
             return
         if self.matcher.is_error():
             raise GrammarError(f"The {self.grammar.source} grammar failed: {short_error(self.matcher.get_error())}")
+        forced = self.closing.token(self.count, self.matcher) if self.closing is not None else None
+        if forced is not None:  # near the token cap: the way to a complete reply
+            bits[:] = 0
+            _allow(bits, forced)
+            return
         self.matcher.unsafe_compute_mask_ptr(bits.ctypes.data, bits.nbytes)
         if self.phase == MAY_THINK and self.think is not None:
             _allow(bits, self.think)

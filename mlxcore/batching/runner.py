@@ -126,8 +126,8 @@ class BatchRunner:
         self.scheduler.add(seq)
 
     def _constraint(self, request: Request) -> Mask | None:
-        """A matcher for the request's grammar (``ValueError`` if llguidance cannot compile it); the tests' and
-        the bench's scripted replies put their own mask here."""
+        """A matcher for the request's grammar (``ValueError`` if llguidance cannot compile it), closing the
+        reply before its token cap; the tests' and the bench's scripted replies put their own mask here."""
         if request.grammar is None:
             return None
         tokenizer = self.engine.tokenizer
@@ -135,7 +135,8 @@ class BatchRunner:
             raise UsageError("A grammar needs the model's tokenizer, and this engine has none.")
         eos = self.engine.eos_ids or set(tokenizer.eos_token_ids)  # (benches clear eos_ids)
         return Constraint(request.grammar, tokenizer, self.engine.model.args.vocab_size, eos,
-                          request.prompt_ids)
+                          request.prompt_ids, None if request.params.ignore_eos else
+                          self.engine.reply_cap(request.params, len(request.prompt_ids)))
 
     def _unstick(self, plan: StepPlan) -> None:
         """Nothing runs and nothing was admitted, yet requests wait: memory held outside the scheduler (other

@@ -42,29 +42,32 @@ class BatchRound:
         self.k = k
         self.draft_seconds: float | None = None  # what the draft passes took, when the runner timed them
         self.drafting = [seq for seq, proposal in zip(seqs, proposals) if proposal is not None]
-        self.proposals = [proposal for proposal in proposals if proposal is not None]
+        self.proposed = [proposal[0].size for proposal in proposals if proposal is not None]  # the drafter's
+        # ... and after a constrained draft's, the tokens its grammar forces, checked in the same rows
+        self.proposals = [_decoder(seq).with_forced(*proposal) for seq, proposal in zip(seqs, proposals)
+                          if proposal is not None]
         self.verify = [PromptFeed(rounds.target, tcache, mx.concatenate([mx.array(seq.ids[tcache.offset:]), drafted]),
                                   in_round=True)
                        for seq, (drafted, _), (tcache, _) in zip(self.drafting, self.proposals,
                                                                  map(_caches, self.drafting))]
 
     def verdicts(self, target: CompiledForward) -> list[tuple[int, int, list[Emitted]]]:
-        """After the step's pass: each reply's drafted and accepted counts and emitted tokens, its caches
-        rewound to hold every token but the last it emits."""
+        """After the step's pass: each reply's drafted and accepted counts (of the drafter's tokens) and emitted
+        tokens, its caches rewound to hold every token but the last it emits."""
         for feed in self.verify:
             feed.ran()
         sizes = [drafted.size + 1 for drafted, _ in self.proposals]
         rows = target._head(mx.concatenate([feed.h[-size:] for feed, size in zip(self.verify, sizes)]))[:, 0]
         mx.async_eval(rows)  # (rows, V): each reply's k + 1 in turn
         out, start = [], 0
-        for seq, (drafted, q), size in zip(self.drafting, self.proposals, sizes):
-            n, emitted = _decoder(seq).verdict(rows[start:start + size], drafted, q)
+        for seq, (drafted, q), size, k in zip(self.drafting, self.proposals, sizes, self.proposed):
+            n, emitted = _decoder(seq).verdict(rows[start:start + size], drafted, q, k)
             start += size
             tcache, dcache = _caches(seq)
             rewind(tcache, drafted.size - n)
-            if dcache is not None:
-                rewind(dcache, max(drafted.size - 1 - n, 0))
-            out.append((drafted.size, n, emitted))
+            if dcache is not None:  # it fed d_1..d_k-1, none of the forced tokens
+                rewind(dcache, max(k - 1 - n, 0))
+            out.append((k, min(n, k), emitted))
         return out
 
 
