@@ -33,7 +33,7 @@ EXPECTED_SECONDS: dict[str, int] = {
     "hybrid_request_turn10_prefill_fraction": 600, "restore_ttft_vs_cold": 140, "autosave_write_ratio": 45,
     "session_file_write_ratio": 120, "store_list_seconds": 165, "kv8_session_file_ratio": 60,
     "tui_decode_vs_headless": 180, "serve1_vs_ask": 90, "serve8_throughput_vs_mlx_lm": 100,
-    "serve8_ttft_p99_vs_mlx_lm": 5,
+    "serve8_ttft_p99_vs_mlx_lm": 5, "restart_ttft_vs_cold": 60, "disk_tier_decode_cost": 60,
 }
 
 
