@@ -55,3 +55,37 @@ def test_a_restarted_server_reads_the_conversation_back_from_disk(tmp_path, kv_b
         assert usage.prompt_tokens_details.cached_tokens == 0
         assert server.metrics()["mlxchat_prefix_disk_hit_tokens_total"] == 0
     assert warm == cold
+
+
+def test_two_models_alternating_under_max_models_1_read_their_blocks_back(tmp_path):
+    """Two models by name under --max-models 1, alternating requests on two long conversations: each request
+    unloads the other model (its blocks to disk); from the second round on each reads at most its new
+    tokens plus one block. Then --idle-unload: the same after the model was unloaded for being idle."""
+    from assets import MODELS_DIR
+    from serve_process import http, poll_until
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "mini-draft").symlink_to(MODELS_DIR / "mini-draft", target_is_directory=True)
+    chats = {name: [{"role": "system", "content": f"{name}: {RULES[:3000]}"}] for name in (MODEL, "mini-draft")}
+    before = dict.fromkeys(chats, 0)
+    with ServeProcess(tmp_path, "--max-models", "1", "--models-dir", str(models), "--idle-unload", "3",
+                      pair=("--model", MODEL, "--no-draft")) as server:
+        for turn in range(3):
+            for name, messages in chats.items():
+                messages.append({"role": "user", "content": f"Question {turn} for {name}?"})
+                reply = server.client().chat.completions.create(model=name, messages=messages, temperature=0,
+                                                                max_tokens=8, extra_body=NO_THINKING)
+                usage = reply.usage
+                computed = usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens
+                if turn:
+                    assert computed <= usage.prompt_tokens - before[name] + BLOCK, (name, turn, computed)
+                before[name] = usage.prompt_tokens
+                messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+        poll_until(lambda: http("GET", f"{server.url}/health")[2]["models_loaded"] == [], every=0.1)
+        messages = chats["mini-draft"] + [{"role": "user", "content": "One more?"}]
+        reply = server.client().chat.completions.create(model="mini-draft", messages=messages, temperature=0,
+                                                        max_tokens=8, extra_body=NO_THINKING)
+        usage = reply.usage
+        assert usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens <= \
+            usage.prompt_tokens - before["mini-draft"] + BLOCK
