@@ -155,14 +155,19 @@ def kv_config(args: argparse.Namespace) -> KVConfig:
         raise UsageError(str(error)) from None
 
 
+def disk_kv_folder() -> Path:
+    """Where the KV disk tier lives: beside the session store (``$MLXCHAT_HOME/kv-disk`` when set)."""
+    from sessions import default_root
+    return default_root().parent / "kv-disk"
+
+
 def disk_kv(args: argparse.Namespace) -> tuple[int, str | None]:
     """The disk tier's budget in bytes (0: off) and folder, from ``--disk-kv``; UsageError when it is no size."""
     text = getattr(args, "disk_kv", None)
     if getattr(args, "kv", "paged") != "paged" or (text is not None and text.strip() == "0"):
         return 0, None
     from mlxcore import default_disk_budget
-    from sessions import default_root
-    folder = default_root().parent / "kv-disk"
+    folder = disk_kv_folder()
     if text is None:
         return default_disk_budget(folder), str(folder)
     try:

@@ -124,3 +124,20 @@ def test_a_full_disk_stops_the_writing_says_so_once_and_replies_go_on(tmp_path):
     assert first == second and first.startswith("[")
     assert done.stderr.count("the KV disk tier stops writing") == 1, done.stderr
     assert not list(tmp_path.rglob("*.tmp")) and not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_mlxchat_sessions_disk_kv_shows_and_clears_the_tier(tmp_path):
+    tier = DiskTier(tmp_path / "kv-disk", 1 << 30)
+    for n in range(3):
+        tier.put(f"{n:040x}", block_payload([n] * 16, [bytes(100)]))
+    tier.drain()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MLXCHAT_HOME=str(tmp_path))
+
+    def sessions(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "app.cli", "sessions", "disk-kv", *args], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    assert "3 KV blocks" in sessions()
+    assert "Removed 3 KV blocks" in sessions("--clear")
+    assert "0 KV blocks" in sessions()

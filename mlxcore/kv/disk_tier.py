@@ -101,6 +101,11 @@ class DiskTier:
             pass
         return payload
 
+    @property
+    def blocks(self) -> int:
+        with self._lock:
+            return len(self._files)
+
     def drain(self) -> None:
         """Wait until every block handed over is written (a stopping server's last blocks)."""
         self._queue.join()
