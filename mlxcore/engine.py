@@ -199,6 +199,14 @@ class Engine:
         return sum(member.release_free_slabs(cached=True) for member in list(self._kv_budget.pools)
                    if id(member) in own or id(getattr(member, "pool", None)) in own)
 
+    def keep_kv_on_disk(self) -> None:
+        """Before the process ends: the blocks this engine's pools keep for prefix hits (not those a cache still
+        holds) go to the disk tier, if there is one, and their writes are waited for."""
+        if any(pool.disk is not None for pool in self._pools.values()):
+            from mlxcore.kv.disk_tier import drain_disk_tiers
+            self.release_kv()
+            drain_disk_tiers()
+
     @property
     def pools(self) -> dict[str, BlockPool]:
         """The paged block pools made so far, by role ("target", "draft"); none before the first paged cache."""

@@ -141,3 +141,20 @@ def test_mlxchat_sessions_disk_kv_shows_and_clears_the_tier(tmp_path):
     assert "3 KV blocks" in sessions()
     assert "Removed 3 KV blocks" in sessions("--clear")
     assert "0 KV blocks" in sessions()
+
+
+def test_a_second_ask_reads_the_first_ones_long_prompt_from_disk(tmp_path):
+    """Two `mlxchat ask` processes, the same long prompt: the second reads it back (all but the last block)."""
+    prompt = " ".join(f"Rule {i}: keep the answer short and polite." for i in range(60)) + " Which rule is first?"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MLXCHAT_HOME=str(tmp_path), HF_HUB_OFFLINE="1")
+
+    def ask() -> dict:
+        done = subprocess.run([sys.executable, "-m", "app.cli", "ask", "--model", "mini-target", "--no-draft",
+                               "--max-tokens", "4", "--json", "-"], input=prompt, env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+    first, second = ask(), ask()
+    stats = second["stats"]
+    assert first["stats"]["reused_tokens"] == 0 and first["text"] == second["text"]
+    assert stats["reused_tokens"] >= stats["prompt_tokens"] - 16 - 1, stats

@@ -97,14 +97,11 @@ class ModelHost:
     def _keep_on_disk(self) -> None:
         """The server stops: every loaded model's cached blocks go to the disk tier (``--disk-kv``), so the next
         server reads them back instead of computing them; waits for those writes."""
-        from mlxcore import drain_disk_tiers
-
         for served in self.registry.loaded():
             try:
-                served.worker.engine.release_kv()
+                served.worker.engine.keep_kv_on_disk()
             except Exception:  # a failed engine: what it held is lost, the others' still go
                 log.exception("the KV blocks of %s were not kept on disk", served.entry.id)
-        drain_disk_tiers()
 
     def _turns(self) -> float:
         """A turn of each loaded model; how long the loop may then wait (0: some model has work)."""
