@@ -146,6 +146,9 @@ def run_ask(args: argparse.Namespace) -> int:
         session = _answer(args, opened.engine, prompt, grammar)
     except PoolExhaustedError as error:  # while opening the session's cache or answering
         raise PoolExhaustedError(f"{error} {POOL_FULL_HINT}") from None
+    if not args.session:  # (a session file keeps its chat's KV itself): the blocks to the disk tier, for the next ask
+        session.caches.release()
+        opened.engine.keep_kv_on_disk()
     if session.cut_in_thinking:
         _say("the reply was cut off while thinking, before its answer: allow more with --max-tokens, "
              "or answer with --no-think.")

@@ -45,6 +45,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kv-bits", type=int, default=None, metavar="8",
                        help="keep keys and values in 8 bits (paged or rotating): a third to a half of the float "
                             "cache's memory and session file size, answers nearly unchanged (see docs/decisions.md)")
+    group.add_argument("--disk-kv", metavar="SIZE",
+                       help="paged: most disk space for KV blocks that leave memory, read back instead of "
+                            "computed again after an eviction, a model switch or a restart (20GB, 512MB; 0 turns "
+                            "it off; default: a tenth of the free space, at most 32 GiB)")
 
 
 def add_generation_options(parser: argparse.ArgumentParser) -> None:
@@ -146,10 +150,35 @@ def kv_config(args: argparse.Namespace) -> KVConfig:
         if bits is not None and bits not in SUPPORTED_BITS:
             raise UsageError(f"--kv-bits {bits}: only 8 is offered (4 bits did not keep answers close enough "
                              "to the float cache's; see docs/decisions.md, Quantized KV).")
+        disk_bytes, disk_dir = disk_kv(args)
         return KVConfig(kind=args.kv, max_kv=max_kv, block_size=args.block_size, max_kv_bytes=limit.bytes,
-                        kv_bits=bits)
+                        kv_bits=bits, disk_kv_bytes=disk_bytes, disk_kv_dir=disk_dir)
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+def disk_kv_folder() -> Path:
+    """Where the KV disk tier lives: beside the session store (``$MLXCHAT_HOME/kv-disk`` when set)."""
+    from sessions import default_root
+    return default_root().parent / "kv-disk"
+
+
+def disk_kv(args: argparse.Namespace) -> tuple[int, str | None]:
+    """The disk tier's budget in bytes (0: off) and folder, from ``--disk-kv``; UsageError when it is no size."""
+    text = getattr(args, "disk_kv", None)
+    if getattr(args, "kv", "paged") != "paged" or (text is not None and text.strip() == "0"):
+        return 0, None
+    from mlxcore import default_disk_budget
+    folder = disk_kv_folder()
+    if text is None:
+        return default_disk_budget(folder), str(folder)
+    try:
+        size = parse_max_kv(text).bytes
+    except ValueError:
+        size = None
+    if size is None:
+        raise UsageError(f"--disk-kv {text!r}: give a size such as 20GB or 512MB, or 0 to turn the disk tier off.")
+    return size, str(folder)
 
 
 _PARAM_OPTIONS = {"temp": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",

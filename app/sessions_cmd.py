@@ -1,4 +1,5 @@
-"""`mlxchat sessions ls|show|rm|export|rename`: the stored sessions, without loading a model."""
+"""`mlxchat sessions ls|show|rm|export|rename|disk-kv`: the stored sessions (and the KV disk tier), without
+loading a model."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ def add_sessions_parser(subparsers: argparse._SubParsersAction[argparse.Argument
     export.add_argument("id")
     export.add_argument("-o", "--output", metavar="FILE", type=Path, default=None,
                         help="write to FILE instead of stdout (FILE.mlxchat: a session file)")
+    disk = actions.add_parser("disk-kv", help="show (or --clear) the KV blocks kept on disk for long prompts",
+                              description="KV blocks that left memory, kept on disk (--disk-kv) so that a long "
+                                          "prompt seen before is read back instead of computed again. Saved "
+                                          "sessions are not among them.")
+    disk.add_argument("--clear", action="store_true", help="remove every block")
     rename = actions.add_parser("rename", help="set a session's title")
     rename.add_argument("id")
     rename.add_argument("title")
@@ -44,8 +50,10 @@ def run_sessions(args: argparse.Namespace) -> int:
     """Run one `sessions` sub-command; errors are raised as ``MlxchatError`` for the CLI to print."""
     from sessions import SUFFIX, SessionStore
 
-    store = SessionStore(args.store)
     command = args.sessions_command
+    if command == "disk-kv":
+        return _disk_kv(args.clear)
+    store = SessionStore(args.store)
     if command == "ls":
         infos = store.search(args.search) if args.search else store.list()
         print("\n".join(_row(info) for info in infos) if infos else f"No saved sessions in {store.root}.")
@@ -69,6 +77,21 @@ def run_sessions(args: argparse.Namespace) -> int:
             print(f"Wrote {args.output}.")
     elif command == "rename":
         print(f"{args.id}: {printable(store.rename(args.id, args.title).title)}")
+    return 0
+
+
+def _disk_kv(clear: bool) -> int:
+    from app.options import disk_kv_folder
+    from mlxcore import DiskTier, format_bytes
+
+    folder = disk_kv_folder()
+    tier = DiskTier(folder, 1 << 62)  # no budget here: showing or clearing evicts nothing by itself
+    blocks, size = tier.blocks, tier.bytes
+    if clear:
+        tier.clear()
+        print(f"Removed {blocks} KV blocks ({format_bytes(size)}) from {folder}.")
+    else:
+        print(f"{folder}: {blocks} KV blocks, {format_bytes(size)}.")
     return 0
 
 

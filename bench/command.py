@@ -21,6 +21,7 @@ SMOKE_LOAD = {"concurrency": 2, "requests": 2, "max_tokens": 4}  # a smoke run's
 
 def all_rows() -> dict[str, tuple[str, Row]]:
     """mlxcore's rows plus those of the layers above it (sessions, TUI, server)."""
+    from bench.disk_tier import disk_tier_decode_cost, restart_ttft_vs_cold
     from bench.session_kv8 import kv8_session_file_ratio
     from bench.session_restore import restore_ttft_vs_cold
     from bench.session_file_write import session_file_write_ratio
@@ -54,6 +55,11 @@ def all_rows() -> dict[str, tuple[str, Row]]:
                                                        **s.pick({}, {"turns": 3, **SMOKE_REPLY}))),
         "restore_ttft_vs_cold": ("first-token time after opening a stored 2,000+-token chat / cold re-prefill",
                                  lambda s: restore_ttft_vs_cold(s.model, s.draft, s.runs, min_tokens=s.pick(2000, 96))),
+        "restart_ttft_vs_cold": ("first token of a 3,000-token conversation's next turn on an empty pool with the "
+                                 "disk tier / without it (computed)",
+                                 lambda s: restart_ttft_vs_cold(s.model, s.runs, tokens=s.pick(3000, 64))),
+        "disk_tier_decode_cost": ("decode tok/s while evicted blocks are written to the disk tier / tier off",
+                                  lambda s: disk_tier_decode_cost(s.model, s.runs, tokens=s.pick(256, 16))),
         "autosave_write_ratio": ("bytes an autosave writes after a short turn in a 3,000-token chat / the "
                                  "turn's new KV bytes (OS-counted)",
                                  lambda s: autosave_write_ratio(s.model, s.draft, s.runs, min_tokens=s.pick(3000, 96))),

@@ -57,6 +57,11 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
     from mlxcore.kv.budget import KVLimit as KVLimit, format_bytes as format_bytes, parse_max_kv as parse_max_kv
     from mlxcore.kv.errors import (CacheShapeError as CacheShapeError, CacheStateError as CacheStateError,
         PoolExhaustedError as PoolExhaustedError)
+    from mlxcore.kv.block_frame import (block_payload as block_payload, frame_block as frame_block,
+        token_bytes as token_bytes, tokens_from as tokens_from, unframe_block as unframe_block)
+    from mlxcore.kv.disk_tier import (DiskTier as DiskTier, default_disk_budget as default_disk_budget,
+        disk_tiers as disk_tiers,
+        drain_disk_tiers as drain_disk_tiers, open_disk_tier as open_disk_tier)
     from mlxcore.kv.geometry import KVGeometry as KVGeometry
     from mlxcore.kv.kv_format import (KVFormat as KVFormat, KVFormatError as KVFormatError,
         SUPPORTED_BITS as SUPPORTED_BITS, kv_format as kv_format)
@@ -116,6 +121,12 @@ _EXPORTS = {
     "KVLimit": "mlxcore.kv.budget", "format_bytes": "mlxcore.kv.budget", "parse_max_kv": "mlxcore.kv.budget",
     "CacheShapeError": "mlxcore.kv.errors", "CacheStateError": "mlxcore.kv.errors",
     "PoolExhaustedError": "mlxcore.kv.errors",
+    "block_payload": "mlxcore.kv.block_frame", "frame_block": "mlxcore.kv.block_frame",
+    "token_bytes": "mlxcore.kv.block_frame", "tokens_from": "mlxcore.kv.block_frame",
+    "unframe_block": "mlxcore.kv.block_frame",
+    "DiskTier": "mlxcore.kv.disk_tier", "default_disk_budget": "mlxcore.kv.disk_tier",
+    "disk_tiers": "mlxcore.kv.disk_tier",
+    "drain_disk_tiers": "mlxcore.kv.disk_tier", "open_disk_tier": "mlxcore.kv.disk_tier",
     "KVGeometry": "mlxcore.kv.geometry",
     "KVFormat": "mlxcore.kv.kv_format", "KVFormatError": "mlxcore.kv.kv_format",
     "SUPPORTED_BITS": "mlxcore.kv.kv_format", "kv_format": "mlxcore.kv.kv_format",

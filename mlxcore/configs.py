@@ -30,6 +30,8 @@ class KVConfig:
     block_size: int = 16  # paged: tokens per block
     max_kv_bytes: int | None = None  # paged: KV memory budget shared by target and draft (None = from the machine)
     kv_bits: int | None = None  # paged, rotating: keys and values quantized to 8 bits (None = the model's float)
+    disk_kv_bytes: int = 0  # paged: the disk tier's budget in bytes (blocks that leave memory, read back); 0 = off
+    disk_kv_dir: str | None = None  # paged: the folder of the disk tier (needed when disk_kv_bytes is set)
 
     def __post_init__(self) -> None:
         if self.kind not in ("paged", "rotating", "standard"):
@@ -40,6 +42,10 @@ class KVConfig:
             raise ValueError(f"max_kv must be positive, not {self.max_kv}")
         if self.max_kv_bytes is not None and self.max_kv_bytes < 1:
             raise ValueError(f"max_kv_bytes must be positive, not {self.max_kv_bytes}")
+        if self.disk_kv_bytes < 0:
+            raise ValueError(f"disk_kv_bytes must be 0 (off) or positive, not {self.disk_kv_bytes}")
+        if self.disk_kv_bytes and not self.disk_kv_dir:
+            raise ValueError("a disk tier (disk_kv_bytes) needs its folder (disk_kv_dir)")
         if self.block_size < 1:
             raise ValueError(f"block_size must be positive, not {self.block_size}")
         if self.kv_bits is not None and self.kind == "standard":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -201,6 +202,14 @@ class Engine:
         return sum(member.release_free_slabs(cached=True) for member in list(self._kv_budget.pools)
                    if id(member) in own or id(getattr(member, "pool", None)) in own)
 
+    def keep_kv_on_disk(self) -> None:
+        """Before the process ends: the blocks this engine's pools keep for prefix hits (not those a cache still
+        holds) go to the disk tier, if there is one, and their writes are waited for."""
+        if any(pool.disk is not None for pool in self._pools.values()):
+            from mlxcore.kv.disk_tier import drain_disk_tiers
+            self.release_kv()
+            drain_disk_tiers()
+
     @property
     def pools(self) -> dict[str, BlockPool]:
         """The paged block pools made so far, by role ("target", "draft"); none before the first paged cache."""
@@ -238,8 +247,19 @@ class Engine:
                                  max_rewind=self.rewind_room, pool=self._pools.get(role), budget=budget,
                                  kv_bits=self.kv.kv_bits, prefixes=self.prefixes if role == "target" else None)
         if isinstance(cache, PagedCache):
-            self._pools[role] = cache.pool
+            self._keep_pool(role, cache.pool)
         return cache
+
+    def _keep_pool(self, role: str, pool: BlockPool) -> None:
+        """``pool`` is the ``role`` model's; with a disk tier configured, the tier goes under it."""
+        self._pools[role] = pool
+        if pool.disk is None and self.kv.disk_kv_bytes and self.kv.disk_kv_dir and not self.world.distributed:
+            fingerprint = self.fingerprint if role == "target" else self.draft_fingerprint
+            if fingerprint:  # no fingerprint, no key that tells this model's blocks from another's
+                from mlxcore.kv.disk_tier import open_disk_tier
+                from mlxcore.kv.pool_disk import PoolDisk
+                pool.attach_disk(PoolDisk(open_disk_tier(Path(self.kv.disk_kv_dir), self.kv.disk_kv_bytes), pool,
+                                          fingerprint, role))
 
     def restore_cache(self, role: str, tensors: Tensors, meta: CacheMeta) -> ModelCache:
         """Rebuild the ``role`` ("target" or "draft") cache saved by ``cache_state``, in this engine's pool.
@@ -253,11 +273,11 @@ class Engine:
         model = self._model(role)
         tensors = self.kv_shards.own_tensors(role, tensors)  # saved whole: every rank's heads
         if meta.get("kind") == "paged" and role not in self._pools:  # the first paged cache: a pool in the budget
-            self._pools[role] = make_block_pool(model, block_size=int(meta.get("block_size", 16)),
-                                                max_kv=self.kv.max_kv, budget=self.kv_budget, kv_bits=self.kv.kv_bits)
+            self._keep_pool(role, make_block_pool(model, block_size=int(meta.get("block_size", 16)),
+                                                  max_kv=self.kv.max_kv, budget=self.kv_budget, kv_bits=self.kv.kv_bits))
         cache = ModelCache.from_state(model, tensors, meta, pool=self._pools.get(role))
         if isinstance(cache, PagedCache):
-            self._pools[role] = cache.pool
+            self._keep_pool(role, cache.pool)
         if isinstance(cache, HybridCache) and role == "target":  # kept when released, as a new one would be
             cache.prefixes = self.prefixes
         return cache
@@ -281,8 +301,8 @@ class Engine:
     def pool(self, role: str) -> BlockPool:
         """The paged block pool of ``role`` ("target" or "draft"), made (empty, in the budget) if there is none."""
         if role not in self._pools:
-            self._pools[role] = make_block_pool(self._model(role), block_size=self.kv.block_size, max_kv=self.kv.max_kv,
-                                                budget=self.kv_budget, kv_bits=self.kv.kv_bits)
+            self._keep_pool(role, make_block_pool(self._model(role), block_size=self.kv.block_size,
+                                                  max_kv=self.kv.max_kv, budget=self.kv_budget, kv_bits=self.kv.kv_bits))
         return self._pools[role]
 
     def _model(self, role: str) -> nn.Module:

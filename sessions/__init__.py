@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
     from sessions.messages import Message as Message
     from sessions.reply import Reply as Reply
     from sessions.salvage import save_history as save_history
-    from sessions.store import SUFFIX as SUFFIX, SessionInfo as SessionInfo, SessionStore as SessionStore
+    from sessions.store import (SUFFIX as SUFFIX, SessionInfo as SessionInfo, SessionStore as SessionStore,
+        default_root as default_root)
     from sessions.store_lock import SessionLock as SessionLock
     from sessions.terminal_text import printable as printable
     from sessions.thinking import ThinkingSplitter as ThinkingSplitter
@@ -30,6 +31,7 @@ _EXPORTS = {
     "Reply": "sessions.reply",
     "save_history": "sessions.salvage",
     "SUFFIX": "sessions.store", "SessionInfo": "sessions.store", "SessionStore": "sessions.store",
+    "default_root": "sessions.store",
     "SessionLock": "sessions.store_lock",
     "printable": "sessions.terminal_text",
     "ThinkingSplitter": "sessions.thinking",

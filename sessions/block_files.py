@@ -2,12 +2,8 @@
 
 A block file is written once and never changed: to a temporary file, fsync, rename,
 fsync of its folder. So a file that exists under a key is whole, and the index may
-refer to it. Layout::
-
-    magic     16 bytes  b"MLXCHAT-KVBLOCK\\n"
-    length     8 bytes  u64 little-endian, the payload's size
-    payload    ...      opaque here (see kv_blocks.py)
-    sha256    32 bytes  of every byte before it
+refer to it. Its bytes are a frame with a checksum (``mlxcore/kv/block_frame.py``: the
+one block format, the pool's disk tier writes the same).
 
 Why files rather than SQLite blobs: an autosave writes each new block once (a blob
 goes to the WAL and again to the database at the checkpoint), and GC is an unlink.
@@ -18,21 +14,17 @@ Pure Python (no MLX). Who may delete a block, and when, is store_gc.py's busines
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from mlxcore import frame_block, unframe_block
 from sessions.disk_sync import sync_to_disk
 from sessions.errors import SessionFileError, SessionSaveError
 from sessions.file_format import fsync_folder, write_error_text
 from sessions.temp_files import temp_path
 
-MAGIC = b"MLXCHAT-KVBLOCK\n"
-_HEAD = len(MAGIC) + 8
-_DIGEST = 32
 KEY = re.compile(r"[0-9a-f]{40}")
 
 
@@ -82,12 +74,11 @@ class BlockFiles:
             raise BlockFileError(f"The stored cache block {key} is missing.", key) from None
         except OSError as error:
             raise BlockFileError(f"Cannot read the stored cache block {path}: {error.strerror or error}.") from None
-        length = struct.unpack("<Q", data[len(MAGIC):_HEAD])[0] if len(data) >= _HEAD else -1
-        if not data.startswith(MAGIC) or len(data) != _HEAD + length + _DIGEST or \
-                hashlib.sha256(data[:-_DIGEST]).digest() != data[-_DIGEST:]:
+        payload = unframe_block(data)
+        if payload is None:
             raise BlockFileError(f"The stored cache block {path} is damaged (truncated, or changed after it "
                                  "was written).", key)
-        return data[_HEAD:-_DIGEST]
+        return payload
 
     def remove(self, key: str) -> bool:
         """Delete block ``key``; False when there was no such file."""
@@ -115,8 +106,7 @@ class BlockFiles:
                 yield from sub.iterdir()
 
     def _write(self, path: Path, payload: bytes) -> int:
-        data = MAGIC + struct.pack("<Q", len(payload)) + payload
-        data += hashlib.sha256(data).digest()
+        data = frame_block(payload)
         temp = temp_path(path)
         try:
             made = not path.parent.is_dir()

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from mlxcore import token_bytes, tokens_from
+
+__all__ = ["BLOCK_TOKENS", "BlockRef", "chain_keys", "layout_salt", "token_bytes", "tokens_from", "window_key"]
 
 BLOCK_TOKENS = 16  # the paged cache's default block size: an autosave rewrites at most one partial block
 STORAGE_VERSION = 1  # part of every salt: a change of the block encoding starts new keys
@@ -73,26 +76,3 @@ def window_key(salt: bytes, payload: bytes) -> str:
     digest.update(b"window")
     digest.update(hashlib.sha256(payload).digest())
     return digest.hexdigest()
-
-
-def token_bytes(tokens: Sequence[int]) -> bytes:
-    """Token ids as little-endian unsigned 32-bit words (how blocks and the index store them)."""
-    words = array("I", tokens)
-    if not _LITTLE:  # pragma: no cover - MLX runs on little-endian machines
-        words.byteswap()
-    return words.tobytes()
-
-
-def tokens_from(data: bytes) -> list[int]:
-    """The inverse of ``token_bytes``; ``ValueError`` if ``data`` is not whole words."""
-    if len(data) % 4:
-        raise ValueError("token data is not whole 32-bit words")
-    words = array("I")
-    words.frombytes(data)
-    if not _LITTLE:  # pragma: no cover
-        words.byteswap()
-    return words.tolist()
-
-
-_LITTLE = array("I", [1]).tobytes()[0] == 1
-assert array("I").itemsize == 4, "token ids are stored as 32-bit words"

@@ -13,9 +13,9 @@ others, holding every linear layer's state (no tokens), keyed like a window by i
 and salted with the tokens the set had read, so a snapshot kept from an earlier save is
 the same block again.
 
-A block's payload: the number of tokens (u32), their ids (u32 each), then each state
-tensor's slice for those tokens in name order, raw little-endian, shaped
-(1, kv_heads, n, width). Only ``state_dict()`` of the cache is used, so any kind
+A block's payload (``mlxcore/kv/block_frame.py``, the pool's disk tier writes the same):
+the number of tokens (u32), their ids (u32 each), then each state tensor's slice for
+those tokens in name order, raw little-endian, shaped (1, kv_heads, n, width). Only ``state_dict()`` of the cache is used, so any kind
 that follows ``ModelCache`` is stored the same way, and a quantized cache's blocks
 hold its packed words, scales and biases as the pool stores them (saved_kv.py),
 under keys salted with its format.
@@ -33,6 +33,7 @@ import numpy as np
 
 from mlxcore import ModelCache
 from mlxcore import KVGeometry
+from mlxcore import block_payload
 from sessions.block_keys import BlockRef, chain_keys, layout_salt, token_bytes, tokens_from, window_key
 from sessions.block_files import BlockFileError
 from sessions.errors import SessionFileError
@@ -206,7 +207,7 @@ def _salt(saved: SavedSession, role: str, shapes: Layout) -> bytes:
 
 
 def _payload(tokens: Sequence[int], parts: Iterable[Words]) -> bytes:
-    return b"".join([struct.pack("<I", len(tokens)), token_bytes(tokens), *(part.tobytes() for part in parts)])
+    return block_payload(tokens, (part.tobytes() for part in parts))
 
 
 def _fill(arrays: dict[str, Words], payload: bytes, tokens: list[int], ref: BlockRef, whole: bool,

@@ -40,7 +40,8 @@ class ModelHolder:
         from mlxcore import release_models
 
         kv = KVConfig(kind=command.kv, max_kv=command.max_kv, block_size=command.block_size,
-                      max_kv_bytes=command.max_kv_bytes, kv_bits=command.kv_bits)
+                      max_kv_bytes=command.max_kv_bytes, kv_bits=command.kv_bits,
+                      disk_kv_bytes=command.disk_kv_bytes, disk_kv_dir=command.disk_kv_dir)
         choice = ModelChoice(model=command.model, draft=command.draft, no_draft=command.no_draft)
         release_models()  # what the model in use left cached goes back before the new one's weights arrive
         return open_engine(choice, kv, progress=DownloadProgress(self.send).report, num_draft=command.num_draft,

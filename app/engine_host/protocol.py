@@ -32,6 +32,8 @@ class Open:
     max_kv_bytes: int | None = None  # --max-kv as a size: KV memory shared by the model and its draft
     block_size: int = 16
     kv_bits: int | None = None  # --kv-bits 8: keys and values in 8 bits
+    disk_kv_bytes: int = 0  # --disk-kv: the KV disk tier's budget (0: off)
+    disk_kv_dir: str | None = None  # and its folder
     num_draft: int = 8  # the most tokens the draft proposes per round (--num-draft)
     params: Params = field(default_factory=dict)  # GenerationParams fields given (a saved chat keeps the rest)
     system: str | None = None  # None: no system prompt, or the saved chat's

@@ -66,6 +66,8 @@ class EngineServer:
             if chat.save_error is not None:
                 self.autosave.save(chat)
         self.store.close()  # other windows may open its chats now
+        if self.model.opened is not None:  # the cached prefixes to the KV disk tier (--disk-kv), for next time
+            self.model.engine.keep_kv_on_disk()
 
     def handle(self, command: p.Command) -> None:
         """Run one command; errors become Failure events, never a crash."""

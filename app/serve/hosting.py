@@ -88,10 +88,20 @@ class ModelHost:
             for served in self.registry.loaded():
                 if served.worker.alive:
                     served.worker.stop()
+            self._keep_on_disk()
             for _, future in self._waiting:
                 if future.set_running_or_notify_cancel():
                     future.set_exception(APIError(503, "The server is shutting down: the model was not loaded.",
                                                   code="server_shutting_down", retry_after=5))
+
+    def _keep_on_disk(self) -> None:
+        """The server stops: every loaded model's cached blocks go to the disk tier (``--disk-kv``), so the next
+        server reads them back instead of computing them; waits for those writes."""
+        for served in self.registry.loaded():
+            try:
+                served.worker.engine.keep_kv_on_disk()
+            except Exception:  # a failed engine: what it held is lost, the others' still go
+                log.exception("the KV blocks of %s were not kept on disk", served.entry.id)
 
     def _turns(self) -> float:
         """A turn of each loaded model; how long the loop may then wait (0: some model has work)."""

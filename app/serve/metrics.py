@@ -58,6 +58,7 @@ class _SchedulerCollector:
             yield family(metric, text, value=getattr(stats, name))
         yield GaugeMetricFamily("mlxchat_prefix_hit_rate", "prefix-hit tokens / prompt tokens since start",
                                 value=stats.prefix_hit_rate)
+        yield from _disk_tier_metrics()
         yield GaugeMetricFamily("mlxchat_engine_alive", "1 while the engine thread runs", value=int(self._models.alive()))
         budget = self._models.budget
         yield GaugeMetricFamily("mlxchat_kv_peak_bytes", "most KV memory the pools held at once (all models)",
@@ -73,6 +74,20 @@ class _SchedulerCollector:
         for rank, size in enumerate(self._rank_weights):
             weights.add_metric([str(rank)], size)
         yield weights
+
+
+def _disk_tier_metrics() -> Iterator[Metric]:
+    """The disk tier under the pools (``--disk-kv``): its hits apart from the pool's own (memory's are
+    ``mlxchat_prefix_hit_tokens`` less these), its size, and whether it still writes."""
+    from mlxcore import disk_tiers
+
+    tiers = disk_tiers()
+    yield CounterMetricFamily("mlxchat_prefix_disk_hit_tokens", "prompt tokens read back from the KV disk tier "
+                              "(not computed; counted in mlxchat_prefix_hit_tokens too)",
+                              value=sum(tier.hit_tokens for tier in tiers))
+    yield GaugeMetricFamily("mlxchat_disk_kv_bytes", "bytes of KV blocks on disk", value=sum(t.bytes for t in tiers))
+    yield GaugeMetricFamily("mlxchat_disk_kv_writing", "1 while the disk tier writes (0: off, or its disk is full)",
+                            value=int(any(tier.stopped is None for tier in tiers)))
 
 
 class ServerMetrics:

@@ -16,6 +16,7 @@ def open_command(args: argparse.Namespace) -> Open:
     choice = model_choice(args)  # a --models-dir name or a cached repo, as `ask` resolves it
     return Open(model=choice.model, draft=choice.draft, no_draft=choice.no_draft, kv=kv.kind, max_kv=kv.max_kv,
                 max_kv_bytes=kv.max_kv_bytes, block_size=kv.block_size, kv_bits=kv.kv_bits,
+                disk_kv_bytes=kv.disk_kv_bytes, disk_kv_dir=kv.disk_kv_dir,
                 num_draft=check_num_draft(args.num_draft), params=given_params(args),
                 system=args.system, think=args.think,
                 session_file=getattr(args, "session", None))

@@ -112,6 +112,9 @@ class BlockManager:
         self._sequences: dict[int, _Sequence] = {}
         self._next_sequence = 0
         self._prefix_hit_tokens = 0
+        # Full blocks evicted or shrunk away since the pool last looked (id, hash, tokens), for its disk tier;
+        # None: nobody keeps them (no tier), so nothing is collected.
+        self.leaving: list[tuple[int, bytes, tuple[int, ...]]] | None = None
 
     # sequences -----------------------------------------------------------
 
@@ -240,7 +243,7 @@ class BlockManager:
         """Forget blocks ``keep ..`` (all free): their ids count as never handed out again."""
         for block in self._blocks[keep:]:
             assert block.ref_count == 0, "shrink past a block in use"
-            self._unhash(block)
+            self._evict(block)
             del self._free[block.block_id]
         del self._blocks[keep:]
 
@@ -309,7 +312,7 @@ class BlockManager:
         if after is not None and after + 1 in self._free and self._continues(after, self._blocks[after + 1], seq):
             front = after + 1
             del self._free[front]
-            self._unhash(self._blocks[front])
+            self._evict(self._blocks[front])
         elif after is not None and after + 1 == len(self._blocks) < self.num_blocks:
             front = len(self._blocks)
             self._blocks.append(Block(front))
@@ -321,7 +324,7 @@ class BlockManager:
         else:
             assert front is not None, "append checked available_blocks"
             del self._free[front]
-            self._unhash(self._blocks[front])
+            self._evict(self._blocks[front])
         self._blocks[front].ref_count, self._blocks[front].trimmed_from = 1, None
         return front
 
@@ -332,6 +335,12 @@ class BlockManager:
         hit could reach."""
         return (block.hash is None or (seq is not None and block.trimmed_from is seq)
                 or (block.parent is not None and block.parent == self._blocks[after].hash))
+
+    def _evict(self, block: Block) -> None:
+        """A free block is reused or forgotten: its cached prefix leaves memory (``leaving`` records it)."""
+        if self.leaving is not None and block.hash is not None and self._by_hash.get(block.hash) == block.block_id:
+            self.leaving.append((block.block_id, block.hash, block.token_ids))
+        self._unhash(block)
 
     def _unhash(self, block: Block) -> None:
         # Another block may own this hash by now (same tokens written twice): leave its entry alone.

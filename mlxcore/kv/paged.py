@@ -142,6 +142,8 @@ class PagedCache(ModelCache):
         self._table_changed()
         for layer in self.layers:
             layer.offset = reused
+        if self.pool.disk is not None:  # the blocks that follow, read back from the disk tier if it has them
+            reused += self.pool.disk.read_into(self, ids, reused)
         return reused
 
     def fork(self) -> PagedCache:
@@ -196,15 +198,16 @@ class PagedCache(ModelCache):
         for layer, layer_parts in zip(self.layers, saved):
             parts = [part[..., reused:, :] for part in layer_parts]
             if same:
-                self._write_stored(layer, parts)
+                self.write_stored(layer, parts)
             else:
                 keys, values = _as_float(parts, saved_format, self.pool.geometry)
                 self._write_layer(layer, keys, values)
         mx.eval([s.arrays for s in self.pool.storage])
         self.hash_blocks(ids)
 
-    def _write_stored(self, layer: PagedLayerCache, parts: list[mx.array]) -> None:
-        """Write keys and values already in the pool's format: keys' parts, then values' (1, kv_heads, L, w)."""
+    def write_stored(self, layer: PagedLayerCache, parts: list[mx.array]) -> None:
+        """Write keys and values already in the pool's format: keys' parts, then values' (1, kv_heads, L, w)
+        (a restored session, blocks read back from disk)."""
         half = len(parts) // 2
         both = [mx.concatenate([k, v], axis=0) for k, v in zip(parts[:half], parts[half:])]
         plan = self._plan
@@ -281,6 +284,7 @@ class PagedCache(ModelCache):
             plan = self.pool.manager.append(self.seq_id, count)
         except PoolExhaustedError:
             raise PoolExhaustedError(self.pool.full_message(count)) from None
+        self.pool.save_leaving()  # blocks it evicted, to disk before their slots are written
         if plan.copies or len(self.pool.manager.block_ids(self.seq_id)) != blocks:
             self._table_changed()
         self.pool.copy_blocks(plan.copies)

@@ -24,6 +24,7 @@ with every 1,024 tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import mlx.nn as nn
 
@@ -31,6 +32,9 @@ from mlxcore.kv.block_manager import BlockManager, PoolStats
 from mlxcore.kv.budget import KVBudget, format_bytes
 from mlxcore.kv.geometry import KVGeometry, model_geometry
 from mlxcore.kv.slab_storage import LayerStorage
+
+if TYPE_CHECKING:
+    from mlxcore.kv.pool_disk import PoolDisk
 
 DEFAULT_CAPACITY_TOKENS = 65536
 
@@ -66,6 +70,7 @@ class BlockPool:
         self.manager = BlockManager(config.block_size, config.max_blocks)
         self.storage = [LayerStorage(geometry, config) for _ in range(geometry.num_layers)]
         self.slabs = 0  # slabs held in every layer
+        self.disk: PoolDisk | None = None  # the disk tier under it (``attach_disk``), or None
         if budget is not None:
             budget.pools.add(self)
 
@@ -84,6 +89,20 @@ class BlockPool:
     @property
     def held_blocks(self) -> int:
         return min(self.slabs * self.config.slab_blocks, self.config.max_blocks)
+
+    # the disk tier ---------------------------------------------------------
+
+    def attach_disk(self, disk: PoolDisk) -> None:
+        """Full blocks leaving memory go to ``disk`` from now on; prefix lookups that miss read from it."""
+        self.disk = disk
+        self.manager.leaving = []
+
+    def save_leaving(self) -> None:
+        """Hand the blocks the manager just evicted (their storage not yet reused) to the disk tier."""
+        leaving = self.manager.leaving
+        if self.disk is not None and leaving:
+            self.manager.leaving = []
+            self.disk.save(leaving)
 
     # the budget ------------------------------------------------------------
 
@@ -156,6 +175,7 @@ class BlockPool:
         freed = 0
         if keep < self.slabs:
             self.manager.shrink(min(self.manager.materialized_blocks, keep * self.config.slab_blocks))
+            self.save_leaving()  # before their slabs go
         while self.slabs > keep:
             self.slabs -= 1
             freed += self.slab_bytes(self.slabs)
