@@ -90,6 +90,20 @@ def test_the_mirror_grows_past_its_first_capacity(monkeypatch):
     assert decoder.mirror.capacity >= max(cache.offset for cache in caches)
 
 
+def test_sequences_joining_one_a_step_keep_its_capacity(monkeypatch):
+    """A row more is not a longer row: twenty sequences joining one a step (each a prefix hit, as clients
+    sending one schema's requests at once are) leave the capacity at what the longest needs. Before, each
+    join doubled it: 2^20 times the tokens, and the server was killed for its memory."""
+    monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
+    decoder, caches = BatchDecoder(FORWARD), []
+    for s in range(12):
+        caches.append(new_cache(pool, s, 6))
+        step(decoder, caches, [30 + s] * len(caches))
+    longest = max(cache.offset for cache in caches)
+    assert decoder.mirror.capacity <= 2 * max(longest, 8), decoder.mirror.capacity
+
+
 def test_its_bytes_are_the_budgets_and_a_full_budget_takes_them_back(monkeypatch):
     """A budget that the pool fills: the mirror's bytes count in it, the pool's next block takes them back,
     and the batch goes on reading the pool."""

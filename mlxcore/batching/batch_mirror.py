@@ -192,14 +192,18 @@ class BatchMirror:
 
     def _grow(self, row_count: int, needed: int) -> bool:
         """Storage for ``row_count`` rows of at least ``needed`` tokens (capacity doubled where the limit
-        allows), the rows held so far copied over (one lazy copy a layer: no reading of the pool)."""
+        allows, when the rows outgrow it; a row more keeps it), the rows held so far copied over (one lazy
+        copy a layer: no reading of the pool)."""
         old_rows, old_capacity = self._row_count(), self.capacity
         least = -(-needed // CAPACITY_STEP) * CAPACITY_STEP
         token_bytes = self.pool.geometry.token_bytes  # keys and values of a token over every layer, as stored
         budget = self.pool.budget
         pool_size = self.pool.config.max_blocks * self.pool.block_bytes
         room = pool_size if budget is None else budget.free + self.bytes
-        fits = [c for c in (max(least, 2 * old_capacity), max(least, old_capacity), least)
+        # Doubled only for longer rows: a sequence joining doubled it too, and twenty joining one a step
+        # (a shared prompt's hits) asked for 2^20 times the tokens, until memory ran out.
+        doubled = 2 * old_capacity if needed > old_capacity else old_capacity
+        fits = [c for c in (max(least, doubled), max(least, old_capacity), least)
                 if row_count * c * token_bytes <= room]
         if not fits:
             self.drop()
