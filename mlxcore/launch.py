@@ -81,6 +81,8 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
                     generation_defaults=target.generation_defaults, world=world, prompt_lookup=lookup)
     if kv_budget is not None:
         engine._kv_budget = kv_budget  # before any pool is made: every pool takes from the shared account
+    elif world.distributed and kv.kind == "paged":
+        _ = engine.kv_budget  # agreed now, on every rank (a collective): rank 0 alone reads it later (/v1/models)
     warm_up(engine, notice)
     return OpenedEngine(engine, target.name, draft.name if draft else LOOKUP if lookup else None, note)
 

@@ -52,9 +52,9 @@ def test_bad_max_kv_values_are_refused_with_a_sentence(text):
 
 
 def test_options_give_the_engine_a_byte_budget():
-    args = build_parser().parse_args(["ask", "hi", "--max-kv", "1MB"])
+    args = build_parser().parse_args(["ask", "hi", "--max-kv", "1MB", "--disk-kv", "0"])
     assert kv_config(args) == KVConfig(kind="paged", max_kv=None, max_kv_bytes=10**6)
-    args = build_parser().parse_args(["ask", "hi", "--max-kv", "300"])
+    args = build_parser().parse_args(["ask", "hi", "--max-kv", "300", "--disk-kv", "0"])
     assert kv_config(args) == KVConfig(kind="paged", max_kv=300)
     with pytest.raises(UsageError, match="number of tokens"):
         kv_config(build_parser().parse_args(["ask", "hi", "--kv", "rotating", "--max-kv", "1GB"]))

@@ -111,10 +111,11 @@ def test_a_second_model_loads_by_name_while_the_first_serves_and_max_models_1_ev
 
 def test_two_loaded_models_share_one_kv_budget(tmp_path, models_dir):
     """--max-models 2 in a 2 MB budget: the first model's prompt fills most of it; the second model's takes the
-    first's cached blocks back rather than go over, so the first reads its prompt again next time."""
+    first's cached blocks back rather than go over, so the first reads its prompt again next time (the disk
+    tier off: with it, those blocks come back from disk, tests/test_serve_disk_kv.py)."""
     long = [{"role": "user", "content": "the quick brown fox " * 66}]  # 604 tokens: 1.9 MB of mini-target's KV
-    with ServeProcess(tmp_path, "--max-models", "2", "--max-kv", "2MB", "--models-dir", str(models_dir),
-                      pair=TARGET) as server, KVWatch(server) as watch:
+    with ServeProcess(tmp_path, "--max-models", "2", "--max-kv", "2MB", "--disk-kv", "0", "--models-dir",
+                      str(models_dir), pair=TARGET) as server, KVWatch(server) as watch:
         def cached(model: str) -> int:
             reply = server.client().chat.completions.create(model=model, messages=long, max_tokens=4, temperature=0)
             return reply.usage.prompt_tokens_details.cached_tokens

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mlxcore import decision_clock, seeds
@@ -22,8 +23,10 @@ def join_ranks(world: World, target: ModelFiles, draft: ModelFiles | None, kv: K
     if not world.distributed:
         return
     watch_ring_failures(world)  # a peer lost while this rank waits on the ring must not hang it
+    # (the disk tier is off over several ranks, and its default budget follows each machine's free space)
+    shared_kv = replace(kv, disk_kv_bytes=0, disk_kv_dir=None)
     identity = software() | {"target model": target.fingerprint, "draft model": draft.fingerprint if draft else "none",
-                             "KV cache options": repr(kv), "draft length": str(num_draft)}
+                             "KV cache options": repr(shared_kv), "draft length": str(num_draft)}
     check_same(world, identity)
     seeds.use_shared(share(world, lambda: int.from_bytes(os.urandom(8), "little")))
     decision_clock.share_with(lambda reading: leader_number(world, reading))
