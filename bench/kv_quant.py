@@ -26,6 +26,7 @@ import mlx.core as mx
 
 from mlxcore.device_profile import current
 from bench.paged_decode import in_turns
+from mlxcore.batching.batch_forward import forward_rows
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.kv.geometry import model_geometry
@@ -129,8 +130,7 @@ def _compare(model, bits: int, prompt: list[int], steps: int, follow: list[int] 
     for step in range(steps):
         rows = {}
         for name, cache in caches.items():
-            cache.begin(1)
-            rows[name] = forward(mx.array([[token]]), cache=cache.layers)[0, -1].astype(mx.float32)
+            rows[name] = forward_rows(forward, cache, [token])[-1].astype(mx.float32)
         p, q = (row - mx.logsumexp(row) for row in (rows["float"], rows["quantized"]))
         kl, mine, theirs = mx.sum(mx.exp(p) * (p - q)), mx.argmax(p), mx.argmax(q)
         mx.eval(kl, mine, theirs)

@@ -1,26 +1,22 @@
-"""A faster forward pass for decoding Qwen3-layout models: mlx-lm's own layers, fused by ``mx.compile``.
+"""The layers of Qwen3-layout models as the batched pass runs them: mlx-lm's own layers, split around
+attention and fused by ``mx.compile``.
 
-A decode step of a small model is mostly kernel launches (norms, RoPE, SwiGLU,
-residuals are each several small ops on MLX's CPU backend). Between two KV-cache
-updates nothing touches the cache, so each layer runs as two compiled functions
-(before and after attention) around the cache update and attention. Attention is
-``decode_attention.attend`` over the cache's segments: a paged cache hands over
-its runs of blocks as views (no copy of the sequence per step); other caches
-their one array. The logits equal the model's own to float rounding (tests
-compare them on the CPU; Metal's kernels differ by shape, so there bf16 rounding
-may differ too: docs/internals.md, "What is exact on which device").
+Every pass of such a model is rows of one batched pass (``batching/batch_forward.py``): a lone reply's
+decode row, a batch's decode rows, a speculative round's verification and draft rows, prompt chunks.
+Each layer runs as two functions (before and after attention) around the cache's write and attention;
+attention is ``decode_attention.attend`` over each sequence's segments (a paged cache hands over its runs
+of blocks as views, no copy of the sequence per step). A step of a small model is mostly kernel
+launches (norms, RoPE, SwiGLU, residuals are each several small ops on MLX's CPU backend), so the halves
+are compiled for rows of decoding replies (a count that repeats); a prompt's chunk lengths vary, and each
+new one would compile anew, so prompt rows alone run the same halves uncompiled, with the device's
+SwiGLU (on the CPU, SiLU through ``fast_exp``: MLX's CPU ``exp`` runs one element at a time). The logits
+equal the model's own to float rounding (tests compare them on the CPU; Metal's kernels differ by shape,
+so there bf16 rounding may differ too: docs/internals.md, "What is exact on which device").
+``MLXCHAT_COMPILE=0`` turns compiling off; so does a platform where compiling fails
+(``report_compile_failure`` tells the user why): the same halves then run uncompiled.
 
-Only short inputs run compiled (decode steps, speculative verification): each
-new input length compiles new kernels. Prompts are read as rows of the batched
-pass (``batching/batch_forward.py``, ``prefill.py``), through the halves
-``before_rows`` and ``after_rows``; those and longer inputs given to the forward
-itself run the same layers uncompiled, with the device's SwiGLU (on
-the CPU, SiLU through ``fast_exp``: MLX's CPU ``exp`` runs one element at a time)
-and attention through ``decode_attention.attend`` (on the CPU, key blocks that
-stay in cache).
-``MLXCHAT_COMPILE=0`` turns compiling off; so does a platform where compiling
-fails (``report_compile_failure`` tells the user why): the same layers then run
-uncompiled, so attention still reads segments.
+Other models (hybrid ones, Qwen3.5) run mlx-lm's layers whole: ``CompiledForward`` is then called like
+the model.
 """
 
 from __future__ import annotations
@@ -30,21 +26,16 @@ from collections.abc import Callable, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.activations import swiglu
-from mlx_lm.models.base import create_attention_mask
-from mlx_lm.models.cache import make_prompt_cache
 
 from mlxcore.compile_support import compile_works
-from mlxcore.decode_attention import Attended, attend, attend_parts
+from mlxcore.decode_attention import Attended
 from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_silu
 from mlxcore.fused_linear import fuse
-from mlxcore.kv.protocol import LayerCache, Mask, Segment
+from mlxcore.kv.protocol import LayerCache
 
 Gate = Callable[[mx.array, mx.array], mx.array]  # SwiGLU: gate, up -> activation
-MAX_COMPILED_TOKENS = 16  # decode (1) and verification (k + 1) lengths; longer inputs run uncompiled
-# Lengths whose kernels a warm-up builds: one decode step, and one verification block, whose kernels
-# every other block length reuses (measured on the embedded target: 18 kernels for 1, 8 more for 2, none after).
-WARM_UP_LENGTHS = (1, 2)
+MAX_COMPILED_TOKENS = 16  # a decoding reply's rows (a decode row, a verification of k + 1) run compiled up to this
 _LAYER_PARTS = ("input_layernorm", "post_attention_layernorm", "self_attn", "mlp")
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "rope", "n_heads", "n_kv_heads", "scale")
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
@@ -76,11 +67,10 @@ class _FusedLayer:
     """One decoder layer as 'before attention' and 'after attention' functions, compiled if ``compiled``.
 
     The queries come out already multiplied by the attention scale (one multiply fewer per layer).
-    ``before_batch`` is ``before`` for a batch of one new token per sequence, with the keys and
-    values stacked as the block pool's scatter takes them (``batching/batch_forward.py``); ``before_rows`` and
-    ``after_rows`` are its halves for prompt rows with no decode row beside them, never compiled (a prompt's
-    chunk lengths vary). ``chunk`` is the whole layer for a longer input given to the forward at once (a
-    verification block past ``MAX_COMPILED_TOKENS``: ``--num-draft`` over 15), never compiled.
+    ``before_batch`` takes a row per token (rows, 1, hidden), each at its own position, and gives the keys
+    and values stacked as the block pool's scatter takes them (``batching/batch_forward.py``);
+    ``before_rows`` and ``after_rows`` are the halves for prompt rows with no decode row beside them, never
+    compiled (a prompt's chunk lengths vary).
     """
 
     def __init__(self, layer: nn.Module, compiled: bool) -> None:
@@ -120,39 +110,15 @@ class _FusedLayer:
             return after(h, (out / total).astype(out.dtype).reshape(b, attn.n_heads, n, -1))
 
         wrap = mx.compile if compiled else (lambda fn: fn)
-        self.before, self.before_batch = wrap(before), wrap(before_batch)
+        self.before_batch = wrap(before_batch)
         self._after, self._after_parts = wrap(after), wrap(after_parts)
-        self._before_chunk, self._after_chunk = before, lambda h, attended: after(h, attended, _device_swiglu)
-        self.before_rows, self.after_rows = before_batch, self._after_chunk  # prompt rows alone: as ``chunk``
+        self.before_rows = before_batch  # prompt rows alone: uncompiled, the device's SwiGLU
+        self.after_rows: Callable[[mx.array, mx.array], mx.array] = lambda h, out: after(h, out, _device_swiglu)
 
     def after(self, h: mx.array, parts: Attended) -> mx.array:
         """The rest of the layer after attention; the attention's last division runs inside it."""
         out, total = parts
         return self._after(h, out) if total is None else self._after_parts(h, out, total)
-
-    def chunk(self, h: mx.array, offset: mx.array, mask: Mask, cache: LayerCache) -> mx.array:
-        """The layer for a prompt chunk of any length: uncompiled (no kernels built per length), attention over
-        the sequence's runs as they lie, the device's SwiGLU."""
-        q, k, v = self._before_chunk(h, offset)
-        segments, mask = _updated(cache, q, k, v, mask)
-        return self._after_chunk(h, attend(q, segments, 1.0, mask))
-
-    def __call__(self, h: mx.array, offset: mx.array, mask: Mask, cache: LayerCache) -> mx.array:
-        q, k, v = self.before(h, offset)
-        segments, mask = _updated(cache, q, k, v, mask)
-        return self.after(h, attend_parts(q, segments, 1.0, mask))  # q carries the scale
-
-
-def _updated(cache: LayerCache, q: mx.array, keys: mx.array, values: mx.array, mask: Mask
-             ) -> tuple[list[Segment], Mask]:
-    """Write ``keys`` and ``values`` into ``cache``; the sequence's segments for ``q``'s attention, and the mask
-    to attend with: a paged cache's runs of blocks as views (or one span, with its mask), another cache's one
-    array."""
-    read = getattr(cache, "update_and_read", None)  # a paged layer's (kv/paged.py)
-    if read is not None:
-        read_back: tuple[list[Segment], Mask] = read(keys, values, mask, q.shape[1])
-        return read_back
-    return [cache.update_and_fetch(keys, values)], mask
 
 
 def _device_swiglu(gate: mx.array, up: mx.array) -> mx.array:
@@ -161,11 +127,9 @@ def _device_swiglu(gate: mx.array, up: mx.array) -> mx.array:
 
 
 class CompiledForward:
-    """Called like the model, ``forward(inputs, cache=layers)`` -> logits; see the module docstring.
-
-    ``model`` and ``args`` are the wrapped model's, so decoders can use either. ``split``: the
-    model's layers run split around attention (Qwen3 layout); ``enabled``: and compiled.
-    """
+    """A model's forward: ``logits`` and the split layers (``_layers``) for the batched pass of a model split
+    here (``split``: the Qwen3 layout; ``enabled``: compiled); called like the model, its own layers whole
+    (a model not split here, the tests' reference). ``model`` and ``args`` are the wrapped model's."""
 
     def __init__(self, model: nn.Module) -> None:
         self.wrapped = model
@@ -183,41 +147,8 @@ class CompiledForward:
                                     else lm_head(inner.norm(h)))
                 return logits
 
-            self._head: Callable[[mx.array], mx.array] = mx.compile(head) if self.enabled else head
-            self._head_long = head
+            self.logits: Callable[[mx.array], mx.array] = mx.compile(head) if self.enabled else head
 
     def __call__(self, inputs: mx.array, cache: Sequence[LayerCache] | None = None) -> mx.array:
-        if not self.split or cache is None:
-            logits: mx.array = self.wrapped(inputs, cache=cache)
-            return logits
-        short = inputs.shape[1] <= MAX_COMPILED_TOKENS
-        h = self.body(inputs, cache, compiled=short)
-        return self._head(h) if short else self._head_long(h)
-
-    def body(self, inputs: mx.array, cache: Sequence[LayerCache], compiled: bool = False) -> mx.array:
-        """The layers' output for ``inputs`` (B, L), written into ``cache`` (no logits), through
-        ``_FusedLayer.chunk``; ``compiled``: the compiled layers (a decode step or a
-        verification block). Before the final norm here; the model's own (normed) for a model not split here."""
-        if not self.split:
-            out: mx.array = self.model(inputs, cache=cache)
-            return out
-        h: mx.array = self.model.embed_tokens(inputs)
-        mask = create_attention_mask(h, cache[0])
-        offset = mx.array(cache[0].offset, dtype=mx.int32)  # an array: one compiled graph for every position
-        for layer, layer_cache in zip(self._layers, cache):
-            h = layer(h, offset, mask, layer_cache) if compiled else layer.chunk(h, offset, mask, layer_cache)
-        return h
-
-    def warm_up(self) -> None:
-        """Build the compiled kernels now, on a throwaway cache, rather than during the first reply.
-
-        On Linux, MLX compiles them with the system C++ compiler the first time a
-        machine sees them (tens of seconds), then reuses them from its disk cache.
-        """
-        if not self.enabled:
-            return
-        cache = make_prompt_cache(self.wrapped)
-        for n in WARM_UP_LENGTHS:
-            mx.eval(self(mx.zeros((1, n), dtype=mx.int32), cache=cache))
-        h = self.model.embed_tokens(mx.zeros((2, 1), dtype=mx.int32))  # a batched step's first half
-        mx.eval(self._layers[0].before_batch(h, mx.zeros((2,), dtype=mx.int32)))
+        logits: mx.array = self.wrapped(inputs, cache=cache)
+        return logits

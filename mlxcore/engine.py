@@ -11,6 +11,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxcore import buffer_cache
+from mlxcore.batching.batch_forward import warm_up as warm_up_rows
 from mlxcore.caches import Caches
 from mlxcore.compile_support import compile_works
 from mlxcore.compiled_forward import CompiledForward
@@ -113,10 +114,10 @@ class Engine:
 
     def warm_up(self) -> None:
         """Compile the decode kernels of both models, the sampler's, and prefill's exp on the CPU, before the
-        first reply (see ``CompiledForward.warm_up``, ``sampling.warm_up`` and ``fast_exp.warm_up``)."""
+        first reply (see ``batch_forward.warm_up``, ``sampling.warm_up`` and ``fast_exp.warm_up``)."""
         for forward in (self.target_forward, self.draft_forward):
             if forward is not None:
-                forward.warm_up()
+                warm_up_rows(forward)
         if current().fast_exp:
             warm_up_fast_exp()
         if compile_works():  # the sampler's graphs, for logits of the target's size and dtype (no forward pass)

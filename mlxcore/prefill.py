@@ -42,7 +42,7 @@ def prefill(forward: CompiledForward, cache: ModelCache, ids: Sequence[int], chu
 
     Each chunk is a pass of the batched forward's prompt rows alone (``PromptFeed``, ``BatchDecoder``), as the
     runner reads any prompt: one way to read a prompt, whatever the cache. A model whose layers are not run
-    split here (a hybrid one) runs its own (``CompiledForward.body``).
+    split here (a hybrid one) runs its own layers (its inner model: no logits).
     """
     if not ids:
         return
@@ -57,4 +57,4 @@ def prefill(forward: CompiledForward, cache: ModelCache, ids: Sequence[int], chu
                 feed.ran()
             else:
                 cache.begin(len(piece))
-                mx.eval(forward.body(mx.array(piece)[None], cache.layers))  # materialises every layer's cache
+                mx.eval(forward.model(mx.array(piece)[None], cache=cache.layers))  # materialises every layer's cache

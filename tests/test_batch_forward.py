@@ -6,7 +6,7 @@ import mlxcore  # noqa: F401  (optimized BLAS before mlx)
 import mlx.core as mx
 import pytest
 
-from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.batch_forward import BatchDecoder, forward_rows
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.kv.budget import KVBudget
@@ -40,8 +40,7 @@ def alone(prompt: list[int], kv_bits: int | None = None) -> list[int]:
     prefill(forward, cache, prompt[:-1], 64)
     token, out = prompt[-1], []
     for _ in range(STEPS):
-        cache.begin(1)
-        token = int(mx.argmax(forward(mx.array([[token]]), cache=cache.layers)[0, -1]).item())
+        token = int(mx.argmax(forward_rows(forward, cache, [token])[-1]).item())
         out.append(token)
     return out
 

@@ -29,14 +29,13 @@ def _probe(**env: str) -> list:
 @needs_openblas
 @pytest.mark.parametrize("kind", ["paged", "standard"])
 def test_a_prompt_is_read_on_every_thread_and_decoded_on_one(kind, monkeypatch):
-    """A prompt read alone, as rows of the batched pass (paged pool) or by ``prefill()`` (a standard cache), runs
-    its products on every thread; decode steps, and whatever comes after, on one."""
+    """A prompt read alone, as rows of the batched pass (on the paged pool or a standard cache), runs its
+    products on every thread; decode steps, and whatever comes after, on one."""
     model = tiny_qwen3()
     engine = Engine(model, None, kv=KVConfig(kind=kind))
     layer, during = engine.target_forward._layers[0], []
-    for name in ("before_rows", "_before_chunk"):  # the first layer of a prompt's pass, either way
-        monkeypatch.setattr(layer, name, lambda *args, real=getattr(layer, name): during.append(
-            blas.blas_threads()) or real(*args))
+    monkeypatch.setattr(layer, "before_rows", lambda *args, real=layer.before_rows: during.append(
+        blas.blas_threads()) or real(*args))  # the first layer of a prompt's pass
     assert blas.blas_threads() == 1
     events = list(engine.generate(list(range(40)), engine.new_caches(), GenerationParams(max_tokens=4,
                                                                                           prefill_chunk=16)))

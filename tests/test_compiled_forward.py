@@ -1,4 +1,4 @@
-"""The compiled decode forward gives the model's own logits, to float32 rounding, on every cache kind.
+"""The batched pass's rows (``forward_rows``: a lone decode row, a verification block) give the model's own logits, to float32 rounding, on every cache kind.
 
 Its attention (``decode_attention.py``) sums in another order than MLX's on the
 CPU, so logits and later layers' cache contents agree to ~1e-6, not bit for bit;
@@ -12,6 +12,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
+from mlxcore.batching.batch_forward import forward_rows, warm_up
 from mlxcore.compile_support import compile_works
 from mlxcore.compiled_forward import MAX_COMPILED_TOKENS, CompiledForward, has_split_layers
 from mlxcore.kv.model_cache import make_model_cache
@@ -26,7 +27,7 @@ ATOL = 1e-4
 
 
 def _feed_both(model: nn.Module, kind: str, schedule: list[int], trims: bool = False, **cache_args) -> None:
-    """Feed the same tokens to the model and to its compiled forward, each on its own cache; compare."""
+    """Feed the same tokens to the model and to the batched pass's rows, each on its own cache; compare."""
     forward = CompiledForward(model)
     assert forward.enabled
     plain_cache = make_model_cache(model, kind, **cache_args)
@@ -35,10 +36,9 @@ def _feed_both(model: nn.Module, kind: str, schedule: list[int], trims: bool = F
     for step, n in enumerate(schedule):
         ids = [(token + 7 * i) % model.args.vocab_size for i in range(n)]
         held += ids
-        for cache in (plain_cache, fast_cache):
-            cache.begin(n)
+        plain_cache.begin(n)
         expected = model(mx.array([ids]), cache=plain_cache.layers)
-        got = forward(mx.array([ids]), cache=fast_cache.layers)
+        got = forward_rows(forward, fast_cache, ids)[None]
         np.testing.assert_allclose(np.array(got), np.array(expected), atol=ATOL, rtol=ATOL,
                                    err_msg=f"logits differ at step {step} ({kind}, {n} tokens)")
         token = int(mx.argmax(expected[0, -1]).item())
@@ -77,23 +77,21 @@ def test_embedded_models_equal(name):
 
 @pytest.mark.parametrize("kind", ["standard", "paged"])
 def test_long_inputs_run_the_same_layers_uncompiled(kind, monkeypatch):
-    """A prompt chunk longer than the compiled lengths builds no kernels for its length: the layers run
-    uncompiled (the model's own forward is not called either), with the model's logits."""
+    """Rows past the compiled counts build no kernels for their count: the layers run uncompiled (the
+    model's own forward is not called either), with the model's logits."""
     model = tiny_qwen3(seed=3)
     forward = CompiledForward(model)
     monkeypatch.setattr(forward, "wrapped", None)  # calling the model's own forward would fail
     compiled = []
     for layer in forward._layers:
-        monkeypatch.setattr(layer, "before", lambda *args, real=layer.before: compiled.append(1) or real(*args))
+        monkeypatch.setattr(layer, "before_batch", lambda *args, real=layer.before_batch: compiled.append(1) or real(*args))
     ids = np.random.default_rng(3).integers(0, model.args.vocab_size, (1, MAX_COMPILED_TOKENS + 30)).tolist()
     ours, theirs = make_model_cache(model, kind), make_model_cache(model, kind)
-    for cache in (ours, theirs):
-        cache.begin(len(ids[0]))
-    got = forward(mx.array(ids), cache=ours.layers)
-    np.testing.assert_allclose(np.array(got), np.array(model(mx.array(ids), cache=theirs.layers)), atol=ATOL)
+    theirs.begin(len(ids[0]))
+    got = forward_rows(forward, ours, ids[0])
+    np.testing.assert_allclose(np.array(got), np.array(model(mx.array(ids), cache=theirs.layers))[0], atol=ATOL)
     assert not compiled
-    ours.begin(1)
-    forward(mx.array([[5]]), cache=ours.layers)
+    forward_rows(forward, ours, [5])
     assert len(compiled) == len(forward._layers)
 
 
@@ -122,22 +120,21 @@ class _CountingNorm(nn.Module):
         self.norm, self.traced = norm, traced
 
     def __call__(self, x: mx.array) -> mx.array:
-        self.traced.append(x.shape[1])
+        self.traced.append(x.shape[0])  # rows
         return self.norm(x)
 
 
-def test_warm_up_traces_decode_and_verification_lengths_once():
+def test_warm_up_traces_one_and_two_rows_once():
     model = tiny_qwen3(seed=6)
     traced: list[int] = []
     model.model.layers[0].input_layernorm = _CountingNorm(model.model.layers[0].input_layernorm, traced)
     forward = CompiledForward(model)
-    forward.warm_up()
-    assert traced == [1, 2, 1], "decode, verification, and the first half of a batched step (2 sequences)"
+    warm_up(forward)
+    assert traced == [1, 2], "a lone decode row, and two rows (a batch of two, a verification of one token)"
     cache = make_model_cache(model, "paged")  # a real decode afterwards, on another cache kind: no new trace
     for ids in ([5], [6, 7], [8]):
-        cache.begin(len(ids))
-        mx.eval(forward(mx.array([ids]), cache=cache.layers))
-    assert traced == [1, 2, 1]
+        mx.eval(forward_rows(forward, cache, ids))
+    assert traced == [1, 2]
 
 
 def test_warm_up_leaves_engine_state_alone():

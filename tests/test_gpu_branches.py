@@ -13,6 +13,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxcore import device_profile
+from mlxcore.batching.batch_forward import forward_rows
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore.decode_attention import attend_batch_parts, attend_parts, dequantized, normalized
@@ -222,7 +223,6 @@ def test_a_prompt_chunk_over_several_runs_of_blocks_decodes_as_mlx_lm(which, pre
             assert len(joined) == (len(model.model.layers) if kind == "gpu" else 0), kind
             token, got = prompt[-1], []
             for _ in range(n):
-                child.begin(1)
-                token = int(mx.argmax(forward(mx.array([[token]]), cache=child.layers)[0, -1]).item())
+                token = int(mx.argmax(forward_rows(forward, child, [token])[-1]).item())
                 got.append(token)
         assert got == expected, f"{kind} profile"

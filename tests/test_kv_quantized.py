@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import QuantizedKVCache
 
+from mlxcore.batching.batch_forward import forward_rows
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore.compiled_forward import CompiledForward
@@ -36,12 +37,15 @@ def ids(count: int, seed: int) -> list[int]:
 
 
 def feed(forward, cache, tokens: list[int]) -> np.ndarray:
-    if hasattr(cache, "begin"):
-        cache.begin(len(tokens))
-    layers = cache.layers if hasattr(cache, "layers") else cache
-    logits = forward(mx.array([tokens]), cache=layers)
+    """Ours (a ``CompiledForward``): rows of the batched pass; mlx-lm's model on its own caches."""
+    if isinstance(forward, CompiledForward):
+        logits = forward_rows(forward, cache, tokens)[-1]
+    else:
+        if hasattr(cache, "begin"):
+            cache.begin(len(tokens))
+        logits = forward(mx.array([tokens]), cache=cache.layers if hasattr(cache, "layers") else cache)[0, -1]
     mx.eval(logits)
-    return np.array(logits[0, -1])
+    return np.array(logits)
 
 
 def test_stored_blocks_and_logits_match_mlx_lms_quantized_cache():

@@ -2,7 +2,7 @@
 
 Fresh, forked, rewound and restored tables, chats that span several slabs, and
 sequences that take blocks in turn: each decodes step by step through our decode
-path (``CompiledForward``: attention over the table's segments) next to mlx-lm's
+path (rows of the batched pass, ``forward_rows``: attention over the table's segments) next to mlx-lm's
 model on its ``KVCache`` holding the same tokens. Logits agree to float
 rounding, the tokens held agree exactly, and the pool holds no memory beyond
 its slabs.
@@ -15,7 +15,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.batch_forward import BatchDecoder, forward_rows
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.device_profile import current
@@ -36,8 +36,11 @@ def ids(count: int, seed: int) -> list[int]:
 
 def step(forward, cache: ModelCache, tokens: list[int], history: list[int] | None = None) -> np.ndarray:
     """One pass; ``history``: the ids the cache holds (its owner's), which ``tokens`` extend and are told."""
-    cache.begin(len(tokens))
-    logits = forward(mx.array([tokens]), cache=cache.layers)
+    if isinstance(forward, CompiledForward):  # ours: rows of the batched pass
+        logits = forward_rows(forward, cache, tokens)[None]
+    else:
+        cache.begin(len(tokens))
+        logits = forward(mx.array([tokens]), cache=cache.layers)
     mx.eval(logits)
     if history is not None:
         history += tokens
@@ -192,14 +195,13 @@ def test_a_prompt_chunk_over_a_forked_table_across_slabs(profile, blocked_calls,
     paged_cache, standard = pair(ids(50, 7), pool=pool, block_size=4)
     child, child_standard = paged_cache.fork(), standard.fork()
     chunk = ids(400, 8)  # 800 query rows a kv head over 450 keys: more scores than one key block holds
-    child.begin(len(chunk))
     child_standard.begin(len(chunk))
     blocked_calls.clear(), fused_calls.clear()
-    ours = MODEL.model.norm(forward_for(MODEL).body(mx.array([chunk]), child.layers))
+    ours = forward_rows(forward_for(MODEL), child, chunk)
     mx.eval(ours)
     layers = len(MODEL.model.layers)
     assert (len(blocked_calls), len(fused_calls)) == ((layers, 0) if profile.kind == "cpu" else (0, layers))
-    theirs = MODEL.model(mx.array([chunk]), cache=child_standard.layers)
+    theirs = MODEL(mx.array([chunk]), cache=child_standard.layers)[0]
     np.testing.assert_allclose(np.array(ours), np.array(theirs), atol=ATOL)
     assert runs(child) > 2
     decode_alongside(child, child_standard, 10, "after prefill")

@@ -44,13 +44,6 @@ def mlx_lm_body(model):
     return lambda ids, cache: model.model(mx.array(ids)[None], cache=cache)
 
 
-@pytest.fixture(autouse=True)
-def no_whole_layer_chunks(monkeypatch):
-    """A prompt never takes ``_FusedLayer.chunk`` (the layer for an input given to the forward whole)."""
-    from mlxcore import compiled_forward
-    monkeypatch.setattr(compiled_forward._FusedLayer, "chunk", lambda *args: pytest.fail("a prompt took chunk()"))
-
-
 @pytest.mark.parametrize("heads,kv_heads,chunk,max_kv", [(4, 2, 48, None), (4, 4, 200, None), (6, 2, 1, None),
                                                          (4, 2, 32, 64)])
 def test_hidden_states_and_caches_match_mlx_lm(heads, kv_heads, chunk, max_kv, profile):  # noqa: F811

@@ -3,7 +3,7 @@
 Usage: .venv/bin/python bench/studies/prefill_parts.py
 Times the pieces of one layer on arrays of the embedded target's shapes (best of five), MLX's
 exp-based functions beside mlxchat's (``mlxcore/fast_exp.py``), then the whole prefill through
-mlx-lm's model and through ``mlxcore.prefill`` (``CompiledForward.body``), so the share of exp can be read off.
+mlx-lm's model and through ``mlxcore.prefill`` (rows of the batched pass), so the share of exp can be read off.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main() -> None:
         print(f"{name:42s} {best_ms(fn):7.2f} ms per layer")
     engine = Engine(loaded.model, loaded.tokenizer, kv=KVConfig(kind="standard"))
     ids = [(i * 7919) % a.vocab_size for i in range(TOKENS)]
-    theirs = SimpleNamespace(body=lambda inputs, cache: loaded.model.model(inputs, cache=cache))
+    theirs = SimpleNamespace(split=False, model=loaded.model.model)  # prefill() runs a model not split here whole
     for name, forward in (("mlx-lm's model", theirs), ("mlxchat's layers", engine.target_forward)):
         seconds = []
         for _ in range(6):

@@ -36,9 +36,16 @@ from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import Attended, attend, normalized
 from mlxcore.errors import ModelLoadError
+from mlxcore.kv.base import ModelCache
+from mlxcore.kv.geometry import model_geometry
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
 from mlxcore.kv.slab_storage import LayerStorage
+from mlxcore.kv.standard import StandardCache
+
+# Row counts whose kernels a warm-up builds: a lone decode row, and two rows, whose kernels every other count
+# reuses (measured on the embedded target: 18 kernels for one, 8 more for two, none after).
+WARM_UP_ROWS = (1, 2)
 
 
 class BatchDecoder:
@@ -99,7 +106,7 @@ class BatchDecoder:
             feed.h = x[start:start + len(feed.ids)]
         for cache in caches:
             cache.finish_batched_pass()
-        return self.forward._head(x[:rows])[:, -1, :] if rows else None
+        return self.forward.logits(x[:rows])[:, -1, :] if rows else None
 
     def _reads(self, pool: BlockPool | None, caches: list[PagedCache]) -> _OwnReads | _MirrorReads:
         """Announce each sequence's one token; how the batch reads its keys and values this pass."""
@@ -126,6 +133,29 @@ class BatchDecoder:
         """Give the mirror's memory back (nothing decodes now); the next batch fills it again."""
         if self.mirror is not None:
             self.mirror.drop()
+
+
+def forward_rows(forward: CompiledForward, cache: ModelCache, ids: list[int] | mx.array,
+                 decoder: BatchDecoder | None = None) -> mx.array:
+    """One sequence's few rows (a lone reply's decode row, a round's verification or draft pass; ``ids`` may be
+    lazy) through the batched pass on ``cache``, of any kind; their logits (L, V)."""
+    feed = PromptFeed(forward, cache, ids, decoding=True)
+    (decoder or BatchDecoder(forward))([], None, [feed])
+    feed.ran()
+    return forward.logits(feed.h)[:, -1]
+
+
+def warm_up(forward: CompiledForward) -> None:
+    """Build the batched pass's compiled kernels now, on a throwaway cache, rather than during the first reply.
+
+    On Linux, MLX compiles them with the system C++ compiler the first time a machine sees them (tens of
+    seconds), then reuses them from its disk cache.
+    """
+    if not forward.enabled:
+        return
+    cache = StandardCache(model_geometry(forward.wrapped))
+    for count in WARM_UP_ROWS:
+        mx.eval(forward_rows(forward, cache, [0] * count))
 
 
 def _pool(caches: list[PagedCache], feeds: Sequence[PromptFeed]) -> BlockPool | None:

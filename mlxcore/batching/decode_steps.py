@@ -27,7 +27,7 @@ from typing import cast
 
 import mlx.core as mx
 
-from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.batch_forward import BatchDecoder, forward_rows
 from mlxcore.batching.constraints import Bitmask, GrammarError
 from mlxcore.batching.hybrid_batch import HybridBatchDecoder
 from mlxcore.batching.prompt_feed import PromptFeed
@@ -95,7 +95,9 @@ class DecodeSteps:
 
     def _logits(self, seqs: list[Sequence], inputs: mx.array, feeds: Listed[PromptFeed]) -> mx.array:
         targets = [seq.caches.target for seq in seqs if seq.caches is not None]  # (every decoding one has caches)
-        if len(seqs) == 1 and not feeds:
+        if len(seqs) == 1 and not feeds and self.forward.split:  # one decode row, on any cache
+            return forward_rows(self.forward, targets[0], inputs, cast(BatchDecoder, self.decoder))
+        if len(seqs) == 1 and not feeds:  # a lone reply of a model not split here (a hybrid one): its own layers
             targets[0].begin(1)
             logits: mx.array = self.forward(inputs[None], cache=targets[0].layers)[:, -1, :]
             return logits

@@ -30,12 +30,12 @@ class PromptFeed:
     (``ids`` an array, lazy), whose every row's hidden state is kept (``spec_rows.py``)."""
 
     def __init__(self, forward: CompiledForward, cache: ModelCache, ids: list[int] | mx.array,
-                 in_round: bool = False) -> None:
+                 decoding: bool = False) -> None:
         """Announce the chunk to the cache (``PoolExhaustedError`` if the pool cannot take it, nothing changed).
-        ``in_round``: a speculative round's rows (``spec_rows.py``)."""
-        # A round's few rows: a pass of such chunks alone runs compiled, as decode rows do (their counts
-        # repeat); a prompt's chunk lengths vary, and each new one would trace a graph anew.
-        self.short = in_round and len(ids) <= MAX_COMPILED_TOKENS
+        ``decoding``: a decoding reply's few rows (a lone decode row, a speculative round's: ``forward_rows``)."""
+        # A pass of such rows alone runs compiled, as decode rows do (their counts repeat); a prompt's chunk
+        # lengths vary, and each new one would trace a graph anew.
+        self.short = decoding and len(ids) <= MAX_COMPILED_TOKENS
         self.paged = cache if isinstance(cache, PagedCache) else None  # on the pool: the pass writes its slots
         self.mask: Mask = None
         if self.paged is None:  # its layers write as they go; the mask is the cache's (a window's, for a rotating one)

@@ -47,7 +47,7 @@ class BatchRound:
         self.proposals = [_decoder(seq).with_forced(*proposal) for seq, proposal in zip(seqs, proposals)
                           if proposal is not None]
         self.verify = [PromptFeed(rounds.target, tcache, mx.concatenate([mx.array(seq.ids[tcache.offset:]), drafted]),
-                                  in_round=True)
+                                  decoding=True)
                        for seq, (drafted, _), (tcache, _) in zip(self.drafting, self.proposals,
                                                                  map(_caches, self.drafting))]
 
@@ -57,7 +57,7 @@ class BatchRound:
         for feed in self.verify:
             feed.ran()
         sizes = [drafted.size + 1 for drafted, _ in self.proposals]
-        rows = target._head(mx.concatenate([feed.h[-size:] for feed, size in zip(self.verify, sizes)]))[:, 0]
+        rows = target.logits(mx.concatenate([feed.h[-size:] for feed, size in zip(self.verify, sizes)]))[:, 0]
         mx.async_eval(rows)  # (rows, V): each reply's k + 1 in turn
         out, start = [], 0
         for seq, (drafted, q), size, k in zip(self.drafting, self.proposals, sizes, self.proposed):
@@ -97,11 +97,11 @@ class SpeculativeRows:
     def _pass(self, rows: list[tuple[ModelCache, list[int] | mx.array]]) -> mx.array:
         """One draft pass feeding each cache its tokens; the logits (B, V) after each one's last."""
         assert self.draft is not None and self.decoder is not None  # (``propose``)
-        feeds = [PromptFeed(self.draft, cache, ids, in_round=True) for cache, ids in rows]
+        feeds = [PromptFeed(self.draft, cache, ids, decoding=True) for cache, ids in rows]
         self.decoder([], None, feeds)
         for feed in feeds:
             feed.ran()
-        out: mx.array = self.draft._head(mx.concatenate([feed.h[-1:] for feed in feeds]))[:, -1]
+        out: mx.array = self.draft.logits(mx.concatenate([feed.h[-1:] for feed in feeds]))[:, -1]
         return out
 
 

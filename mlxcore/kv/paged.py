@@ -4,9 +4,8 @@
 block table (new blocks, copy-on-write of a shared partial tail) and keeps the
 resulting plan; each layer then writes its keys and values where the plan says.
 ``hash_blocks(ids)``, once the owner knows the ids and every layer holds them,
-makes the full blocks prefix hits. Attention reads the sequence where it lies, one way for every pass
-(``update_and_read`` after a layer's own write, ``layer_read`` after a batched
-pass's): one view of storage per run of adjacent blocks (a lone chat has one run
+makes the full blocks prefix hits. Attention reads the sequence where it lies (``layer_read``, after the
+batched pass wrote a layer's rows): one view of storage per run of adjacent blocks (a lone chat has one run
 per slab it spans; a fork, a shared prefix or a restored session a few more),
 which ``decode_attention.py`` and ``cpu_attention.py`` attend over without
 joining them; runs that lie in one slab with small gaps between them as one view
@@ -62,14 +61,6 @@ class PagedLayerCache:
         """Write (1, kv_heads, L, head_dim) keys/values of the tokens ``begin`` announced; return the whole sequence."""
         self._owner._write_layer(self, keys, values)
         return self._owner._fetch(self)
-
-    def update_and_read(self, keys: mx.array, values: mx.array, mask: Mask, heads: int) -> tuple[list[Segment], Mask]:
-        """As ``update_and_fetch``, but the sequence as views of storage for attention of ``heads`` query heads
-        (``PagedCache.read``), with the mask to attend over them with: the model's ``mask`` (None or "causal"),
-        or, when the runs are read as one view over the slots between them, an array (L, slots) saying which
-        slots each query sees."""
-        self._owner._write_layer(self, keys, values)
-        return self._owner.read(self.index, self.offset, keys.shape[2], heads, mask)
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Mask:
         mask: Mask = create_attention_mask(N, offset=self.offset, return_array=return_array, window_size=window_size)
