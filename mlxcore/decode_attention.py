@@ -27,6 +27,7 @@ MLX's CPU attention broadcasts a 5-D product per query head.
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -41,6 +42,7 @@ from mlxcore.kv.protocol import FloatSegment, Mask, Part, Segment
 
 Quantized = tuple[mx.array, mx.array, mx.array]  # packed words, scales, biases
 Attended = tuple[mx.array, mx.array | None]  # (out, row sums to divide it by, or None when out is final)
+Attention = Callable[[mx.array, list[Segment]], Attended]  # queries and their segments -> ``Attended``
 
 
 def attend(q: mx.array, segments: list[Segment], scale: float, mask: Mask = None) -> mx.array:
@@ -57,16 +59,31 @@ def attend_parts(q: mx.array, segments: list[Segment], scale: float, mask: Mask 
     """``attend`` before its last division: (out, total), so that a caller can fold ``out / total`` and the
     reshape to (B, heads, L, dim) into its own compiled step (``normalized`` does them otherwise).
     out: (B, kv_heads, rep * L, dim) unnormalised, total: (B, kv_heads, rep * L, 1); or (attention, None)."""
+    return attention_for(q, segments, scale, mask)(q, segments)
+
+
+def attention_for(q: mx.array, segments: list[Segment], scale: float, mask: Mask = None) -> Attention:
+    """``attend_parts`` decided for queries and segments of these shapes and this mask. Every layer of a
+    pass reads alike (the same rows over the same runs), so a pass decides once and each layer calls the
+    function this returns, with its own queries and segments."""
     profile = current()
     quantized = isinstance(segments[0][0], tuple)
+    dim = q.shape[-1]
     if profile.fast_exp and isinstance(mask, str) and _scores_outgrow_cache(q, segments):  # a long prompt chunk
-        return segmented_causal_attention(q, dequantized(segments, q.shape[-1]) if quantized else cast("list[FloatSegment]", segments),
-                                          scale), None
+        def blocked(q: mx.array, segments: list[Segment]) -> Attended:
+            floats = dequantized(segments, dim) if quantized else cast("list[FloatSegment]", segments)
+            return segmented_causal_attention(q, floats, scale), None
+        return blocked
     if (profile.fused_attention and not quantized and (len(segments) == 1 or _scores_outweigh_keys(q, segments))
             or not _grouped_mask_ok(mask)):
-        keys, values = _joined(dequantized(segments, q.shape[-1]) if quantized else segments)
-        return mx.fast.scaled_dot_product_attention(q, cast(mx.array, keys), cast(mx.array, values), scale=scale, mask=mask), None
-    return _grouped(q, segments, scale, lambda scores: _masked(scores, mask, q.shape[2]), profile.fast_exp)
+        def fused(q: mx.array, segments: list[Segment]) -> Attended:
+            keys, values = _joined(dequantized(segments, dim) if quantized else segments)
+            return mx.fast.scaled_dot_product_attention(q, cast(mx.array, keys), cast(mx.array, values), scale=scale,
+                                                        mask=mask), None
+        return fused
+    n, fast = q.shape[2], profile.fast_exp
+    masking = None if mask is None or isinstance(mask, str) and n == 1 else partial(_masked, mask=mask, n=n)
+    return lambda q, segments: _grouped(q, segments, scale, masking, fast)
 
 
 def dequantized(segments: list[Segment], dim: int) -> list[FloatSegment]:
@@ -100,25 +117,33 @@ def normalized(parts: Attended, shape: tuple[int, ...]) -> mx.array:
     return _as(out / total, out.dtype).reshape(shape)
 
 
-def _grouped(q: mx.array, segments: list[Segment], scale: float, mask: Callable[[mx.array], mx.array],
+def _grouped(q: mx.array, segments: list[Segment], scale: float, mask: Callable[[mx.array], mx.array] | None,
              fast: bool) -> Attended:
-    """Grouped-query softmax attention over ``segments``; ``mask`` maps float32 scores to masked scores."""
+    """Grouped-query softmax attention over ``segments``; ``mask`` maps float32 scores to masked scores (None:
+    every key is seen). One float segment, the common case, runs with no helper calls (they cost per layer)."""
     batch, heads, n, dim = q.shape
-    keys = segments[0][0]
-    kv_heads = _keys_of(keys).shape[1]
+    keys, values = segments[0]
+    kv_heads = (keys[0] if isinstance(keys, tuple) else keys).shape[1]
     rows = (q if scale == 1.0 else q * scale).reshape(batch, kv_heads, heads // kv_heads * n, dim)  # head h: kv h // rep
-    pieces = [_scores(rows, keys) for keys, _ in segments]  # (B, kv_heads, rep * L, length) each
-    scores = pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-1)
-    scores = mask(_as(scores, mx.float32))
-    values_dtype = _dtype(segments[0][1])
+    if len(segments) == 1 and not isinstance(keys, tuple):
+        scores = rows @ keys.swapaxes(-1, -2)  # (B, kv_heads, rep * L, length)
+    else:
+        pieces = [_scores(rows, keys) for keys, _ in segments]
+        scores = pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-1)
+    if scores.dtype != mx.float32:
+        scores = scores.astype(mx.float32)
+    if mask is not None:
+        scores = mask(scores)
+    values_dtype = values[1].dtype if isinstance(values, tuple) else values.dtype  # a quantized one's scales'
     if fast:
         weights = fast_exp_below(scores, mx.max(scores, axis=-1, keepdims=True))
         total = mx.sum(weights, axis=-1, keepdims=True)
     else:
         weights, total = mx.softmax(scores, axis=-1, precise=True), None
-    weights = _as(weights, values_dtype)
+    if weights.dtype != values_dtype:
+        weights = weights.astype(values_dtype)
     if len(segments) == 1:
-        out = _weighted(weights, segments[0][1], dim)
+        out = weights @ values if not isinstance(values, tuple) else _weighted(weights, values, dim)
     else:  # one split (not a slice per run); each run's product added to the sum in the same call
         ends = list(itertools.accumulate(_length(keys) for keys, _ in segments))[:-1]
         parts: list[mx.array] = mx.split(weights, ends, axis=-1)  # type: ignore[assignment]  # mlx's stub: a list
@@ -165,11 +190,6 @@ def _length(keys: Part) -> int:
     return _keys_of(keys).shape[2]
 
 
-def _dtype(values: Part) -> mx.Dtype:
-    """The dtype attention's weights take to meet ``values`` (a quantized one's scales)."""
-    return values[1].dtype if isinstance(values, tuple) else values.dtype
-
-
 def _as(array: mx.array, dtype: mx.Dtype) -> mx.array:
     return array if array.dtype == dtype else array.astype(dtype)
 
@@ -204,7 +224,7 @@ def _grouped_mask_ok(mask: Mask) -> bool:
         isinstance(mask, mx.array) and all(size == 1 for size in mask.shape[:-2]))
 
 
-def _masked(scores: mx.array, mask: Mask, n: int) -> mx.array:
+def _masked(scores: mx.array, *, mask: Mask, n: int) -> mx.array:
     """Apply ``mask`` to scores (B, kv_heads, rep * L, keys) whose rows are (query head, query) pairs."""
     if mask is None:
         return scores

@@ -34,7 +34,7 @@ import mlx.core as mx
 from mlxcore.batching.batch_mirror import BatchMirror, MirrorStep
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
-from mlxcore.decode_attention import Attended, attend, normalized
+from mlxcore.decode_attention import Attended, Attention, attention_for, normalized
 from mlxcore.errors import ModelLoadError
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.geometry import model_geometry
@@ -87,7 +87,10 @@ class BatchDecoder:
                 written = slots.apply(pool.storage[index], parts)
             else:  # a chunk on a cache of one sequence: its layer writes it (``PromptFeed.attend``)
                 written = []
-            if feeds:
+            if len(feeds) == 1 and reads is None:  # one sequence's rows (a lone reply's, a prompt's): no list
+                out = feeds[0].attend(q, index, both if pool is None else None)
+                x = layer.after(x, (out, None)) if compiled else layer.after_rows(x, out)
+            elif feeds:
                 outs = [feed.attend(q[start:start + len(feed.ids)], index, both if pool is None else None)
                         for feed, start in zip(feeds, starts)]
                 if reads is not None:
@@ -191,6 +194,8 @@ class SlotWrites:
         new arrays."""
         for slab, slots, rows in self.groups:
             storage.scatter(slab, slots, parts if rows is None else tuple(mx.take(p, rows, axis=2) for p in parts))
+        if len(self.groups) == 1:
+            return list(storage.slabs[self.groups[0][0]])
         return [part for slab, _, _ in self.groups for part in storage.slabs[slab]]
 
 
@@ -199,14 +204,22 @@ class _OwnReads:
 
     def __init__(self, caches: list[PagedCache]) -> None:
         self.caches = caches
+        self._attention: list[Attention | None] = [None] * len(caches)  # each row's, decided at the first layer
 
     def write(self, index: int, parts: tuple[mx.array, ...]) -> None:
         """Nothing: the pool holds what this reads."""
 
     def attend(self, index: int, q: mx.array) -> Attended:
         """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens (``attend_parts``)."""
-        return mx.concatenate([_attend_own(q[row:row + 1], cache, index)
-                               for row, cache in enumerate(self.caches)], axis=0), None
+        outs = []
+        for row, cache in enumerate(self.caches):
+            query = q[row:row + 1]
+            segments, mask = cache.layer_read(index, query.shape[1])
+            attention = self._attention[row]
+            if attention is None:
+                attention = self._attention[row] = attention_for(query, segments, 1.0, mask)
+            outs.append(normalized(attention(query, segments), query.shape))
+        return mx.concatenate(outs, axis=0), None
 
 
 class _MirrorReads:
@@ -220,9 +233,3 @@ class _MirrorReads:
 
     def attend(self, index: int, q: mx.array) -> Attended:
         return self.mirror.attend(index, self.step, q)
-
-
-def _attend_own(q: mx.array, cache: PagedCache, index: int) -> mx.array:
-    """One sequence's query (1, heads, 1, dim; scaled) over its own tokens in layer ``index``."""
-    segments, mask = cache.layer_read(index, q.shape[1])
-    return attend(q, segments, 1.0, mask)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from mlxcore.compiled_forward import MAX_COMPILED_TOKENS, CompiledForward
-from mlxcore.decode_attention import attend
+from mlxcore.decode_attention import Attention, attention_for, normalized
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.protocol import Mask
@@ -44,6 +44,7 @@ class PromptFeed:
         self.cache, self.ids = cache, ids
         self.h = forward.model.embed_tokens((ids if isinstance(ids, mx.array) else mx.array(ids))[:, None])  # (L, 1, hidden): a row a token
         self.offsets = mx.arange(cache.offset, cache.offset + len(ids), dtype=mx.int32)
+        self._attention: Attention | None = None
 
     def attend(self, q: mx.array, index: int, both: mx.array | None = None) -> mx.array:
         """The chunk's queries (L, heads, 1, dim; scaled) over its tokens in layer ``index``; shaped as ``q``.
@@ -54,7 +55,10 @@ class PromptFeed:
         else:
             assert both is not None  # a cache of one sequence is given its keys and values
             segments, mask = [self.cache.layers[index].update_and_fetch(both[0][None], both[1][None])], self.mask
-        return attend(q.transpose(2, 1, 0, 3), segments, 1.0, mask).transpose(2, 1, 0, 3)
+        q = q.transpose(2, 1, 0, 3)
+        if self._attention is None:  # decided at the first layer: every layer reads alike
+            self._attention = attention_for(q, segments, 1.0, mask)
+        return normalized(self._attention(q, segments), q.shape).transpose(2, 1, 0, 3)
 
     def ran(self) -> None:
         """After the pass: its cache holds the chunk in every layer."""

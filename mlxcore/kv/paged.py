@@ -122,6 +122,7 @@ class PagedCache(ModelCache):
         self._pending_layers = 0
         self._gather: Gather | None = None  # the table's runs, made again when the table changes
         self._span: tuple[tuple[int, int], Span | None] | None = None  # ((length, queries), span and mask) of this pass
+        self._reads: tuple[list[tuple[int, int, int]] | None, Mask] | None = None  # this pass's (``_read_plan``)
         self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
         # Give the blocks back when the cache is garbage collected without release().
         weakref.finalize(self, pool.drop_sequence, self.seq_id)
@@ -222,32 +223,43 @@ class PagedCache(ModelCache):
         return [where(seg.slot + i) for seg in plan.segments for i in range(seg.length)]
 
     def layer_read(self, index: int, heads: int) -> tuple[list[Segment], Mask]:
-        """Layer ``index``'s tokens, the announced ones included, for their causal attention (``read``)."""
-        plan = self._announced()
-        return self.read(index, plan.start + plan.length, plan.length, heads, "causal")
+        """Layer ``index``'s tokens, the announced ones included, for the causal attention of the announced ones
+        in ``heads`` query heads: where they lie is found once a pass (``_read_plan``), and each layer takes
+        views of its own storage there."""
+        plan = self._reads if self._reads is not None else self._read_plan(heads)
+        places, mask = plan
+        storage = self.pool.storage[index]
+        if places is None:  # past the profile's max_segments runs: one copy
+            announced = self._plan
+            assert announced is not None  # (``_read_plan`` checked it)
+            return [storage.fetch(self._gather_index(), announced.start + announced.length)], mask
+        return storage.views(places), mask
 
-    def read(self, index: int, length: int, queries: int, heads: int, mask: Mask) -> tuple[list[Segment], Mask]:
-        """The first ``length`` tokens of layer ``index`` for attention of the last ``queries`` of them, each
-        in ``heads`` query heads, with ``mask``: views of their runs, or (a causal or unmasked read the device
-        attends with an array mask, ``cpu_attention.reads_spans``) one view over runs in one slab with small
-        gaps, with its (queries, slots) mask; past the profile's ``max_segments`` runs, one copy."""
-        causal = mask is None or isinstance(mask, str) and mask == "causal"
+    def _read_plan(self, heads: int) -> tuple[list[tuple[int, int, int]] | None, Mask]:
+        """Where the pass's attention reads (slab, start, size views: the runs, or one span over runs in one
+        slab with small gaps between them when the device attends with an array mask,
+        ``cpu_attention.reads_spans``; None: one copy, past the profile's ``max_segments`` runs) and its mask."""
+        plan = self._announced()
+        length, queries = plan.start + plan.length, plan.length
         rows = heads // self.pool.geometry.kv_heads * queries  # query rows per kv head
-        span = self._span_mask(length, queries) if causal and reads_spans(rows, length) else None
-        if span is not None:
-            (slab, start, size), seen = span
-            return [self.pool.storage[index].view(slab, start, size)], seen
+        span = self._span_mask(length, queries) if reads_spans(rows, length) else None
         gather = self._gather_index()
-        if len(gather.runs) > current().max_segments:
-            return [self.pool.storage[index].fetch(gather, length)], mask
-        return self.pool.storage[index].segments(gather, length), mask
+        reads: tuple[list[tuple[int, int, int]] | None, Mask]
+        if span is not None:
+            reads = [span[0]], span[1]
+        elif len(gather.runs) > current().max_segments:
+            reads = None, "causal"
+        else:
+            reads = gather.places(length), "causal"
+        self._reads = reads
+        return reads
 
     def finish_batched_pass(self) -> None:
         """Every layer holds the announced tokens now (written by a batched pass)."""
         plan = self._announced()
         for layer in self.layers:
             layer.offset = plan.start + plan.length
-        self._plan, self._pending_layers = None, 0
+        self._plan, self._pending_layers, self._reads = None, 0, None
 
     def hash_blocks(self, ids: Sequence[int]) -> None:
         """Full blocks among the tokens every layer holds become prefix hits (a chunk on its way through the
@@ -280,7 +292,7 @@ class PagedCache(ModelCache):
             self._table_changed()
         self.pool.copy_blocks(plan.copies)
         self.pool.ensure()
-        self._plan, self._pending_layers = plan, len(self.layers)
+        self._plan, self._pending_layers, self._reads = plan, len(self.layers), None
 
     def _check_layers_agree(self) -> None:
         self._settle()
@@ -290,7 +302,7 @@ class PagedCache(ModelCache):
         lowest = min(layer.offset for layer in self.layers)
         for layer in self.layers:
             layer.offset = lowest
-        self._plan = None
+        self._plan = self._reads = None
         self._sync_table()
 
     def _sync_table(self) -> None:
@@ -305,7 +317,7 @@ class PagedCache(ModelCache):
 
     def _table_changed(self) -> None:
         """Blocks were added, copied, attached or given back: the views of the table are made again."""
-        self._gather = self._span = None
+        self._gather = self._span = self._reads = None
 
     def _write_layer(self, layer: PagedLayerCache, keys: mx.array, values: mx.array) -> None:
         plan = self._plan

@@ -46,16 +46,21 @@ class Gather:
         self.runs = [tuple(run) for run in runs]  # (slab, first slot in the slab, slots)
         self._rows: dict[tuple[int, int], mx.array] = {}  # (kv_heads, slab slots) -> (kv_heads, slots) rows
 
-    def span(self, length: int) -> tuple[tuple[int, int, int], npt.NDArray[np.int32]] | None:
-        """For the first ``length`` tokens in several runs of one slab with small gaps between them: the run
-        (slab, first slot, slots) that spans them, and each of its slots' position in the sequence (-1 in a
-        gap). None when they are one run, cross slabs, or the gaps are too wide to read."""
+    def places(self, length: int) -> list[tuple[int, int, int]]:
+        """The runs that hold the first ``length`` tokens, (slab, first slot, slots), the last cut to them."""
         runs, left = [], length
         for slab, start, size in self.runs:
             if left <= 0:
                 break
             runs.append((slab, start, min(size, left)))
             left -= size
+        return runs
+
+    def span(self, length: int) -> tuple[tuple[int, int, int], npt.NDArray[np.int32]] | None:
+        """For the first ``length`` tokens in several runs of one slab with small gaps between them: the run
+        (slab, first slot, slots) that spans them, and each of its slots' position in the sequence (-1 in a
+        gap). None when they are one run, cross slabs, or the gaps are too wide to read."""
+        runs = self.places(length)
         if len(runs) < 2 or len({slab for slab, _, _ in runs}) > 1:
             return None
         first, stop = min(start for _, start, _ in runs), max(start + size for _, start, size in runs)
@@ -90,6 +95,7 @@ class LayerStorage:
 
     def __init__(self, geometry: KVGeometry, config: PoolConfig) -> None:
         self._geometry, self._config = geometry, config
+        self._float = not geometry.format.quantized  # one part a slab
         self.slabs: list[tuple[mx.array, ...]] = []
 
     def add_slab(self) -> None:
@@ -120,9 +126,9 @@ class LayerStorage:
 
     def encode(self, both: mx.array) -> tuple[mx.array, ...]:
         """Keys and values (2, kv_heads, n, head_dim) as this storage holds them (its parts)."""
-        fmt = self._geometry.format
-        if not fmt.quantized:
+        if self._float:
             return (both,)
+        fmt = self._geometry.format
         return tuple(mx.quantize(both, group_size=fmt.group_size, bits=fmt.bits))
 
     def write(self, segments: tuple[WriteSegment, ...], keys: mx.array, values: mx.array) -> None:
@@ -149,6 +155,10 @@ class LayerStorage:
         """Write one token each into ``slots`` (1, 1, n, 1) of ``slab``: ``parts`` (2, kv_heads, n, width), as
         ``encode`` gives them. ``put_along_axis`` with the slots broadcast: one operation, where slice
         assignment at a list of slots is several."""
+        if self._float:  # one part (no generator: a call per layer)
+            target, part = self.slabs[slab][0], parts[0]
+            self.slabs[slab] = (mx.put_along_axis(target, mx.broadcast_to(slots, part.shape), part, axis=2),)
+            return
         self.slabs[slab] = tuple(mx.put_along_axis(target, mx.broadcast_to(slots, part.shape), part, axis=2)
                                  for target, part in zip(self.slabs[slab], parts))
 
@@ -165,16 +175,20 @@ class LayerStorage:
             return self._split([part[:, :, start:start + length, :] for part in self.slabs[slab]])
         return self.gather(gather, length)
 
-    def segments(self, gather: Gather, length: int) -> list[tuple]:
-        """The first ``length`` tokens as views of storage, one (keys, values) pair per run, in order."""
-        if not self.slabs or not gather.runs:
+    def views(self, places: list[tuple[int, int, int]]) -> list[tuple]:
+        """Keys and values of each (slab, first slot, slots) place, in order, as views: (1, kv_heads, slots,
+        width) each. Float storage without helper calls (a pass reads every layer so)."""
+        if not self.slabs or not places:
             return [self._empty()]
-        views, left = [], length
-        for slab, start, size in gather.runs:
-            if left <= 0:
-                break
-            views.append(self.view(slab, start, min(size, left)))  # a whole slab needs no slice (one op less)
-            left -= size
+        views = []
+        for slab, start, size in places:
+            if not self._float:
+                views.append(self.view(slab, start, size))
+                continue
+            part = self.slabs[slab][0]
+            if start or size < part.shape[2]:  # a whole slab needs no slice (one operation less)
+                part = part[:, :, start:start + size, :]
+            views.append((part[0:1], part[1:2]))
         return views
 
     def view(self, slab: int, start: int, size: int) -> tuple:
@@ -196,8 +210,7 @@ class LayerStorage:
                 # take over rows gives (2, kv_heads, length, width), contiguous
                 parts.append(mx.take(part.reshape(two * heads * capacity, width), rows, axis=0))
             return self._split(parts)
-        views = self.segments(gather, length)
-        keys, values = zip(*views)
+        keys, values = zip(*self.views(gather.places(length)))
         return _joined(keys), _joined(values)
 
     def _split(self, parts: Sequence[mx.array]) -> tuple:
