@@ -62,10 +62,12 @@ def attend_parts(q: mx.array, segments: list[Segment], scale: float, mask: Mask 
     return attention_for(q, segments, scale, mask)(q, segments)
 
 
-def attention_for(q: mx.array, segments: list[Segment], scale: float, mask: Mask = None) -> Attention:
-    """``attend_parts`` decided for queries and segments of these shapes and this mask. Every layer of a
-    pass reads alike (the same rows over the same runs), so a pass decides once and each layer calls the
-    function this returns, with its own queries and segments."""
+def attention_for(q: mx.array, segments: list[Segment], scale: float, mask: Mask = None,
+                  final: bool = False) -> Attention:
+    """``attend_parts`` decided for queries and segments of these shapes and this mask (``final``: its out
+    divided already, as ``attend`` gives it, total None). Every layer of a pass reads alike (the same rows
+    over the same runs), so a pass decides once and each layer calls the function this returns, with its
+    own queries and segments."""
     profile = current()
     quantized = isinstance(segments[0][0], tuple)
     dim = q.shape[-1]
@@ -81,9 +83,9 @@ def attention_for(q: mx.array, segments: list[Segment], scale: float, mask: Mask
             return mx.fast.scaled_dot_product_attention(q, cast(mx.array, keys), cast(mx.array, values), scale=scale,
                                                         mask=mask), None
         return fused
-    n, fast = q.shape[2], profile.fast_exp
+    n = q.shape[2]
     masking = None if mask is None or isinstance(mask, str) and n == 1 else partial(_masked, mask=mask, n=n)
-    return lambda q, segments: _grouped(q, segments, scale, masking, fast)
+    return partial(_grouped, scale=scale, mask=masking, fast=profile.fast_exp, final=final)
 
 
 def dequantized(segments: list[Segment], dim: int) -> list[FloatSegment]:
@@ -118,9 +120,10 @@ def normalized(parts: Attended, shape: tuple[int, ...]) -> mx.array:
 
 
 def _grouped(q: mx.array, segments: list[Segment], scale: float, mask: Callable[[mx.array], mx.array] | None,
-             fast: bool) -> Attended:
+             fast: bool, final: bool = False) -> Attended:
     """Grouped-query softmax attention over ``segments``; ``mask`` maps float32 scores to masked scores (None:
-    every key is seen). One float segment, the common case, runs with no helper calls (they cost per layer)."""
+    every key is seen); ``final``: divided by the total here (``normalized``). One float segment, the
+    common case, runs with no helper calls (they cost per layer)."""
     batch, heads, n, dim = q.shape
     keys, values = segments[0]
     kv_heads = (keys[0] if isinstance(keys, tuple) else keys).shape[1]
@@ -152,6 +155,9 @@ def _grouped(q: mx.array, segments: list[Segment], scale: float, mask: Callable[
             out = mx.addmm(out, part, values) if not isinstance(values, tuple) else out + _weighted(part, values, dim)
     if total is None:
         return out.reshape(batch, heads, n, dim), None
+    if final:
+        divided = out / total
+        return (divided if divided.dtype == out.dtype else divided.astype(out.dtype)).reshape(batch, heads, n, dim), None
     return out, total
 
 

@@ -83,8 +83,7 @@ class BatchDecoder:
             before = layer.before_batch if compiled else layer.before_rows
             q, both = before(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
             if slots is not None and pool is not None:
-                parts = pool.storage[index].encode(both)  # as the pool stores them
-                written = slots.apply(pool.storage[index], parts)
+                parts, written = slots.apply(pool.storage[index], both)
             else:  # a chunk on a cache of one sequence: its layer writes it (``PromptFeed.attend``)
                 written = []
             if len(feeds) == 1 and reads is None:  # one sequence's rows (a lone reply's, a prompt's): no list
@@ -189,14 +188,15 @@ class SlotWrites:
         self.groups = [(slab, mx.array(slots).reshape(1, 1, -1, 1), None if len(rows) == everyone else mx.array(rows))
                        for slab, (slots, rows) in groups.items()]
 
-    def apply(self, storage: LayerStorage, parts: tuple[mx.array, ...]) -> list[mx.array]:
-        """Scatter keys and values as stored (each part (2, kv_heads, R, width)) into their slots; the slabs'
-        new arrays."""
+    def apply(self, storage: LayerStorage, both: mx.array) -> tuple[tuple[mx.array, ...], list[mx.array]]:
+        """Scatter keys and values (2, kv_heads, R, dim) into their slots, as the pool stores them; those
+        parts (each (2, kv_heads, R, width)), and the slabs' new arrays."""
+        parts = storage.encode(both)
         for slab, slots, rows in self.groups:
             storage.scatter(slab, slots, parts if rows is None else tuple(mx.take(p, rows, axis=2) for p in parts))
         if len(self.groups) == 1:
-            return list(storage.slabs[self.groups[0][0]])
-        return [part for slab, _, _ in self.groups for part in storage.slabs[slab]]
+            return parts, list(storage.slabs[self.groups[0][0]])
+        return parts, [part for slab, _, _ in self.groups for part in storage.slabs[slab]]
 
 
 class _OwnReads:
@@ -217,8 +217,8 @@ class _OwnReads:
             segments, mask = cache.layer_read(index, query.shape[1])
             attention = self._attention[row]
             if attention is None:
-                attention = self._attention[row] = attention_for(query, segments, 1.0, mask)
-            outs.append(normalized(attention(query, segments), query.shape))
+                attention = self._attention[row] = attention_for(query, segments, 1.0, mask, final=True)
+            outs.append(attention(query, segments)[0])
         return mx.concatenate(outs, axis=0), None
 
 

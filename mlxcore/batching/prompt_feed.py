@@ -18,7 +18,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from mlxcore.compiled_forward import MAX_COMPILED_TOKENS, CompiledForward
-from mlxcore.decode_attention import Attention, attention_for, normalized
+from mlxcore.decode_attention import Attention, attention_for
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.protocol import Mask
@@ -57,8 +57,8 @@ class PromptFeed:
             segments, mask = [self.cache.layers[index].update_and_fetch(both[0][None], both[1][None])], self.mask
         q = q.transpose(2, 1, 0, 3)
         if self._attention is None:  # decided at the first layer: every layer reads alike
-            self._attention = attention_for(q, segments, 1.0, mask)
-        return normalized(self._attention(q, segments), q.shape).transpose(2, 1, 0, 3)
+            self._attention = attention_for(q, segments, 1.0, mask, final=True)
+        return self._attention(q, segments)[0].transpose(2, 1, 0, 3)
 
     def ran(self) -> None:
         """After the pass: its cache holds the chunk in every layer."""

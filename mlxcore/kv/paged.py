@@ -264,7 +264,8 @@ class PagedCache(ModelCache):
     def hash_blocks(self, ids: Sequence[int]) -> None:
         """Full blocks among the tokens every layer holds become prefix hits (a chunk on its way through the
         layers, ``prompt_feed.py``, is held by none until the last writes it)."""
-        self.pool.manager.hash_blocks(self.seq_id, ids, min(layer.offset for layer in self.layers))
+        held = self.layers[0].offset if self._plan is None else min(layer.offset for layer in self.layers)
+        self.pool.manager.hash_blocks(self.seq_id, ids, held)  # (no pass under way: every layer holds the same)
 
     @property
     def announced(self) -> AppendPlan | None:
@@ -299,6 +300,8 @@ class PagedCache(ModelCache):
 
     def _settle(self) -> None:
         """Drop what a ``begin`` without (or with half) a forward pass left behind."""
+        if self._plan is None:  # no pass under way: every layer holds the same tokens, and the table fits them
+            return
         lowest = min(layer.offset for layer in self.layers)
         for layer in self.layers:
             layer.offset = lowest
