@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from mlxcore.batching.handle import RequestHandle
@@ -48,14 +50,27 @@ def seq(prompt: int, arrival: float, max_new: int | None = 100, priority=Priorit
     return Sequence(request, arrival, max_new, RequestHandle(request, lambda handle: None))
 
 
+class Held:
+    """A sequence's caches as the scheduler sees them: the tokens they hold (``Sequence.cached``)."""
+
+    def __init__(self) -> None:
+        self.target = SimpleNamespace(offset=0)
+
+
+def held(s: Sequence) -> SimpleNamespace:
+    if s.caches is None:
+        s.caches = Held()
+    return s.caches.target
+
+
 def carry_out(scheduler: Scheduler, plan) -> None:
     """What the runner does with a plan, in counts: prefill chunks, decode one token each."""
     for s in plan.preempted:
-        s.cached = 0
+        s.caches = None  # they go back to the pool
     for s, count in plan.prefill:
-        s.cached += min(count, s.prefill_left)
+        held(s).offset += min(count, s.prefill_left)
     for s in plan.decode:
-        s.cached += 1
+        held(s).offset += 1
         s.ids.append(0)  # a token generated
 
 

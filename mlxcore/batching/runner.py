@@ -341,7 +341,6 @@ class BatchRunner:
             if not self._alive(seq) or seq.caches is None:
                 continue
             feed.ran()
-            seq.cached += len(feed.ids)
             seq.computed_prompt += len(feed.ids)
             seq.caches.hash_blocks()
             if seq.prefill_left == 0 and seq.followers:
@@ -357,7 +356,6 @@ class BatchRunner:
             if n and isinstance(target, HybridCache):  # where the prompt's last turn opens
                 target.snapshot()
             prefill(self.engine.target_forward, target, part, self.engine.prefill_chunk(seq.params))
-            seq.cached += len(part)
             seq.computed_prompt += len(part)
 
     def _turn_split(self, seq: Sequence, count: int) -> int:
@@ -393,7 +391,6 @@ class BatchRunner:
             caches.draft.release()  # (a chat's own draft cache stays with it, for its next turns)
             caches.draft = None
         caches.ids = seq.ids  # one list: the caches hold its first tokens
-        seq.cached = hits
         if not seq.admitted_once:
             seq.admitted_once = True
             seq.prefix_hits = hits
@@ -402,7 +399,6 @@ class BatchRunner:
     def _refused(self, seq: Sequence, error: PoolExhaustedError) -> None:
         """The pool could not take a prompt chunk: wait for room, or fail when nothing else could make any."""
         seq.release()
-        seq.cached = 0
         self.scheduler.remove(seq)
         if self.scheduler.running:
             self.scheduler.add(seq)
@@ -422,7 +418,6 @@ class BatchRunner:
         self.scheduler.replace(seq, children[:slots])
         for child in children[slots:]:  # n counts against --max-running: the rest wait for slots, their
             child.release()  # prompt's blocks cached (a prefix hit when admitted)
-            child.cached = 0
             self.scheduler.add(child)
 
     # decode -----------------------------------------------------------------
@@ -451,9 +446,6 @@ class BatchRunner:
         elif rows:  # every decoding reply drafts: the pass is their rounds' rows (and prompt chunks)
             assert isinstance(self.decoder, BatchDecoder)  # (``self.rows``)
             self.decoder([], None, rows)
-        for seq in plain:
-            assert seq.caches is not None  # a decoding reply's
-            seq.cached = seq.caches.target.offset
         for seq, token, logprob, top in self.steps.advance():
             if seq.constraint is not None and seq.constraint.failed is not None:  # never a token past it
                 self._end(seq, error=seq.constraint.failed)
@@ -519,8 +511,6 @@ class BatchRunner:
                               rounds.draft_seconds, proposed=[k for k, _, _ in verdicts])
         emitted = 0
         for seq, (_, _, tokens) in zip(rounds.drafting, verdicts):
-            assert seq.caches is not None  # a drafting reply's
-            seq.cached = seq.caches.target.offset
             for done, (token, logprob, from_draft) in enumerate(tokens, 1):
                 self._emitted(seq, token, logprob, from_draft, ())
                 emitted += 1
@@ -547,7 +537,6 @@ class BatchRunner:
             each.release()
             each.preemptions += 1
             self.tally.preemptions += 1
-        seq.cached = 0
 
     def _speculative(self, seq: Sequence) -> SpeculativeDecoder:
         if seq.speculative is None:  # (``draft_forward`` None: prompt lookup)
@@ -572,7 +561,6 @@ class BatchRunner:
             log.info("request %s: no KV room for a draft round; it decodes on without the draft", seq.group)
             seq.leave_draft()
             return 0
-        seq.cached = caches.target.offset
         for done, (token, logprob, from_draft) in enumerate(tokens, 1):
             self._emitted(seq, token, logprob, from_draft, ())
             if not self._alive(seq):  # the reply ended there: the rest are not its tokens

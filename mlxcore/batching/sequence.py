@@ -1,6 +1,6 @@
 """``Sequence``: one reply being generated, the one object the scheduler plans with and the runner works on.
 
-The scheduler reads its counts (``length``, ``cached``, ``generated``), priority
+The scheduler reads its counts (``length``, ``cached``: what its caches hold, ``generated``), priority
 and deadline, and never a tensor. The runner keeps on it what generating needs:
 the ids (prompt, then every token generated), the sampler's random stream, the
 caches, the grammar's matcher, the text and the clock. A sequence outlives
@@ -50,7 +50,6 @@ class Sequence:
         self.prompt_tokens = len(self.ids)
         self.followers: list[Sequence] = []  # the request's other choices, until this one's prompt is read
         # the scheduler's state
-        self.cached = 0  # tokens its caches hold
         self.admitted = False
         self.preemptions = 0
         self.late = False
@@ -108,6 +107,11 @@ class Sequence:
         return self.request.deadline
 
     @property
+    def cached(self) -> int:
+        """Tokens its caches hold: its target cache's length, which each pass commits (0 without caches)."""
+        return self.caches.target.offset if self.caches is not None else 0
+
+    @property
     def prefill_left(self) -> int:
         """Tokens to feed before it decodes (the last token is fed by its first decode step)."""
         return max(self.length - 1 - self.cached, 0)
@@ -139,7 +143,7 @@ class Sequence:
         assert leader.caches is not None  # its prompt is read
         self.caches = leader.caches.fork()
         self.caches.ids = self.ids
-        self.cached, self.prefix_hits, self.computed_prompt = leader.cached, leader.prefix_hits, leader.computed_prompt
+        self.prefix_hits, self.computed_prompt = leader.prefix_hits, leader.computed_prompt
         self.admitted_once = True
 
     def release(self) -> None:
