@@ -37,7 +37,7 @@ from mlxcore.compiled_forward import CompiledForward
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.params import SamplingParams
-from mlxcore.prefill import prefill, settle
+from mlxcore.prefill import prefill, hold
 from mlxcore.configs import LOOKUP
 from mlxcore.prompt_lookup import NgramIndex
 from mlxcore.rejection import verify, verify_greedy
@@ -86,8 +86,8 @@ class SpeculativeDecoder:
         try:
             return self._round(tcache, dcache, ids, k)
         except BaseException:
-            settle(tcache, ids[:-1])
-            settle(dcache, ids[:-1])
+            hold(tcache, ids[:-1])
+            hold(dcache, ids[:-1])
             raise
 
     def _round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:

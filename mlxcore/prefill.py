@@ -21,9 +21,9 @@ class StopPrefill(Exception):
     chunks done."""
 
 
-def settle(cache: ModelCache, ids: Sequence[int], forward: CompiledForward | None = None) -> None:
-    """Make ``cache`` hold ``ids``: even out a pass stopped between layers, trim what is ahead of them and,
-    with ``forward``, feed what it lacks of them. Without, a cache behind ``ids`` stays a prefix of them
+def hold(cache: ModelCache, ids: Sequence[int], forward: CompiledForward | None = None) -> None:
+    """Make ``cache`` hold ``ids``: drop what a pass did not commit (``settle``), trim what is ahead of them
+    and, with ``forward``, feed what it lacks of them. Without, a cache behind ``ids`` stays a prefix of them
     (an interrupted prefill keeps the chunks every layer completed). Its full blocks are then hashed."""
     cache.settle()  # first: a pass stopped between layers leaves layer 0 ahead of the rest
     ahead = cache.offset - len(ids)

@@ -80,15 +80,15 @@ def test_paged_blocks_are_prefix_hits_once_told_and_held_by_every_layer():
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_settle_leaves_a_prefix_of_the_ids(kind):
-    """A pass fed a token past the reply's end (``prefill.settle``, as an abandoned or ended reply)."""
-    from mlxcore.prefill import settle
+def test_hold_leaves_a_prefix_of_the_ids(kind):
+    """A pass fed a token past the reply's end (``prefill.hold``, as an abandoned or ended reply)."""
+    from mlxcore.prefill import hold
     cache = make(kind)
     feed(cache, [5, 6, 7])
     feed(cache, [8])
-    settle(cache, [5, 6, 7, 8, 9])
+    hold(cache, [5, 6, 7, 8, 9])
     assert cache.offset == 4
-    settle(cache, [5, 6, 7])
+    hold(cache, [5, 6, 7])
     assert cache.offset == 3
     np.testing.assert_allclose(np.array(feed(cache, [9])), np.array(feed(make(kind), [5, 6, 7, 9]))[:, -1:],
                                atol=1e-4)

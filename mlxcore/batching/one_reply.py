@@ -7,7 +7,7 @@ with the prompt, the rest is read in the scheduler's steps, a prefill chunk each
 lone reply with a draft decodes speculatively. Stopping the iteration cancels the
 request at the next step, and the caches are trimmed to hold exactly the prompt
 and the tokens yielded; an exception out of a step (Ctrl+C part way through a pass)
-settles them instead (``BatchRunner.abandon``).
+makes them hold the ids emitted instead (``BatchRunner.abandon``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from mlxcore.caches import Caches
 from mlxcore.events import Event, FinalEvent
 from mlxcore.grammar import Grammar
 from mlxcore.params import GenerationParams
-from mlxcore.prefill import Progress, settle
+from mlxcore.prefill import Progress, hold
 
 if TYPE_CHECKING:  # the engine's generate runs here
     from mlxcore.engine import Engine
@@ -70,12 +70,12 @@ def generate(engine: Engine, prompt_ids: Sequence[int], caches: Caches, params: 
     finally:
         if stepping:
             batch.runner.abandon()
-        elif not finished:  # the caller stopped: the caches settle at the next step
+        elif not finished:  # the caller stopped: the caches are made to hold its ids at the next step
             handle.cancel()
             batch.run_until(handle.finished.is_set)
             for cache in (caches.target, caches.draft):  # a round may have emitted more than was taken
                 if cache is not None:
-                    settle(cache, taken)
+                    hold(cache, taken)
             final = next((e for e in drain(handle) if isinstance(e, FinalEvent)), None)
             if final is not None and final.stats.generated_tokens:  # (stopped while reading the prompt: None)
                 engine.last_stats = replace(final.stats, finish_reason="stopped")

@@ -58,7 +58,7 @@ from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.params import GenerationParams
 from mlxcore.buffer_cache import Clearing
-from mlxcore.prefill import prefill, settle
+from mlxcore.prefill import prefill, hold
 from mlxcore.reply_text import ReplyText
 
 if TYPE_CHECKING:  # the runner runs on an Engine it is given; Engine.generate runs the runner
@@ -223,11 +223,11 @@ class BatchRunner:
 
     def abandon(self) -> None:
         """A step stopped part way (an exception out of ``step``: Ctrl+C, a failed pass): each reply's
-        caches are settled to hold its ids (a prompt read in part keeps what every layer holds), handed
+        caches are made to hold its ids (a prompt read in part keeps what every layer holds), handed
         back with ``keep_caches`` or released. The runner is not stepped again."""
         self.steps.last = None
         for seq in {id(seq): seq for seq in self.sequences.values()}.values():
-            seq.settle_caches(feed=seq.request.keep_caches)
+            seq.hold_ids(feed=seq.request.keep_caches)
             if seq.request.keep_caches:
                 seq.handle.caches, seq.caches = seq.caches, None
             seq.release()
@@ -499,7 +499,7 @@ class BatchRunner:
                      len(drafting))
             for seq in drafting:
                 assert seq.caches is not None  # a decoding reply's
-                settle(seq.caches.target, seq.ids)  # an announced verification dropped
+                hold(seq.caches.target, seq.ids)  # an announced verification dropped
                 seq.leave_draft()
             return emitted, None
         return emitted, rounds if rounds.drafting else None
@@ -643,8 +643,8 @@ class BatchRunner:
             seq.handle.caches, seq.caches = seq.caches, None
         try:
             seq.release()
-        except Exception:  # caches that cannot settle (a failed pass): they go back as they are
-            log.exception("request %s: its caches could not settle", seq.request_id)
+        except Exception:  # caches that cannot hold its ids (a failed pass): they go back as they are
+            log.exception("request %s: its caches could not hold its ids", seq.request_id)
         seq.handle.fail(error)
         self.tally.failed += 1
 

@@ -28,7 +28,7 @@ from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.events import FinalEvent, GenerationStats, TokenEvent
 from mlxcore.kv.errors import PoolExhaustedError
 from mlxcore.params import GenerationParams
-from mlxcore.prefill import settle
+from mlxcore.prefill import hold
 from mlxcore.reply_text import ReplyText
 from mlxcore.sampling import TokenPicker
 
@@ -148,27 +148,27 @@ class Sequence:
 
     def release(self) -> None:
         """Give the caches back (their full blocks stay cached for a prefix hit)."""
-        self.settle_caches()
+        self.hold_ids()
         if self.caches is not None:
             self.caches.release()
             self.caches = None
 
-    def settle_caches(self, feed: bool = False) -> None:
+    def hold_ids(self, feed: bool = False) -> None:
         """The caches hold a prefix of ``ids``: what a round drafted or a step fed past the reply's end (or
         a pass stopped part way) is trimmed. ``feed``: a reply that drafted also feeds both caches what they
         lack, so that they hold exactly ``ids`` (the caller's chat goes on from them)."""
         if self.caches is None:
             return
         decoder = self.speculative if feed else None
-        settle(self.caches.target, self.ids, decoder.target if decoder is not None else None)
+        hold(self.caches.target, self.ids, decoder.target if decoder is not None else None)
         draft = self.caches.draft
         if draft is None:
             return
         lag = len(self.ids) - draft.offset  # far behind (it decoded plainly): caught up at its next round
         try:
-            settle(draft, self.ids, decoder.draft if decoder and lag <= decoder.controller.max_k + 1 else None)
+            hold(draft, self.ids, decoder.draft if decoder and lag <= decoder.controller.max_k + 1 else None)
         except PoolExhaustedError:  # no room to feed it: it stays a prefix
-            settle(draft, self.ids)
+            hold(draft, self.ids)
 
     def leave_draft(self) -> None:
         """Decode on without the draft (a round did not fit in the pool, or the target wants its memory):
@@ -200,7 +200,7 @@ class Sequence:
         the caches go back to the pool, or to the caller with ``Request.keep_caches``."""
         handle, reply = self.handle, self.reply
         assert reply is not None  # (a scheduler test's sequence ends with nothing to say)
-        self.settle_caches(feed=self.request.keep_caches)
+        self.hold_ids(feed=self.request.keep_caches)
         if self.request.keep_caches and self.caches is not None:
             handle.caches, self.caches = self.caches, None
         self.release()

@@ -87,7 +87,7 @@ class ModelCache(ABC):
         """
         if count < 1:
             raise ValueError("begin needs at least one token.")
-        self._check_layers_agree()
+        self.settle()
         self._begin(count)
 
     def hash_blocks(self, ids: Sequence[int]) -> None:
@@ -100,7 +100,7 @@ class ModelCache(ABC):
 
         Raises ``TrimError`` and changes nothing if exactly ``n`` cannot be removed.
         """
-        self._check_layers_agree()
+        self.settle()
         if not 0 <= n <= self.max_trim:
             raise TrimError(f"Cannot rewind the {self.kind} KV cache by {n} tokens: "
                             f"at most {self.max_trim} of its {self.offset} can be removed.")
@@ -110,11 +110,19 @@ class ModelCache(ABC):
         return n
 
     def settle(self) -> None:
-        """Rewind the layers a forward pass stopped half way (an exception between layers) left ahead.
+        """Drop what a forward pass did not commit: layers a pass stopped half way (an exception between
+        layers) left ahead of the others go back to the shortest. Every pass and trim starts so.
 
         Raises ``CacheStateError`` when they cannot be rewound (a wrapped rotating window).
         """
-        self._check_layers_agree()
+        lowest = min(layer.offset for layer in self.layers)
+        ahead = [layer for layer in self.layers if layer.offset > lowest]
+        try:
+            for layer in ahead:
+                layer.trim(layer.offset - lowest)
+        except TrimError:
+            raise CacheStateError("KV cache layers disagree on their length after a forward pass "
+                                  "stopped half way, and cannot be rewound; rebuild the cache.") from None
 
     @property
     def keep(self) -> int:
@@ -188,17 +196,6 @@ class ModelCache(ABC):
             raise CacheStateError(f"A {self.kind} KV cache holding {self.offset} tokens was given {len(ids)} ids: "
                                   f"its owner gives the ids of the tokens it holds (Caches(cache, ids=...)).")
         return [int(t) for t in ids[:self.offset]]
-
-    def _check_layers_agree(self) -> None:
-        """Rewind layers a forward pass that stopped half way left ahead of the others."""
-        lowest = min(layer.offset for layer in self.layers)
-        ahead = [layer for layer in self.layers if layer.offset > lowest]
-        try:
-            for layer in ahead:
-                layer.trim(layer.offset - lowest)
-        except TrimError:
-            raise CacheStateError("KV cache layers disagree on their length after a forward pass "
-                                  "stopped half way, and cannot be rewound; rebuild the cache.") from None
 
 
 def layer_tensors(names: tuple[str, ...], arrays: Sequence[tuple[mx.array, ...]]) -> Tensors:

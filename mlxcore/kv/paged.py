@@ -128,7 +128,7 @@ class PagedCache(ModelCache):
         weakref.finalize(self, pool.drop_sequence, self.seq_id)
 
     def reuse_prefix(self, ids: Sequence[int]) -> int:
-        self._settle()
+        self.settle()
         self.edits += 1
         reused = self.pool.manager.reuse_prefix(self.seq_id, ids)
         self._table_changed()
@@ -139,7 +139,7 @@ class PagedCache(ModelCache):
         return reused
 
     def fork(self) -> PagedCache:
-        self._settle()
+        self.settle()
         return PagedCache(self.pool, self.pool.manager.fork(self.seq_id))
 
     def release(self, ids: Sequence[int] = ()) -> None:
@@ -156,7 +156,7 @@ class PagedCache(ModelCache):
     def state_dict(self, ids: Sequence[int]) -> tuple[Tensors, CacheMeta]:
         """Only this sequence's tokens, in order (not whole blocks, not other sequences'); quantized blocks
         as they are stored (``stored.tensor_names``), so a file holds the same bytes as the pool."""
-        self._settle()
+        self.settle()
         fmt = self.pool.geometry.format
         arrays = [stored.flat(*self._fetch(layer)) for layer in self.layers] if self.offset else []
         meta: CacheMeta = {"kind": self.kind, "tokens": self.held_ids(ids), "block_size": self.pool.block_size,
@@ -295,11 +295,8 @@ class PagedCache(ModelCache):
         self.pool.ensure()
         self._plan, self._pending_layers, self._reads = plan, len(self.layers), None
 
-    def _check_layers_agree(self) -> None:
-        self._settle()
-
-    def _settle(self) -> None:
-        """Drop what a ``begin`` without (or with half) a forward pass left behind."""
+    def settle(self) -> None:
+        """Drop what a pass did not commit: a ``begin`` without (or with half) a forward pass."""
         if self._plan is None:  # no pass under way: every layer holds the same tokens, and the table fits them
             return
         lowest = min(layer.offset for layer in self.layers)
@@ -332,7 +329,7 @@ class PagedCache(ModelCache):
                 raise CacheShapeError(f"paged KV cache: begin announced {plan.length} tokens, "
                                       f"the forward pass feeds {keys.shape[2]}.")
         except CacheShapeError:
-            self._settle()  # undo the begin: the cache is left as it was
+            self.settle()  # undo the begin: the cache is left as it was
             raise
         self.pool.storage[layer.index].write(plan.segments, keys, values)
         layer.offset += plan.length

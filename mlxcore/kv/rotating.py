@@ -238,7 +238,7 @@ class RotatingCache(ModelCache):
 
     def state_dict(self, ids: Sequence[int]) -> tuple[Tensors, CacheMeta]:
         """Every filled slot and the ring's counters: a wrapped cache restores exactly."""
-        self._check_layers_agree()
+        self.settle()
         w, first = self.window, self.layers[0]
         fmt = self.geometry.format
         arrays = [stored.flat(*layer.state) for layer in self.layers] if first.keys is not None else []
