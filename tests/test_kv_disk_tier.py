@@ -79,6 +79,28 @@ def test_blocks_of_another_kv_format_or_block_size_never_mix(tmp_path):
     assert reply(engine(tmp_path))[1] == 592  # the float pool of 16-token blocks finds its own
 
 
+def test_where_computing_measures_faster_than_reading_the_tier_is_not_read(tmp_path):
+    first = engine(tmp_path)
+    cold, _ = reply(first)
+    pace = first.pool("target").disk.pace
+    assert pace.compute_seconds is not None and pace.read_seconds is None  # its prompt's prefill was timed
+    leave_memory(first)
+
+    second = engine(tmp_path)
+    second.new_caches()  # (its pool, under which the tier goes)
+    slow = second.pool("target").disk
+    slow.pace.timed_read(64, 64.0)  # as a disk that reads a token in a second
+    slow.pace.timed_compute(64, 0.064)
+    assert reply(second) == (cold, 0) and slow.hit_tokens == 0  # every token computed, none read
+
+    third = engine(tmp_path)  # measured the other way round: read back
+    third.new_caches()
+    fast = third.pool("target").disk
+    fast.pace.timed_read(64, 0.001)
+    fast.pace.timed_compute(64, 0.064)
+    assert reply(third) == (cold, 592) and fast.pace.read_seconds != 0.001 / 64  # (and this read was timed)
+
+
 def test_the_budget_removes_the_least_recently_used_blocks(tmp_path):
     blocks = {f"{n:040x}": block_payload([n] * 16, [bytes(1000)]) for n in range(6)}
     size = 1000 + 4 + 64 + 56  # a frame: its payload (ids and bytes), head and checksum

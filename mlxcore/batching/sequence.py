@@ -27,6 +27,7 @@ from mlxcore.caches import Caches
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.events import FinalEvent, GenerationStats, TokenEvent
 from mlxcore.kv.errors import PoolExhaustedError
+from mlxcore.kv.paged import PagedCache
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import settle
 from mlxcore.reply_text import ReplyText
@@ -196,6 +197,7 @@ class Sequence:
         the caches go back to the pool, or to the caller with ``Request.keep_caches``."""
         handle, reply = self.handle, self.reply
         assert reply is not None  # (a scheduler test's sequence ends with nothing to say)
+        self._time_prefill()
         self.settle_caches(feed=self.request.keep_caches)
         if self.request.keep_caches and self.caches is not None:
             handle.caches, self.caches = self.caches, None
@@ -218,6 +220,16 @@ class Sequence:
         if stats_extra:
             stats = replace(stats, **stats_extra)
         handle.put(FinalEvent(finish_reason=reason, text=reply.text, stats=stats))
+
+    def _time_prefill(self) -> None:
+        """Tell the disk tier what computing this prompt cost per token, its reads aside (it reads back only
+        while reading measures faster: ``pool_disk.ReadOrCompute``)."""
+        target = self.caches.target if self.caches is not None else None
+        if not isinstance(target, PagedCache) or target.pool.disk is None or self.preemptions:
+            return
+        if self.first_token and self.started_at:
+            seconds = self.first_token - self.started_at - target.disk_read_seconds
+            target.pool.disk.pace.timed_compute(self.computed_prompt, seconds)
 
     def _draft_figures(self, count: int) -> dict:
         if self.speculative is None:

@@ -132,6 +132,7 @@ class PagedCache(ModelCache):
         self._gather: Gather | None = None  # the table's runs, made again when the table changes
         self._span: tuple[tuple[int, int], Span | None] | None = None  # ((length, queries), span and mask) of this pass
         self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
+        self.disk_read_seconds = 0.0  # spent reading its blocks back from the disk tier (not computing them)
         # Give the blocks back when the cache is garbage collected without release().
         weakref.finalize(self, pool.drop_sequence, self.seq_id)
 
