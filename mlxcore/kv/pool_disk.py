@@ -147,7 +147,7 @@ class PoolDisk:
         cache.hash_blocks(ids)
         seconds = time.perf_counter() - began
         self.pace.timed_read(count, seconds)
-        cache.disk_read_seconds += seconds
+        cache.disk_read_tokens, cache.disk_read_seconds = count, seconds
         self.hit_tokens += count
         if self.role == "target":  # the tier counts a prompt's tokens once (a draft reads the same ones)
             self.tier.hit_tokens += count
