@@ -30,6 +30,7 @@ def all_rows() -> dict[str, tuple[str, Row]]:
     from bench.hybrid_turns import hybrid_snapshot_bytes_per_token, hybrid_turn10_prefill_fraction
     from bench.hybrid_serving import hybrid_batch_vs_alone, hybrid_request_turn10_prefill_fraction
     from bench.tui import Workload, tui_decode_vs_headless
+    from bench.twins import twin_folder
 
     smoke_tui = Workload(reply_tokens=16, earlier=4)
     from bench import serve as serve_bench
@@ -58,6 +59,11 @@ def all_rows() -> dict[str, tuple[str, Row]]:
         "restart_ttft_vs_cold": ("first token of a 3,000-token conversation's next turn on an empty pool with the "
                                  "disk tier / without it (computed)",
                                  lambda s: restart_ttft_vs_cold(s.model, s.runs, tokens=s.pick(3000, 64))),
+        "restart_ttft_vs_cold_twin": ("the same on the 8B twin (float32; one pair at --runs 5: a cold 3,000-token "
+                                      "prompt takes minutes on a CPU)",
+                                      lambda s: restart_ttft_vs_cold(str(twin_folder("qwen3-8b", bits=None)),
+                                                                     s.pick(max(1, s.runs // 5), 1),
+                                                                     tokens=s.pick(3000, 64))),
         "disk_tier_decode_cost": ("decode tok/s while evicted blocks are written to the disk tier / tier off",
                                   lambda s: disk_tier_decode_cost(s.model, s.runs, tokens=s.pick(256, 16))),
         "autosave_write_ratio": ("bytes an autosave writes after a short turn in a 3,000-token chat / the "

@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from bench.twin_build import RECIPE_VERSION, write_twin
@@ -29,21 +30,22 @@ BITS = (4, None)  # 4-bit with bf16 scales (the users' repos), or float32 (fast 
 
 
 def twin_folder(name: str, *, bits: int | None = 4, seed: int = 0, root: Path | None = None,
-                vocab_pad: int = 0) -> Path:
+                vocab_pad: int = 0, layers: int | None = None) -> Path:
     """The folder of twin ``name`` (4-bit with bf16 scales, or float32 with bits=None), built on first use.
 
     ``vocab_pad`` adds that many embedding rows beyond the real vocabulary (a
-    draft padded larger than its target). ``root`` defaults to ``twins_root()``.
+    draft padded larger than its target). ``layers`` keeps only that many of the model's layers (each layer as
+    the real one's: a cheap stand-in where the depth does not matter). ``root`` defaults to ``twins_root()``.
     A build goes to a hidden folder that is renamed into place when complete,
     under a lock, so a killed build leaves no twin and concurrent callers build once.
     """
-    spec = _spec(name)
+    spec = _spec(name, layers)
     if bits not in BITS:
         raise ValueError(f"bits must be 4 or None (float32), not {bits!r}")
     if seed < 0 or vocab_pad < 0:
         raise ValueError(f"seed and vocab_pad must be at least 0, got {seed} and {vocab_pad}")
     root = Path(root) if root is not None else twins_root()
-    folder = root / folder_name(name, bits=bits, seed=seed, vocab_pad=vocab_pad)
+    folder = root / folder_name(name, bits=bits, seed=seed, vocab_pad=vocab_pad, layers=layers)
     if folder.is_dir():  # only a complete build is ever renamed to this name
         return folder
     root.mkdir(parents=True, exist_ok=True)
@@ -64,19 +66,26 @@ def twins_root() -> Path:
     return Path(cache).expanduser() / "mlxchat" / "twins"
 
 
-def folder_name(name: str, *, bits: int | None, seed: int, vocab_pad: int = 0) -> str:
+def folder_name(name: str, *, bits: int | None, seed: int, vocab_pad: int = 0, layers: int | None = None) -> str:
     """E.g. ``qwen3-8b-4bit-seed0-1a2b3c4d``; the tail changes with the spec or the weight recipe."""
     parts = [name, f"{bits}bit" if bits else "float32", f"seed{seed}"]
     if vocab_pad:
         parts.append(f"vocabpad{vocab_pad}")
-    recipe = repr((_spec(name), bits, vocab_pad, RECIPE_VERSION)).encode()
+    if layers:
+        parts.append(f"layers{layers}")
+    recipe = repr((_spec(name, layers), bits, vocab_pad, RECIPE_VERSION)).encode()
     return "-".join(parts + [hashlib.sha256(recipe).hexdigest()[:8]])
 
 
-def _spec(name: str) -> TwinSpec:
+def _spec(name: str, layers: int | None = None) -> TwinSpec:
     if name not in TWINS:
         raise ValueError(f"unknown twin {name!r}; choose one of {', '.join(sorted(TWINS))}")
-    return TWINS[name]
+    spec = TWINS[name]
+    if layers is None:
+        return spec
+    if spec.linear is not None or not 0 < layers <= spec.num_layers:
+        raise ValueError(f"a twin of {name} keeps 1 to {spec.num_layers} of its layers (not a hybrid's), not {layers}")
+    return replace(spec, num_layers=layers)
 
 
 @contextlib.contextmanager

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
+import logging
+import weakref
 from collections.abc import Generator, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -204,10 +207,13 @@ class Engine:
                    if id(member) in own or id(getattr(member, "pool", None)) in own)
 
     def keep_kv_on_disk(self) -> None:
-        """Before the process ends: the blocks this engine's pools keep for prefix hits (not those a cache still
-        holds) go to the disk tier, if there is one, and their writes are waited for."""
+        """Before the process ends (or a model is dropped): the full blocks of this engine's pools, those kept for
+        prefix hits and those a cache (a chat) still holds, go to the disk tier, if there is one; the kept ones
+        leave memory; the writes are waited for. Run at the exit of every process whose engine has a tier."""
         if any(pool.disk is not None for pool in self._pools.values()):
             from mlxcore.kv.disk_tier import drain_disk_tiers
+            for pool in self._pools.values():
+                pool.save_held()
             self.release_kv()
             drain_disk_tiers()
 
@@ -261,6 +267,7 @@ class Engine:
                 from mlxcore.kv.pool_disk import PoolDisk
                 pool.attach_disk(PoolDisk(open_disk_tier(Path(self.kv.disk_kv_dir), self.kv.disk_kv_bytes), pool,
                                           fingerprint, role))
+                _keep_on_disk_at_exit(self)
 
     def restore_cache(self, role: str, tensors: Tensors, meta: CacheMeta) -> ModelCache:
         """Rebuild the ``role`` ("target" or "draft") cache saved by ``cache_state``, in this engine's pool.
@@ -398,3 +405,21 @@ class Engine:
         budget = self._kv_budget
         kv = {"kv_bytes": budget.in_use, "kv_budget_bytes": budget.limit} if budget is not None else {}
         return {**kv, "world_size": self.world.size, "rank_weight_bytes": self.rank_weight_bytes}
+
+
+_AT_EXIT: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines with a disk tier
+
+
+def _keep_on_disk_at_exit(engine: Engine) -> None:
+    """When the process ends, ``engine``'s blocks go to its disk tier (a ``ChatSession`` program's chats too)."""
+    _AT_EXIT.add(engine)
+
+
+@atexit.register
+def _keep_all_on_disk() -> None:
+    for engine in list(_AT_EXIT):
+        try:
+            engine.keep_kv_on_disk()
+        except Exception:  # the process ends anyway: what is not written is computed next time
+            logging.getLogger("mlxchat.kv").exception("the KV blocks were not kept on disk at exit")
+    _AT_EXIT.clear()

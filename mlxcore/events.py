@@ -23,6 +23,7 @@ class GenerationStats:
 
     prompt_tokens: int = 0  # tokens in the prompt
     reused_tokens: int = 0  # prompt tokens the cache already held (not computed again)
+    disk_reused_tokens: int = 0  # of those, the ones read back from the KV disk tier (the rest were in memory)
     prefill_tokens: int = 0  # prompt tokens computed in this call
     prefill_seconds: float = 0.0
     generated_tokens: int = 0

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from app.engine_host.reply_stream import stats_dict
+from app.tui.widgets.status_line import stats_text
 from mlxcore import GenerationParams, KVConfig, ModelChoice, open_engine
 from mlxcore.kv.block_frame import block_payload
 from mlxcore.kv.block_manager import chain_hash
@@ -68,6 +70,9 @@ def test_blocks_that_left_memory_are_read_back_and_damage_is_a_miss(tmp_path):
     third = engine(tmp_path)
     assert reply(third) == (cold, 20 * 16)
     assert third.pool("target").disk.hit_tokens == 20 * 16
+    # The window's status line tells the disk's hits from memory's (the engine host sends it these stats).
+    assert third.last_stats.disk_reused_tokens == 20 * 16
+    assert "reused 320/600 (320 from disk)" in stats_text(stats_dict(third.last_stats, None))
 
 
 def test_blocks_of_another_kv_format_or_block_size_never_mix(tmp_path):
@@ -77,6 +82,28 @@ def test_blocks_of_another_kv_format_or_block_size_never_mix(tmp_path):
     assert reply(engine(tmp_path, kv_bits=8))[1] == 0  # 8-bit finds no float block
     assert reply(engine(tmp_path, block_size=32))[1] == 0
     assert reply(engine(tmp_path))[1] == 592  # the float pool of 16-token blocks finds its own
+
+
+def test_where_computing_measures_faster_than_reading_the_tier_is_not_read(tmp_path):
+    first = engine(tmp_path)
+    cold, _ = reply(first)
+    pace = first.pool("target").disk.pace
+    assert pace.compute_seconds is not None and pace.read_seconds is None  # its prompt's prefill was timed
+    leave_memory(first)
+
+    second = engine(tmp_path)
+    second.new_caches()  # (its pool, under which the tier goes)
+    slow = second.pool("target").disk
+    slow.pace.timed_read(64, 64.0)  # as a disk that reads a token in a second
+    slow.pace.timed_compute(64, 0.064)
+    assert reply(second) == (cold, 0) and slow.hit_tokens == 0  # every token computed, none read
+
+    third = engine(tmp_path)  # measured the other way round: read back
+    third.new_caches()
+    fast = third.pool("target").disk
+    fast.pace.timed_read(64, 0.001)
+    fast.pace.timed_compute(64, 0.064)
+    assert reply(third) == (cold, 592) and fast.pace.read_seconds != 0.001 / 64  # (and this read was timed)
 
 
 def test_the_budget_removes_the_least_recently_used_blocks(tmp_path):
@@ -158,3 +185,29 @@ def test_a_second_ask_reads_the_first_ones_long_prompt_from_disk(tmp_path):
     stats = second["stats"]
     assert first["stats"]["reused_tokens"] == 0 and first["text"] == second["text"]
     assert stats["reused_tokens"] >= stats["prompt_tokens"] - 16 - 1, stats
+
+
+CHAT = """
+import json, sys
+from mlxcore import GenerationParams, KVConfig, ModelChoice, open_engine
+from sessions import ChatSession
+engine = open_engine(ModelChoice(model="mini-target", no_draft=True),
+                     KVConfig(disk_kv_bytes=1 << 30, disk_kv_dir=sys.argv[1])).engine
+chat = ChatSession(engine, " ".join(f"Rule {i}: keep the answer short." for i in range(60)),
+                   GenerationParams(temperature=0, max_tokens=6))
+turns = [(str(chat.send(text)), chat.last_stats) for text in ("Which rule is first?", "And the last?")]
+print(json.dumps([(text, stats.reused_tokens, stats.disk_reused_tokens, stats.prompt_tokens) for text, stats in turns]))
+"""  # the program ends with its chat still open: nothing here asks for the blocks to go to disk
+
+
+def test_a_chat_session_programs_blocks_reach_the_disk_when_it_ends(tmp_path):
+    def program() -> list:
+        done = subprocess.run([sys.executable, "-c", CHAT, str(tmp_path)], capture_output=True, text=True,
+                              timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1"))
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+    first, again = program(), program()
+    assert [text for text, *_ in first] == [text for text, *_ in again]  # the same replies
+    (_, reused, from_disk, prompt), (_, _, second_turn_from_disk, _) = again
+    assert first[0][1] == 0 and reused == from_disk >= prompt - 16 - 1  # the held chat's blocks, back from disk
+    assert second_turn_from_disk == 0  # the next turn finds its chat in memory: no stale count

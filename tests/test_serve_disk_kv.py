@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve_process import MODEL, ServeProcess
+from serve_process import MODEL, ServeProcess, http, poll_until
 
 BLOCK = 16
 RULES = " ".join(f"Rule {i}: keep the answer short and polite." for i in range(120))
@@ -57,12 +57,32 @@ def test_a_restarted_server_reads_the_conversation_back_from_disk(tmp_path, kv_b
     assert warm == cold
 
 
+def test_after_an_idle_unload_the_next_turn_reads_the_conversation_back_from_disk(tmp_path):
+    """--idle-unload: the ~3,000-token conversation's model is unloaded for being idle (its blocks to disk); the
+    next turn reads back all but its new tokens and at most one block, its greedy tokens those of a cold server."""
+    first = conversation() + [{"role": "user", "content": "Which rule comes first?"}]
+    with ServeProcess(tmp_path, "--idle-unload", "1") as server:
+        answer, usage = ask(server, first)
+        before = usage.prompt_tokens
+        poll_until(lambda: http("GET", f"{server.url}/health")[2]["models_loaded"] == [], every=0.1)
+        second = first + [{"role": "assistant", "content": answer}, {"role": "user", "content": "And the last?"}]
+        warm, usage = ask(server, second)
+        disk_hits = server.metrics()["mlxchat_prefix_disk_hit_tokens_total"]
+    computed = usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens
+    assert computed <= usage.prompt_tokens - before + BLOCK, (computed, usage.prompt_tokens - before)
+    assert disk_hits == usage.prompt_tokens_details.cached_tokens  # the model came back with nothing in memory
+
+    with ServeProcess(tmp_path, "--disk-kv", "0", home=tmp_path / "cold") as server:
+        cold, usage = ask(server, second)
+        assert usage.prompt_tokens_details.cached_tokens == 0
+    assert warm == cold
+
+
 def test_two_models_alternating_under_max_models_1_read_their_blocks_back(tmp_path):
     """Two models by name under --max-models 1, alternating requests on two long conversations: each request
     unloads the other model (its blocks to disk); from the second round on each reads at most its new
     tokens plus one block. Then --idle-unload: the same after the model was unloaded for being idle."""
     from assets import MODELS_DIR
-    from serve_process import http, poll_until
 
     models = tmp_path / "models"
     models.mkdir()

@@ -27,6 +27,7 @@ from mlxcore.caches import Caches
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.events import FinalEvent, GenerationStats, TokenEvent
 from mlxcore.kv.errors import PoolExhaustedError
+from mlxcore.kv.paged import PagedCache
 from mlxcore.params import GenerationParams
 from mlxcore.prefill import hold
 from mlxcore.reply_text import ReplyText
@@ -200,6 +201,7 @@ class Sequence:
         the caches go back to the pool, or to the caller with ``Request.keep_caches``."""
         handle, reply = self.handle, self.reply
         assert reply is not None  # (a scheduler test's sequence ends with nothing to say)
+        disk_hits = self._time_prefill()
         self.hold_ids(feed=self.request.keep_caches)
         if self.request.keep_caches and self.caches is not None:
             handle.caches, self.caches = self.caches, None
@@ -218,10 +220,24 @@ class Sequence:
                                 prefill_seconds=first - self.arrival, generated_tokens=count,
                                 decode_seconds=(self.last_token or first) - first, ttft_seconds=first - self.arrival,
                                 finish_reason=reason, peak_memory_bytes=mx.get_peak_memory(),
+                                disk_reused_tokens=disk_hits,
                                 **self._draft_figures(count))
         if stats_extra:
             stats = replace(stats, **stats_extra)
         handle.put(FinalEvent(finish_reason=reason, text=reply.text, stats=stats))
+
+    def _time_prefill(self) -> int:
+        """Tell the disk tier what computing this prompt cost per token, its reads aside (it reads back only
+        while reading measures faster: ``pool_disk.ReadOrCompute``); the prompt tokens read from disk."""
+        target = self.caches.target if self.caches is not None else None
+        if not isinstance(target, PagedCache) or target.pool.disk is None:
+            return 0
+        if self.first_token and self.started_at and not self.preemptions:
+            seconds = self.first_token - self.started_at - target.disk_read_seconds
+            target.pool.disk.pace.timed_compute(self.computed_prompt, seconds)
+        read = min(target.disk_read_tokens, self.prefix_hits)
+        target.disk_read_tokens, target.disk_read_seconds = 0, 0.0  # this request's: a chat's next turn starts anew
+        return read
 
     def _draft_figures(self, count: int) -> dict:
         if self.speculative is None:

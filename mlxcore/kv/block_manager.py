@@ -280,6 +280,12 @@ class BlockManager:
         """Blocks ever handed out; storage must hold this many."""
         return len(self._blocks)
 
+    def held_hashed(self) -> list[tuple[int, bytes, tuple[int, ...]]]:
+        """The full blocks sequences still hold (id, hash, tokens), as ``leaving`` lists them: for a disk tier
+        that keeps them before the process ends."""
+        return [(block.block_id, block.hash, block.token_ids) for block in self._blocks
+                if block.ref_count > 0 and block.hash is not None and self._by_hash.get(block.hash) == block.block_id]
+
     def ref_count(self, block_id: int) -> int:
         return self._blocks[block_id].ref_count
 

@@ -55,7 +55,7 @@ class DiskTier:
         self.folder, self.limit = Path(root) / "blocks", limit
         self._lock = threading.Lock()
         self._files: OrderedDict[str, int] = OrderedDict()  # key -> bytes, least recently used first
-        self._queued: set[str] = set()
+        self._queued: dict[str, bytes] = {}  # key -> payload handed over, not yet written (reads find it here)
         self.bytes = 0
         self.written = self.removed = 0  # blocks written and evicted by the budget since the start
         self.hit_tokens = 0  # prompt tokens read back from here instead of computed, since the start
@@ -76,11 +76,16 @@ class DiskTier:
         with self._lock:
             if self.stopped is not None or key in self._files or key in self._queued:
                 return
-            self._queued.add(key)
+            self._queued[key] = payload
         self._queue.put((key, payload))
 
     def read(self, key: str) -> bytes | None:
-        """The payload under ``key``, or None: missing, or damaged (then the file goes)."""
+        """The payload under ``key``, or None: missing, or damaged (then the file goes). A block still waiting for
+        the writer is read from memory (a model unloaded and loaded again at once finds its blocks)."""
+        with self._lock:
+            pending = self._queued.get(key)
+        if pending is not None:
+            return pending
         path = self._path(key)
         try:
             data = path.read_bytes()
@@ -131,7 +136,7 @@ class DiskTier:
                 log.exception("writing a KV block to disk failed")
             finally:
                 with self._lock:
-                    self._queued.discard(key)
+                    self._queued.pop(key, None)
                 self._queue.task_done()
 
     def _write(self, key: str, payload: bytes) -> None:

@@ -124,6 +124,8 @@ class PagedCache(ModelCache):
         self._span: tuple[tuple[int, int], Span | None] | None = None  # ((length, queries), span and mask) of this pass
         self._reads: tuple[list[tuple[int, int, int]] | None, Mask] | None = None  # this pass's (``_read_plan``)
         self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
+        # Its last prefix lookup's blocks read back from the disk tier: tokens, and seconds spent reading them.
+        self.disk_read_tokens, self.disk_read_seconds = 0, 0.0
         # Give the blocks back when the cache is garbage collected without release().
         weakref.finalize(self, pool.drop_sequence, self.seq_id)
 
@@ -134,6 +136,7 @@ class PagedCache(ModelCache):
         self._table_changed()
         for layer in self.layers:
             layer.offset = reused
+        self.disk_read_tokens, self.disk_read_seconds = 0, 0.0
         if self.pool.disk is not None:  # the blocks that follow, read back from the disk tier if it has them
             reused += self.pool.disk.read_into(self, ids, reused)
         return reused

@@ -104,6 +104,11 @@ class BlockPool:
             self.manager.leaving = []
             self.disk.save(leaving)
 
+    def save_held(self) -> None:
+        """Hand the full blocks sequences still hold to the disk tier (a chat's, before the process ends)."""
+        if self.disk is not None:
+            self.disk.save(self.manager.held_hashed())
+
     # the budget ------------------------------------------------------------
 
     def make_room(self, seq_id: int, count: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,37 @@ Words = npt.NDArray[np.float32 | np.float16 | np.uint16 | np.uint32]  # one tens
 _NUMPY = {mx.float32: np.float32, mx.float16: np.float16, mx.bfloat16: np.uint16, mx.uint32: np.uint32}
 
 
+class ReadOrCompute:
+    """Whether reading a prompt's blocks back beats computing them, decided by measuring both on this device
+    for this pool's model: seconds per token of the reads (``read_into``) and of the prompts computed (each
+    request's tokens computed before its first token, ``Sequence.finish``), each a moving average. Until both
+    are measured the tier reads (on every device measured so far reading is the faster, by far); once computing
+    measures faster, misses in memory are computed and the tier is not read."""
+
+    MIN_TOKENS = 64  # fewer tokens time mostly a step's fixed costs: not a measure of either
+    WEIGHT = 0.3  # of the newest measure in the average
+
+    def __init__(self) -> None:
+        self.read_seconds: float | None = None  # per token read back
+        self.compute_seconds: float | None = None  # per prompt token computed
+
+    def timed_read(self, tokens: int, seconds: float) -> None:
+        self.read_seconds = self._average(self.read_seconds, tokens, seconds)
+
+    def timed_compute(self, tokens: int, seconds: float) -> None:
+        self.compute_seconds = self._average(self.compute_seconds, tokens, seconds)
+
+    @property
+    def read_pays(self) -> bool:
+        return self.read_seconds is None or self.compute_seconds is None or self.read_seconds < self.compute_seconds
+
+    def _average(self, old: float | None, tokens: int, seconds: float) -> float | None:
+        if tokens < self.MIN_TOKENS or seconds <= 0:
+            return old
+        new = seconds / tokens
+        return new if old is None else (1 - self.WEIGHT) * old + self.WEIGHT * new
+
+
 class PoolDisk:
     """The disk tier as one pool's blocks see it."""
 
@@ -51,6 +83,7 @@ class PoolDisk:
                      "head_dim": g.head_dim, "dtype": str(g.dtype)}
         self.salt = hashlib.blake2b(json.dumps(described, sort_keys=True).encode(), digest_size=20).digest()
         self.hit_tokens = 0  # prompt tokens read back from disk instead of computed
+        self.pace = ReadOrCompute()
 
     def key(self, chained: bytes) -> str:
         return hashlib.blake2b(self.salt + chained, digest_size=20).hexdigest()
@@ -80,8 +113,9 @@ class PoolDisk:
         into ``cache`` (never the last token: it is computed); the tokens read."""
         size = self.pool.block_size
         limit = (len(ids) - 1) // size * size
-        if reused >= limit:
+        if reused >= limit or not self.pace.read_pays:
             return 0
+        began = time.perf_counter()
         parent = None
         for start in range(0, reused, size):
             parent = chain_hash(parent, ids[start:start + size])
@@ -111,6 +145,9 @@ class PoolDisk:
             cache.write_stored(layer, [parts[(index // half, index % half)] for index in range(len(names))])
         mx.eval([s.arrays for s in self.pool.storage])
         cache.hash_blocks(ids)
+        seconds = time.perf_counter() - began
+        self.pace.timed_read(count, seconds)
+        cache.disk_read_tokens, cache.disk_read_seconds = count, seconds
         self.hit_tokens += count
         if self.role == "target":  # the tier counts a prompt's tokens once (a draft reads the same ones)
             self.tier.hit_tokens += count

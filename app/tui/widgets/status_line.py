@@ -28,7 +28,8 @@ def stats_text(stats: Mapping[str, object]) -> str:
     if figure("draft_proposed"):  # which drafter ran: prompt lookup, or the draft model
         drafter = "lookup" if stats.get("drafter") == "lookup" else "draft"
         parts.append(f"{drafter} {100 * figure('acceptance'):.0f}%")
-    parts.append(f"reused {_si(figure('reused_tokens'))}/{_si(figure('prompt_tokens'))}")
+    disk = f" ({_si(figure('disk_reused_tokens'))} from disk)" if figure("disk_reused_tokens") else ""
+    parts.append(f"reused {_si(figure('reused_tokens'))}/{_si(figure('prompt_tokens'))}{disk}")
     used, limit = figure("prompt_tokens") + figure("generated_tokens"), figure("context_length")
     parts.append(f"ctx {_si(used)}" + (f"/{_si(limit)}" if limit else ""))
     parts.append(f"{figure('peak_memory_bytes') / 2**20:.0f} MB")
