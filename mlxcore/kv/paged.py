@@ -2,7 +2,10 @@
 
 ``PagedCache.begin(count)`` makes room for ``count`` tokens in the sequence's
 block table (new blocks, copy-on-write of a shared partial tail) and keeps the
-resulting plan; each layer then writes its keys and values where the plan says.
+resulting plan; each layer then writes its keys and values where the plan says, and the pass commits
+the sequence's one length (``length``) at its end: the batched pass once for every layer
+(``finish_batched_pass``), mlx-lm's per-layer protocol with its last layer. A layer's ``offset`` is read
+from that length; nothing a pass left uncommitted is held (``settle`` drops it).
 ``hash_blocks(ids)``, once the owner knows the ids and every layer holds them,
 makes the full blocks prefix hits. Attention reads the sequence where it lies (``layer_read``, after the
 batched pass wrote a layer's rows): one view of storage per run of adjacent blocks (a lone chat has one run
@@ -55,7 +58,14 @@ class PagedLayerCache:
 
     def __init__(self, owner: PagedCache, index: int) -> None:
         self._owner, self.index = owner, index
-        self.offset = 0
+
+    @property
+    def offset(self) -> int:
+        """Tokens this layer holds: the sequence's committed length, and the tokens announced once this layer
+        wrote them (mlx-lm's model writes its layers one by one)."""
+        owner = self._owner
+        plan = owner._plan
+        return owner.length + plan.length if plan is not None and self.index < owner._written else owner.length
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         """Write (1, kv_heads, L, head_dim) keys/values of the tokens ``begin`` announced; return the whole sequence."""
@@ -70,12 +80,12 @@ class PagedLayerCache:
         return True
 
     def trim(self, n: int) -> int:
-        """Remove the last ``n`` tokens of this layer; the block table follows once all layers did."""
+        """mlx-lm's trim, a layer at a time (``trim_prompt_cache`` trims every layer in order): a paged
+        sequence's layers hold one length, so the sequence is trimmed with its last layer."""
         if not 0 <= n <= self.offset:
             raise TrimError(f"Paged KV cache: cannot trim {n} of {self.offset} tokens.")
-        self.offset -= n
-        self._owner.edits += 1
-        self._owner._sync_table()
+        if self.index == len(self._owner.layers) - 1:
+            self._owner.trim(n)
         return n
 
     @property
@@ -116,10 +126,9 @@ class PagedCache(ModelCache):
         self.seq_id = pool.manager.new_sequence() if seq_id is None else seq_id
         layer_kind = QuantizedPagedLayerCache if pool.geometry.format.quantized else PagedLayerCache
         self.layers: list[PagedLayerCache] = [layer_kind(self, i) for i in range(pool.geometry.num_layers)]
-        for layer in self.layers:
-            layer.offset = pool.manager.length(self.seq_id)
-        self._plan: AppendPlan | None = None
-        self._pending_layers = 0
+        self.length = pool.manager.length(self.seq_id)  # tokens every layer holds: what the last pass committed
+        self._plan: AppendPlan | None = None  # the pass under way (``begin``)
+        self._written = 0  # layers that wrote its tokens one by one (mlx-lm's per-layer protocol)
         self._gather: Gather | None = None  # the table's runs, made again when the table changes
         self._span: tuple[tuple[int, int], Span | None] | None = None  # ((length, queries), span and mask) of this pass
         self._reads: tuple[list[tuple[int, int, int]] | None, Mask] | None = None  # this pass's (``_read_plan``)
@@ -132,10 +141,8 @@ class PagedCache(ModelCache):
     def reuse_prefix(self, ids: Sequence[int]) -> int:
         self.settle()
         self.edits += 1
-        reused = self.pool.manager.reuse_prefix(self.seq_id, ids)
+        reused = self.length = self.pool.manager.reuse_prefix(self.seq_id, ids)
         self._table_changed()
-        for layer in self.layers:
-            layer.offset = reused
         self.disk_read_tokens, self.disk_read_seconds = 0, 0.0
         if self.pool.disk is not None:  # the blocks that follow, read back from the disk tier if it has them
             reused += self.pool.disk.read_into(self, ids, reused)
@@ -152,8 +159,7 @@ class PagedCache(ModelCache):
         self.edits += 1
         self.pool.manager.release(self.seq_id)
         self._table_changed()
-        for layer in self.layers:
-            layer.offset = 0
+        self.length = 0
         self.pool.release_free_slabs()
 
     def state_dict(self, ids: Sequence[int]) -> tuple[Tensors, CacheMeta]:
@@ -208,10 +214,7 @@ class PagedCache(ModelCache):
         plan = self._plan
         assert plan is not None, "_write_saved calls begin first"
         self.pool.storage[layer.index].write_parts(plan.segments, tuple(both))
-        layer.offset += plan.length
-        self._pending_layers -= 1
-        if not self._pending_layers:
-            self._plan = None
+        self._wrote(layer)
 
     # a batched pass (mlxcore/batching/batch_forward.py) writes and reads for every layer itself ----------
 
@@ -260,15 +263,13 @@ class PagedCache(ModelCache):
     def finish_batched_pass(self) -> None:
         """Every layer holds the announced tokens now (written by a batched pass)."""
         plan = self._announced()
-        for layer in self.layers:
-            layer.offset = plan.start + plan.length
-        self._plan, self._pending_layers, self._reads = None, 0, None
+        self.length = plan.start + plan.length  # committed, once for every layer
+        self._plan, self._written, self._reads = None, 0, None
 
     def hash_blocks(self, ids: Sequence[int]) -> None:
         """Full blocks among the tokens every layer holds become prefix hits (a chunk on its way through the
         layers, ``prompt_feed.py``, is held by none until the last writes it)."""
-        held = self.layers[0].offset if self._plan is None else min(layer.offset for layer in self.layers)
-        self.pool.manager.hash_blocks(self.seq_id, ids, held)  # (no pass under way: every layer holds the same)
+        self.pool.manager.hash_blocks(self.seq_id, ids, self.length)
 
     @property
     def announced(self) -> AppendPlan | None:
@@ -277,7 +278,7 @@ class PagedCache(ModelCache):
 
     def _announced(self, length: int | None = None) -> AppendPlan:
         plan = self._plan
-        if plan is None or self._pending_layers != len(self.layers) or (length and plan.length != length):
+        if plan is None or self._written or (length and plan.length != length):
             raise CacheStateError("Paged KV cache: a batched pass needs begin(1) first.")
         return plan
 
@@ -296,22 +297,35 @@ class PagedCache(ModelCache):
             self._table_changed()
         self.pool.copy_blocks(plan.copies)
         self.pool.ensure()
-        self._plan, self._pending_layers, self._reads = plan, len(self.layers), None
+        self._plan, self._written, self._reads = plan, 0, None
 
     def settle(self) -> None:
         """Drop what a pass did not commit: a ``begin`` without (or with half) a forward pass."""
-        if self._plan is None:  # no pass under way: every layer holds the same tokens, and the table fits them
+        if self._plan is None:  # no pass under way: the table fits the committed length
             return
-        lowest = min(layer.offset for layer in self.layers)
-        for layer in self.layers:
-            layer.offset = lowest
-        self._plan = self._reads = None
+        self._plan, self._written, self._reads = None, 0, None
         self._sync_table()
 
+    @property
+    def offset(self) -> int:
+        return self.length
+
+    def trim(self, n: int) -> int:
+        """Remove the last ``n`` tokens (``TrimError``, nothing changed, if there are fewer); the block table
+        follows."""
+        self.settle()
+        if not 0 <= n <= self.length:
+            raise TrimError(f"Cannot rewind the paged KV cache by {n} tokens: it holds {self.length}.")
+        if n:
+            self.length -= n
+            self.edits += 1
+            self._sync_table()
+        return n
+
     def _sync_table(self) -> None:
-        """Trim the block table to the longest layer (layers trim one by one)."""
+        """Trim the block table to the committed length."""
         manager = self.pool.manager
-        excess = manager.length(self.seq_id) - max(layer.offset for layer in self.layers)
+        excess = manager.length(self.seq_id) - self.length
         if excess > 0 and self._plan is None:
             blocks = len(manager.block_ids(self.seq_id))
             manager.trim(self.seq_id, excess)
@@ -324,7 +338,7 @@ class PagedCache(ModelCache):
 
     def _write_layer(self, layer: PagedLayerCache, keys: mx.array, values: mx.array) -> None:
         plan = self._plan
-        if plan is None or layer.offset != plan.start:
+        if plan is None or layer.index != self._written:
             raise CacheStateError("Paged KV cache: call begin(count) before each forward pass.")
         try:
             self.pool.geometry.check(keys, values, "paged KV cache")
@@ -335,10 +349,16 @@ class PagedCache(ModelCache):
             self.settle()  # undo the begin: the cache is left as it was
             raise
         self.pool.storage[layer.index].write(plan.segments, keys, values)
-        layer.offset += plan.length
-        self._pending_layers -= 1
-        if not self._pending_layers:
-            self._plan = None  # the forward pass is complete
+        self._wrote(layer)
+
+    def _wrote(self, layer: PagedLayerCache) -> None:
+        """``layer`` holds the announced tokens; with the last layer the pass commits them."""
+        plan = self._plan
+        assert plan is not None and layer.index == self._written  # (the writers checked)
+        self._written += 1
+        if self._written == len(self.layers):
+            self.length = plan.start + plan.length
+            self._plan, self._written, self._reads = None, 0, None
 
     def _fetch(self, layer: PagedLayerCache) -> tuple[mx.array, mx.array]:
         """The layer's tokens in one array: a view of storage if they are one run, else a copy."""

@@ -24,7 +24,10 @@ Stored = Part  # keys or values as a cache stores and returns them (``kv/stored.
 
 @runtime_checkable
 class LayerCache(Protocol):
-    offset: int  # tokens seen so far: the RoPE position of the next token
+    @property
+    def offset(self) -> int:
+        """Tokens seen so far: the RoPE position of the next token."""
+        ...
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Stored, Stored]:
         """Append keys/values of shape (B, n_kv_heads, L, head_dim); return all keys/values to attend over
