@@ -52,10 +52,11 @@ def block_config(target: dict[str, Any], *, layers: int = 1, block_size: int = B
     }
 
 
-def write_block_drafter(folder: Path, target_folder: Path, *, seed: int = 0, **options: Any) -> Path:
-    """Write a random-weight drafter for the target in ``target_folder`` into ``folder`` (created); ``options``
-    go to ``block_config``."""
-    config = block_config(json.loads((Path(target_folder) / "config.json").read_text()), **options)
+def write_block_drafter(folder: Path, target: Path | dict[str, Any], *, seed: int = 0, **options: Any) -> Path:
+    """Write a random-weight drafter for ``target`` (its folder, or its config.json as a dict) into ``folder``
+    (created); ``options`` go to ``block_config``."""
+    target_config = target if isinstance(target, dict) else json.loads((Path(target) / "config.json").read_text())
+    config = block_config(target_config, **options)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
