@@ -227,3 +227,14 @@ def test_ask_with_a_block_drafter_names_it_and_the_status_line_shows_its_accepta
     stats = json.loads(done.stdout.strip().splitlines()[-1])["stats"]
     assert stats["drafter"] == "block" and stats["draft_proposed"] > 0, stats
     assert "block 25%" in stats_text({**stats, "acceptance": 0.25})
+
+
+def test_an_embedded_drafter_is_no_model_to_chat_with(tmp_path, monkeypatch):
+    """assets/models/mini-dflash (the recipe's export): `--draft mini-dflash` finds it; model lists do not."""
+    import assets
+
+    (tmp_path / "mini-target").symlink_to(TARGET.path)
+    write_block_drafter(tmp_path / "mini-dflash", TARGET.path)
+    monkeypatch.setattr(assets, "MODELS_DIR", tmp_path)
+    assert assets.embedded_names() == ["mini-target"]
+    assert assets.embedded_names(drafters=True) == ["mini-dflash", "mini-target"]

@@ -198,7 +198,9 @@ class BlockDrafter:
         if not rows or len(feed.kept) < len(self.keeps):
             return
         features = mx.concatenate([feed.kept[i][:rows, 0] for i in self.keeps], axis=-1)  # (rows, layers x hidden)
-        self._context(seq, feed.start).append(feed.start, self.model.context(features, feed.start))
+        layers = self.model.context(features, feed.start)
+        mx.async_eval([part for both in layers for part in both])  # now: the pass's rows can then go
+        self._context(seq, feed.start).append(feed.start, layers)
 
     def verified(self, seq: Sequence, k: int, n: int) -> None:
         """Nothing: only the accepted rows are taken (``took``)."""

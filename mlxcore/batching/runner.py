@@ -333,7 +333,8 @@ class BatchRunner:
         count = min(count, seq.prefill_left, seq.params.prefill_chunk or count)
         if count and seq.caches is not None:
             self.feeds.append((seq, PromptFeed(self.engine.target_forward, seq.caches.target,
-                                               seq.ids[seq.cached:seq.cached + count], keep=self.keeps)))
+                                               seq.ids[seq.cached:seq.cached + count],
+                                               keep=self.keeps if self._drafts(seq) else ())))
 
     def _read_chunks(self) -> None:
         """This step's chunks went through every layer: their caches hold them; a prompt read in full forks
@@ -343,7 +344,7 @@ class BatchRunner:
             if not self._alive(seq) or seq.caches is None:
                 continue
             feed.ran()
-            if self.keeps and self.drafter is not None:  # a block drafter reads the prompt's hidden states
+            if feed.keep and self.drafter is not None:  # a block drafter reads the prompt's hidden states
                 self.drafter.took(seq, feed, len(feed.ids))
             seq.cached += len(feed.ids)
             seq.computed_prompt += len(feed.ids)
