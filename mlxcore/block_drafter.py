@@ -27,6 +27,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.qwen3 import MLP
 
+from mlxcore.compile_support import compile_works
 from mlxcore.compiled_forward import has_split_layers
 from mlxcore.device_profile import current
 from mlxcore.errors import ModelLoadError
@@ -100,17 +101,19 @@ class _Attention(nn.Module):
         k = self.k_norm(self.k_proj(x).reshape(b, n, self.kv_heads, -1)).transpose(0, 2, 1, 3)
         return self.rope(k, offset), self.v_proj(x).reshape(b, n, self.kv_heads, -1).transpose(0, 2, 1, 3)
 
-    def __call__(self, x: mx.array, offsets: mx.array, context: list[tuple[mx.array, mx.array]]) -> mx.array:
-        """The block's rows ``x`` (B, b, hidden), each row of sequence i at offsets[i] + j, over its sequence's
-        context (keys, values: (1, kv_heads, S_i, dim)) and the whole block (no causal mask)."""
+    def project(self, x: mx.array, offsets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """Queries (B, heads, b, dim), keys and values of the block's rows ``x`` (B, b, hidden), each row of
+        sequence i at offsets[i] + j, roped."""
         b, n, _ = x.shape
         q = self.q_norm(self.q_proj(x).reshape(b, n, self.heads, -1)).transpose(0, 2, 1, 3)
-        q = self.rope(q, offsets)
-        k, v = self.keys_values(x, offsets)
-        out = [mx.fast.scaled_dot_product_attention(
+        return (self.rope(q, offsets), *self.keys_values(x, offsets))
+
+    def attend(self, q: mx.array, k: mx.array, v: mx.array, context: list[tuple[mx.array, mx.array]]) -> mx.array:
+        """Each sequence's block rows over its context (keys, values: (1, kv_heads, S_i, dim)) and the whole
+        block (no causal mask): (B, heads, b, dim)."""
+        return mx.concatenate([mx.fast.scaled_dot_product_attention(
             q[i:i + 1], mx.concatenate([ctx_k, k[i:i + 1]], axis=2), mx.concatenate([ctx_v, v[i:i + 1]], axis=2),
-            scale=self.scale) for i, (ctx_k, ctx_v) in enumerate(context)]
-        return self.o_proj(mx.concatenate(out).transpose(0, 2, 1, 3).reshape(b, n, -1))
+            scale=self.scale) for i, (ctx_k, ctx_v) in enumerate(context)])
 
 
 class _Layer(nn.Module):
@@ -121,13 +124,28 @@ class _Layer(nn.Module):
         self.input_layernorm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
 
+        # The layer around attention, compiled by ``compile`` (a block's few shapes repeat; the context's grow)
+        self.before, self.after = self._before, self._after
+
+    def _before(self, x: mx.array, offsets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        return self.self_attn.project(self.input_layernorm(x), offsets)
+
+    def _after(self, x: mx.array, attended: mx.array) -> mx.array:
+        b, n, _ = x.shape
+        h = x + self.self_attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))
+        out: mx.array = h + self.mlp(self.post_attention_layernorm(h))
+        return out
+
+    def compile(self) -> None:
+        self.before, self.after = mx.compile(self._before), mx.compile(self._after)
+
     def __call__(self, x: mx.array, offsets: mx.array, context: list[tuple[mx.array, mx.array]]) -> mx.array:
-        h = x + self.self_attn(self.input_layernorm(x), offsets, context)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        q, k, v = self.before(x, offsets)
+        return self.after(x, self.self_attn.attend(q, k, v, context))
 
 
 class BlockDraftModel(nn.Module):
-    """The drafter's own weights (see the module docstring); ``bind`` gives it the target's embedding and head."""
+    """The drafter's own weights (see the module docstring); the caller embeds the block and applies the head."""
 
     def __init__(self, config: BlockDrafterConfig) -> None:
         super().__init__()
@@ -215,6 +233,9 @@ def load_block_drafter(folder: Path, target: nn.Module) -> BlockDraftModel:
         raise ModelLoadError(f"The weights in {folder} do not fit its config.json ({str(error)[:200]}).") from None
     model.set_dtype(activation_dtype(target))  # the dtype of the target's hidden states
     model.eval()
+    if compile_works():
+        for layer in model.layers:
+            layer.compile()
     return model
 
 

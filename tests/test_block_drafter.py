@@ -116,6 +116,20 @@ def test_its_context_holds_the_targets_hidden_states_at_the_layers_it_names(fold
         row += count
 
 
+def test_a_chats_next_turn_on_the_same_caches_equals_plain(folder):
+    """Turn 2 keeps turn 1's caches up to their common prefix (its context trimmed with the target's): its
+    tokens are plain greedy's, and the drafter read turn 1's tokens (its context did not start again)."""
+    drafted = engine(TARGET.model, TARGET.tokenizer, load_block_drafter(folder, TARGET.model), 3)
+    plain = engine(TARGET.model, TARGET.tokenizer)
+    first = stream_prompt(2048, 5, 15)
+    caches = drafted.new_caches()
+    reply_1 = [e.token for e in drafted.generate(first, caches, GREEDY) if isinstance(e, TokenEvent)]
+    second = first + reply_1[:-3] + stream_prompt(2048, 6, 7)  # an edited history: the last 3 tokens differ
+    got = [e.token for e in drafted.generate(second, caches, GREEDY) if isinstance(e, TokenEvent)]
+    assert got == reply(plain, second, GREEDY)[0]
+    assert caches.context is not None and caches.context.runs[0] == (0, 14), caches.context.runs[:3]
+
+
 def test_replies_drafting_side_by_side_equal_each_alone(folder):
     made = engine(TARGET.model, TARGET.tokenizer, load_block_drafter(folder, TARGET.model), 3)
     batch = LocalBatch(made)
