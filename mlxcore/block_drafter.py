@@ -225,8 +225,10 @@ def load_block_drafter(folder: Path, target: nn.Module) -> BlockDraftModel:
     weights: dict[str, mx.array] = {}
     for path in sorted(folder.glob("*.safetensors")):
         weights.update(cast("dict[str, mx.array]", mx.load(str(path))))
-    # A torch export may keep a "model." prefix; the rotary table is recomputed here.
-    weights = {name.removeprefix("model."): w for name, w in weights.items() if "rotary_emb" not in name}
+    # A torch export may keep a "model." prefix; the rotary table is recomputed here; an embedding or head saved
+    # beside the drafter's own weights is the target's (the target's own serve).
+    weights = {name.removeprefix("model."): w for name, w in weights.items()
+               if "rotary_emb" not in name and not name.removeprefix("model.").startswith(("embed_tokens", "lm_head"))}
     try:
         model.load_weights(list(weights.items()), strict=True)
     except ValueError as error:
