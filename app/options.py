@@ -28,7 +28,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                             "hub repo id (org/name), local MLX folder, or embedded name (mini-target); "
                             "default: a 4-bit Qwen3 from the hub, or the embedded demo model offline")
     add_models_dir_option(group)
-    group.add_argument("--draft", metavar="REF", help="draft model for speculative decoding (same tokenizer), or "
+    group.add_argument("--draft", metavar="REF", help="draft model for speculative decoding (same tokenizer), a "
+                       "block drafter folder (DFlash layout, made for this model), or "
                        "'lookup': draft from the reply's own text, no model (pays where replies repeat their "
                        "context: edits, quotes)")
     group.add_argument("--no-draft", action="store_true", help="decode without a draft model")

@@ -36,6 +36,7 @@ def all_rows() -> dict[str, tuple[str, Row]]:
     from bench import serve as serve_bench
     from bench.spec_batch import TWIN_LOAD, spec_batch_vs_plain, spec_batch_vs_plain_twin
     from bench.lookup import lookup_speedup_edit, lookup_worst_case
+    from bench.block_draft import block_draft_batch4_vs_plain, block_draft_speedup_greedy, lookup_batch4_vs_plain
 
     return ROWS | {
         "turn10_prefill_fraction": ("tokens prefilled at turn 10 / tokens of the whole templated conversation",
@@ -100,6 +101,17 @@ def all_rows() -> dict[str, tuple[str, Row]]:
         "lookup_worst_case": ("decode tok/s with --draft lookup / plain, chat replies that repeat little "
                               "(goal >= 0.97)",
                               lambda s: lookup_worst_case(s.model, s.runs, s.pick(200, 8))),
+        "block_draft_speedup_greedy": ("greedy decode tok/s with the embedded pair's trained block drafter "
+                                       "(assets/models/mini-dflash) / plain; spec_speedup: the draft model's in "
+                                       "the same run (goal >= 3.0)",
+                                       lambda s: block_draft_speedup_greedy(s.model, s.draft, s.runs, s.pick(200, 8))),
+        "block_draft_batch4_vs_plain": ("output tok/s, 4 streaming clients of `mlxchat serve`, with the block "
+                                        "drafter / without",
+                                        lambda s: block_draft_batch4_vs_plain(s.model, s.runs, *s.pick((16, 128),
+                                                                                                       (2, 4)))),
+        "lookup_batch4_vs_plain": ("output tok/s, 4 streaming clients of `mlxchat serve`, with --draft lookup / "
+                                   "without",
+                                   lambda s: lookup_batch4_vs_plain(s.model, s.runs, *s.pick((16, 128), (2, 4)))),
         "spec_batch2_vs_plain_twin": ("spec_batch2_vs_plain on the 8B twin, the 0.6B twin drafting (4-bit, random "
                                       "weights)",
                                       lambda s: spec_batch_vs_plain_twin(s.pick(max(2, s.runs // 2), 1), 2,

@@ -10,7 +10,8 @@ from __future__ import annotations
 DEFAULT_ROWS = (
     "decode_vs_mlx_lm", "spec_speedup_greedy", "spec_vs_mlx_lm_greedy", "spec_worst_case",
     "batch8_throughput_vs_single", "batch8_vs_mlx_lm", "serve8_throughput_vs_mlx_lm", "serve8_ttft_p99_vs_mlx_lm",
-    "spec_batch2_vs_plain", "spec_batch8_vs_plain", "lookup_worst_case", "turn10_prefill_fraction",
+    "spec_batch2_vs_plain", "spec_batch8_vs_plain", "lookup_worst_case", "block_draft_speedup_greedy",
+    "turn10_prefill_fraction",
     "restore_ttft_vs_cold", "autosave_write_ratio", "store_list_seconds", "kv8_bytes_ratio",
 )
 
@@ -34,7 +35,8 @@ EXPECTED_SECONDS: dict[str, int] = {
     "session_file_write_ratio": 120, "store_list_seconds": 165, "kv8_session_file_ratio": 60,
     "tui_decode_vs_headless": 180, "serve1_vs_ask": 90, "serve8_throughput_vs_mlx_lm": 100,
     "serve8_ttft_p99_vs_mlx_lm": 5, "spec_batch2_vs_plain": 60, "spec_batch8_vs_plain": 90,
-    "lookup_speedup_edit": 120, "lookup_worst_case": 40, "spec_batch2_vs_plain_twin": 900,
+    "lookup_speedup_edit": 120, "lookup_worst_case": 40, "block_draft_speedup_greedy": 40,
+    "block_draft_batch4_vs_plain": 90, "lookup_batch4_vs_plain": 90, "spec_batch2_vs_plain_twin": 900,
     "spec_batch8_vs_plain_twin": 1200, "restart_ttft_vs_cold": 60, "disk_tier_decode_cost": 60,
     "restart_ttft_vs_cold_twin": 700,
 }

@@ -1,4 +1,5 @@
-"""The caches one conversation owns: the target's, the draft's when speculative decoding is on, and the ids.
+"""The caches one conversation owns: the target's, the draft's when speculative decoding is on, and the ids
+(and a block drafter's context).
 
 ``ids`` is the one list of the conversation's token ids: each cache holds the
 first ``offset`` of them (the draft's may be fewer), and the list may run on past
@@ -9,8 +10,12 @@ reply runs on the caches, its ``Sequence.ids`` is this same list.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mlxcore.kv.base import ModelCache
+
+if TYPE_CHECKING:
+    from mlxcore.block_drafter import BlockContext
 
 
 @dataclass
@@ -18,6 +23,8 @@ class Caches:
     target: ModelCache
     draft: ModelCache | None = None
     ids: list[int] = field(default_factory=list)
+    # A block drafter's context: its keys and values of the target's hidden states (``block_drafter.py``)
+    context: BlockContext | None = None
 
     @property
     def offset(self) -> int:
@@ -37,7 +44,8 @@ class Caches:
 
     def fork(self) -> Caches:
         """Independent caches holding the same tokens (paged: sharing blocks)."""
-        return Caches(self.target.fork(), self.draft.fork() if self.draft else None, self.tokens)
+        return Caches(self.target.fork(), self.draft.fork() if self.draft else None, self.tokens,
+                      self.context.fork() if self.context else None)
 
     def release(self) -> None:
         """Give both caches back, what they held kept for prefix hits under ``ids`` (``ModelCache.release``)."""
@@ -45,6 +53,7 @@ class Caches:
         if self.draft:
             self.draft.release(self.ids)
         self.ids = []
+        self.context = None
 
     @property
     def nbytes(self) -> int:

@@ -25,7 +25,7 @@ token; q is then its masked distribution, and rejection sampling stays exact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import mlx.core as mx
 
@@ -38,10 +38,11 @@ from mlxcore.kv.base import ModelCache
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.params import SamplingParams
 from mlxcore.prefill import prefill, hold
-from mlxcore.configs import LOOKUP
-from mlxcore.prompt_lookup import NgramIndex
 from mlxcore.rejection import verify, verify_greedy
 from mlxcore.sampling import KeyStream, distribution, draw
+
+if TYPE_CHECKING:  # the drafters build on these rounds
+    from mlxcore.batching.drafters import Drafter
 
 # The draft proposes under the grammar's masks too (docs/structured_output.md has the acceptance both ways;
 # the grammar_spec_accept bench row turns it off to measure the other way).
@@ -49,6 +50,7 @@ CONSTRAIN_DRAFT = True
 FORCED = 8  # tokens the grammar forces after a constrained draft's, checked in the same target pass at most
 
 Emitted = tuple[int, float, bool]  # (token, log-probability, drafted)
+Proposal = tuple[mx.array, mx.array | None]  # drafted tokens (k,), the distributions they were drawn from (k, V)
 
 
 @dataclass
@@ -64,19 +66,18 @@ class SpecCounters:
 class SpeculativeDecoder:
     """One reply's rounds (see the module docstring); its counters and random stream last the reply."""
 
-    def __init__(self, target: CompiledForward, draft: CompiledForward | None, params: SamplingParams,
+    def __init__(self, target: CompiledForward, drafter: Drafter, params: SamplingParams,
                  controller: DraftLengthController, constraint: Mask | None = None) -> None:
-        """``draft``: the draft model's forward, or None for prompt lookup (``lookup``)."""
-        self.target, self.draft = target, draft
+        """``drafter``: what proposes (``batching/drafters.py``)."""
+        self.target, self.draft = target, drafter.forward  # (a draft model's forward, for a lone round)
         self.constraint = constraint  # kept in step with the reply by the runner; each round leaves it so
-        self.constrain_draft = CONSTRAIN_DRAFT and constraint is not None and draft is not None
+        self.constrain_draft = CONSTRAIN_DRAFT and constraint is not None and drafter.samples
         self.params, self.controller = params, controller
         self.keys = KeyStream(params.seed)
-        sizes = [forward.wrapped.args.vocab_size for forward in (target, draft) if forward is not None]
-        self.vocab = min(sizes)  # a draft's padding rows may differ
+        self.vocab = min(target.wrapped.args.vocab_size, drafter.vocab)  # a draft's padding rows may differ
         self.counters = SpecCounters(accepted_by_position=[0] * controller.max_k)
-        self.index = NgramIndex() if draft is None else None  # prompt lookup's
-        self.drafter = LOOKUP if draft is None else "draft model"  # what the reply's stats name (the runner's name)
+        self.drafter = drafter.name  # what the reply's stats name
+        self.state: object = None  # what the drafter keeps for this reply (prompt lookup's index)
         self._draft_masks: list[mx.array] = []  # (vocab,) bool: the masks the draft proposed under, this round
 
     def round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:
@@ -91,7 +92,7 @@ class SpeculativeDecoder:
             raise
 
     def _round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:
-        assert self.draft is not None, "a round of a model not run split drafts with the draft model"
+        assert self.draft is not None, "a round of a model not run split drafts with a draft model"
         self.catch_up_draft(dcache, ids, self.controller)
         start = decision_clock.now()
         drafted, q = self._propose(dcache, ids, k)  # (k,) lazy ids, (k, V) or None
@@ -119,7 +120,7 @@ class SpeculativeDecoder:
         if not forced:
             return drafted, q
         return (mx.concatenate([drafted, mx.array(forced, dtype=drafted.dtype)]),
-                None if q is None else mx.concatenate([q, _one_hot(forced, q.shape[-1], q.dtype)]))
+                None if q is None else mx.concatenate([q, one_hot(forced, q.shape[-1], q.dtype)]))
 
     def verdict(self, logits: mx.array, drafted: mx.array, q: mx.array | None, k: int | None = None
                 ) -> tuple[int, list[Emitted]]:
@@ -186,19 +187,6 @@ class SpeculativeDecoder:
             mx.async_eval(token)  # start computing while the next pass is being built
             inputs = token.reshape(1, 1)
         return self.proposal()
-
-    def lookup(self, ids: list[int], k: int) -> tuple[mx.array, mx.array | None] | None:
-        """Prompt lookup's proposal after ``ids``: up to k tokens that followed the same few tokens before
-        (``prompt_lookup.py``), and their distributions (one-hot: the proposal is certain; None for greedy);
-        None when nothing matches."""
-        assert self.index is not None, "prompt lookup drafts without a draft model"
-        found = self.index.propose(ids, k)
-        if not found:
-            return None
-        drafted = mx.array(found)
-        if self.params.greedy:
-            return drafted, None
-        return drafted, _one_hot(found, self.vocab, mx.float32)
 
     def start_proposal(self) -> None:
         """A round's drafting starts: ``propose`` the k tokens, then take them with ``proposal``."""
@@ -276,7 +264,7 @@ class SpeculativeDecoder:
             c.accepted_by_position[j] += 1
 
 
-def _one_hot(tokens: list[int], vocab: int, dtype: mx.Dtype) -> mx.array:
+def one_hot(tokens: list[int], vocab: int, dtype: mx.Dtype) -> mx.array:
     """(len(tokens), vocab): each row all its mass on its token (the draft distribution of a forced token)."""
     return (mx.arange(vocab)[None, :] == mx.array(tokens)[:, None]).astype(dtype)
 

@@ -42,6 +42,9 @@ class DeviceProfile:
     max_segments: int  # runs of blocks a lone sequence attends over as views; more, one gathered copy
     span_slack_slots: int  # runs in one slab read as one view while the gaps between them hold this many slots a run
     alone_cost_keys: int  # what a batch row attended on its own costs, in keys of every padded row
+    # A block drafter's block (the last token and the positions it drafts): its pass and the target's verify
+    # grow with it while its later positions are seldom accepted (docs/drafting.md); capped by the folder's.
+    draft_block: int = 5
 
 
 # Measured on the CPU, where each read of a run costs attention a few more MLX operations a layer (as much as
@@ -101,6 +104,7 @@ class ProfileChanges(TypedDict, total=False):
     max_segments: int
     span_slack_slots: int
     alone_cost_keys: int
+    draft_block: int
 
 
 @contextmanager

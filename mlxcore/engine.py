@@ -15,6 +15,7 @@ import mlx.nn as nn
 
 from mlxcore import buffer_cache
 from mlxcore.batching.batch_forward import warm_up as warm_up_rows
+from mlxcore.block_drafter import BlockDraftModel, block_length
 from mlxcore.caches import Caches
 from mlxcore.compile_support import compile_works
 from mlxcore.compiled_forward import CompiledForward
@@ -79,7 +80,7 @@ class Engine:
                  draft_model: nn.Module | None = None, num_draft: int = 8, context_length: int | None = None,
                  fingerprint: str = "", draft_fingerprint: str = "", model_name: str = "",
                  draft_name: str = "", generation_defaults: dict | None = None, world: World = SINGLE,
-                 prompt_lookup: bool = False) -> None:
+                 prompt_lookup: bool = False, block_drafter: BlockDraftModel | None = None) -> None:
         if linear_layers(model) or (draft_model is not None and linear_layers(draft_model)):
             _check_hybrid(kv)
         self.hybrid = bool(linear_layers(model))  # Qwen3.5, Qwen3-Next: linear layers with a state each
@@ -90,6 +91,8 @@ class Engine:
         self.draft_model = draft_model
         # Without a draft model, draft tokens found in each reply's own text (``prompt_lookup.py``).
         self.prompt_lookup = prompt_lookup and draft_model is None
+        # Or a block drafter (``block_drafter.py``): a block of drafts a pass, from the target's hidden states.
+        self.block_drafter = block_drafter if draft_model is None else None
         # Decode steps and verification run through these (same logits, fewer kernel launches).
         self.target_forward = CompiledForward(model)
         self.draft_forward = CompiledForward(draft_model) if draft_model is not None else None
@@ -99,7 +102,9 @@ class Engine:
         self.kv = kv
         self.context_length = context_length or getattr(getattr(model, "args", None), "max_position_embeddings", None)
         self.eos_ids = set(tokenizer.eos_token_ids) if tokenizer is not None else set()
-        self.draft_control = DraftLengthController(max_k=num_draft)  # learns across replies
+        # Learns across replies; a block drafter's k is at most its block (the device's, the folder's) less y.
+        self.draft_control = DraftLengthController(max_k=num_draft if self.block_drafter is None else
+                                                   min(num_draft, block_length(self.block_drafter) - 1))
         # The sampling the target's generation_config.json recommends (GenerationParams fields).
         self.generation_defaults = dict(generation_defaults or {})
         self.last_stats: GenerationStats | None = None
@@ -114,6 +119,11 @@ class Engine:
         gpu = gpu_memory()
         buffer_cache.limit(gpu[0] if gpu else None)
         buffer_cache.clear()  # what loading left there (fused_linear.py frees the unfused q/k/v, gate/up weights)
+
+    @property
+    def drafts(self) -> bool:
+        """Whether replies may decode speculatively: a draft model, a block drafter, or prompt lookup."""
+        return self.draft_model is not None or self.block_drafter is not None or self.prompt_lookup
 
     def warm_up(self) -> None:
         """Compile the decode kernels of both models, the sampler's, and prefill's exp on the CPU, before the

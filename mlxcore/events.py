@@ -34,7 +34,7 @@ class GenerationStats:
     target_passes: int = 0  # forward passes of the target while decoding
     accepted_by_position: tuple[int, ...] = field(default=())  # accepted drafts at each draft position
     draft_lengths: tuple[int, ...] = field(default=())  # k chosen for each speculative round
-    drafter: str = ""  # what proposed the drafts: the draft model's name, or "lookup" ("": none)
+    drafter: str = ""  # what proposed the drafts: the draft model's name, "lookup" or "block" ("": none)
     peak_memory_bytes: int = 0
     kv_bytes: int = 0  # paged: KV memory in use at the end (both models' slabs)
     kv_budget_bytes: int = 0  # paged: the KV memory budget (--max-kv as a size, else the machine's)

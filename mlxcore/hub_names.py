@@ -29,7 +29,7 @@ def local_model(ref: str) -> tuple[Path, str] | None:
     in the hub cache or downloaded: ``mlxcore.hub``); ``ModelLoadError`` when it is none of these."""
     if not ref.strip():
         raise ModelLoadError("No model given; name an embedded model, a folder or a hub repo.")
-    if ref in embedded_names():
+    if ref in embedded_names(drafters=True):
         return MODELS_DIR / ref, ref
     path = Path(ref).expanduser()
     if path.exists():

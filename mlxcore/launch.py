@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from mlxcore.compile_support import report_compile_failure
 from mlxcore.configs import LOOKUP, KVConfig, ModelChoice, check_num_draft
@@ -12,6 +13,9 @@ from mlxcore.engine import Engine
 from mlxcore.hub import Progress
 from mlxcore.kv.budget import KVBudget
 from mlxcore.kv.hybrid import linear_layers
+
+if TYPE_CHECKING:
+    from mlxcore.loading import ModelFiles
 
 SLOW_WARM_UP_S = 1.5  # say what is happening when the kernel warm-up takes longer than this
 SLOW_WARM_UP_NOTE = ("compiling decode kernels for this machine (first start only, up to a minute; "
@@ -45,6 +49,7 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     from mlxcore.defaults import default_pair
     from mlxcore.distributed.startup import join_ranks
     from mlxcore.distributed.world import current_world
+    from mlxcore.block_drafter import is_block_drafter, load_block_drafter
     from mlxcore.loading import check_draft_compatible, find_model, load_found
     from mlxcore.memory_fit import check_fits, weights_before_download
 
@@ -66,7 +71,10 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     draft_files = find_model(draft_ref, progress=progress) if draft_ref else None
     join_ranks(world, target_files, draft_files, kv, num_draft)  # same files and options everywhere, or an error
     target = load_found(target_files, world=world)  # this rank's share of it
-    draft = load_found(draft_files) if draft_files else None  # whole on every rank
+    # A DFlash folder (detected by its config) is a block drafter on the target's hidden states, not a model.
+    block = draft_files is not None and is_block_drafter(draft_files.config)
+    blocks = load_block_drafter(draft_files.folder, target.model) if draft_files and block else None
+    draft = load_found(draft_files) if draft_files and not block else None  # whole on every rank
     if linear_layers(target.model) and kv.kind == "paged" and kv.kv_bits is None:
         # A hybrid model's linear states are not in the paged cache yet: its replies batch on standard caches.
         kv = replace(kv, kind="standard")
@@ -75,16 +83,21 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     if draft is not None:
         check_draft_compatible(target, draft)
     engine = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model if draft else None,
-                    num_draft=num_draft,
+                    num_draft=num_draft, block_drafter=blocks,
                     fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "",
-                    model_name=target.name, draft_name=draft.name if draft else LOOKUP if lookup else "",
+                    model_name=target.name, draft_name=_draft_name(draft_files, lookup),
                     generation_defaults=target.generation_defaults, world=world, prompt_lookup=lookup)
     if kv_budget is not None:
         engine._kv_budget = kv_budget  # before any pool is made: every pool takes from the shared account
     elif world.distributed and kv.kind == "paged":
         _ = engine.kv_budget  # agreed now, on every rank (a collective): rank 0 alone reads it later (/v1/models)
     warm_up(engine, notice)
-    return OpenedEngine(engine, target.name, draft.name if draft else LOOKUP if lookup else None, note)
+    return OpenedEngine(engine, target.name, _draft_name(draft_files, lookup) or None, note)
+
+
+def _draft_name(files: ModelFiles | None, lookup: bool) -> str:
+    """What the engine names its drafter: the draft model's or block drafter's name, LOOKUP, or ""."""
+    return files.name if files is not None else LOOKUP if lookup else ""
 
 
 def warm_up(engine: Engine, notice: Notice | None = None,

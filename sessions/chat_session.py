@@ -55,7 +55,7 @@ class ChatSession:
         self.max_tool_steps = max_tool_steps
         self.params = params or engine.default_params  # the model's recommended sampling
         self.enable_thinking = enable_thinking
-        self.use_draft = use_draft and (engine.draft_model is not None or engine.prompt_lookup)
+        self.use_draft = use_draft and engine.drafts
         self.messages: list[Message] = [Message("system", system)] if system else []
         self.caches = engine.new_caches()
         if not self.use_draft:

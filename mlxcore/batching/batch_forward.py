@@ -101,6 +101,9 @@ class BatchDecoder:
                 assert reads is not None  # a pass of decode rows alone
                 reads.write(index, parts)
                 x = layer.after(x, reads.attend(index, q))
+            for feed, start in zip(feeds, starts):
+                if index in feed.keep:
+                    feed.kept[index] = x[start:start + len(feed.ids)]
             # Start this layer while the next one's graph is built (MLX's CPU queue is short); the pool's
             # write too, which a pass reading the mirror does not depend on: left lazy, writes would pile up.
             mx.async_eval(x, written)

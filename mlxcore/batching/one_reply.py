@@ -42,7 +42,8 @@ def generate(engine: Engine, prompt_ids: Sequence[int], caches: Caches, params: 
     reused = engine.keep_prefix(caches, prompt)
     batch = LocalBatch(engine, max_running=1, step_tokens=engine.prefill_chunk(params))  # a prompt chunk a step
     batch.runner.max_unread = None  # this caller takes every event after each step
-    request = Request(tuple(prompt), params, use_draft=use_draft and (caches.draft is not None or engine.prompt_lookup),
+    request = Request(tuple(prompt), params, use_draft=use_draft and (caches.draft is not None or engine.drafts
+                                                                 and engine.draft_model is None),
                       keep_caches=True, caches=caches, grammar=grammar)
     handle = batch.submit(request)[0]
     to_read, read = len(prompt) - 1 - reused, 0  # the prompt's tokens to compute (its last one is decoded)

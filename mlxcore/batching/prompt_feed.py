@@ -30,9 +30,11 @@ class PromptFeed:
     (``ids`` an array, lazy), whose every row's hidden state is kept (``spec_rows.py``)."""
 
     def __init__(self, forward: CompiledForward, cache: ModelCache, ids: list[int] | mx.array,
-                 decoding: bool = False) -> None:
+                 decoding: bool = False, keep: tuple[int, ...] = ()) -> None:
         """Announce the chunk to the cache (``PoolExhaustedError`` if the pool cannot take it, nothing changed).
-        ``decoding``: a decoding reply's few rows (a lone decode row, a speculative round's: ``forward_rows``)."""
+        ``decoding``: a decoding reply's few rows (a lone decode row, a speculative round's: ``forward_rows``).
+        ``keep``: layers whose outputs for these rows the pass keeps in ``kept`` (a block drafter reads them:
+        ``drafters.py``)."""
         # A pass of such rows alone runs compiled, as decode rows do (their counts repeat); a prompt's chunk
         # lengths vary, and each new one would trace a graph anew.
         self.short = decoding and len(ids) <= MAX_COMPILED_TOKENS
@@ -42,6 +44,8 @@ class PromptFeed:
             self.mask = cache.layers[0].make_mask(len(ids), return_array=False, window_size=None)
         cache.begin(len(ids))
         self.cache, self.ids = cache, ids
+        self.start = cache.offset  # the position of its first token
+        self.keep, self.kept = keep, dict[int, mx.array]()  # layer -> its output (L, 1, hidden), once the pass ran
         self.h = forward.model.embed_tokens((ids if isinstance(ids, mx.array) else mx.array(ids))[:, None])  # (L, 1, hidden): a row a token
         self.offsets = mx.arange(cache.offset, cache.offset + len(ids), dtype=mx.int32)
         self._attention: Attention | None = None

@@ -45,7 +45,8 @@ from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.request import Request
 from mlxcore.batching.scheduler import Scheduler, StepPlan
 from mlxcore.batching.sequence import Sequence
-from mlxcore.batching.spec_rows import BatchRound, SpeculativeRows
+from mlxcore.batching.drafters import drafter_of
+from mlxcore.batching.spec_rows import BatchRound
 from mlxcore.batching.pool_account import NoPool, PoolAccount
 from mlxcore.batching.tally import Tally
 from mlxcore.blas import parallel_products
@@ -99,11 +100,12 @@ class BatchRunner:
         self.clearing = Clearing()  # MLX's buffer cache, cleared as mlx-lm does (buffer_cache.py)
         self.stall_seconds = stall_seconds  # a reply whose reader read nothing for this long is cancelled
         self.max_unread: int | None = MAX_UNREAD  # None: never paused for its reader
-        # Replies draft as rows of the step's pass (``spec_rows.py``): with the draft model, or prompt lookup.
-        draft = engine.draft_forward
-        drafter = draft.split if draft is not None else engine.prompt_lookup
-        self.rows = (SpeculativeRows(engine.target_forward, draft) if drafter and self.feeds_prompts
-                     and isinstance(self.decoder, BatchDecoder) else None)
+        # Replies draft as rows of the step's pass (``spec_rows.py``), with the engine's drafter (``drafters.py``).
+        self.drafter = drafter_of(engine)
+        forward = self.drafter.forward if self.drafter is not None else None
+        self.rows = bool(self.drafter is not None and (forward is None or forward.split) and self.feeds_prompts
+                     and isinstance(self.decoder, BatchDecoder))
+        self.keeps = self.drafter.keeps if self.drafter is not None and self.rows else ()
         self._plain_clock: tuple[int, float] | None = None  # (replies, when) of the last plain step with a draft
 
     # requests ---------------------------------------------------------------
@@ -331,7 +333,8 @@ class BatchRunner:
         count = min(count, seq.prefill_left, seq.params.prefill_chunk or count)
         if count and seq.caches is not None:
             self.feeds.append((seq, PromptFeed(self.engine.target_forward, seq.caches.target,
-                                               seq.ids[seq.cached:seq.cached + count])))
+                                               seq.ids[seq.cached:seq.cached + count],
+                                               keep=self.keeps if self._drafts(seq) else ())))
 
     def _read_chunks(self) -> None:
         """This step's chunks went through every layer: their caches hold them; a prompt read in full forks
@@ -341,6 +344,8 @@ class BatchRunner:
             if not self._alive(seq) or seq.caches is None:
                 continue
             feed.ran()
+            if feed.keep and self.drafter is not None:  # a block drafter reads the prompt's hidden states
+                self.drafter.took(seq, feed, len(feed.ids))
             seq.computed_prompt += len(feed.ids)
             seq.caches.hash_blocks()
             if seq.prefill_left == 0 and seq.followers:
@@ -429,7 +434,7 @@ class BatchRunner:
         ``SpeculativeDecoder.round``); tokens emitted."""
         control = self._draft_control(seqs, lone)
         k = control.choose() if control is not None else 0
-        if k and self.rows is None:  # a lone reply of a model not run split here (a hybrid one)
+        if k and not self.rows:  # a lone reply of a model not run split here (a hybrid one)
             with self._alone(seqs[0]):
                 self._speculative(seqs[0]).counters.draft_lengths.append(k)
                 return self._emit_pending(seqs[0]) + self._round(seqs[0], k)
@@ -464,7 +469,7 @@ class BatchRunner:
     def _draft_control(self, seqs: list[Sequence], lone: bool) -> DraftLengthController | None:
         """The draft-length controller of this step's batch size, when a reply of it may draft: a lone one, or
         replies side by side as rows of the step's pass (a model run split here, ``spec_rows.py``)."""
-        if not any(self._drafts(seq) for seq in seqs) or not (lone or self.rows is not None):
+        if not any(self._drafts(seq) for seq in seqs) or not (lone or self.rows):
             return None
         return self.engine.draft_control.for_rows(len(seqs))
 
@@ -478,7 +483,7 @@ class BatchRunner:
         drafting = [seq for seq in drafting if self._alive(seq)]
         if not drafting:
             return emitted, None
-        assert self.rows is not None  # (``_draft_control``)
+        assert self.rows and self.drafter is not None  # (``_draft_control``)
         control = self.engine.draft_control.for_rows(len(seqs))
         for seq in drafting:
             decoder = self._speculative(seq)
@@ -486,11 +491,10 @@ class BatchRunner:
             assert seq.caches is not None  # a decoding reply's
             if seq.constraint is not None:
                 seq.constraint.catch_up(seq.reply_ids)  # the round's masks follow what was emitted
-            if seq.caches.draft is not None:
-                decoder.catch_up_draft(seq.caches.draft, seq.ids, control)
+            self.drafter.catch_up(seq, decoder, control)
         start = decision_clock.now()
         try:
-            rounds = BatchRound(self.rows, drafting, k)
+            rounds = BatchRound(self.engine.target_forward, self.drafter, drafting, k)
             if control.draft_timing_due():  # now and then: one more sync, to learn what a draft pass costs
                 mx.eval([drafted for drafted, _ in rounds.proposals])
                 rounds.draft_seconds = decision_clock.now() - start
@@ -539,10 +543,10 @@ class BatchRunner:
             self.tally.preemptions += 1
 
     def _speculative(self, seq: Sequence) -> SpeculativeDecoder:
-        if seq.speculative is None:  # (``draft_forward`` None: prompt lookup)
-            seq.speculative = SpeculativeDecoder(self.engine.target_forward, self.engine.draft_forward,
-                                                 seq.params, self.engine.draft_control, seq.constraint)
-            seq.speculative.drafter = self.engine.draft_name or seq.speculative.drafter
+        if seq.speculative is None:
+            assert self.drafter is not None  # (``_drafts``)
+            seq.speculative = SpeculativeDecoder(self.engine.target_forward, self.drafter, seq.params,
+                                                 self.engine.draft_control, seq.constraint)
         return seq.speculative
 
     def _round(self, seq: Sequence, k: int) -> int:
@@ -570,12 +574,12 @@ class BatchRunner:
 
     def _drafts(self, seq: Sequence) -> bool:
         """Whether this reply may decode speculatively: with the draft model (while its draft cache is
-        kept), or prompt lookup (a model run split here)."""
+        kept), or a drafter without a model of its own (prompt lookup, a block drafter: on a model run split
+        here)."""
         if not seq.request.use_draft or seq.params.repetition_penalty != 1.0 or seq.request.top_logprobs:
             return False
-        if self.engine.prompt_lookup:
-            return self.rows is not None
-        return self.engine.draft_model is not None and (seq.caches is None or seq.caches.draft is not None)
+        drafter = self.drafter
+        return drafter is not None and (self.rows or drafter.forward is not None) and drafter.may_draft(seq)
 
     def _alive(self, seq: Sequence) -> bool:
         """Whether ``seq`` is still the sequence its request id runs in (not ended, not handed on)."""

@@ -25,8 +25,8 @@ def stats_text(stats: Mapping[str, object]) -> str:
         value = stats.get(key)
         return value if isinstance(value, (int, float)) else 0.0
     parts = [f"prefill {figure('prefill_tps'):.0f} · decode {figure('decode_tps'):.1f} tok/s"]
-    if figure("draft_proposed"):  # which drafter ran: prompt lookup, or the draft model
-        drafter = "lookup" if stats.get("drafter") == "lookup" else "draft"
+    if figure("draft_proposed"):  # which drafter ran: prompt lookup, a block drafter, or the draft model
+        drafter = stats.get("drafter") if stats.get("drafter") in ("lookup", "block") else "draft"
         parts.append(f"{drafter} {100 * figure('acceptance'):.0f}%")
     disk = f" ({_si(figure('disk_reused_tokens'))} from disk)" if figure("disk_reused_tokens") else ""
     parts.append(f"reused {_si(figure('reused_tokens'))}/{_si(figure('prompt_tokens'))}{disk}")

@@ -1,0 +1,230 @@
+"""The drafters behind the one speculative round: what proposes the tokens the target verifies as rows.
+
+Every drafter proposes up to k tokens for each drafting reply of a step at once, and the distributions it
+drew them from (None for greedy; one-hot for a certain proposal); the target verifies them as rows of the
+step's pass (``spec_rows.py``) and rejection sampling keeps n of them. After the verdict each drafter is told
+what the target read (``took``: rows of a prompt chunk or of a verification, whose hidden states at the
+layers it ``keeps`` a block drafter reads) and what was kept (``verified``: a draft model rewinds its cache).
+
+- ``ModelDrafter``: a draft model (its own cache, k passes of rows; ``catch_up`` feeds it what it missed);
+- ``LookupDrafter``: prompt lookup, the n-grams of the reply's own tokens (``prompt_lookup.py``), no model;
+- ``BlockDrafter``: a block drafter in DFlash's layout (``block_drafter.py``), one pass for the whole block,
+  conditioned on the target's hidden states (its context, kept with the conversation's caches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Listed
+from typing import TYPE_CHECKING, Protocol
+
+import mlx.core as mx
+
+from mlxcore.batching.batch_forward import BatchDecoder
+from mlxcore.batching.prompt_feed import PromptFeed
+from mlxcore.batching.sequence import Sequence
+from mlxcore.block_drafter import BlockContext, BlockDraftModel
+from mlxcore.compiled_forward import CompiledForward
+from mlxcore.configs import LOOKUP
+from mlxcore.decode_speculative import Proposal, SpeculativeDecoder, one_hot, rewind
+from mlxcore.draft_length import DraftLengthController
+from mlxcore.kv.base import ModelCache
+from mlxcore.prompt_lookup import NgramIndex
+
+if TYPE_CHECKING:
+    from mlxcore.engine import Engine
+
+BLOCK = "block"  # what a block drafter's replies name as their drafter
+
+
+class Drafter(Protocol):
+    name: str  # what a reply's stats name as its drafter
+    samples: bool  # it draws its tokens from a distribution (a grammar may constrain them), rather than finds them
+    keeps: tuple[int, ...]  # target layers whose outputs it reads, for the rows the target reads
+    forward: CompiledForward | None  # a draft model's own forward (a lone round of a model not run split)
+    vocab: int  # the tokens it can propose
+
+    def may_draft(self, seq: Sequence) -> bool:
+        """Whether ``seq`` can draft with it now."""
+
+    def catch_up(self, seq: Sequence, decoder: SpeculativeDecoder, control: DraftLengthController) -> None:
+        """Before a round (not timed with it): take in what the reply read while it did not draft."""
+
+    def propose(self, seqs: list[Sequence], decoders: Listed[SpeculativeDecoder], k: int) -> list[Proposal | None]:
+        """Up to k tokens (k,) for each of ``seqs`` and their distributions, or None (no proposal); lazy."""
+
+    def took(self, seq: Sequence, feed: PromptFeed, rows: int) -> None:
+        """The target read the first ``rows`` tokens of ``feed`` for ``seq``, for good."""
+
+    def verified(self, seq: Sequence, k: int, n: int) -> None:
+        """``seq``'s round kept n of the k tokens proposed."""
+
+
+class ModelDrafter:
+    """A draft model: a first pass of rows feeds each reply what the draft has not seen, then k - 1 batched
+    decode steps on the draft's cache (see ``spec_rows.py``)."""
+
+    samples: bool = True
+    keeps: tuple[int, ...] = ()
+
+    def __init__(self, forward: CompiledForward, name: str) -> None:
+        self.forward: CompiledForward | None = forward
+        self.model, self.name = forward, name or "draft model"
+        self.vocab = forward.wrapped.args.vocab_size
+        self.decoder = BatchDecoder(forward)
+
+    def may_draft(self, seq: Sequence) -> bool:
+        return seq.caches is None or seq.caches.draft is not None  # (its cache given back: it decodes plainly)
+
+    def catch_up(self, seq: Sequence, decoder: SpeculativeDecoder, control: DraftLengthController) -> None:
+        decoder.catch_up_draft(_draft_cache(seq), seq.ids, control)  # (its forward: ``decoder.draft``)
+
+    def propose(self, seqs: list[Sequence], decoders: Listed[SpeculativeDecoder], k: int) -> list[Proposal | None]:
+        dcaches = [_draft_cache(seq) for seq in seqs]
+        logits = self._pass([(cache, seq.ids[cache.offset:]) for seq, cache in zip(seqs, dcaches)])
+        for decoder in decoders:
+            decoder.start_proposal()
+        tokens = _draw(decoders, logits)
+        for _ in range(k - 1):
+            tokens = _draw(decoders, self._pass([(cache, tokens[row:row + 1]) for row, cache in enumerate(dcaches)]))
+        return [decoder.proposal() for decoder in decoders]
+
+    def _pass(self, rows: list[tuple[ModelCache, list[int] | mx.array]]) -> mx.array:
+        """One draft pass feeding each cache its tokens; the logits (B, V) after each one's last."""
+        feeds = [PromptFeed(self.model, cache, ids, decoding=True) for cache, ids in rows]
+        self.decoder([], None, feeds)
+        for feed in feeds:
+            feed.ran()
+        out: mx.array = self.model.logits(mx.concatenate([feed.h[-1:] for feed in feeds]))[:, -1]
+        return out
+
+    def took(self, seq: Sequence, feed: PromptFeed, rows: int) -> None:
+        """Nothing: the draft reads the reply's tokens itself."""
+
+    def verified(self, seq: Sequence, k: int, n: int) -> None:
+        rewind(_draft_cache(seq), max(k - 1 - n, 0))  # it fed d_1..d_k-1, none of the forced tokens
+
+
+class LookupDrafter:
+    """Prompt lookup: no passes; a reply whose last tokens occurred nowhere before has no proposal (it decodes
+    as a plain row that step). A proposal is certain: q one-hot (accepted with probability p(d))."""
+
+    name: str = LOOKUP
+    samples: bool = False
+    keeps: tuple[int, ...] = ()
+    forward: CompiledForward | None = None
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab = vocab
+
+    def may_draft(self, seq: Sequence) -> bool:
+        return True
+
+    def catch_up(self, seq: Sequence, decoder: SpeculativeDecoder, control: DraftLengthController) -> None:
+        """Nothing: the index takes the reply's new tokens as it looks up."""
+
+    def propose(self, seqs: list[Sequence], decoders: Listed[SpeculativeDecoder], k: int) -> list[Proposal | None]:
+        return [self._one(seq.ids, decoder, k) for seq, decoder in zip(seqs, decoders)]
+
+    def _one(self, ids: list[int], decoder: SpeculativeDecoder, k: int) -> Proposal | None:
+        if not isinstance(decoder.state, NgramIndex):
+            decoder.state = NgramIndex()  # one per reply
+        found = decoder.state.propose(ids, k)
+        if not found:
+            return None
+        return mx.array(found), None if decoder.params.greedy else one_hot(found, decoder.vocab, mx.float32)
+
+    def took(self, seq: Sequence, feed: PromptFeed, rows: int) -> None:
+        """Nothing: it reads token ids only."""
+
+    def verified(self, seq: Sequence, k: int, n: int) -> None:
+        """Nothing: the index follows the reply's ids (rewound ids are indexed again)."""
+
+
+class BlockDrafter:
+    """A block drafter: one pass of [y, mask x k] for every drafting reply at once, each block attending over
+    its reply's context (the target's hidden states, ``BlockContext`` on the reply's caches) and itself."""
+
+    name: str = BLOCK
+    samples: bool = True
+    forward: CompiledForward | None = None
+
+    def __init__(self, model: BlockDraftModel, target: CompiledForward) -> None:
+        self.model, self.target = model, target
+        self.keeps: tuple[int, ...] = model.config.target_layer_ids
+        self.vocab = target.wrapped.args.vocab_size
+        inner, args = target.model, target.wrapped.args
+        self._head = inner.embed_tokens.as_linear if args.tie_word_embeddings else target.wrapped.lm_head
+
+    def may_draft(self, seq: Sequence) -> bool:
+        return True
+
+    def catch_up(self, seq: Sequence, decoder: SpeculativeDecoder, control: DraftLengthController) -> None:
+        """Nothing: tokens read by plain steps are a gap in its context (it attends over what it has)."""
+
+    def propose(self, seqs: list[Sequence], decoders: Listed[SpeculativeDecoder], k: int) -> list[Proposal | None]:
+        mask = self.model.config.mask_token_id
+        contexts = [self._context(seq, len(seq.ids) - 1) for seq in seqs]
+        block = mx.array([[seq.ids[-1]] + [mask] * k for seq in seqs])  # (B, k + 1): y at its position, masks
+        offsets = mx.array([len(seq.ids) - 1 for seq in seqs], dtype=mx.int32)
+        hidden = self.model(self.target.model.embed_tokens(block), offsets,
+                            [context.layers or self._empty() for context in contexts])
+        logits = self._head(hidden[:, 1:])  # (B, k, V): the masks' positions
+        mx.async_eval(logits)
+        out: list[Proposal | None] = []
+        for row, decoder in enumerate(decoders):
+            decoder.start_proposal()
+            for i in range(k):
+                decoder.propose(logits[row, i])
+            out.append(decoder.proposal())
+        return out
+
+    def _empty(self) -> list[tuple[mx.array, mx.array]]:
+        """An empty context: keys and values of no position."""
+        c = self.model.config
+        dtype = self.model.norm.weight.dtype
+        none = mx.zeros((1, c.num_key_value_heads, 0, c.head_dim), dtype=dtype)
+        return [(none, none)] * c.num_hidden_layers
+
+    def _context(self, seq: Sequence, position: int) -> BlockContext:
+        """The reply's context, holding nothing at or past ``position`` (its caches may have been rewound)."""
+        caches = seq.caches
+        assert caches is not None  # a decoding reply's
+        if caches.context is None:
+            caches.context = BlockContext()
+        caches.context.trim(min(position, caches.target.offset))
+        return caches.context
+
+    def took(self, seq: Sequence, feed: PromptFeed, rows: int) -> None:
+        if not rows or len(feed.kept) < len(self.keeps):
+            return
+        features = mx.concatenate([feed.kept[i][:rows, 0] for i in self.keeps], axis=-1)  # (rows, layers x hidden)
+        layers = self.model.context(features, feed.start)
+        mx.async_eval([part for both in layers for part in both])  # now: the pass's rows can then go
+        self._context(seq, feed.start).append(feed.start, layers)
+
+    def verified(self, seq: Sequence, k: int, n: int) -> None:
+        """Nothing: only the accepted rows are taken (``took``)."""
+
+
+def drafter_of(engine: Engine) -> Drafter | None:
+    """The engine's drafter: its draft model, its block drafter, or prompt lookup (None: it does not draft)."""
+    if engine.draft_forward is not None:
+        return ModelDrafter(engine.draft_forward, engine.draft_name)
+    if engine.block_drafter is not None:
+        return BlockDrafter(engine.block_drafter, engine.target_forward)
+    if engine.prompt_lookup:
+        return LookupDrafter(engine.target_forward.wrapped.args.vocab_size)
+    return None
+
+
+def _draw(decoders: Listed[SpeculativeDecoder], logits: mx.array) -> mx.array:
+    """Each reply's next draft token (B,) from the draft's logits (B, V), computed while the next pass is built."""
+    tokens = mx.stack([decoder.propose(logits[row]) for row, decoder in enumerate(decoders)])
+    mx.async_eval(tokens)
+    return tokens
+
+
+def _draft_cache(seq: Sequence) -> ModelCache:
+    caches = seq.caches
+    assert caches is not None and caches.draft is not None  # a reply drafting with the draft model keeps its cache
+    return caches.draft

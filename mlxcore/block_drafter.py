@@ -1,0 +1,264 @@
+"""A block drafter in DFlash's published layout (z-lab's ``*-DFlash-*`` folders), read and run here.
+
+A block drafter proposes a whole block in one pass: the block is [y, m, m, ..., m] (y the reply's last
+token, m the folder's mask token) at the positions right after the tokens the target has read, and each
+mask position's output is a draft token. Its few Qwen3-style layers attend, without a causal mask, over
+the block and over a **context**: the target's hidden states at the layers ``target_layer_ids`` names (the
+output of each of those layers, concatenated in that order), projected by ``fc`` and normed by
+``hidden_norm``, one row per token the target read. Each layer's keys and values of the context are
+computed once, when the target has read the token (``BlockContext``), and kept per conversation. The
+drafter has no embedding or head of its own: it borrows the target's ``embed_tokens`` and ``lm_head``
+(after its own final ``norm``).
+
+A folder is ``config.json`` and ``*.safetensors`` as z-lab publishes them: Qwen3's layer fields, plus
+``block_size``, ``num_target_layers`` and ``dflash_config`` {``target_layer_ids``, ``mask_token_id``} (also
+accepted at the top level); weights ``fc``, ``hidden_norm``, ``layers.N.self_attn.{q,k,v,o}_proj``,
+``layers.N.self_attn.{q,k}_norm``, ``layers.N.mlp.{gate,up,down}_proj``, ``layers.N.*_layernorm``, ``norm``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.qwen3 import MLP
+
+from mlxcore.compile_support import compile_works
+from mlxcore.compiled_forward import has_split_layers
+from mlxcore.device_profile import current
+from mlxcore.errors import ModelLoadError
+from mlxcore.kv.geometry import activation_dtype
+
+
+@dataclass(frozen=True)
+class BlockDrafterConfig:
+    hidden_size: int  # must be the target's: the drafter reads its hidden states and borrows its head
+    num_hidden_layers: int  # the drafter's own layers (a few)
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int  # must be the target's (its embedding and head are the target's)
+    rms_norm_eps: float
+    rope_theta: float
+    block_size: int  # the block it was trained on: the most positions a pass proposes, plus one
+    target_layer_ids: tuple[int, ...]  # the target layers whose outputs make its context, in this order
+    mask_token_id: int  # the token that fills the block after y
+
+    @classmethod
+    def read(cls, folder: Path) -> BlockDrafterConfig:
+        """The config of a block-drafter folder (``ModelLoadError`` in one line when it is not one)."""
+        try:
+            raw = json.loads((folder / "config.json").read_text())
+        except (OSError, ValueError) as error:
+            raise ModelLoadError(f"{folder / 'config.json'} cannot be read ({error}).") from None
+        if not is_block_drafter(raw):
+            raise ModelLoadError(f"{folder} is not a block drafter (no block_size and target_layer_ids in "
+                                 "config.json).")
+        extra = {**raw, **(raw.get("dflash_config") or {})}
+        rope = raw.get("rope_theta") or (raw.get("rope_parameters") or {}).get("rope_theta") or 1_000_000.0
+        try:
+            return cls(int(raw["hidden_size"]), int(raw["num_hidden_layers"]), int(raw["num_attention_heads"]),
+                       int(raw["num_key_value_heads"]),
+                       int(raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"]),
+                       int(raw["intermediate_size"]), int(raw["vocab_size"]), float(raw.get("rms_norm_eps", 1e-6)),
+                       float(rope), int(raw["block_size"]), tuple(int(i) for i in extra["target_layer_ids"]),
+                       int(extra.get("mask_token_id") or 0))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ModelLoadError(f"{folder / 'config.json'} does not describe a block drafter "
+                                 f"(missing or bad {error}).") from None
+
+
+def is_block_drafter(config: dict) -> bool:
+    """Whether a config.json describes a DFlash block drafter rather than a model."""
+    extra = config.get("dflash_config") or {}
+    return "block_size" in config and ("target_layer_ids" in extra or "target_layer_ids" in config)
+
+
+class _Attention(nn.Module):
+    def __init__(self, c: BlockDrafterConfig) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.scale = c.num_attention_heads, c.num_key_value_heads, c.head_dim ** -0.5
+        self.q_proj = nn.Linear(c.hidden_size, c.num_attention_heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.num_attention_heads * c.head_dim, c.hidden_size, bias=False)
+        self.q_norm = nn.RMSNorm(c.head_dim, eps=c.rms_norm_eps)
+        self.k_norm = nn.RMSNorm(c.head_dim, eps=c.rms_norm_eps)
+        self.head_dim, self.rope_base = c.head_dim, c.rope_theta
+
+    def rope(self, x: mx.array, offset: int | mx.array) -> mx.array:
+        """Qwen3's rotary embedding (not interleaved) from ``offset`` (one, or one per sequence of the batch)."""
+        return mx.fast.rope(x, self.head_dim, traditional=False, base=self.rope_base, scale=1.0, offset=offset)
+
+    def keys_values(self, x: mx.array, offset: int | mx.array) -> tuple[mx.array, mx.array]:
+        """Keys (B, kv_heads, L, dim), roped from ``offset``, and values of ``x`` (B, L, hidden)."""
+        b, n, _ = x.shape
+        k = self.k_norm(self.k_proj(x).reshape(b, n, self.kv_heads, -1)).transpose(0, 2, 1, 3)
+        return self.rope(k, offset), self.v_proj(x).reshape(b, n, self.kv_heads, -1).transpose(0, 2, 1, 3)
+
+    def project(self, x: mx.array, offsets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """Queries (B, heads, b, dim), keys and values of the block's rows ``x`` (B, b, hidden), each row of
+        sequence i at offsets[i] + j, roped."""
+        b, n, _ = x.shape
+        q = self.q_norm(self.q_proj(x).reshape(b, n, self.heads, -1)).transpose(0, 2, 1, 3)
+        return (self.rope(q, offsets), *self.keys_values(x, offsets))
+
+    def attend(self, q: mx.array, k: mx.array, v: mx.array, context: list[tuple[mx.array, mx.array]]) -> mx.array:
+        """Each sequence's block rows over its context (keys, values: (1, kv_heads, S_i, dim)) and the whole
+        block (no causal mask): (B, heads, b, dim)."""
+        return mx.concatenate([mx.fast.scaled_dot_product_attention(
+            q[i:i + 1], mx.concatenate([ctx_k, k[i:i + 1]], axis=2), mx.concatenate([ctx_v, v[i:i + 1]], axis=2),
+            scale=self.scale) for i, (ctx_k, ctx_v) in enumerate(context)])
+
+
+class _Layer(nn.Module):
+    def __init__(self, c: BlockDrafterConfig) -> None:
+        super().__init__()
+        self.self_attn = _Attention(c)
+        self.mlp = MLP(c.hidden_size, c.intermediate_size)
+        self.input_layernorm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+
+        # The layer around attention, compiled by ``compile`` (a block's few shapes repeat; the context's grow)
+        self.before, self.after = self._before, self._after
+
+    def _before(self, x: mx.array, offsets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        return self.self_attn.project(self.input_layernorm(x), offsets)
+
+    def _after(self, x: mx.array, attended: mx.array) -> mx.array:
+        b, n, _ = x.shape
+        h = x + self.self_attn.o_proj(attended.transpose(0, 2, 1, 3).reshape(b, n, -1))
+        out: mx.array = h + self.mlp(self.post_attention_layernorm(h))
+        return out
+
+    def compile(self) -> None:
+        self.before, self.after = mx.compile(self._before), mx.compile(self._after)
+
+    def __call__(self, x: mx.array, offsets: mx.array, context: list[tuple[mx.array, mx.array]]) -> mx.array:
+        q, k, v = self.before(x, offsets)
+        return self.after(x, self.self_attn.attend(q, k, v, context))
+
+
+class BlockDraftModel(nn.Module):
+    """The drafter's own weights (see the module docstring); the caller embeds the block and applies the head."""
+
+    def __init__(self, config: BlockDrafterConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.fc = nn.Linear(len(config.target_layer_ids) * config.hidden_size, config.hidden_size, bias=False)
+        self.hidden_norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.layers = [_Layer(config) for _ in range(config.num_hidden_layers)]
+        self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def context(self, features: mx.array, start: int) -> list[tuple[mx.array, mx.array]]:
+        """Each layer's keys and values (1, kv_heads, L, dim) of the target's ``features`` (L, layers x hidden)
+        at positions start, start + 1, ..."""
+        h = self.hidden_norm(self.fc(features))[None]
+        return [layer.self_attn.keys_values(h, start) for layer in self.layers]
+
+    def __call__(self, x: mx.array, offsets: mx.array, contexts: list[list[tuple[mx.array, mx.array]]]) -> mx.array:
+        """The block's hidden states (B, b, hidden), normed, from its embeddings ``x`` (B, b, hidden);
+        ``contexts[i][layer]``: sequence i's context keys and values."""
+        for index, layer in enumerate(self.layers):
+            x = layer(x, offsets, [context[index] for context in contexts])
+        out: mx.array = self.norm(x)
+        return out
+
+
+class BlockContext:
+    """One conversation's context for the drafter: each layer's keys and values of the tokens the target read,
+    and the positions they hold (runs may leave gaps: tokens read by plain decode steps, or a prefix reused
+    from the pool, were not seen by the drafter; it attends over what it has)."""
+
+    def __init__(self) -> None:
+        self.layers: list[tuple[mx.array, mx.array]] = []
+        self.runs: list[tuple[int, int]] = []  # (first position, count) of each appended run, in order
+
+    @property
+    def end(self) -> int:
+        """The position after the last one held (0 when empty)."""
+        return self.runs[-1][0] + self.runs[-1][1] if self.runs else 0
+
+    def trim(self, position: int) -> None:
+        """Keep only the rows before ``position`` (the target was rewound there, or reads it again)."""
+        kept, rows = [], 0
+        for start, count in self.runs:
+            if start >= position:
+                break
+            kept.append((start, min(count, position - start)))
+            rows += kept[-1][1]
+        if kept == self.runs:
+            return
+        self.runs = kept
+        self.layers = [(k[:, :, :rows], v[:, :, :rows]) for k, v in self.layers] if rows else []
+
+    def append(self, start: int, layers: list[tuple[mx.array, mx.array]]) -> None:
+        """Rows for positions start, start + 1, ... (each layer's keys and values, (1, kv_heads, L, dim))."""
+        self.trim(start)
+        count = layers[0][0].shape[2]
+        self.layers = [(mx.concatenate([k0, k], axis=2), mx.concatenate([v0, v], axis=2))
+                       for (k0, v0), (k, v) in zip(self.layers, layers)] if self.layers else layers
+        self.runs.append((start, count))
+
+    def fork(self) -> BlockContext:
+        other = BlockContext()
+        other.layers, other.runs = list(self.layers), list(self.runs)
+        return other
+
+
+def block_length(model: BlockDraftModel) -> int:
+    """The block a pass drafts (the last token included): the device profile's, at most the folder's."""
+    return max(2, min(current().draft_block, model.config.block_size))
+
+
+def load_block_drafter(folder: Path, target: nn.Module) -> BlockDraftModel:
+    """The block drafter in ``folder`` for ``target`` (an mlx-lm Qwen3 model); ``ModelLoadError`` in one line
+    when it does not fit the target (hidden size, vocabulary, layers) or its weights do not fit its config."""
+    config = BlockDrafterConfig.read(folder)
+    check_fits_target(config, target, folder.name)
+    model = BlockDraftModel(config)
+    weights: dict[str, mx.array] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        weights.update(cast("dict[str, mx.array]", mx.load(str(path))))
+    # A torch export may keep a "model." prefix; the rotary table is recomputed here; an embedding or head saved
+    # beside the drafter's own weights is the target's (the target's own serve).
+    weights = {name.removeprefix("model."): w for name, w in weights.items()
+               if "rotary_emb" not in name and not name.removeprefix("model.").startswith(("embed_tokens", "lm_head"))}
+    try:
+        model.load_weights(list(weights.items()), strict=True)
+    except ValueError as error:
+        raise ModelLoadError(f"The weights in {folder} do not fit its config.json ({str(error)[:200]}).") from None
+    model.set_dtype(activation_dtype(target))  # the dtype of the target's hidden states
+    model.eval()
+    if compile_works():
+        for layer in model.layers:
+            layer.compile()
+    return model
+
+
+def check_fits_target(config: BlockDrafterConfig, target: nn.Module, name: str) -> None:
+    """``ModelLoadError`` (one line) unless the drafter reads ``target``'s hidden states and vocabulary."""
+    if not has_split_layers(target):
+        raise ModelLoadError(f"The block drafter {name} drafts for Qwen3 targets (its layers run split here); "
+                             "this target is another kind: run it with a draft model or --draft lookup.")
+    args = target.args
+    layers = args.num_hidden_layers
+    vocab = args.vocab_size
+    if config.hidden_size != args.hidden_size:
+        raise ModelLoadError(f"The block drafter {name} is for a model of hidden size {config.hidden_size}, and "
+                             f"this target's is {args.hidden_size}: use the drafter made for this model.")
+    if config.vocab_size != vocab:
+        raise ModelLoadError(f"The block drafter {name} has a vocabulary of {config.vocab_size:,} tokens, and "
+                             f"this target's has {vocab:,}: use the drafter made for this model.")
+    beyond = [i for i in config.target_layer_ids if not 0 <= i < layers]
+    if beyond:
+        raise ModelLoadError(f"The block drafter {name} reads target layers {beyond}, and this target has "
+                             f"{layers} layers: use the drafter made for this model.")
+    if not 0 <= config.mask_token_id < vocab or config.block_size < 2:
+        raise ModelLoadError(f"The block drafter {name} has mask token {config.mask_token_id} and block size "
+                             f"{config.block_size}: it needs a token of the vocabulary and a block of 2 or more.")

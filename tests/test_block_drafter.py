@@ -1,0 +1,256 @@
+"""The block drafter (``mlxcore/block_drafter.py``, ``batching/drafters.py``): folders in DFlash's published layout
+(random weights, built by ``bench/twin_block.py``) load, draft and verify; greedy replies equal plain greedy, alone
+and in a batch, on the embedded target and the 0.6B twin and under a JSON schema; sampled tokens follow the
+target's distribution; the drafter's context is the target's hidden states at the layers it names; a folder
+that does not fit its target is refused in one line.
+
+Token equality holds on MLX's CPU backend (docs/internals.md, "What is exact on which device").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mlxcore  # noqa: F401  (optimized BLAS before mlx)
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.tokenizer_utils import load as load_tokenizer
+from scipy.stats import chisquare
+from structured_schemas import SCHEMAS
+from tiny_models import tiny_config, tiny_qwen3
+from twin_fixtures import twin_06b_f32, twin_8b_f32, twins_root  # noqa: F401
+
+from app.tui.widgets.status_line import stats_text
+from assets import QWEN3_TOKENIZER_DIR
+from bench.batch_load import stream_prompt
+from bench.draft_lengths import FixedDraftLength
+from bench.twin_block import write_block_drafter
+from mlxcore import grammar
+from mlxcore.batching.local import LocalBatch, drain
+from mlxcore.batching.request import Request
+from mlxcore.block_drafter import load_block_drafter
+from mlxcore.engine import Engine, KVConfig
+from mlxcore.errors import ModelLoadError
+from mlxcore.events import FinalEvent, TokenEvent
+from mlxcore.loading import load_model
+from mlxcore.params import GenerationParams, SamplingParams
+from mlxcore.sampling import distribution
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = load_model("mini-target")
+GREEDY = GenerationParams(max_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """A two-layer drafter for the embedded target, in z-lab's layout."""
+    return write_block_drafter(tmp_path_factory.mktemp("block") / "mini-block", TARGET.path, layers=2)
+
+
+def engine(model, tokenizer, drafter=None, k: int | None = 4, kv: KVConfig = KVConfig(kind="paged", block_size=8)):
+    made = Engine(model, tokenizer, kv=kv, block_drafter=drafter)
+    made.eos_ids = set()  # replies run to max_tokens: across steps and blocks
+    if drafter is not None and k is not None:
+        made.draft_control = FixedDraftLength(k)  # a round every step
+    return made
+
+
+def reply(made: Engine, prompt: list[int], params: GenerationParams, **options):
+    caches = made.new_caches()
+    events = list(made.generate(prompt, caches, params, **options))
+    assert isinstance(events[-1], FinalEvent)
+    return [e.token for e in events if isinstance(e, TokenEvent)], events[-1], caches
+
+
+def test_a_folder_in_z_labs_layout_loads_with_its_fields(folder):
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"] and config["block_size"] == 16
+    assert config["dflash_config"]["target_layer_ids"] == [1, 3]
+    drafter = load_block_drafter(folder, TARGET.model)
+    assert drafter.config.target_layer_ids == (1, 3) and drafter.config.mask_token_id == 2047
+    names = set(mx.load(str(folder / "model.safetensors")))
+    assert {"fc.weight", "hidden_norm.weight", "norm.weight", "layers.1.self_attn.q_norm.weight",
+            "layers.0.mlp.down_proj.weight"} <= names and not any("embed" in n or "lm_head" in n for n in names)
+
+
+@pytest.mark.parametrize("kv", [KVConfig(kind="paged", block_size=8), KVConfig(kind="standard"),
+                                KVConfig(kind="rotating", max_kv=48)], ids=lambda kv: kv.kind)
+@pytest.mark.parametrize("k", [1, 4, None], ids=["k1", "k4", "adaptive"])
+def test_greedy_with_the_block_drafter_equals_plain(folder, kv, k):
+    drafted = engine(TARGET.model, TARGET.tokenizer, load_block_drafter(folder, TARGET.model), k, kv)
+    plain = engine(TARGET.model, TARGET.tokenizer, kv=kv)
+    for seed in range(2 if k == 4 else 1):  # (k = 4: two prompt lengths)
+        prompt = stream_prompt(2048, seed, 12 + 9 * seed)
+        tokens, final, _ = reply(drafted, prompt, GREEDY)
+        assert tokens == reply(plain, prompt, GREEDY)[0]
+        if k is not None:
+            assert final.stats.drafter == "block" and final.stats.draft_proposed >= k * 3, final.stats
+
+
+def test_its_context_holds_the_targets_hidden_states_at_the_layers_it_names(folder):
+    """After a reply that drafted every step, the drafter's context keys and values equal those made at once
+    from mlx-lm's own forward over the reply's tokens (each named layer's output), at every position."""
+    drafter = load_block_drafter(folder, TARGET.model)
+    made = engine(TARGET.model, TARGET.tokenizer, drafter, 3)
+    _, _, caches = reply(made, stream_prompt(2048, 3, 21), GenerationParams(max_tokens=30))
+    context = caches.context
+    # Every token but the last, which the reply's end feeds to the target alone (the caches then hold its ids)
+    assert context is not None and context.end == caches.target.offset - 1, (context.runs, caches.target.offset)
+    assert all(a + n == b for (a, n), (b, _) in zip(context.runs, context.runs[1:])), "no gaps"
+    h = TARGET.model.model.embed_tokens(mx.array([caches.ids[:context.end]]))
+    outputs = []
+    for layer in TARGET.model.model.layers:
+        h = layer(h, "causal", None)
+        outputs.append(h[0])
+    expected = drafter.context(mx.concatenate([outputs[i] for i in (1, 3)], axis=-1), 0)
+    row = 0
+    for start, count in context.runs:
+        for (keys, values), (want_k, want_v) in zip(context.layers, expected):
+            np.testing.assert_allclose(keys[:, :, row:row + count], want_k[:, :, start:start + count], atol=2e-4)
+            np.testing.assert_allclose(values[:, :, row:row + count], want_v[:, :, start:start + count], atol=2e-4)
+        row += count
+
+
+def test_a_chats_next_turn_on_the_same_caches_equals_plain(folder):
+    """Turn 2 keeps turn 1's caches up to their common prefix (its context trimmed with the target's): its
+    tokens are plain greedy's, and the drafter read turn 1's tokens (its context did not start again)."""
+    drafted = engine(TARGET.model, TARGET.tokenizer, load_block_drafter(folder, TARGET.model), 3)
+    plain = engine(TARGET.model, TARGET.tokenizer)
+    first = stream_prompt(2048, 5, 15)
+    caches = drafted.new_caches()
+    reply_1 = [e.token for e in drafted.generate(first, caches, GREEDY) if isinstance(e, TokenEvent)]
+    second = first + reply_1[:-3] + stream_prompt(2048, 6, 7)  # an edited history: the last 3 tokens differ
+    got = [e.token for e in drafted.generate(second, caches, GREEDY) if isinstance(e, TokenEvent)]
+    assert got == reply(plain, second, GREEDY)[0]
+    assert caches.context is not None and caches.context.runs[0] == (0, 14), caches.context.runs[:3]
+
+
+def test_replies_drafting_side_by_side_equal_each_alone(folder):
+    made = engine(TARGET.model, TARGET.tokenizer, load_block_drafter(folder, TARGET.model), 3)
+    batch = LocalBatch(made)
+    prompts = [stream_prompt(2048, s, 9 + 17 * s) for s in range(4)]
+    handles = [batch.submit(Request(tuple(p), GREEDY))[0] for p in prompts]
+    events: dict[str, list] = {h.request_id: [] for h in handles}
+    while batch.busy:
+        batch.step()
+        for h in handles:
+            events[h.request_id].extend(drain(h))
+    assert batch.runner.tally.largest_batch == 4
+    plain = engine(TARGET.model, TARGET.tokenizer)
+    for prompt, h in zip(prompts, handles):
+        got = events[h.request_id]
+        assert [e.token for e in got if isinstance(e, TokenEvent)] == reply(plain, prompt, GREEDY)[0]
+        assert got[-1].stats.draft_proposed > 0, "each drafted beside the others"
+
+
+@pytest.mark.parametrize("which, layers", [("twin_06b_f32", (1, 25)), ("twin_8b_f32", (1, 33))],
+                         ids=["0.6b", "8b"])
+def test_greedy_on_the_twins_equals_plain(which, layers, tmp_path, request):
+    twin = load_model(str(request.getfixturevalue(which)))
+    drafter = load_block_drafter(write_block_drafter(tmp_path / "twin-block", twin.path, layers=2), twin.model)
+    assert drafter.config.target_layer_ids == layers
+    prompt, params = stream_prompt(twin.model.args.vocab_size, 1, 20), GenerationParams(max_tokens=10)
+    tokens, final, _ = reply(engine(twin.model, twin.tokenizer, drafter, 4), prompt, params)
+    assert tokens == reply(engine(twin.model, twin.tokenizer), prompt, params)[0]
+    assert final.stats.draft_proposed > 0
+
+
+def test_constrained_replies_with_the_block_drafter_equal_each_without(tmp_path):
+    """Under a JSON schema the drafter proposes under the grammar's masks (its tokens sampled from its own
+    distribution, masked): the text equals the reply without a drafter."""
+    tokenizer = load_tokenizer(QWEN3_TOKENIZER_DIR)
+    vocab = 151_936
+    target = tiny_qwen3(0, vocab_size=vocab)
+    drafter = load_block_drafter(write_block_drafter(tmp_path / "b", tiny_config(vocab_size=vocab)), target)
+    prompt = list(tokenizer.encode("<|im_start|>user\nAnswer in JSON.<|im_end|>\n<|im_start|>assistant\n"
+                                   "<think>\n\n</think>\n\n", add_special_tokens=False))
+    params = GenerationParams(max_tokens=120)
+    drafted, plain = (Engine(target, tokenizer, kv=KVConfig(kind="paged"), block_drafter=d) for d in (drafter, None))
+    drafted.draft_control = FixedDraftLength(4)
+    for name in ("nested",):
+        schema = grammar.json_schema(SCHEMAS[name])
+        final = reply(drafted, prompt, params, grammar=schema)[1]
+        assert final.text == reply(plain, prompt, params, grammar=schema)[1].text
+        assert final.stats.draft_proposed > 0
+
+
+def test_sampled_tokens_after_a_block_draft_follow_the_target_distribution(tmp_path):
+    """1,000 seeded one-token replies, four at a time, each the verdict of a round (k = 3) of a drafter that
+    mostly disagrees (q its own distribution): the counts against the target's distribution, chi-square
+    p > 0.001."""
+    target = tiny_qwen3(seed=3, vocab_size=512)
+    drafter = load_block_drafter(write_block_drafter(tmp_path / "b", tiny_config(vocab_size=512)), target)
+    made = engine(target, None, drafter, 3)
+    prompt = np.random.default_rng(6).integers(0, 512, 8).tolist()
+    p = np.array(distribution(target(mx.array([prompt]))[0, -1], SamplingParams(temperature=0.8)), dtype=np.float64)
+    p /= p.sum()
+    counts = np.zeros_like(p)
+    for seeds in range(0, 1000, 4):
+        batch = LocalBatch(made)
+        handles = [batch.submit(Request(tuple(prompt), GenerationParams(max_tokens=1, temperature=0.8, seed=s)))[0]
+                   for s in range(seeds, seeds + 4)]
+        batch.run_until(lambda handles=handles: all(h.finished.is_set() for h in handles))
+        assert batch.runner.tally.largest_batch == 4
+        for handle in handles:
+            events = list(drain(handle))
+            assert events[-1].stats.draft_proposed == 3, "every first token came out of a round in the batch"
+            counts[next(e.token for e in events if isinstance(e, TokenEvent))] += 1
+    big = p * counts.sum() >= 5  # chi-square needs expected counts of 5 or more: pool the rest
+    observed = np.append(counts[big], counts[~big].sum())
+    expected = np.append(p[big], p[~big].sum()) * counts.sum()
+    assert chisquare(observed, expected).pvalue > 1e-3, (observed, expected)
+
+
+@pytest.mark.parametrize("options, said", [
+    (dict(target_layer_ids=[2, 9]), "reads target layers [9], and this target has 6 layers"),
+    (dict(mask_token_id=5000), "mask token 5000"),
+], ids=["layers", "mask"])
+def test_a_folder_that_does_not_fit_its_target_is_refused_in_one_line(tmp_path, options, said):
+    folder = write_block_drafter(tmp_path / "bad", TARGET.path, **options)
+    with pytest.raises(ModelLoadError, match=said.replace("[", r"\[").replace("]", r"\]")):
+        load_block_drafter(folder, TARGET.model)
+
+
+def ask(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", "ask", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_a_drafter_of_another_vocabulary_is_refused(tmp_path):
+    other_vocab = write_block_drafter(tmp_path / "vocab", {**json.loads((TARGET.path / "config.json").read_text()),
+                                                           "vocab_size": 4096})
+    with pytest.raises(ModelLoadError, match="4,096 tokens, and this target's has 2,048"):
+        load_block_drafter(other_vocab, TARGET.model)
+
+
+def test_ask_refuses_a_drafter_made_for_another_model_in_one_line(tmp_path):
+    """A drafter of another hidden size (the twins' 64): `mlxchat ask --draft FOLDER` says so in one line,
+    no traceback."""
+    wide = write_block_drafter(tmp_path / "wide", tiny_config(vocab_size=2048, hidden=64, layers=6))
+    done = ask("--draft", str(wide), "--max-tokens", "4", "Hi")
+    assert done.returncode != 0 and "hidden size 64, and this target's is 192" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_ask_with_a_block_drafter_names_it_and_the_status_line_shows_its_acceptance(folder):
+    done = ask("--json", "--draft", str(folder), "--max-tokens", "30", "--no-think", "What is 12 times 9?")
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout.strip().splitlines()[-1])["stats"]
+    assert stats["drafter"] == "block" and stats["draft_proposed"] > 0, stats
+    assert "block 25%" in stats_text({**stats, "acceptance": 0.25})
+
+
+def test_an_embedded_drafter_is_no_model_to_chat_with(tmp_path, monkeypatch):
+    """assets/models/mini-dflash (the recipe's export): `--draft mini-dflash` finds it; model lists do not."""
+    import assets
+
+    (tmp_path / "mini-target").symlink_to(TARGET.path)
+    write_block_drafter(tmp_path / "mini-dflash", TARGET.path)
+    monkeypatch.setattr(assets, "MODELS_DIR", tmp_path)
+    assert assets.embedded_names() == ["mini-target"]
+    assert assets.embedded_names(drafters=True) == ["mini-dflash", "mini-target"]
