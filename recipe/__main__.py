@@ -17,6 +17,8 @@ def main() -> None:
     build.add_argument("--no-export", action="store_true", help="stop after training (checkpoints in recipe/work/hf)")
     dflash = sub.add_parser("build-dflash", help="train the DFlash block drafter for mini-target, export, measure")
     dflash.add_argument("--quick", action="store_true", help="a few-minute smoke build (low acceptance)")
+    dflash.add_argument("--resume", action="store_true",
+                        help="continue from assets/models/mini-dflash (a second stage, DFLASH_MORE)")
     dflash.add_argument("--no-export", action="store_true", help="write it to recipe/work/hf/mini-dflash instead")
     dflash_eval = sub.add_parser("evaluate-dflash", help="accepted length per block: mini-dflash against mini-draft")
     dflash_eval.add_argument("--models", type=Path, default=MODELS, help="folder holding mini-target, mini-draft, "
@@ -43,9 +45,10 @@ def main() -> None:
         run_build(QUICK if args.quick else FULL, args.device, not args.no_export)
     elif args.command == "build-dflash":
         from recipe.build import build_dflash
-        from recipe.config import DFLASH_FULL, DFLASH_QUICK
+        from recipe.config import DFLASH_FULL, DFLASH_MORE, DFLASH_QUICK
 
-        build_dflash(DFLASH_QUICK if args.quick else DFLASH_FULL, not args.no_export)
+        plan = DFLASH_QUICK if args.quick else DFLASH_MORE if args.resume else DFLASH_FULL
+        build_dflash(plan, not args.no_export, prompts=40 if args.quick else 120, resume=args.resume)
     elif args.command == "evaluate-dflash":
         import json
 

@@ -78,9 +78,13 @@ def export_all(folder: Path = MODELS) -> None:
     export(hf / "mini-target", folder / "mini-target-4bit", tok_dir, quantize=True)
 
 
-def build_dflash(plan: DraftPlan, export_model: bool = True, folder: Path = MODELS) -> dict:
+def build_dflash(plan: DraftPlan, export_model: bool = True, folder: Path = MODELS, prompts: int = 120,
+                 resume: bool = False) -> dict:
     """Train the DFlash block drafter against the shipped mini-target, export it to ``folder``/mini-dflash and
-    measure its accepted length against the mini-draft's (written to recipe/work/dflash.json)."""
+    measure its accepted length against the mini-draft's (written to recipe/work/dflash.json).
+
+    ``resume``: continue from the drafter already in ``folder``/mini-dflash, on conversations of another seed.
+    """
     import torch
     from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
@@ -92,11 +96,14 @@ def build_dflash(plan: DraftPlan, export_model: bool = True, folder: Path = MODE
     WORK.mkdir(parents=True, exist_ok=True)
     target = Qwen3ForCausalLM.from_pretrained(str(MODELS / "mini-target"), dtype=torch.float32).eval()
     tok = PreTrainedTokenizerFast.from_pretrained(str(MODELS / "mini-target"))
-    convs = corpus.generate(SEED, plan.conversations, heldout=False)
+    convs = corpus.generate(SEED + 2 if resume else SEED, plan.conversations, heldout=False)
     examples = [to_example(tok, json.loads(c.to_json())) for c in convs]
     spec = DFlashSpec(DFLASH, DFLASH_BLOCK, DFLASH_TARGET_LAYERS, DFLASH_MASK_ID)
-    drafter = DFlashDrafter(spec, SEED)
-    start_from_target(drafter, target)
+    if resume:
+        drafter = load(folder / "mini-dflash").train()
+    else:
+        drafter = DFlashDrafter(spec, SEED)
+        start_from_target(drafter, target)
     log(f"training mini-dflash: {sum(p.numel() for p in drafter.parameters())} parameters, "
         f"{len(examples)} conversations")
     loss = train_drafter(drafter, target, examples, plan, SEED, WORK / "mini-dflash.log")
@@ -106,7 +113,7 @@ def build_dflash(plan: DraftPlan, export_model: bool = True, folder: Path = MODE
     from recipe.dflash_eval import measure
 
     report = {"train minutes": round((time.time() - start) / 60, 1), "final loss": loss,
-              **measure(load(out), MODELS)}  # measured as exported (bfloat16 weights)
+              **measure(load(out), MODELS, prompts)}  # measured as exported (bfloat16 weights)
     (WORK / "dflash.json").write_text(json.dumps(report, indent=2) + "\n")
     log(f"exported to {out}; accepted length {json.dumps(report)}")
     return report

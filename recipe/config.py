@@ -84,4 +84,5 @@ DFLASH_BLOCK = 8
 DFLASH_TARGET_LAYERS = (1, 3, 4)
 DFLASH_MASK_ID = 0
 DFLASH_FULL = DraftPlan(9_000, 1.0, 4096, 12, 2e-3, 20, 4.0)
+DFLASH_MORE = DraftPlan(5_000, 1.0, 4096, 12, 1e-3, 10, 4.0)   # --resume: a second stage on new conversations
 DFLASH_QUICK = DraftPlan(600, 1.0, 4096, 12, 2e-3, 5, 4.0)

@@ -12,6 +12,7 @@ import json
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from assets import MODELS_DIR
@@ -85,24 +86,24 @@ def test_a_few_seeded_training_steps_lower_the_block_loss():
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from recipe import corpus
-    from recipe.config import DFLASH_QUICK, SEED, ModelShape
+    from recipe.config import SEED, DraftPlan, ModelShape
     from recipe.data import batches, to_example
     from recipe.dflash import DFlashDrafter, DFlashSpec
     from recipe.dflash_train import block_loss, train_drafter
 
     target = transformers.Qwen3ForCausalLM.from_pretrained(str(TARGET), dtype=torch.float32).eval()
     tok = transformers.PreTrainedTokenizerFast.from_pretrained(str(TARGET))
-    examples = [to_example(tok, json.loads(c.to_json())) for c in corpus.generate(SEED, 48, heldout=False)]
+    examples = [to_example(tok, json.loads(c.to_json())) for c in corpus.generate(SEED, 32, heldout=False)]
     spec = DFlashSpec(ModelShape(1, 192, 6, 2, 32, 384), 8, (1, 4), 0)
     drafter = DFlashDrafter(spec, SEED)
-    ids, labels = (torch.from_numpy(a) for a in next(batches(examples, 2048, 0, __import__("numpy").random.default_rng(0))))
+    ids, labels = (torch.from_numpy(a) for a in next(batches(examples, 2048, 0, np.random.default_rng(0))))
 
     def loss() -> float:
         with torch.no_grad():
             return block_loss(drafter, target, ids, labels, 8, 4.0, torch.Generator().manual_seed(0)).item()
 
     before = loss()
-    plan = type(DFLASH_QUICK)(48, 2.0, 2048, 8, 3e-3, 2, 4.0)
+    plan = DraftPlan(32, 2.0, 2048, 8, 3e-3, 2, 4.0)
     train_drafter(drafter, target, examples, plan, SEED, Path("/dev/null"))
     assert loss() < 0.7 * before
 
@@ -120,17 +121,18 @@ def test_the_replayed_rounds_are_those_of_a_real_speculative_decode():
     tok = transformers.PreTrainedTokenizerFast.from_pretrained(str(TARGET))
     drafter = load(FOLDER)
     rounds = []
-    for conv in corpus.generate(EVAL_SEED, 2, heldout=True):
-        prompt = to_example(tok, json.loads(conv.to_json())).prompt
-        reply, lengths = decode(drafter, target, prompt, 6, tok.eos_token_id, 80)
+    prompts = [to_example(tok, json.loads(c.to_json())).prompt for c in corpus.generate(EVAL_SEED, 12, heldout=True)]
+    for prompt in [p for p in prompts if len(p) < 80][:2]:  # short ones: every round recomputes everything
+        reply, lengths = decode(drafter, target, prompt, 6, tok.eos_token_id, 40)
         plain = list(prompt)
         with torch.inference_mode():
-            while plain[-1] != tok.eos_token_id and len(plain) - len(prompt) < 80:
+            while plain[-1] != tok.eos_token_id and len(plain) - len(prompt) < len(reply):
                 plain.append(int(target(input_ids=torch.tensor([plain])).logits[0, -1].argmax()))
         assert reply == plain[len(prompt):], "greedy verification changes nothing"
         with torch.inference_mode():
             feats = context_features(target(input_ids=torch.tensor([plain]), output_hidden_states=True).hidden_states,
                                      drafter.spec.target_layer_ids)
-        assert walk(block_matches(drafter, target, [(plain, len(prompt))], 6, feats)[0], len(reply)) == lengths
+        replayed = walk(block_matches(drafter, target, [(plain, len(prompt))], 6, feats)[0], len(reply))
+        assert replayed[:-1] == lengths[:-1], "the same rounds (the last one may be cut by max_tokens)"
         rounds += lengths
     assert sum(rounds) / len(rounds) > 2.0, "the shipped drafter guesses more than one token a round"
