@@ -17,8 +17,9 @@ def main() -> None:
     build.add_argument("--no-export", action="store_true", help="stop after training (checkpoints in recipe/work/hf)")
     dflash = sub.add_parser("build-dflash", help="train the DFlash block drafter for mini-target, export, measure")
     dflash.add_argument("--quick", action="store_true", help="a few-minute smoke build (low acceptance)")
-    dflash.add_argument("--resume", action="store_true",
-                        help="continue from assets/models/mini-dflash (a second stage, DFLASH_MORE)")
+    dflash.add_argument("--resume", type=int, nargs="?", const=1, default=0, metavar="N",
+                        help="stage N (default 1) after the first: continue from assets/models/mini-dflash "
+                        "on new conversations (DFLASH_MORE)")
     dflash.add_argument("--no-export", action="store_true", help="write it to recipe/work/hf/mini-dflash instead")
     dflash_eval = sub.add_parser("evaluate-dflash", help="accepted length per block: mini-dflash against mini-draft")
     dflash_eval.add_argument("--models", type=Path, default=MODELS, help="folder holding mini-target, mini-draft, "

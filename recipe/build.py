@@ -79,11 +79,12 @@ def export_all(folder: Path = MODELS) -> None:
 
 
 def build_dflash(plan: DraftPlan, export_model: bool = True, folder: Path = MODELS, prompts: int = 120,
-                 resume: bool = False) -> dict:
+                 resume: int = 0) -> dict:
     """Train the DFlash block drafter against the shipped mini-target, export it to ``folder``/mini-dflash and
     measure its accepted length against the mini-draft's (written to recipe/work/dflash.json).
 
-    ``resume``: continue from the drafter already in ``folder``/mini-dflash, on conversations of another seed.
+    ``resume`` = n > 0: continue from the drafter already in ``folder``/mini-dflash, on the conversations of
+    seed SEED + 1 + n (new ones each time).
     """
     import torch
     from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
@@ -96,7 +97,7 @@ def build_dflash(plan: DraftPlan, export_model: bool = True, folder: Path = MODE
     WORK.mkdir(parents=True, exist_ok=True)
     target = Qwen3ForCausalLM.from_pretrained(str(MODELS / "mini-target"), dtype=torch.float32).eval()
     tok = PreTrainedTokenizerFast.from_pretrained(str(MODELS / "mini-target"))
-    convs = corpus.generate(SEED + 2 if resume else SEED, plan.conversations, heldout=False)
+    convs = corpus.generate(SEED + 1 + resume if resume else SEED, plan.conversations, heldout=False)
     examples = [to_example(tok, json.loads(c.to_json())) for c in convs]
     spec = DFlashSpec(DFLASH, DFLASH_BLOCK, DFLASH_TARGET_LAYERS, DFLASH_MASK_ID)
     if resume:
