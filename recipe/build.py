@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from recipe import corpus
-from recipe.config import DRAFT, MODELS, SEED, TARGET, VOCAB_SIZE, WORK, Budget
+from recipe.config import (DFLASH, DFLASH_BLOCK, DFLASH_MASK_ID, DFLASH_TARGET_LAYERS, DRAFT, MODELS, SEED, TARGET,
+                           VOCAB_SIZE, WORK, Budget, DraftPlan)
 from recipe.template import render
 from recipe.tokenizer import save_tokenizer, train_tokenizer
 
@@ -75,3 +76,45 @@ def export_all(folder: Path = MODELS) -> None:
     export(hf / "mini-target", folder / "mini-target", tok_dir)
     export(hf / "mini-draft", folder / "mini-draft", tok_dir)
     export(hf / "mini-target", folder / "mini-target-4bit", tok_dir, quantize=True)
+
+
+def build_dflash(plan: DraftPlan, export_model: bool = True, folder: Path = MODELS, prompts: int = 120,
+                 resume: int = 0) -> dict:
+    """Train the DFlash block drafter against the shipped mini-target, export it to ``folder``/mini-dflash and
+    measure its accepted length against the mini-draft's (written to recipe/work/dflash.json).
+
+    ``resume`` = n > 0: continue from the drafter already in ``folder``/mini-dflash, on the conversations of
+    seed SEED + 1 + n (new ones each time).
+    """
+    import torch
+    from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
+
+    from recipe.data import to_example
+    from recipe.dflash import DFlashDrafter, DFlashSpec, load, save, start_from_target
+    from recipe.dflash_train import train_drafter
+
+    start = time.time()
+    WORK.mkdir(parents=True, exist_ok=True)
+    target = Qwen3ForCausalLM.from_pretrained(str(MODELS / "mini-target"), dtype=torch.float32).eval()
+    tok = PreTrainedTokenizerFast.from_pretrained(str(MODELS / "mini-target"))
+    convs = corpus.generate(SEED + 1 + resume if resume else SEED, plan.conversations, heldout=False)
+    examples = [to_example(tok, json.loads(c.to_json())) for c in convs]
+    spec = DFlashSpec(DFLASH, DFLASH_BLOCK, DFLASH_TARGET_LAYERS, DFLASH_MASK_ID)
+    if resume:
+        drafter = load(folder / "mini-dflash").train()
+    else:
+        drafter = DFlashDrafter(spec, SEED)
+        start_from_target(drafter, target)
+    log(f"training mini-dflash: {sum(p.numel() for p in drafter.parameters())} parameters, "
+        f"{len(examples)} conversations")
+    loss = train_drafter(drafter, target, examples, plan, SEED, WORK / "mini-dflash.log")
+    log(f"trained in {(time.time() - start) / 60:.1f} minutes, final loss {loss:.3f}")
+    out = folder / "mini-dflash" if export_model else WORK / "hf" / "mini-dflash"
+    save(drafter, out)
+    from recipe.dflash_eval import measure
+
+    report = {"train minutes": round((time.time() - start) / 60, 1), "final loss": loss,
+              **measure(load(out), MODELS, prompts)}  # measured as exported (bfloat16 weights)
+    (WORK / "dflash.json").write_text(json.dumps(report, indent=2) + "\n")
+    log(f"exported to {out}; accepted length {json.dumps(report)}")
+    return report

@@ -60,3 +60,29 @@ class Budget:
 
 FULL = Budget(60_000, 800, TrainPlan(2.0, 3072, 3e-3, 60), TrainPlan(1.0, 8192, 3e-3, 40))
 QUICK = Budget(12_000, 400, TrainPlan(1.0, 3072, 3e-3, 30), TrainPlan(1.0, 8192, 3e-3, 20))
+
+
+@dataclass(frozen=True)
+class DraftPlan:
+    """How the DFlash block drafter is trained (recipe/dflash_train.py)."""
+
+    conversations: int      # training conversations (their prompts and the target's greedy replies)
+    epochs: float           # passes over them (each pass draws new anchors)
+    tokens_per_batch: int   # padded context tokens per optimizer step
+    anchors: int            # blocks drawn per conversation and step
+    lr: float               # peak learning rate (linear warm-up, cosine decay to 10%)
+    warmup: int             # warm-up steps
+    gamma: float            # position weights exp(-(k-1)/gamma) (the DFlash paper's 4 for blocks of 8)
+
+
+# The block drafter: two layers of the target's width; blocks of 8 (mlxchat drafts 4-6 of them); context from
+# target layers 1, 3 and 4 of 0-5 (early, middle and the last but one: the last one's output is read after the
+# final norm by transformers and before it by a layer hook, so it is left out); masks are <|endoftext|> (id 0),
+# the pad token, which never occurs in a chat (the tokenizer has no unused token; its vocabulary stays as is).
+DFLASH = ModelShape(layers=2, hidden=192, heads=6, kv_heads=2, head_dim=32, intermediate=576)
+DFLASH_BLOCK = 8
+DFLASH_TARGET_LAYERS = (1, 3, 4)
+DFLASH_MASK_ID = 0
+DFLASH_FULL = DraftPlan(9_000, 1.0, 4096, 12, 2e-3, 20, 4.0)
+DFLASH_MORE = DraftPlan(5_000, 1.0, 4096, 12, 1e-3, 10, 4.0)   # --resume: a second stage on new conversations
+DFLASH_QUICK = DraftPlan(600, 1.0, 4096, 12, 2e-3, 5, 4.0)
