@@ -144,10 +144,16 @@ def forward_rows(forward: CompiledForward, cache: ModelCache, ids: list[int] | m
                  decoder: BatchDecoder | None = None) -> mx.array:
     """One sequence's few rows (a lone reply's decode row, a round's verification or draft pass; ``ids`` may be
     lazy) through the batched pass on ``cache``, of any kind; their logits (L, V)."""
-    feed = PromptFeed(forward, cache, ids, decoding=True)
+    return forward.logits(feed_rows(forward, cache, ids, decoder).h)[:, -1]
+
+
+def feed_rows(forward: CompiledForward, cache: ModelCache, ids: list[int] | mx.array,
+              decoder: BatchDecoder | None = None, keep: tuple[int, ...] = ()) -> PromptFeed:
+    """``forward_rows``' pass: the feed, after it ran (``keep``: the layers whose outputs it keeps)."""
+    feed = PromptFeed(forward, cache, ids, decoding=True, keep=keep)
     (decoder or BatchDecoder(forward))([], None, [feed])
     feed.ran()
-    return forward.logits(feed.h)[:, -1]
+    return feed
 
 
 def warm_up(forward: CompiledForward) -> None:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence as Listed
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import mlx.core as mx
 
-from mlxcore.batching.batch_forward import BatchDecoder, forward_rows
+from mlxcore.batching.batch_forward import BatchDecoder, feed_rows
 from mlxcore.batching.constraints import Bitmask, GrammarError
 from mlxcore.batching.hybrid_batch import HybridBatchDecoder
 from mlxcore.batching.prompt_feed import PromptFeed
@@ -36,6 +36,9 @@ from mlxcore.compiled_forward import CompiledForward
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.sampling_graphs import graph_of, greedy_pick, sampled_pick
+
+if TYPE_CHECKING:  # drafters.py builds on this module's runner
+    from mlxcore.batching.drafters import Drafter
 
 Read = tuple[Sequence, int, float, tuple[tuple[int, float], ...]]  # (reply, token, log-probability, top log-probs)
 
@@ -61,6 +64,7 @@ class DecodeSteps:
 
     def __init__(self, forward: CompiledForward, decoder: BatchDecoder | HybridBatchDecoder) -> None:
         self.forward, self.decoder = forward, decoder
+        self.drafter: Drafter | None = None  # the runner's, when it keeps hidden states (a block drafter)
         self.last: _Picks | None = None  # the previous step's picks, read after the next step is queued
         self._next: _Picks | None = None  # the step just queued
 
@@ -96,7 +100,12 @@ class DecodeSteps:
     def _logits(self, seqs: list[Sequence], inputs: mx.array, feeds: Listed[PromptFeed]) -> mx.array:
         targets = [seq.caches.target for seq in seqs if seq.caches is not None]  # (every decoding one has caches)
         if len(seqs) == 1 and not feeds and self.forward.split:  # one decode row, on any cache
-            return forward_rows(self.forward, targets[0], inputs, cast(BatchDecoder, self.decoder))
+            drafter = self.drafter  # a block drafter reads the target's hidden states of every token it reads
+            keep = drafter.keeps if drafter is not None and drafter.may_draft(seqs[0]) else ()
+            feed = feed_rows(self.forward, targets[0], inputs, cast(BatchDecoder, self.decoder), keep)
+            if keep and drafter is not None:
+                drafter.took(seqs[0], feed, 1)
+            return self.forward.logits(feed.h)[:, -1]
         if len(seqs) == 1 and not feeds:  # a lone reply of a model not split here (a hybrid one): its own layers
             targets[0].begin(1)
             logits: mx.array = self.forward(inputs[None], cache=targets[0].layers)[:, -1, :]

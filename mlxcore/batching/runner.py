@@ -106,6 +106,7 @@ class BatchRunner:
         self.rows = bool(self.drafter is not None and (forward is None or forward.split) and self.feeds_prompts
                      and isinstance(self.decoder, BatchDecoder))
         self.keeps = self.drafter.keeps if self.drafter is not None and self.rows else ()
+        self.steps.drafter = self.drafter if self.keeps else None  # a lone reply's plain steps keep them too
         self._plain_clock: tuple[int, float] | None = None  # (replies, when) of the last plain step with a draft
 
     # requests ---------------------------------------------------------------
