@@ -69,9 +69,9 @@ def prefills(monkeypatch):
         return original(forward, cache, ids, chunk)
 
     class Feed(runner_module.PromptFeed):
-        def __init__(self, forward, cache, ids):
+        def __init__(self, forward, cache, ids, **options):
             calls.append((forward.wrapped, len(ids)))
-            super().__init__(forward, cache, ids)
+            super().__init__(forward, cache, ids, **options)
 
     original = runner_module.prefill
     for module in (runner_module, speculative_module):  # the prompt's chunks; the draft's catch-up
