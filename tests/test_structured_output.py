@@ -97,6 +97,16 @@ def test_greedy_under_a_grammar_is_the_same_with_the_draft_as_without(engine, to
         assert drafted.text == plain.text, name
 
 
+def run_batch(batch: LocalBatch, handles: list) -> dict:
+    """Step ``batch`` until it is idle; each handle's final event, by request id."""
+    finals = {}
+    while batch.busy:
+        batch.step()
+        for handle in handles:
+            finals.update((handle.request_id, e) for e in drain(handle) if isinstance(e, FinalEvent))
+    return finals
+
+
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 def test_twenty_schemas_validate_in_batches_of_eight_beside_a_free_reply(engine, tokenizer, params):
     names = list(SCHEMAS)
@@ -106,11 +116,7 @@ def test_twenty_schemas_validate_in_batches_of_eight_beside_a_free_reply(engine,
         handles = [batch.submit(Request(tuple(prompt_ids(tokenizer)), params, use_draft=False,
                                         grammar=grammar.json_schema(SCHEMAS[n])))[0] for n in group]
         free = batch.submit(Request(tuple(prompt_ids(tokenizer)), GenerationParams(max_tokens=20), use_draft=False))[0]
-        finals = {}
-        while batch.busy:
-            batch.step()
-            for handle in handles + [free]:
-                finals.update((handle.request_id, e) for e in drain(handle) if isinstance(e, FinalEvent))
+        finals = run_batch(batch, handles + [free])
         assert batch.runner.tally.largest_batch == len(group) + 1
         for name, handle in zip(group, handles):
             assert_valid(finals[handle.request_id], SCHEMAS[name], name)
@@ -125,11 +131,7 @@ def test_constrained_replies_drafting_side_by_side_equal_each_alone_without_the_
     handles = [batch.submit(Request(tuple(prompt_ids(tokenizer)), GREEDY, grammar=grammar.json_schema(SCHEMAS[n])))[0]
                for n in names]
     free = batch.submit(Request(tuple(prompt_ids(tokenizer)), GenerationParams(max_tokens=20)))[0]
-    finals = {}
-    while batch.busy:
-        batch.step()
-        for handle in handles + [free]:
-            finals.update((handle.request_id, e) for e in drain(handle) if isinstance(e, FinalEvent))
+    finals = run_batch(batch, handles + [free])
     assert batch.runner.tally.largest_batch == len(names) + 1
     for name, handle in zip(names, handles):
         final = finals[handle.request_id]
