@@ -111,14 +111,14 @@ class _FusedLayer:
 
         wrap = mx.compile if compiled else (lambda fn: fn)
         self.before_batch = wrap(before_batch)
-        self._after, self._after_parts = wrap(after), wrap(after_parts)
+        self.after_final, self._after_parts = wrap(after), wrap(after_parts)  # (attention divided already, or not)
         self.before_rows = before_batch  # prompt rows alone: uncompiled, the device's SwiGLU
         self.after_rows: Callable[[mx.array, mx.array], mx.array] = lambda h, out: after(h, out, _device_swiglu)
 
     def after(self, h: mx.array, parts: Attended) -> mx.array:
         """The rest of the layer after attention; the attention's last division runs inside it."""
         out, total = parts
-        return self._after(h, out) if total is None else self._after_parts(h, out, total)
+        return self.after_final(h, out) if total is None else self._after_parts(h, out, total)
 
 
 def _device_swiglu(gate: mx.array, up: mx.array) -> mx.array:

@@ -40,7 +40,7 @@ from mlxcore.kv.base import ModelCache
 from mlxcore.kv.geometry import model_geometry
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
-from mlxcore.kv.slab_storage import LayerStorage
+from mlxcore.kv.slab_storage import SlotGroup
 from mlxcore.kv.standard import StandardCache
 
 # Row counts whose kernels a warm-up builds: a lone decode row, and two rows, whose kernels every other count
@@ -77,18 +77,18 @@ class BatchDecoder:
         starts = list(itertools.accumulate([rows] + [len(feed.ids) for feed in feeds]))
         if feeds:
             where = mx.concatenate([where] + [feed.offsets for feed in feeds])
-        slots = SlotWrites(caches, [feed.paged for feed in feeds if feed.paged]) if pool is not None else None
+        slots = slot_groups(caches, [feed.paged for feed in feeds if feed.paged]) if pool is not None else None
         compiled = rows > 0 or all(feed.short for feed in feeds)  # prompt rows alone: uncompiled
         for index, layer in enumerate(self.forward._layers):
             before = layer.before_batch if compiled else layer.before_rows
             q, both = before(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
             if slots is not None and pool is not None:
-                parts, written = slots.apply(pool.storage[index], both)
+                parts, written = pool.storage[index].scatter(slots, both)
             else:  # a chunk on a cache of one sequence: its layer writes it (``PromptFeed.attend``)
                 written = []
             if len(feeds) == 1 and reads is None:  # one sequence's rows (a lone reply's, a prompt's): no list
                 out = feeds[0].attend(q, index, both if pool is None else None)
-                x = layer.after(x, (out, None)) if compiled else layer.after_rows(x, out)
+                x = (layer.after_final if compiled else layer.after_rows)(x, out)
             elif feeds:
                 outs = [feed.attend(q[start:start + len(feed.ids)], index, both if pool is None else None)
                         for feed, start in zip(feeds, starts)]
@@ -96,7 +96,7 @@ class BatchDecoder:
                     reads.write(index, tuple(part[:, :, :rows] for part in parts))
                     outs.insert(0, normalized(reads.attend(index, q[:rows]), q[:rows].shape))
                 out = outs[0] if len(outs) == 1 else mx.concatenate(outs)
-                x = layer.after(x, (out, None)) if compiled else layer.after_rows(x, out)
+                x = (layer.after_final if compiled else layer.after_rows)(x, out)
             else:
                 assert reads is not None  # a pass of decode rows alone
                 reads.write(index, parts)
@@ -183,29 +183,17 @@ def _pool(caches: list[PagedCache], feeds: Sequence[PromptFeed]) -> BlockPool | 
     return pool
 
 
-class SlotWrites:
-    """Where each row's key and value go: per slab, the slots and the rows that write them (a prompt
-    chunk's cache: one row per token it announced, after the decode rows)."""
-
-    def __init__(self, caches: list[PagedCache], chunks: Sequence[PagedCache] = ()) -> None:
-        groups: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
-        places = [cache.write_slot() for cache in caches] + [at for chunk in chunks for at in chunk.write_slots()]
-        for row, (slab, at) in enumerate(places):
-            groups[slab][0].append(at)
-            groups[slab][1].append(row)
-        everyone = len(places)
-        self.groups = [(slab, mx.array(slots).reshape(1, 1, -1, 1), None if len(rows) == everyone else mx.array(rows))
-                       for slab, (slots, rows) in groups.items()]
-
-    def apply(self, storage: LayerStorage, both: mx.array) -> tuple[tuple[mx.array, ...], list[mx.array]]:
-        """Scatter keys and values (2, kv_heads, R, dim) into their slots, as the pool stores them; those
-        parts (each (2, kv_heads, R, width)), and the slabs' new arrays."""
-        parts = storage.encode(both)
-        for slab, slots, rows in self.groups:
-            storage.scatter(slab, slots, parts if rows is None else tuple(mx.take(p, rows, axis=2) for p in parts))
-        if len(self.groups) == 1:
-            return parts, list(storage.slabs[self.groups[0][0]])
-        return parts, [part for slab, _, _ in self.groups for part in storage.slabs[slab]]
+def slot_groups(caches: list[PagedCache], chunks: Sequence[PagedCache] = ()) -> list[SlotGroup]:
+    """Where each row's key and value go (``LayerStorage.scatter``): per slab, the slots and the rows that
+    write them (a prompt chunk's cache: one row per token it announced, after the decode rows)."""
+    groups: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+    places = [cache.write_slot() for cache in caches] + [at for chunk in chunks for at in chunk.write_slots()]
+    for row, (slab, at) in enumerate(places):
+        groups[slab][0].append(at)
+        groups[slab][1].append(row)
+    everyone = len(places)
+    return [(slab, mx.array(slots).reshape(1, 1, -1, 1), None if len(rows) == everyone else mx.array(rows))
+            for slab, (slots, rows) in groups.items()]
 
 
 class _OwnReads:

@@ -20,6 +20,8 @@ from mlxcore.device_profile import current
 from mlxcore.kv.block_manager import WriteSegment
 from mlxcore.kv.geometry import KVGeometry
 
+SlotGroup = tuple[int, mx.array, mx.array | None]  # a slab, its slots (1, 1, n, 1), the rows writing them (None: all)
+
 if TYPE_CHECKING:
     from mlxcore.kv.paged_pool import PoolConfig
 
@@ -151,16 +153,23 @@ class LayerStorage:
             for target, part in zip(self.slabs[slab], parts):
                 target[:, :, at:at + seg.length, :] = part[:, :, seg.source:seg.source + seg.length, :]
 
-    def scatter(self, slab: int, slots: mx.array, parts: tuple[mx.array, ...]) -> None:
-        """Write one token each into ``slots`` (1, 1, n, 1) of ``slab``: ``parts`` (2, kv_heads, n, width), as
-        ``encode`` gives them. ``put_along_axis`` with the slots broadcast: one operation, where slice
-        assignment at a list of slots is several."""
-        if self._float:  # one part (no generator: a call per layer)
-            target, part = self.slabs[slab][0], parts[0]
-            self.slabs[slab] = (mx.put_along_axis(target, mx.broadcast_to(slots, part.shape), part, axis=2),)
-            return
-        self.slabs[slab] = tuple(mx.put_along_axis(target, mx.broadcast_to(slots, part.shape), part, axis=2)
-                                 for target, part in zip(self.slabs[slab], parts))
+    def scatter(self, groups: list[SlotGroup], both: mx.array) -> tuple[tuple[mx.array, ...], list[mx.array]]:
+        """Write keys and values (2, kv_heads, R, dim), one token a row, into the slots ``groups`` name
+        (``SlotGroup``: per slab, its slots (1, 1, n, 1) and the rows that go there, None for every row);
+        ``put_along_axis`` with the slots broadcast: one operation, where slice assignment at a list of slots
+        is several. Returns ``both`` as this storage holds them (``encode``) and the slabs' new arrays. Float
+        storage in one slab runs without helper calls (a pass writes every layer so)."""
+        if self._float and len(groups) == 1 and groups[0][2] is None:
+            slab, slots, _ = groups[0]
+            self.slabs[slab] = (mx.put_along_axis(self.slabs[slab][0], mx.broadcast_to(slots, both.shape), both, axis=2),)
+            return (both,), [self.slabs[slab][0]]
+        parts, written = self.encode(both), list[mx.array]()
+        for slab, slots, rows in groups:
+            chosen = parts if rows is None else tuple(mx.take(part, rows, axis=2) for part in parts)
+            self.slabs[slab] = tuple(mx.put_along_axis(target, mx.broadcast_to(slots, part.shape), part, axis=2)
+                                     for target, part in zip(self.slabs[slab], chosen))
+            written.extend(self.slabs[slab])
+        return parts, written
 
     def fetch(self, gather: Gather, length: int) -> tuple:
         """The first ``length`` tokens of a sequence in order, keys and values (1, kv_heads, length, width).
