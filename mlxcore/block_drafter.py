@@ -172,8 +172,9 @@ class BlockDraftModel(nn.Module):
 
 class BlockContext:
     """One conversation's context for the drafter: each layer's keys and values of the tokens the target read,
-    and the positions they hold (runs may leave gaps: tokens read by plain decode steps, or a prefix reused
-    from the pool, were not seen by the drafter; it attends over what it has)."""
+    and the positions they hold (runs may leave gaps: a prefix reused from the pool or the disk tier, or a
+    turn read without drafting, was never seen by the drafter; positions stay absolute, and it attends over
+    what it has)."""
 
     def __init__(self) -> None:
         self.layers: list[tuple[mx.array, mx.array]] = []

@@ -182,6 +182,41 @@ def test_a_chats_next_turn_on_the_same_caches_equals_plain(folder):
     assert caches.context is not None and caches.context.runs[0] == (0, 14), caches.context.runs[:3]
 
 
+def test_a_turn_that_does_not_draft_leaves_no_rows_of_tokens_it_dropped(folder):
+    """Turn 2 keeps turn 1's caches up to their common prefix and reads on without drafting (its rows keep no
+    hidden states): the context keeps no row past that prefix (they were turn 1's tokens, which turn 2
+    changed), so turn 3, drafting, reads the target's hidden states of its own tokens only."""
+    drafter = load_block_drafter(folder, TARGET.model)
+    drafted = engine(TARGET.model, TARGET.tokenizer, drafter, 3)
+    first = stream_prompt(2048, 7, 15)
+    caches = drafted.new_caches()
+    reply_1 = [e.token for e in drafted.generate(first, caches, GREEDY) if isinstance(e, TokenEvent)]
+    assert caches.context is not None and caches.context.end > len(first) + 10
+    second = first + reply_1[:5] + stream_prompt(2048, 8, 6)  # turn 1's reply cut after 5 tokens
+    list(drafted.generate(second, caches, GREEDY, use_draft=False))
+    assert caches.context.end <= len(first) + 5, caches.context.runs
+    third = caches.tokens + stream_prompt(2048, 9, 4)
+    got = [e.token for e in drafted.generate(third, caches, GREEDY) if isinstance(e, TokenEvent)]
+    assert got == reply(engine(TARGET.model, TARGET.tokenizer), third, GREEDY)[0]
+    assert_context_is_the_targets(drafter, caches.context, caches.ids)
+
+
+def test_a_prefix_reused_from_the_pool_starts_the_context_there(folder):
+    """A reply whose prompt's first blocks are found in the pool (another reply's) reads only the rest: its
+    context starts at the first position it read, at the right positions (the keys and values of mlx-lm's
+    forward there), and its tokens are plain greedy's."""
+    drafter = load_block_drafter(folder, TARGET.model)
+    made = engine(TARGET.model, TARGET.tokenizer, drafter, 3)
+    shared = stream_prompt(2048, 11, 16)  # two blocks of 8
+    reply(made, shared + stream_prompt(2048, 12, 5), GREEDY)
+    prompt = shared + stream_prompt(2048, 13, 7)
+    tokens, final, caches = reply(made, prompt, GREEDY)
+    assert caches.context is not None and caches.context.runs[0][0] == 16, caches.context.runs[:2]
+    assert_context_is_the_targets(drafter, caches.context, caches.ids)
+    assert tokens == reply(engine(TARGET.model, TARGET.tokenizer), prompt, GREEDY)[0]
+    assert final.stats.draft_proposed > 0
+
+
 def test_replies_drafting_side_by_side_equal_each_alone(folder):
     made = engine(TARGET.model, TARGET.tokenizer, load_block_drafter(folder, TARGET.model), 3)
     batch = LocalBatch(made)
