@@ -155,11 +155,11 @@ class BlockDraftModel(nn.Module):
         self.layers = [_Layer(config) for _ in range(config.num_hidden_layers)]
         self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def context(self, features: mx.array, start: int) -> list[tuple[mx.array, mx.array]]:
-        """Each layer's keys and values (1, kv_heads, L, dim) of the target's ``features`` (L, layers x hidden)
-        at positions start, start + 1, ..."""
-        h = self.hidden_norm(self.fc(features))[None]
-        return [layer.self_attn.keys_values(h, start) for layer in self.layers]
+    def context(self, features: mx.array, positions: mx.array) -> list[tuple[mx.array, mx.array]]:
+        """Each layer's keys and values (R, kv_heads, 1, dim) of the target's ``features`` (R, layers x hidden),
+        row r at ``positions[r]`` (R,): the rows of several sequences at once."""
+        h = self.hidden_norm(self.fc(features))[:, None]
+        return [layer.self_attn.keys_values(h, positions) for layer in self.layers]
 
     def __call__(self, x: mx.array, offsets: mx.array, contexts: list[list[tuple[mx.array, mx.array]]]) -> mx.array:
         """The block's hidden states (B, b, hidden), normed, from its embeddings ``x`` (B, b, hidden);
@@ -172,8 +172,9 @@ class BlockDraftModel(nn.Module):
 
 class BlockContext:
     """One conversation's context for the drafter: each layer's keys and values of the tokens the target read,
-    and the positions they hold (runs may leave gaps: tokens read by plain decode steps, or a prefix reused
-    from the pool, were not seen by the drafter; it attends over what it has)."""
+    and the positions they hold (runs may leave gaps: a prefix reused from the pool or the disk tier, or a
+    turn read without drafting, was never seen by the drafter; positions stay absolute, and it attends over
+    what it has)."""
 
     def __init__(self) -> None:
         self.layers: list[tuple[mx.array, mx.array]] = []

@@ -357,6 +357,8 @@ class Engine:
         kept = self._reuse(caches, "target", prompt_ids)
         if caches.draft is not None:
             self._reuse(caches, "draft", prompt_ids)
+        if caches.context is not None:  # a block drafter's rows of the tokens kept, none of those that changed
+            caches.context.trim(min(kept, common_prefix_length(caches.ids, prompt_ids)))
         caches.ids = prompt_ids
         return kept
 

@@ -102,18 +102,70 @@ def test_its_context_holds_the_targets_hidden_states_at_the_layers_it_names(fold
     # Every token but the last, which the reply's end feeds to the target alone (the caches then hold its ids)
     assert context is not None and context.end == caches.target.offset - 1, (context.runs, caches.target.offset)
     assert all(a + n == b for (a, n), (b, _) in zip(context.runs, context.runs[1:])), "no gaps"
-    h = TARGET.model.model.embed_tokens(mx.array([caches.ids[:context.end]]))
+    assert_context_is_the_targets(drafter, context, caches.ids)
+
+
+def assert_context_is_the_targets(drafter, context, ids: list[int]) -> None:
+    """Each run of ``context`` holds, at its positions, the keys and values the drafter makes of mlx-lm's own
+    forward over ``ids`` (the outputs of the layers it names)."""
+    h = TARGET.model.model.embed_tokens(mx.array([ids[:context.end]]))
     outputs = []
     for layer in TARGET.model.model.layers:
         h = layer(h, "causal", None)
         outputs.append(h[0])
-    expected = drafter.context(mx.concatenate([outputs[i] for i in (1, 3)], axis=-1), 0)
+    features = mx.concatenate([outputs[i] for i in drafter.config.target_layer_ids], axis=-1)
+    expected = [(k.swapaxes(0, 2), v.swapaxes(0, 2)) for k, v in drafter.context(features, mx.arange(context.end))]
     row = 0
     for start, count in context.runs:
         for (keys, values), (want_k, want_v) in zip(context.layers, expected):
             np.testing.assert_allclose(keys[:, :, row:row + count], want_k[:, :, start:start + count], atol=2e-4)
             np.testing.assert_allclose(values[:, :, row:row + count], want_v[:, :, start:start + count], atol=2e-4)
         row += count
+
+
+class EveryOtherStep(FixedDraftLength):
+    """k on every other step, a plain step between (as an adaptive controller's plain steps come)."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__(k)
+        self.steps = 0
+
+    def choose(self) -> int:
+        self.steps += 1
+        return self.k if self.steps % 2 else 0
+
+
+def test_in_a_batch_plain_steps_feed_each_context_too(folder):
+    """Three replies side by side, drafting every other step: after every step each reply's context holds
+    every position its target read, from 0, no gap (the plain rows of the batch's pass kept their hidden
+    states too), and at the end the keys and values made from mlx-lm's forward; greedy equals plain."""
+    drafter = load_block_drafter(folder, TARGET.model)
+    made = engine(TARGET.model, TARGET.tokenizer, drafter, None)
+    made.draft_control = EveryOtherStep(3)
+    batch = LocalBatch(made)
+    prompts = [stream_prompt(2048, 10 + s, 9 + 6 * s) for s in range(3)]
+    handles = [batch.submit(Request(tuple(p), GREEDY, keep_caches=True))[0] for p in prompts]
+    events: dict[str, list] = {h.request_id: [] for h in handles}
+    plain_steps = 0
+    while batch.busy:
+        batch.step()
+        running = [batch.runner.caches_of(h.request_id) for h in handles]
+        plain_steps += made.draft_control.steps % 2 == 0 and len([c for c in running if c is not None]) > 1
+        for caches in running:
+            if caches is not None and caches.context is not None:
+                runs = caches.context.runs
+                assert runs[0][0] == 0 and caches.context.end == caches.target.offset, (runs, caches.target.offset)
+                assert all(a + n == b for (a, n), (b, _) in zip(runs, runs[1:])), f"a gap: {runs}"
+        for h in handles:
+            events[h.request_id].extend(drain(h))
+    assert batch.runner.tally.largest_batch == 3 and plain_steps >= 6
+    plain = engine(TARGET.model, TARGET.tokenizer)
+    for prompt, h in zip(prompts, handles):
+        got = events[h.request_id]
+        assert [e.token for e in got if isinstance(e, TokenEvent)] == reply(plain, prompt, GREEDY)[0]
+        assert got[-1].stats.draft_proposed > 0
+        assert h.caches is not None and h.caches.context is not None
+        assert_context_is_the_targets(drafter, h.caches.context, h.caches.ids)
 
 
 def test_a_chats_next_turn_on_the_same_caches_equals_plain(folder):
@@ -128,6 +180,41 @@ def test_a_chats_next_turn_on_the_same_caches_equals_plain(folder):
     got = [e.token for e in drafted.generate(second, caches, GREEDY) if isinstance(e, TokenEvent)]
     assert got == reply(plain, second, GREEDY)[0]
     assert caches.context is not None and caches.context.runs[0] == (0, 14), caches.context.runs[:3]
+
+
+def test_a_turn_that_does_not_draft_leaves_no_rows_of_tokens_it_dropped(folder):
+    """Turn 2 keeps turn 1's caches up to their common prefix and reads on without drafting (its rows keep no
+    hidden states): the context keeps no row past that prefix (they were turn 1's tokens, which turn 2
+    changed), so turn 3, drafting, reads the target's hidden states of its own tokens only."""
+    drafter = load_block_drafter(folder, TARGET.model)
+    drafted = engine(TARGET.model, TARGET.tokenizer, drafter, 3)
+    first = stream_prompt(2048, 7, 15)
+    caches = drafted.new_caches()
+    reply_1 = [e.token for e in drafted.generate(first, caches, GREEDY) if isinstance(e, TokenEvent)]
+    assert caches.context is not None and caches.context.end > len(first) + 10
+    second = first + reply_1[:5] + stream_prompt(2048, 8, 6)  # turn 1's reply cut after 5 tokens
+    list(drafted.generate(second, caches, GREEDY, use_draft=False))
+    assert caches.context.end <= len(first) + 5, caches.context.runs
+    third = caches.tokens + stream_prompt(2048, 9, 4)
+    got = [e.token for e in drafted.generate(third, caches, GREEDY) if isinstance(e, TokenEvent)]
+    assert got == reply(engine(TARGET.model, TARGET.tokenizer), third, GREEDY)[0]
+    assert_context_is_the_targets(drafter, caches.context, caches.ids)
+
+
+def test_a_prefix_reused_from_the_pool_starts_the_context_there(folder):
+    """A reply whose prompt's first blocks are found in the pool (another reply's) reads only the rest: its
+    context starts at the first position it read, at the right positions (the keys and values of mlx-lm's
+    forward there), and its tokens are plain greedy's."""
+    drafter = load_block_drafter(folder, TARGET.model)
+    made = engine(TARGET.model, TARGET.tokenizer, drafter, 3)
+    shared = stream_prompt(2048, 11, 16)  # two blocks of 8
+    reply(made, shared + stream_prompt(2048, 12, 5), GREEDY)
+    prompt = shared + stream_prompt(2048, 13, 7)
+    tokens, final, caches = reply(made, prompt, GREEDY)
+    assert caches.context is not None and caches.context.runs[0][0] == 16, caches.context.runs[:2]
+    assert_context_is_the_targets(drafter, caches.context, caches.ids)
+    assert tokens == reply(engine(TARGET.model, TARGET.tokenizer), prompt, GREEDY)[0]
+    assert final.stats.draft_proposed > 0
 
 
 def test_replies_drafting_side_by_side_equal_each_alone(folder):

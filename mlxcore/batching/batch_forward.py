@@ -54,14 +54,17 @@ class BatchDecoder:
     def __init__(self, forward: CompiledForward) -> None:
         self.forward = forward
         self.mirror: BatchMirror | None = None
+        self.kept: dict[int, mx.array] = {}  # layer -> the last pass's decode rows' outputs (B, 1, hidden)
 
     def __call__(self, caches: list[PagedCache], inputs: mx.array | None,
-                 feeds: Sequence[PromptFeed] = ()) -> mx.array | None:
+                 feeds: Sequence[PromptFeed] = (), keep: tuple[int, ...] = ()) -> mx.array | None:
         """Logits (B, V) of the next token of each sequence after ``inputs`` (B,) int32 (None for no B; lazy:
         a pick of the previous step nobody has read yet).
         ``feeds``: prompt chunks joining the batch (``prompt_feed.py``): in every layer their tokens are rows
         after the decoding ones, at their own positions, each attending causally over its own sequence; every
         layer's weights serve all the rows at once. Each chunk's ``h`` is its rows' last hidden state.
+        ``keep``: layers whose outputs for the decode rows the pass keeps in ``kept``, as a chunk's ``keep``
+        does for its rows (a block drafter reads them: ``drafters.py``).
         """
         if not self.forward.split:  # a model whose layers this module cannot run split (a lone reply runs it whole)
             kind = getattr(self.forward.args, "model_type", "this")
@@ -79,6 +82,7 @@ class BatchDecoder:
             where = mx.concatenate([where] + [feed.offsets for feed in feeds])
         slots = slot_groups(caches, [feed.paged for feed in feeds if feed.paged]) if pool is not None else None
         compiled = rows > 0 or all(feed.short for feed in feeds)  # prompt rows alone: uncompiled
+        self.kept = {}
         for index, layer in enumerate(self.forward._layers):
             before = layer.before_batch if compiled else layer.before_rows
             q, both = before(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
@@ -101,6 +105,8 @@ class BatchDecoder:
                 assert reads is not None  # a pass of decode rows alone
                 reads.write(index, parts)
                 x = layer.after(x, reads.attend(index, q))
+            if index in keep:
+                self.kept[index] = x[:rows]
             for feed, start in zip(feeds, starts):
                 if index in feed.keep:
                     feed.kept[index] = x[start:start + len(feed.ids)]

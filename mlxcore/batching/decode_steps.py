@@ -21,7 +21,7 @@ keep every token). Log-probabilities are then the constrained distribution's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence as Listed
+from collections.abc import Callable, Sequence as Listed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -65,6 +65,7 @@ class DecodeSteps:
     def __init__(self, forward: CompiledForward, decoder: BatchDecoder | HybridBatchDecoder) -> None:
         self.forward, self.decoder = forward, decoder
         self.drafter: Drafter | None = None  # the runner's, when it keeps hidden states (a block drafter)
+        self.drafts: Callable[[Sequence], bool] = lambda seq: True  # whether a reply may draft (the runner's)
         self.last: _Picks | None = None  # the previous step's picks, read after the next step is queued
         self._next: _Picks | None = None  # the step just queued
 
@@ -99,22 +100,30 @@ class DecodeSteps:
 
     def _logits(self, seqs: list[Sequence], inputs: mx.array, feeds: Listed[PromptFeed]) -> mx.array:
         targets = [seq.caches.target for seq in seqs if seq.caches is not None]  # (every decoding one has caches)
-        if len(seqs) == 1 and not feeds and self.forward.split:  # one decode row, on any cache
-            drafter = self.drafter  # a block drafter reads the target's hidden states of every token it reads
-            keep = drafter.keeps if drafter is not None and drafter.may_draft(seqs[0]) else ()
-            feed = feed_rows(self.forward, targets[0], inputs, cast(BatchDecoder, self.decoder), keep)
-            if keep and drafter is not None:
-                drafter.took(seqs[0], feed, 1)
-            return self.forward.logits(feed.h)[:, -1]
-        if len(seqs) == 1 and not feeds:  # a lone reply of a model not split here (a hybrid one): its own layers
+        if len(seqs) == 1 and not feeds and not self.forward.split:  # a lone reply of a hybrid model: its layers
             targets[0].begin(1)
             logits: mx.array = self.forward(inputs[None], cache=targets[0].layers)[:, -1, :]
             return logits
         if isinstance(self.decoder, HybridBatchDecoder):
             return self.decoder(cast("list[HybridCache]", targets), inputs, feeds)
-        rows = self.decoder(cast("list[PagedCache]", targets), inputs, feeds)
-        assert rows is not None  # a decode row a sequence
-        return rows
+        # A block drafter reads the target's hidden states of every token its replies read: the decode rows too
+        drafter = self.drafter
+        taking = [drafter is not None and self.drafts(seq) for seq in seqs]
+        keep = drafter.keeps if drafter is not None and any(taking) else ()
+        starts = [target.offset for target in targets]  # each row's position
+        if len(seqs) == 1 and not feeds:  # one decode row, on any cache (a cache of one sequence rides alone)
+            feed = feed_rows(self.forward, targets[0], inputs, self.decoder, keep)
+            logits, kept = self.forward.logits(feed.h)[:, -1], feed.kept
+        else:
+            rows = self.decoder(cast("list[PagedCache]", targets), inputs, feeds, keep)
+            assert rows is not None  # a decode row a sequence
+            logits, kept = rows, self.decoder.kept
+        if keep and drafter is not None:
+            own = [row for row, takes in enumerate(taking) if takes]
+            if len(own) < len(seqs):
+                kept = {layer: h[mx.array(own)] for layer, h in kept.items()}
+            drafter.took([(seqs[row], starts[row], 1) for row in own], kept)
+        return logits
 
     def advance(self) -> list[Read]:
         """Read the previous step's picks (after ``queue``, or with nothing queued); make the queued step's

@@ -14,7 +14,7 @@ layers it ``keeps`` a block drafter reads) and what was kept (``verified``: a dr
 
 from __future__ import annotations
 
-from collections.abc import Sequence as Listed
+from collections.abc import Mapping, Sequence as Listed
 from typing import TYPE_CHECKING, Protocol
 
 import mlx.core as mx
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from mlxcore.engine import Engine
 
 BLOCK = "block"  # what a block drafter's replies name as their drafter
+Taken = tuple[Sequence, int, int]  # (a reply, the position of the first token the target read, tokens read)
 
 
 class Drafter(Protocol):
@@ -52,8 +53,11 @@ class Drafter(Protocol):
     def propose(self, seqs: list[Sequence], decoders: Listed[SpeculativeDecoder], k: int) -> list[Proposal | None]:
         """Up to k tokens (k,) for each of ``seqs`` and their distributions, or None (no proposal); lazy."""
 
-    def took(self, seq: Sequence, feed: PromptFeed, rows: int) -> None:
-        """The target read the first ``rows`` tokens of ``feed`` for ``seq``, for good."""
+    def took(self, taken: list[Taken], kept: Mapping[int, mx.array]) -> None:
+        """The target read, for good, ``count`` tokens of each (seq, start, count) at positions start, start + 1,
+        ... (a prompt chunk, a verification's fed and kept rows, a step's plain decode rows); ``kept``: the
+        outputs (rows, 1, hidden) of the layers it ``keeps`` for all those tokens, in that order (empty: the
+        pass kept none)."""
 
     def verified(self, seq: Sequence, k: int, n: int) -> None:
         """``seq``'s round kept n of the k tokens proposed."""
@@ -97,7 +101,7 @@ class ModelDrafter:
         out: mx.array = self.model.logits(mx.concatenate([feed.h[-1:] for feed in feeds]))[:, -1]
         return out
 
-    def took(self, seq: Sequence, feed: PromptFeed, rows: int) -> None:
+    def took(self, taken: list[Taken], kept: Mapping[int, mx.array]) -> None:
         """Nothing: the draft reads the reply's tokens itself."""
 
     def verified(self, seq: Sequence, k: int, n: int) -> None:
@@ -133,7 +137,7 @@ class LookupDrafter:
             return None
         return mx.array(found), None if decoder.params.greedy else one_hot(found, decoder.vocab, mx.float32)
 
-    def took(self, seq: Sequence, feed: PromptFeed, rows: int) -> None:
+    def took(self, taken: list[Taken], kept: Mapping[int, mx.array]) -> None:
         """Nothing: it reads token ids only."""
 
     def verified(self, seq: Sequence, k: int, n: int) -> None:
@@ -159,7 +163,7 @@ class BlockDrafter:
         return True
 
     def catch_up(self, seq: Sequence, decoder: SpeculativeDecoder, control: DraftLengthController) -> None:
-        """Nothing: tokens read by plain steps are a gap in its context (it attends over what it has)."""
+        """Nothing: the target's plain steps kept their hidden states for it (``DecodeSteps``)."""
 
     def propose(self, seqs: list[Sequence], decoders: Listed[SpeculativeDecoder], k: int) -> list[Proposal | None]:
         mask = self.model.config.mask_token_id
@@ -194,13 +198,19 @@ class BlockDrafter:
         caches.context.trim(min(position, caches.target.offset))
         return caches.context
 
-    def took(self, seq: Sequence, feed: PromptFeed, rows: int) -> None:
-        if not rows or len(feed.kept) < len(self.keeps):
+    def took(self, taken: list[Taken], kept: Mapping[int, mx.array]) -> None:
+        if not taken or len(kept) < len(self.keeps):
             return
-        features = mx.concatenate([feed.kept[i][:rows, 0] for i in self.keeps], axis=-1)  # (rows, layers x hidden)
-        layers = self.model.context(features, feed.start)
+        features = mx.concatenate([kept[i][:, 0] for i in self.keeps], axis=-1)  # (rows, layers x hidden)
+        positions = mx.array([at for _, start, count in taken for at in range(start, start + count)], dtype=mx.int32)
+        layers = self.model.context(features, positions)  # one pass for every reply's rows: (rows, kv_heads, 1, dim)
         mx.async_eval([part for both in layers for part in both])  # now: the pass's rows can then go
-        self._context(seq, feed.start).append(feed.start, layers)
+        row = 0
+        for seq, start, count in taken:
+            # (1, kv_heads, count, dim): this reply's rows
+            own = [(k[row:row + count].swapaxes(0, 2), v[row:row + count].swapaxes(0, 2)) for k, v in layers]
+            self._context(seq, start).append(start, own)
+            row += count
 
     def verified(self, seq: Sequence, k: int, n: int) -> None:
         """Nothing: only the accepted rows are taken (``took``)."""

@@ -106,7 +106,8 @@ class BatchRunner:
         self.rows = bool(self.drafter is not None and (forward is None or forward.split) and self.feeds_prompts
                      and isinstance(self.decoder, BatchDecoder))
         self.keeps = self.drafter.keeps if self.drafter is not None and self.rows else ()
-        self.steps.drafter = self.drafter if self.keeps else None  # a lone reply's plain steps keep them too
+        self.steps.drafter = self.drafter if self.keeps else None  # plain steps keep them for it too
+        self.steps.drafts = self._drafts
         self._plain_clock: tuple[int, float] | None = None  # (replies, when) of the last plain step with a draft
 
     # requests ---------------------------------------------------------------
@@ -346,7 +347,7 @@ class BatchRunner:
                 continue
             feed.ran()
             if feed.keep and self.drafter is not None:  # a block drafter reads the prompt's hidden states
-                self.drafter.took(seq, feed, len(feed.ids))
+                self.drafter.took([(seq, feed.start, len(feed.ids))], feed.kept)
             seq.computed_prompt += len(feed.ids)
             seq.caches.hash_blocks()
             if seq.prefill_left == 0 and seq.followers:

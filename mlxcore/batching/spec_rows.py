@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from mlxcore.batching.drafters import Drafter
+from mlxcore.batching.drafters import Drafter, Taken
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.sequence import Sequence
 from mlxcore.compiled_forward import CompiledForward
@@ -53,13 +53,17 @@ class BatchRound:
         rows = target.logits(mx.concatenate([feed.h[-size:] for feed, size in zip(self.verify, sizes)]))[:, 0]
         mx.async_eval(rows)  # (rows, V): each reply's k + 1 in turn
         out, start = [], 0
+        taken: list[Taken] = []
         for seq, feed, (drafted, q), size, k in zip(self.drafting, self.verify, self.proposals, sizes, self.proposed):
             n, emitted = _decoder(seq).verdict(rows[start:start + size], drafted, q, k)
             start += size
             rewind(_target(seq), drafted.size - n)
             self.drafter.verified(seq, k, n)
-            self.drafter.took(seq, feed, len(feed.ids) - drafted.size + n)  # the fed tokens and the n kept
+            taken.append((seq, feed.start, len(feed.ids) - drafted.size + n))  # the fed tokens and the n kept
             out.append((k, min(n, k), emitted))
+        if any(feed.kept for feed in self.verify):  # the drafter reads the target's hidden states of those
+            self.drafter.took(taken, {layer: mx.concatenate([feed.kept[layer][:count] for feed, (_, _, count)
+                                                             in zip(self.verify, taken)]) for layer in self.drafter.keeps})
         return out
 
 
