@@ -89,8 +89,8 @@ class Engine:
         self.model = model
         self.tokenizer = tokenizer
         self.draft_model = draft_model
-        # Without a draft model, draft tokens found in each reply's own text (``prompt_lookup.py``).
-        self.prompt_lookup = prompt_lookup and draft_model is None
+        # Draft tokens found in each reply's own text (``prompt_lookup.py``): alone, or beside a drafter.
+        self.prompt_lookup = prompt_lookup
         # Or a block drafter (``block_drafter.py``): a block of drafts a pass, from the target's hidden states.
         self.block_drafter = block_drafter if draft_model is None else None
         # Decode steps and verification run through these (same logits, fewer kernel launches).

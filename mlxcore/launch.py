@@ -86,7 +86,8 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
                     num_draft=num_draft, block_drafter=blocks,
                     fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "",
                     model_name=target.name, draft_name=_draft_name(draft_files, lookup),
-                    generation_defaults=target.generation_defaults, world=world, prompt_lookup=lookup)
+                    generation_defaults=target.generation_defaults, world=world,
+                    prompt_lookup=lookup or draft_files is not None)  # beside a drafter too (``LookupFirst``)
     if kv_budget is not None:
         engine._kv_budget = kv_budget  # before any pool is made: every pool takes from the shared account
     elif world.distributed and kv.kind == "paged":

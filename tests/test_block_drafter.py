@@ -328,8 +328,8 @@ def test_ask_with_a_block_drafter_names_it_and_the_status_line_shows_its_accepta
     done = ask("--json", "--draft", str(folder), "--max-tokens", "30", "--no-think", "What is 12 times 9?")
     assert done.returncode == 0, done.stderr
     stats = json.loads(done.stdout.strip().splitlines()[-1])["stats"]
-    assert stats["drafter"] == "block" and stats["draft_proposed"] > 0, stats
-    assert "block 25%" in stats_text({**stats, "acceptance": 0.25})
+    assert stats["drafter"] == "block+lookup" and stats["draft_proposed"] > 0, stats  # lookup beside it: the default
+    assert "block+lookup 25%" in stats_text({**stats, "acceptance": 0.25})
 
 
 def test_an_embedded_drafter_is_no_model_to_chat_with(tmp_path, monkeypatch):

@@ -23,6 +23,7 @@ from scipy.stats import chisquare
 
 from app.tui.widgets.status_line import stats_text
 from bench.draft_lengths import FixedDraftLength
+from mlxcore.batching.drafters import LookupFirst
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore.engine import Engine, KVConfig
@@ -138,3 +139,42 @@ def test_ask_draft_lookup_says_which_drafter_ran_and_the_status_line_names_it(tm
     assert stats["drafter"] == "lookup" and stats["draft_lengths"], stats
     line = stats_text({**stats, "acceptance": 0.5, "draft_proposed": 4})
     assert "lookup 50%" in line
+
+
+def test_lookup_beside_a_draft_model_drafts_with_both_and_equals_plain(target):
+    """``LookupFirst`` (the default beside a drafter): replies whose text repeats take lookup's proposals, the
+    others the draft model's, in the same rounds; greedy tokens equal plain greedy's, side by side."""
+    draft = tiny_qwen3(seed=5, vocab_size=512, layers=1)
+    made = Engine(target, None, kv=KVConfig(kind="paged", block_size=8), draft_model=draft, prompt_lookup=True)
+    made.draft_control = FixedDraftLength(3)
+    params = GenerationParams(max_tokens=30)
+    prompts = [looping_prompt(seed) for seed in range(2)] + [np.random.default_rng(9).integers(0, 512, 20).tolist()]
+    batch = LocalBatch(made)
+    handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts]
+    events = {h.request_id: [] for h in handles}
+    while batch.busy:
+        batch.step()
+        for h in handles:
+            events[h.request_id].extend(drain(h))
+    plain = engine(target, KVConfig(kind="paged", block_size=8), False)
+    for prompt, handle in zip(prompts, handles):
+        got = events[handle.request_id]
+        assert [e.token for e in got if isinstance(e, TokenEvent)] == reply(plain, prompt, params)[0]
+        assert got[-1].stats.drafter == "draft model+lookup"
+    rates = batch.runner.drafter.rates
+    assert rates["lookup"].proposed > 0 and rates["other"].proposed > 0, "both drafters proposed"
+
+
+def test_lookup_that_falls_behind_the_other_drafter_is_only_probed():
+    class Other:
+        name, samples, keeps, forward, vocab = "draft", True, (), None, 512
+
+    chooser = LookupFirst(Other())
+    assert chooser._lookup_pays(), "untried, lookup is taken"
+    chooser.rates["lookup"].add(4, 0)
+    chooser.rates["other"].add(4, 3)
+    taken = [chooser._lookup_pays() for _ in range(2 * LookupFirst.PROBE_EVERY)]
+    assert taken.count(True) == 2 and taken[LookupFirst.PROBE_EVERY - 1], taken
+    for _ in range(3):
+        chooser.rates["lookup"].add(4, 4)
+    assert chooser._lookup_pays(), "measured ahead again, lookup is taken every time"

@@ -9,7 +9,8 @@ layers it ``keeps`` a block drafter reads) and what was kept (``verified``: a dr
 - ``ModelDrafter``: a draft model (its own cache, k passes of rows; ``catch_up`` feeds it what it missed);
 - ``LookupDrafter``: prompt lookup, the n-grams of the reply's own tokens (``prompt_lookup.py``), no model;
 - ``BlockDrafter``: a block drafter in DFlash's layout (``block_drafter.py``), one pass for the whole block,
-  conditioned on the target's hidden states (its context, kept with the conversation's caches).
+  conditioned on the target's hidden states (its context, kept with the conversation's caches);
+- ``LookupFirst``: prompt lookup beside one of the two others, chosen per reply and round.
 """
 
 from __future__ import annotations
@@ -216,12 +217,92 @@ class BlockDrafter:
         """Nothing: only the accepted rows are taken (``took``)."""
 
 
+class LookupFirst:
+    """Prompt lookup beside a draft model or a block drafter (``mlxchat``'s default where there is one): a reply
+    whose own text continues an earlier n-gram takes lookup's proposal, which costs no pass, while lookup's
+    tokens are accepted at least as often as the other drafter's (each measured over the last rounds it
+    proposed, ``_Acceptance``); the other replies of the round draft with the other drafter. Lookup is tried
+    again now and then when it fell behind, so the choice follows the reply's text. A reply under a grammar
+    drafts with the other drafter only (its draft is drawn under the grammar's masks)."""
+
+    PROBE_EVERY = 16  # a match lookup lost on is still taken every 16th time, to measure it again
+
+    def __init__(self, other: Drafter) -> None:
+        self.other, self.lookup = other, LookupDrafter(other.vocab)
+        self.name = f"{other.name}+{LOOKUP}"
+        self.samples, self.keeps, self.forward, self.vocab = other.samples, other.keeps, other.forward, other.vocab
+        self.rates = {LOOKUP: _Acceptance(), "other": _Acceptance()}
+        self._skipped = 0  # matches not taken since lookup was last tried
+        self._by_lookup: set[int] = set()  # the replies lookup proposed for, this round (by id)
+
+    def may_draft(self, seq: Sequence) -> bool:
+        return self.other.may_draft(seq)
+
+    def catch_up(self, seq: Sequence, decoder: SpeculativeDecoder, control: DraftLengthController) -> None:
+        self.other.catch_up(seq, decoder, control)
+
+    def propose(self, seqs: list[Sequence], decoders: Listed[SpeculativeDecoder], k: int) -> list[Proposal | None]:
+        out: list[Proposal | None] = [None] * len(seqs)
+        self._by_lookup = set()
+        for row, (seq, decoder) in enumerate(zip(seqs, decoders)):
+            if decoder.constraint is None and (found := self.lookup.propose([seq], [decoder], k)[0]) is not None:
+                if self._lookup_pays():
+                    out[row] = found
+                    self._by_lookup.add(id(seq))
+        rest = [row for row in range(len(seqs)) if out[row] is None]
+        if rest:
+            for row, proposal in zip(rest, self.other.propose([seqs[r] for r in rest], [decoders[r] for r in rest], k)):
+                out[row] = proposal
+        return out
+
+    def _lookup_pays(self) -> bool:
+        if self.rates[LOOKUP].rate >= self.rates["other"].rate:
+            return True
+        self._skipped += 1
+        if self._skipped >= self.PROBE_EVERY:
+            self._skipped = 0
+            return True
+        return False
+
+    def took(self, taken: list[Taken], kept: Mapping[int, mx.array]) -> None:
+        self.other.took(taken, kept)
+
+    def verified(self, seq: Sequence, k: int, n: int) -> None:
+        if id(seq) in self._by_lookup:
+            self.rates[LOOKUP].add(k, n)
+        else:
+            self.rates["other"].add(k, n)
+            self.other.verified(seq, k, n)
+
+
+class _Acceptance:
+    """Accepted tokens per proposed token over a drafter's recent rounds (each round's weight decays by
+    ``DECAY``); 1.0 before any."""
+
+    DECAY = 0.9
+
+    def __init__(self) -> None:
+        self.proposed = self.accepted = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 1.0
+
+    def add(self, proposed: int, accepted: int) -> None:
+        self.proposed = self.proposed * self.DECAY + proposed
+        self.accepted = self.accepted * self.DECAY + min(accepted, proposed)
+
+
 def drafter_of(engine: Engine) -> Drafter | None:
-    """The engine's drafter: its draft model, its block drafter, or prompt lookup (None: it does not draft)."""
+    """The engine's drafter: its draft model or block drafter (with prompt lookup beside it when the engine
+    looks up too: ``LookupFirst``), or prompt lookup alone (None: it does not draft)."""
+    other: Drafter | None = None
     if engine.draft_forward is not None:
-        return ModelDrafter(engine.draft_forward, engine.draft_name)
-    if engine.block_drafter is not None:
-        return BlockDrafter(engine.block_drafter, engine.target_forward)
+        other = ModelDrafter(engine.draft_forward, engine.draft_name)
+    elif engine.block_drafter is not None:
+        other = BlockDrafter(engine.block_drafter, engine.target_forward)
+    if other is not None:
+        return LookupFirst(other) if engine.prompt_lookup else other
     if engine.prompt_lookup:
         return LookupDrafter(engine.target_forward.wrapped.args.vocab_size)
     return None

@@ -25,8 +25,11 @@ def stats_text(stats: Mapping[str, object]) -> str:
         value = stats.get(key)
         return value if isinstance(value, (int, float)) else 0.0
     parts = [f"prefill {figure('prefill_tps'):.0f} · decode {figure('decode_tps'):.1f} tok/s"]
-    if figure("draft_proposed"):  # which drafter ran: prompt lookup, a block drafter, or the draft model
-        drafter = stats.get("drafter") if stats.get("drafter") in ("lookup", "block") else "draft"
+    if figure("draft_proposed"):  # which drafter ran: prompt lookup, a block drafter, the draft model, or
+        # one of the last two with prompt lookup beside it ("NAME+lookup", ``drafters.LookupFirst``)
+        name = str(stats.get("drafter") or "")
+        own, beside = name.removesuffix("+lookup"), "+lookup" if name.endswith("+lookup") else ""
+        drafter = (own if own in ("lookup", "block") else "draft") + beside
         parts.append(f"{drafter} {100 * figure('acceptance'):.0f}%")
     disk = f" ({_si(figure('disk_reused_tokens'))} from disk)" if figure("disk_reused_tokens") else ""
     parts.append(f"reused {_si(figure('reused_tokens'))}/{_si(figure('prompt_tokens'))}{disk}")
