@@ -23,7 +23,7 @@ from scipy.stats import chisquare
 
 from app.tui.widgets.status_line import stats_text
 from bench.draft_lengths import FixedDraftLength
-from mlxcore.batching.drafters import LookupFirst
+from mlxcore.batching.drafters import LookupChoice
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore.engine import Engine, KVConfig
@@ -161,20 +161,17 @@ def test_lookup_beside_a_draft_model_drafts_with_both_and_equals_plain(target):
         got = events[handle.request_id]
         assert [e.token for e in got if isinstance(e, TokenEvent)] == reply(plain, prompt, params)[0]
         assert got[-1].stats.drafter == "draft model+lookup"
-    rates = batch.runner.drafter.rates
-    assert rates["lookup"].proposed > 0 and rates["other"].proposed > 0, "both drafters proposed"
+    rounds = batch.runner.drafter.rounds
+    assert rounds["lookup"] > 0 and rounds["draft model"] > 0, f"both drafters proposed: {rounds}"
 
 
 def test_lookup_that_falls_behind_the_other_drafter_is_only_probed():
-    class Other:
-        name, samples, keeps, forward, vocab = "draft", True, (), None, 512
-
-    chooser = LookupFirst(Other())
-    assert chooser._lookup_pays(), "untried, lookup is taken"
-    chooser.rates["lookup"].add(4, 0)
-    chooser.rates["other"].add(4, 3)
-    taken = [chooser._lookup_pays() for _ in range(2 * LookupFirst.PROBE_EVERY)]
-    assert taken.count(True) == 2 and taken[LookupFirst.PROBE_EVERY - 1], taken
+    choice = LookupChoice()
+    assert choice.takes_lookup(), "untried, lookup is taken"
+    choice.lookup.add(4, 0)
+    choice.other.add(4, 3)
+    taken = [choice.takes_lookup() for _ in range(2 * LookupChoice.PROBE_EVERY)]
+    assert taken.count(True) == 2 and taken[LookupChoice.PROBE_EVERY - 1], taken
     for _ in range(3):
-        chooser.rates["lookup"].add(4, 4)
-    assert chooser._lookup_pays(), "measured ahead again, lookup is taken every time"
+        choice.lookup.add(4, 4)
+    assert choice.takes_lookup(), "measured ahead again, lookup is taken every time"

@@ -15,6 +15,7 @@ layers it ``keeps`` a block drafter reads) and what was kept (``verified``: a dr
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence as Listed
 from typing import TYPE_CHECKING, Protocol
 
@@ -220,19 +221,16 @@ class BlockDrafter:
 class LookupFirst:
     """Prompt lookup beside a draft model or a block drafter (``mlxchat``'s default where there is one): a reply
     whose own text continues an earlier n-gram takes lookup's proposal, which costs no pass, while lookup's
-    tokens are accepted at least as often as the other drafter's (each measured over the last rounds it
-    proposed, ``_Acceptance``); the other replies of the round draft with the other drafter. Lookup is tried
-    again now and then when it fell behind, so the choice follows the reply's text. A reply under a grammar
-    drafts with the other drafter only (its draft is drawn under the grammar's masks)."""
-
-    PROBE_EVERY = 16  # a match lookup lost on is still taken every 16th time, to measure it again
+    tokens are accepted at least as often as the other drafter's in that reply (``LookupChoice``); the other
+    replies of the round draft with the other drafter. A reply under a grammar drafts with the other drafter
+    only (its draft is drawn under the grammar's masks)."""
 
     def __init__(self, other: Drafter) -> None:
         self.other, self.lookup = other, LookupDrafter(other.vocab)
         self.name = f"{other.name}+{LOOKUP}"
         self.samples, self.keeps, self.forward, self.vocab = other.samples, other.keeps, other.forward, other.vocab
-        self.rates = {LOOKUP: _Acceptance(), "other": _Acceptance()}
-        self._skipped = 0  # matches not taken since lookup was last tried
+        self.rounds = {LOOKUP: 0, other.name: 0}  # rounds each drafter proposed, over every reply
+        self._choices: weakref.WeakKeyDictionary[SpeculativeDecoder, LookupChoice] = weakref.WeakKeyDictionary()
         self._by_lookup: set[int] = set()  # the replies lookup proposed for, this round (by id)
 
     def may_draft(self, seq: Sequence) -> bool:
@@ -246,7 +244,7 @@ class LookupFirst:
         self._by_lookup = set()
         for row, (seq, decoder) in enumerate(zip(seqs, decoders)):
             if decoder.constraint is None and (found := self.lookup.propose([seq], [decoder], k)[0]) is not None:
-                if self._lookup_pays():
+                if self.choice(decoder).takes_lookup():
                     out[row] = found
                     self._by_lookup.add(id(seq))
         rest = [row for row in range(len(seqs)) if out[row] is None]
@@ -255,24 +253,42 @@ class LookupFirst:
                 out[row] = proposal
         return out
 
-    def _lookup_pays(self) -> bool:
-        if self.rates[LOOKUP].rate >= self.rates["other"].rate:
-            return True
-        self._skipped += 1
-        if self._skipped >= self.PROBE_EVERY:
-            self._skipped = 0
-            return True
-        return False
+    def choice(self, decoder: SpeculativeDecoder) -> LookupChoice:
+        """The reply's measure of both drafters (made at its first round)."""
+        return self._choices.setdefault(decoder, LookupChoice())
 
     def took(self, taken: list[Taken], kept: Mapping[int, mx.array]) -> None:
         self.other.took(taken, kept)
 
     def verified(self, seq: Sequence, k: int, n: int) -> None:
-        if id(seq) in self._by_lookup:
-            self.rates[LOOKUP].add(k, n)
-        else:
-            self.rates["other"].add(k, n)
+        assert seq.speculative is not None  # a drafting reply's
+        choice, lookup = self.choice(seq.speculative), id(seq) in self._by_lookup
+        (choice.lookup if lookup else choice.other).add(k, n)
+        self.rounds[LOOKUP if lookup else self.other.name] += 1
+        if not lookup:
             self.other.verified(seq, k, n)
+
+
+class LookupChoice:
+    """One reply's choice between lookup and the other drafter: lookup while its acceptance (accepted tokens
+    per proposed one over its recent rounds, ``_Acceptance``) is at least the other's; when it fell behind, a
+    match is still taken every ``PROBE_EVERY``-th time, so the choice follows the reply's text (an edit pays
+    again once the reply starts copying)."""
+
+    PROBE_EVERY = 16
+
+    def __init__(self) -> None:
+        self.lookup, self.other = _Acceptance(), _Acceptance()
+        self.skipped = 0  # matches not taken since lookup was last tried
+
+    def takes_lookup(self) -> bool:
+        if self.lookup.rate >= self.other.rate:
+            return True
+        self.skipped += 1
+        if self.skipped >= self.PROBE_EVERY:
+            self.skipped = 0
+            return True
+        return False
 
 
 class _Acceptance:
