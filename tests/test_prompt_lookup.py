@@ -175,3 +175,34 @@ def test_lookup_that_falls_behind_the_other_drafter_is_only_probed():
     for _ in range(3):
         choice.lookup.add(4, 4)
     assert choice.takes_lookup(), "measured ahead again, lookup is taken every time"
+
+
+def test_sampled_tokens_side_by_side_with_lookup_beside_a_draft_follow_the_target(target):
+    """``LookupFirst`` in a batch, sampled: each seed runs two one-token replies side by side, one whose
+    prompt repeats (lookup's proposal) and one whose prompt does not (the draft model's), in one round; each
+    reply's first tokens against the target's distribution, chi-square p > 0.001."""
+    draft = tiny_qwen3(seed=5, vocab_size=512, layers=1)
+    made = Engine(target, None, kv=KVConfig(kind="paged", block_size=8), draft_model=draft, prompt_lookup=True)
+    made.draft_control = FixedDraftLength(3)
+    prompts = [looping_prompt(4), np.random.default_rng(9).integers(0, 512, 20).tolist()]
+    params = SamplingParams(temperature=0.8)
+    expected = [np.array(distribution(target(mx.array([p]))[0, -1], params), dtype=np.float64) for p in prompts]
+    counts = [np.zeros(512), np.zeros(512)]
+    for seed in range(800):
+        batch = LocalBatch(made)
+        handles = [batch.submit(Request(tuple(p), GenerationParams(max_tokens=1, temperature=0.8, seed=seed)))[0]
+                   for p in prompts]
+        events = {h.request_id: [] for h in handles}
+        while batch.busy:
+            batch.step()
+            for h in handles:
+                events[h.request_id].extend(drain(h))
+        for count, handle in zip(counts, handles):
+            count[[e.token for e in events[handle.request_id] if isinstance(e, TokenEvent)][0]] += 1
+    assert batch.runner.drafter.rounds["lookup"] > 0, "the repeating reply took lookup's proposal"
+    assert batch.runner.drafter.rounds["draft model"] > 0, "the other reply drafted with the model"
+    for p, count in zip(expected, counts):
+        p /= p.sum()
+        big = p * count.sum() >= 5  # chi-square needs expected counts of 5 or more: pool the rest
+        observed = np.append(count[big], count[~big].sum())
+        assert chisquare(observed, np.append(p[big], p[~big].sum()) * count.sum()).pvalue > 1e-3, observed
