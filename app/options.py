@@ -30,9 +30,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     add_models_dir_option(group)
     group.add_argument("--draft", metavar="REF", help="draft model for speculative decoding (same tokenizer), a "
                        "block drafter folder (DFlash layout, made for this model), or "
-                       "'lookup': draft from the reply's own text, no model (pays where replies repeat their "
-                       "context: edits, quotes)")
-    group.add_argument("--no-draft", action="store_true", help="decode without a draft model")
+                       "'lookup': draft only from the reply's own text, no model (pays where replies repeat "
+                       "their context: edits, quotes). Lookup is on by default: beside a drafter, or alone")
+    group.add_argument("--no-draft", action="store_true", help="decode without a draft model or prompt lookup")
     group.add_argument("--num-draft", type=int, default=8, metavar="K",
                        help="most tokens the draft proposes per round (adaptive below that; default 8)")
     group.add_argument("--kv", choices=("paged", "rotating", "standard"), default="paged",

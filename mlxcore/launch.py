@@ -50,6 +50,7 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     from mlxcore.distributed.startup import join_ranks
     from mlxcore.distributed.world import current_world
     from mlxcore.block_drafter import is_block_drafter, load_block_drafter
+    from mlxcore.compiled_forward import has_split_layers
     from mlxcore.loading import check_draft_compatible, find_model, load_found
     from mlxcore.memory_fit import check_fits, weights_before_download
 
@@ -63,6 +64,7 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     lookup = draft_ref == LOOKUP  # prompt lookup drafts from the reply's own text: no draft model
     if lookup:
         draft_ref = None
+    lookup_by_default = draft_ref is None and not choice.no_draft  # (on a model whose layers run split)
     world = current_world()  # several ranks when started by mlx.launch
     if not world.distributed:  # (split over ranks, a model may be larger than one machine: that is the point)
         # Before any download: a model that cannot fit this machine is refused in one line with both sizes.
@@ -82,6 +84,9 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
                                             "KV cache, without prefix sharing between chats, for now."]))
     if draft is not None:
         check_draft_compatible(target, draft)
+    # Prompt lookup: alone where asked or where no drafter was named, beside a drafter (``LookupFirst``)
+    # otherwise; it runs as rows of the batched pass, so not on a model run whole (a hybrid one).
+    lookup = lookup or lookup_by_default and has_split_layers(target.model)
     engine = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model if draft else None,
                     num_draft=num_draft, block_drafter=blocks,
                     fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "",

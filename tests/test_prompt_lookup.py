@@ -206,3 +206,19 @@ def test_sampled_tokens_side_by_side_with_lookup_beside_a_draft_follow_the_targe
         big = p * count.sum() >= 5  # chi-square needs expected counts of 5 or more: pool the rest
         observed = np.append(count[big], count[~big].sum())
         assert chisquare(observed, np.append(p[big], p[~big].sum()) * count.sum()).pvalue > 1e-3, observed
+
+
+def test_a_model_opened_without_a_drafter_looks_up_by_default_unless_told_not_to(tmp_path):
+    """``open_engine``: a model alone drafts by prompt lookup; ``--no-draft`` turns it off; a hybrid model
+    (its layers run whole, not as rows) does not look up."""
+    from mlxcore.launch import open_engine
+    from mlxcore.configs import ModelChoice
+    from tiny_models import tiny_hybrid, tiny_hybrid_config, write_model_folder
+
+    alone = open_engine(ModelChoice(model="mini-target"))
+    assert alone.engine.prompt_lookup and alone.draft_name == "lookup"
+    assert not open_engine(ModelChoice(model="mini-target", no_draft=True)).engine.prompt_lookup
+    root = Path(__file__).resolve().parent.parent / "assets" / "models"
+    hybrid = write_model_folder(tiny_hybrid(), tmp_path / "tiny-hybrid", root / "mini-target", config=tiny_hybrid_config())
+    opened = open_engine(ModelChoice(model=str(hybrid)))
+    assert not opened.engine.prompt_lookup and opened.draft_name is None
