@@ -59,7 +59,6 @@ class SpecCounters:
     accepted: int = 0
     rounds: int = 0  # target passes of the rounds
     round_tokens: int = 0  # tokens the rounds emitted
-    accepted_by_position: list[int] = field(default_factory=list)
     draft_lengths: list[int] = field(default_factory=list)  # k of each of its rounds
 
 
@@ -75,7 +74,7 @@ class SpeculativeDecoder:
         self.params, self.controller = params, controller
         self.keys = KeyStream(params.seed)
         self.vocab = min(target.wrapped.args.vocab_size, drafter.vocab)  # a draft's padding rows may differ
-        self.counters = SpecCounters(accepted_by_position=[0] * controller.max_k)
+        self.counters = SpecCounters()
         self.drafter = drafter.name  # what the reply's stats name
         self.state: object = None  # what the drafter keeps for this reply (prompt lookup's index)
         self._draft_masks: list[mx.array] = []  # (vocab,) bool: the masks the draft proposed under, this round
@@ -260,8 +259,6 @@ class SpeculativeDecoder:
         c = self.counters
         c.proposed, c.accepted, c.rounds, c.round_tokens = c.proposed + k, c.accepted + min(n, k), c.rounds + 1, \
             c.round_tokens + n + 1
-        for j in range(min(n, k)):  # (the forced tokens after the k drafted ones are the grammar's)
-            c.accepted_by_position[j] += 1
 
 
 def one_hot(tokens: list[int], vocab: int, dtype: mx.Dtype) -> mx.array:
