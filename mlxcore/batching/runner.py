@@ -50,7 +50,6 @@ from mlxcore.batching.spec_rows import BatchRound
 from mlxcore.batching.pool_account import NoPool, PoolAccount
 from mlxcore.batching.tally import Tally
 from mlxcore.blas import parallel_products
-from mlxcore.caches import Caches
 from mlxcore.chat_template import turn_marks
 from mlxcore.decode_speculative import SpeculativeDecoder
 from mlxcore.draft_length import DraftLengthController
@@ -236,12 +235,7 @@ class BatchRunner:
             seq.release()
         self.sequences.clear()
 
-    # what tests, the bench and progress read of a request ----------------------
-
-    def caches_of(self, request_id: str) -> Caches | None:
-        """The caches ``request_id``'s reply runs on now (None once it ended, or while it waits without)."""
-        seq = self.sequences.get(request_id)
-        return seq.caches if seq is not None else None
+    # what progress reads of a request ----------------------------------------
 
     def tokens_read(self, request_id: str) -> int | None:
         """Tokens of the request's ids (prompt, then reply) its caches hold; None once it ended."""

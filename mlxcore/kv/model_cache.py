@@ -36,16 +36,14 @@ __all__ = ["KINDS", "BlockPool", "Kind", "ModelCache", "make_block_pool", "make_
 
 
 def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: int = 16,
-                     max_blocks: int | None = None, max_kv: int | None = None, keep: int = 0,
-                     max_rewind: int = 16, pool: BlockPool | None = None,
-                     max_bytes: int | None = None, budget: KVBudget | None = None,
+                     max_kv: int | None = None, keep: int = 0, max_rewind: int = 16,
+                     pool: BlockPool | None = None, budget: KVBudget | None = None,
                      kv_bits: int | None = None, prefixes: HybridPrefixCache | None = None) -> ModelCache:
     """An empty cache for ``model``.
 
     standard: mlx-lm's ``KVCache`` per layer; the other arguments are ignored.
     paged: a sequence in ``pool`` (shared between caches of one model), or in a new
-      pool of ``block_size``-token blocks holding ``max_blocks`` blocks, else
-      ``max_kv`` tokens, else ``max_bytes`` bytes, else 65,536 tokens; its slabs within
+      pool of ``block_size``-token blocks holding ``max_kv`` tokens, else 65,536; its slabs within
       ``budget`` (bytes shared with other pools) when one is given.
     rotating: a window of ``max_kv`` tokens (default 4,096) that keeps the first
       ``keep`` and can rewind ``max_rewind`` tokens after it wrapped.
@@ -62,14 +60,13 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
         return HybridCache(_attention_cache(model, kind, max_kv, keep, max_rewind), linear, prefixes=prefixes)
     if kind == "paged":
         if pool is None:
-            pool = make_block_pool(model, block_size=block_size, max_blocks=max_blocks, max_kv=max_kv,
-                                   max_bytes=max_bytes, budget=budget, kv_bits=kv_bits)
+            pool = make_block_pool(model, block_size=block_size, max_kv=max_kv, budget=budget, kv_bits=kv_bits)
         return PagedCache(pool)
     return _attention_cache(model, kind, max_kv, keep, max_rewind, kv_bits)
 
 
 def _attention_cache(model: nn.Module, kind: Kind, max_kv: int | None, keep: int, max_rewind: int,
-                     kv_bits: int | None = None, prefixes: HybridPrefixCache | None = None) -> ModelCache:
+                     kv_bits: int | None = None) -> ModelCache:
     if kind == "standard":
         if kv_bits is not None:
             raise ValueError('The standard cache is mlx-lm\'s float one: quantized KV needs kind="paged" or '

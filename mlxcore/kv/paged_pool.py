@@ -219,10 +219,9 @@ class BlockPool:
 
 
 def make_block_pool(model: nn.Module, *, block_size: int = 16, max_blocks: int | None = None,
-                    max_kv: int | None = None, max_bytes: int | None = None,
-                    slab_blocks: int | None = None, budget: KVBudget | None = None,
+                    max_kv: int | None = None, slab_blocks: int | None = None, budget: KVBudget | None = None,
                     kv_bits: int | None = None) -> BlockPool:
-    """A pool for ``model``; capacity from ``max_blocks``, else ``max_kv`` tokens, else ``max_bytes``.
+    """A pool for ``model``; capacity from ``max_blocks``, else ``max_kv`` tokens.
 
     With none given the pool may hold 65,536 tokens; memory is taken a slab at a time
     as blocks are used, and within ``budget`` (shared with other pools) when one is given.
@@ -232,10 +231,6 @@ def make_block_pool(model: nn.Module, *, block_size: int = 16, max_blocks: int |
     geometry = model_geometry(model, kv_bits)
     if max_blocks is None and max_kv is not None:
         max_blocks = -(-max_kv // block_size)
-    if max_blocks is None and max_bytes is not None:
-        max_blocks = max_bytes // (block_size * geometry.token_bytes)
-        if max_blocks < 1:
-            raise ValueError(f"max_bytes={max_bytes} is smaller than one KV block.")
     if max_blocks is None:
         max_blocks = -(-DEFAULT_CAPACITY_TOKENS // block_size)
     if slab_blocks is None:
