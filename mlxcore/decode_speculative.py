@@ -273,8 +273,6 @@ def _allowed(constraint: Mask, vocab: int) -> mx.array:
     return mx.array(mask.allowed()[:, :vocab])
 
 
-
-
 def _mark(cache: ModelCache) -> None:
     """Let a cache that cannot be trimmed (``kv/hybrid.py``) come back to this point."""
     if isinstance(cache, HybridCache):

@@ -59,15 +59,14 @@ class ModelFiles:
     config: dict[str, object]  # config.json as written
 
 
-def load_model(ref: str, *, progress: Progress | None = None) -> LoadedModel:
+def load_model(ref: str) -> LoadedModel:
     """Load the model ``ref``: an embedded name, a local MLX folder, or a hub repo "org/name".
 
-    A repo is downloaded when not cached, with a bar on stderr or reports to
-    ``progress(bytes_done, bytes_total)``. Raises ModelLoadError with a one-line
+    A repo is downloaded when not cached, with a bar on stderr. Raises ModelLoadError with a one-line
     message for anything missing, unreadable or inconsistent. (Over several ranks: ``find_model`` and
     ``load_found``, as ``open_engine`` does.)
     """
-    return load_found(find_model(ref, progress=progress))
+    return load_found(find_model(ref))
 
 
 def find_model(ref: str, *, progress: Progress | None = None) -> ModelFiles:
