@@ -35,7 +35,7 @@ from mlxcore.kv.budget import KVBudget, format_bytes, machine_kv_bytes, weights_
 from mlxcore.kv.geometry import KVGeometry, activation_dtype, model_geometry
 from mlxcore.kv.hybrid import HybridCache, linear_layers
 from mlxcore.kv.hybrid_prefixes import HybridPrefixCache
-from mlxcore.kv.model_cache import make_block_pool, make_model_cache
+from mlxcore.kv.model_cache import check_hybrid, make_block_pool, make_model_cache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
 from mlxcore.params import GenerationParams
@@ -49,14 +49,6 @@ if TYPE_CHECKING:
 
 # Of the KV budget, what a hybrid model's kept caches may hold (its live caches are not counted in it).
 PREFIX_SHARE = 0.25
-
-
-def _check_hybrid(kv: KVConfig) -> None:
-    """What a hybrid model (Qwen3.5) does not run on yet, refused before any reply (docs/hybrid.md)."""
-    if kv.kind == "paged" or kv.kv_bits is not None:
-        raise UsageError('A hybrid model (Qwen3.5) runs on a float cache of kind="standard" (replies side by side) '
-                         'or kind="rotating" (one at a time), for now: the paged and 8-bit caches do not hold its '
-                         'linear layers\' states yet.')
 
 
 def _linear_state_bytes(model: nn.Module) -> int:
@@ -82,7 +74,7 @@ class Engine:
                  draft_name: str = "", generation_defaults: dict | None = None, world: World = SINGLE,
                  prompt_lookup: bool = False, block_drafter: BlockDraftModel | None = None) -> None:
         if linear_layers(model) or (draft_model is not None and linear_layers(draft_model)):
-            _check_hybrid(kv)
+            check_hybrid(kv.kind, kv.kv_bits)
         self.hybrid = bool(linear_layers(model))  # Qwen3.5, Qwen3-Next: linear layers with a state each
         # Bytes of one sequence's linear states, measured here: on every rank alike (a sharded pass is collective)
         self.linear_state_bytes = _linear_state_bytes(model) if self.hybrid else 0

@@ -149,22 +149,20 @@ class BatchRunner:
             return
         self.engine.kv_budget.reclaim()
         for seq in list(scheduler.waiting):  # (a prompt over what the pool holds for one chat was refused at submit)
-            if seq.generated and self.account.needed(seq, seq.length) > self.account.obtainable():
-                self._end(seq, reason="length")  # a preempted reply that cannot come back: it ends there
-            elif self.account.needed(seq, seq.length) > self.account.obtainable():
-                self._end(seq, error=OverloadedError(
+            if self.account.needed(seq, seq.length) > self.account.obtainable():
+                self._end_unfit(seq, OverloadedError(
                     f"The KV cache cannot take this {seq.length:,}-token prompt next to what other chats hold "
                     f"now in {self.engine.kv_room()[1]}: try again later, close other chats, or give more memory "
                     "(max_kv).",
                     retry_after=5.0))
 
-    def _end_unfit(self, seq: Sequence) -> None:
+    def _end_unfit(self, seq: Sequence, error: BaseException | None = None) -> None:
         """``seq`` needs more KV memory than there is with nobody else to preempt: a reply ends there, as at
-        its token cap; a prompt not yet answered fails with what is full."""
+        its token cap; a prompt not yet answered fails with ``error``, by default what is full."""
         if seq.generated:
             self._end(seq, reason="length")
         else:
-            self._end(seq, error=PromptTooLongError(
+            self._end(seq, error=error or PromptTooLongError(
                 self.engine.pool("target").full_message(1) if self.engine.kv.kind == "paged" else
                 f"The KV cache cannot hold this prompt and its reply in {self.engine.kv_room()[1]}: give more "
                 "memory (max_kv), or start a new chat."))
@@ -403,10 +401,7 @@ class BatchRunner:
         if self.scheduler.running:
             self.scheduler.add(seq)
             return
-        if seq.generated:  # a reply the pool cannot grow: it ends there, as at its token cap
-            self._end(seq, reason="length")
-            return
-        self._end(seq, error=PromptTooLongError(str(error)))
+        self._end_unfit(seq, PromptTooLongError(str(error)))
 
     def _fork(self, seq: Sequence) -> None:
         """The prompt is read: one sequence per choice, each on caches sharing its blocks."""

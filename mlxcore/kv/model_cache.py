@@ -17,6 +17,7 @@ from typing import Literal
 
 import mlx.nn as nn
 
+from mlxcore.errors import UsageError
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.budget import KVBudget
 from mlxcore.kv.geometry import model_geometry
@@ -54,15 +55,21 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
     """
     linear = linear_layers(model)
     if linear:
-        if kind == "paged" or kv_bits is not None:
-            raise ValueError('A hybrid model (Qwen3.5) runs on a float cache of kind="standard" or "rotating" for '
-                             'now: paged and 8-bit caches do not hold its linear layers\' states yet.')
+        check_hybrid(kind, kv_bits)
         return HybridCache(_attention_cache(model, kind, max_kv, keep, max_rewind), linear, prefixes=prefixes)
     if kind == "paged":
         if pool is None:
             pool = make_block_pool(model, block_size=block_size, max_kv=max_kv, budget=budget, kv_bits=kv_bits)
         return PagedCache(pool)
     return _attention_cache(model, kind, max_kv, keep, max_rewind, kv_bits)
+
+
+def check_hybrid(kind: str, kv_bits: int | None) -> None:
+    """What a hybrid model (Qwen3.5) does not run on yet, refused before any reply (docs/hybrid.md)."""
+    if kind == "paged" or kv_bits is not None:
+        raise UsageError('A hybrid model (Qwen3.5) runs on a float cache of kind="standard" (replies side by side) '
+                         'or kind="rotating" (one at a time), for now: the paged and 8-bit caches do not hold its '
+                         'linear layers\' states yet.')
 
 
 def _attention_cache(model: nn.Module, kind: Kind, max_kv: int | None, keep: int, max_rewind: int,
