@@ -13,13 +13,8 @@ trimmed (a hybrid model's, ``kv/hybrid.py``) goes back to the mark set before th
 round's pass instead, and holds a prefix: the loop feeds it the rest, as it feeds
 any cache what it lacks.
 
-Under a grammar (``batching/constraints.py``) the target's k + 1 rows are masked
-before the acceptance test: row i with the mask after d_1..d_i, filled while the
-target's pass runs, the matcher then rolled back (the runner feeds it what was
-emitted). A draft token the grammar refuses has no probability under the
-target: the run stops there. ``CONSTRAIN_DRAFT``: the draft proposes under the
-same masks too (one read of each drafted token), so it rarely guesses a refused
-token; q is then its masked distribution, and rejection sampling stays exact.
+Under a grammar the target's k + 1 rows are masked before the acceptance test, and with
+``CONSTRAIN_DRAFT`` the draft proposes under the same masks: docs/structured_output.md, "Speculative decoding".
 """
 
 from __future__ import annotations

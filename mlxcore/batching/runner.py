@@ -1,25 +1,8 @@
 """Carries out the scheduler's plans on the engine's models and paged caches: all the MLX work of batching.
 
-Each ``step()``: apply cancellations; ask the scheduler for a plan; let
-preempted sequences go of their caches; announce prompt chunks (a newly admitted
-request first attaches the blocks it finds cached) under the step's token budget;
-one decode step for every ready sequence, the chunks riding in the same forward
-pass through every layer (``prompt_feed.py``; with nothing decoding, a pass of
-prompt rows alone); a prompt read for several choices then forks. The decode step is
-one batched forward pass (``batch_forward.py``) for two or more. When the
-draft-length controller of the step's batch size says drafting pays, replies with
-a draft take a speculative round instead (one round a step, so a newcomer waits
-at most one round), as rows of the step's pass (``spec_rows.py``) beside the
-plain rows of those without a draft; a lone reply of a model whose layers are
-not run split here (a hybrid one) by ``decode_speculative.py``. Greedy output is
-the same either way. Events go to each request's handle.
-
-Requests run on the engine's paged caches: ``Engine.new_caches`` makes them in
-the engine's pools and byte budget, the pools ``BlockAccount`` reads. One reply
-at a time may also run on a rotating or standard cache (``Engine.generate``).
-A hybrid model's replies (Qwen3.5) run side by side on standard caches: its
-batched step is ``hybrid_batch.py``'s, and its prompts are read alone by
-``prefill()``. Every other prompt is read as rows of the batched pass.
+What one ``step()`` does, with its diagram: docs/engine.md. Speculative rounds take one step each, so a
+newcomer waits at most one round. Replies side by side need the paged pool (a hybrid model's: standard
+caches, ``hybrid_batch.py``); one reply at a time may run on a rotating or standard cache.
 """
 
 from __future__ import annotations

@@ -7,18 +7,9 @@ are given back when a chat is released. With a ``KVBudget`` (bytes shared with
 the other model's pool) the bookkeeping hands out only the blocks the budget can
 hold, so running out is a ``PoolExhaustedError`` before anything changes.
 
-Slab size: attention reads a sequence where it lies, one view per run of
-adjacent blocks (``decode_attention.py``): a chat that spans several slabs, or
-a fork, costs one more matrix product per run and layer, and no copy. On this
-CPU an extra run cost 3-4% of a decode step (the embedded target at 3,000
-tokens, the 8B twin at 2,000), and the runs of a long chat grow with its
-length over the slab size, so slabs are large: 256 blocks (4,096 tokens). The
-price is memory taken a slab at a time: the pool's unused memory is at most
-the rest of its last slab while it grows (one per model, however many chats): 1.37x
-a lone 3,000-token chat's bytes (``pool_peak_vs_held``,
-``bench/pool_memory.py``). 1,024-token slabs hold that chat in 1.02x,
-but decode it at 0.90x the standard cache's speed (three runs), falling further
-with every 1,024 tokens.
+Slabs are large, 256 blocks (4,096 tokens): attention reads one view per run of adjacent blocks
+(``decode_attention.py``), and smaller slabs cut a long chat into more runs; the price is memory taken a
+slab at a time (docs/decisions.md, "Slab size").
 """
 
 from __future__ import annotations
