@@ -6,11 +6,8 @@ in step with the reply: ``catch_up`` consumes the tokens generated since, then
 ``fill`` writes the next token's mask, one bit a token, into a row of a batch's
 ``Bitmask``; speculative rounds consume draft tokens and ``rollback``.
 
-Thinking stays free. The prompt decides where the grammar starts
-(``think_phase``): inside an open ``<think>`` block, after ``</think>``; after a
-closed block (thinking off), at once; at a bare generation prompt, where the
-model may open one, the first token may be ``<think>`` or the grammar's. While
-thinking, the mask is all ones (no matcher work at all).
+Thinking stays free: the prompt decides where the grammar starts (``think_phase``; docs/structured_output.md,
+"Thinking").
 """
 
 from __future__ import annotations

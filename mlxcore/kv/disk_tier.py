@@ -5,14 +5,8 @@ under a key that names its model, KV format, block size and chained hash (``pool
 prefix lookup that misses in memory reads it back instead of computing it. One process-wide tier per folder,
 shared by every pool of every model in the process (``open_disk_tier``).
 
-Files: ``<root>/blocks/<first two hex digits>/<key>``, each a frame with a checksum (``block_frame.py``, the
-session store's block format). Crash safety as the store's: a block is written to a temporary file and
-renamed, so a file under a key is whole; what a killed process left half written is a ``.tmp`` file, removed
-when the next process opens the tier. The tier is a cache, so it skips the store's fsyncs (a block lost to a
-power cut is recomputed; one damaged is a checksum failure, which reads as a miss and removes the file).
-
-Writes run on a thread of their own: the engine's thread hands over bytes and never waits for the disk. A write
-that fails because the disk is full (or read-only) stops the writing, with one warning; reading goes on.
+Writes run on a thread of their own: the engine's thread hands over bytes and never waits for the disk.
+Files, crash safety, the budget and a full disk: docs/kv-disk.md.
 """
 
 from __future__ import annotations
