@@ -269,7 +269,7 @@ class Engine:
                 from mlxcore.kv.pool_disk import PoolDisk
                 pool.attach_disk(PoolDisk(open_disk_tier(Path(self.kv.disk_kv_dir), self.kv.disk_kv_bytes), pool,
                                           fingerprint, role))
-                _keep_on_disk_at_exit(self)
+                _AT_EXIT.add(self)
 
     def restore_cache(self, role: str, tensors: Tensors, meta: CacheMeta) -> ModelCache:
         """Rebuild the ``role`` ("target" or "draft") cache saved by ``cache_state``, in this engine's pool.
@@ -409,12 +409,8 @@ class Engine:
         return {**kv, "world_size": self.world.size, "rank_weight_bytes": self.rank_weight_bytes}
 
 
-_AT_EXIT: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines with a disk tier
-
-
-def _keep_on_disk_at_exit(engine: Engine) -> None:
-    """When the process ends, ``engine``'s blocks go to its disk tier (a ``ChatSession`` program's chats too)."""
-    _AT_EXIT.add(engine)
+# Engines with a disk tier: when the process ends, their blocks go to it (a ``ChatSession`` program's chats too).
+_AT_EXIT: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 @atexit.register

@@ -13,11 +13,11 @@ import os
 from pathlib import Path
 
 from mlxcore.errors import ModelLoadError
+from mlxcore.fingerprint import WEIGHTS_GLOB
 from mlxcore.kv.budget import MARGIN_FRACTION, MIN_MARGIN_BYTES, format_bytes, parse_max_kv
 
 MEMORY_ENV = "MLXCHAT_MEMORY"  # the machine's RAM as this module sees it (tests fake an 8, 16 or 64 GB Mac)
 USEFUL_CONTEXT = 8192  # tokens a default pair must leave room for: a thinking reply and the chat before it
-WEIGHTS_GLOB = "*.safetensors"
 
 # mlx-community's 4-bit Qwen3 (group size 64: 4.5 bits a parameter): (bytes of weights, bytes of KV a token in bf16).
 # The weights are the repos' safetensors sizes; the KV is 2 x layers x KV heads x head size x 2 bytes.
