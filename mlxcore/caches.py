@@ -27,11 +27,6 @@ class Caches:
     context: BlockContext | None = None
 
     @property
-    def offset(self) -> int:
-        """Tokens the target's cache holds."""
-        return self.target.offset
-
-    @property
     def tokens(self) -> list[int]:
         """Token ids the target's cache holds (a copy)."""
         return self.ids[:self.target.offset]
@@ -54,7 +49,3 @@ class Caches:
             self.draft.release(self.ids)
         self.ids = []
         self.context = None
-
-    @property
-    def nbytes(self) -> int:
-        return self.target.nbytes + (self.draft.nbytes if self.draft else 0)

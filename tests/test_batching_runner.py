@@ -120,7 +120,7 @@ def test_a_replys_caches_hold_its_ids_and_its_written_blocks_are_hits_at_once():
             break
         caches = seq.caches
         assert caches.ids == p + batch.tokens(handle)
-        held = min(len(caches.ids), caches.offset)
+        held = min(len(caches.ids), caches.target.offset)
         hit = pool.manager.cached_prefix(caches.ids[:held] + [0])[0]
         assert hit == held // pool.block_size * pool.block_size, (held, hit)
         hits.add(hit)

@@ -71,7 +71,6 @@ class Constraint:
     def __init__(self, grammar: Grammar, tokenizer: TokenizerWrapper, vocab: int, eos_ids: Collection[int],
                  prompt: Sequence[int], budget: int | None = None) -> None:
         self.grammar, self.vocab, self.eos = grammar, vocab, sorted(eos_ids)
-        self._args = (tokenizer, prompt, budget)
         compiled = grammar.compiled  # (compiled by the caller for this tokenizer: each reply a copy of it)
         self.matcher = compiled.deep_copy() if compiled is not None else compile_matcher(grammar, tokenizer, vocab,
                                                                                          self.eos)
@@ -83,10 +82,6 @@ class Constraint:
         text = grammar.for_tokenizer(_token_id(tokenizer, "<tool_call>") is not None)
         self.closing = Closing(budget, closer_ids(tokenizer), self.eos[0], shortest_reply(
             text, tokenizer, self.matcher, budget)) if budget and self.eos else None
-
-    def fresh(self) -> Constraint:
-        """The same grammar for another choice of the same prompt, from the start."""
-        return Constraint(self.grammar, self._args[0], self.vocab, self.eos, self._args[1], self._args[2])
 
     @property
     def count(self) -> int:
@@ -209,11 +204,6 @@ class PositionMask:
     def allowed(self, position: int) -> Allowed | None:
         """(vocab,) bool, or None for no mask; subclasses say."""
         raise NotImplementedError
-
-    def fresh(self) -> PositionMask:
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__, count=0)
-        return clone
 
     def catch_up(self, reply: Sequence[int]) -> None:
         self.count = len(reply)

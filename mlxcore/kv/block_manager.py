@@ -83,12 +83,8 @@ class AppendPlan:
 class PoolStats:
     """A snapshot of the pool for metrics."""
 
-    block_size: int
-    capacity_blocks: int  # the most blocks the pool may hand out
     used_blocks: int  # blocks some sequence holds
-    free_blocks: int  # capacity_blocks - used_blocks
     cached_blocks: int  # free blocks that still hold a hashed prefix
-    materialized_blocks: int  # blocks ever handed out (the storage the pool needs)
     prefix_hit_tokens: int  # tokens attached by prefix hits since the pool was made
 
 
@@ -289,10 +285,8 @@ class BlockManager:
         return self._blocks[block_id].ref_count
 
     def stats(self) -> PoolStats:
-        used = self.used_blocks
         cached = sum(1 for b in self._free if self._blocks[b].hash is not None)
-        return PoolStats(self.block_size, self.num_blocks, used, self.num_blocks - used, cached,
-                         len(self._blocks), self._prefix_hit_tokens)
+        return PoolStats(self.used_blocks, cached, self._prefix_hit_tokens)
 
     # internals -------------------------------------------------------------
 

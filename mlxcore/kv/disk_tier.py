@@ -51,7 +51,6 @@ class DiskTier:
         self._files: OrderedDict[str, int] = OrderedDict()  # key -> bytes, least recently used first
         self._queued: dict[str, bytes] = {}  # key -> payload handed over, not yet written (reads find it here)
         self.bytes = 0
-        self.written = self.removed = 0  # blocks written and evicted by the budget since the start
         self.hit_tokens = 0  # prompt tokens read back from here instead of computed, since the start
         self.stopped: str | None = None  # why writing stopped (a full disk), or None
         self._scan()
@@ -152,7 +151,6 @@ class DiskTier:
         with self._lock:
             self._files[key] = len(data)
             self.bytes += len(data)
-            self.written += 1
         self._keep_within()
 
     def _keep_within(self) -> None:
@@ -163,7 +161,6 @@ class DiskTier:
                     return
                 key = next(iter(self._files))
             self._remove(key)
-            self.removed += 1
 
     # both ------------------------------------------------------------------
 
