@@ -34,7 +34,7 @@ from mlxcore.batching.pool_account import NoPool, PoolAccount
 from mlxcore.batching.tally import Tally
 from mlxcore.blas import parallel_products
 from mlxcore.chat_template import turn_marks
-from mlxcore.decode_speculative import SpeculativeDecoder
+from mlxcore.decode_speculative import Emitted, SpeculativeDecoder
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
@@ -486,16 +486,17 @@ class BatchRunner:
         verdicts = rounds.verdicts(self.engine.target_forward)
         control.observe_round(rounds.k, [n for _, n, _ in verdicts], decision_clock.now() - start,
                               rounds.draft_seconds, proposed=[k for k, _, _ in verdicts])
-        emitted = 0
-        for seq, (_, _, tokens) in zip(rounds.drafting, verdicts):
-            for done, (token, logprob, from_draft) in enumerate(tokens, 1):
-                self._emitted(seq, token, logprob, from_draft, ())
-                emitted += 1
-                if not self._alive(seq):  # the reply ended there: the rest are not its tokens
-                    assert seq.speculative is not None
-                    seq.speculative.counters.round_tokens -= len(tokens) - done
-                    break
-        return emitted
+        return sum(self._emit_round(seq, tokens) for seq, (_, _, tokens) in zip(rounds.drafting, verdicts))
+
+    def _emit_round(self, seq: Sequence, tokens: list[Emitted]) -> int:
+        """Emit a round's tokens for ``seq`` up to where its reply ends; tokens emitted."""
+        for done, (token, logprob, from_draft) in enumerate(tokens, 1):
+            self._emitted(seq, token, logprob, from_draft, ())
+            if not self._alive(seq):  # the reply ended there: the rest are not its tokens
+                assert seq.speculative is not None
+                seq.speculative.counters.round_tokens -= len(tokens) - done
+                return done
+        return len(tokens)
 
     def _emit_pending(self, seq: Sequence) -> int:
         """Emit ``seq``'s pending pick now (before it leaves batched decoding); tokens emitted."""
@@ -538,12 +539,7 @@ class BatchRunner:
             log.info("request %s: no KV room for a draft round; it decodes on without the draft", seq.group)
             seq.leave_draft()
             return 0
-        for done, (token, logprob, from_draft) in enumerate(tokens, 1):
-            self._emitted(seq, token, logprob, from_draft, ())
-            if not self._alive(seq):  # the reply ended there: the rest are not its tokens
-                decoder.counters.round_tokens -= len(tokens) - done
-                return done
-        return len(tokens)
+        return self._emit_round(seq, tokens)
 
     def _drafts(self, seq: Sequence) -> bool:
         """Whether this reply may decode speculatively: with the draft model (while its draft cache is
