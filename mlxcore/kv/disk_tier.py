@@ -27,7 +27,6 @@ log = logging.getLogger("mlxchat.kv")
 DEFAULT_SHARE = 0.1  # the default budget: this share of the disk's free space ...
 DEFAULT_CAP = 32 << 30  # ... but no more than this
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
-_STOP = object()
 
 
 def default_disk_budget(root: Path) -> int:
