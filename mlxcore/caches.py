@@ -27,6 +27,11 @@ class Caches:
     context: BlockContext | None = None
 
     @property
+    def offset(self) -> int:
+        """Tokens the target's cache holds."""
+        return self.target.offset
+
+    @property
     def tokens(self) -> list[int]:
         """Token ids the target's cache holds (a copy)."""
         return self.ids[:self.target.offset]

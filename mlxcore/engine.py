@@ -282,9 +282,8 @@ class Engine:
                                   f"drafts of {self.draft_control.max_k} need {self.rewind_room}.")
         model = self._model(role)
         tensors = self.kv_shards.own_tensors(role, tensors)  # saved whole: every rank's heads
-        if meta.get("kind") == "paged" and role not in self._pools:  # the first paged cache: a pool in the budget
-            self._keep_pool(role, make_block_pool(model, block_size=int(meta.get("block_size", 16)),
-                                                  max_kv=self.kv.max_kv, budget=self.kv_budget, kv_bits=self.kv.kv_bits))
+        if meta.get("kind") == "paged":  # the first paged cache: a pool in the budget, of its block size
+            self.pool(role, int(meta.get("block_size", 16)))
         cache = ModelCache.from_state(model, tensors, meta, pool=self._pools.get(role))
         if isinstance(cache, PagedCache):
             self._keep_pool(role, cache.pool)
@@ -308,10 +307,11 @@ class Engine:
         """The ``role`` model's KV geometry as a session file records it (every rank's heads)."""
         return self.kv_shards.whole_geometry(role, model_geometry(self._model(role)))
 
-    def pool(self, role: str) -> BlockPool:
-        """The paged block pool of ``role`` ("target" or "draft"), made (empty, in the budget) if there is none."""
+    def pool(self, role: str, block_size: int | None = None) -> BlockPool:
+        """The paged block pool of ``role`` ("target" or "draft"), made (empty, in the budget; blocks of
+        ``block_size``, else the configured size) if there is none."""
         if role not in self._pools:
-            self._keep_pool(role, make_block_pool(self._model(role), block_size=self.kv.block_size,
+            self._keep_pool(role, make_block_pool(self._model(role), block_size=block_size or self.kv.block_size,
                                                   max_kv=self.kv.max_kv, budget=self.kv_budget, kv_bits=self.kv.kv_bits))
         return self._pools[role]
 

@@ -50,6 +50,7 @@ class DiskTier:
         self._files: OrderedDict[str, int] = OrderedDict()  # key -> bytes, least recently used first
         self._queued: dict[str, bytes] = {}  # key -> payload handed over, not yet written (reads find it here)
         self.bytes = 0
+        self.written = 0  # blocks written since the start (the bench reports them)
         self.hit_tokens = 0  # prompt tokens read back from here instead of computed, since the start
         self.stopped: str | None = None  # why writing stopped (a full disk), or None
         self._scan()
@@ -150,6 +151,7 @@ class DiskTier:
         with self._lock:
             self._files[key] = len(data)
             self.bytes += len(data)
+            self.written += 1
         self._keep_within()
 
     def _keep_within(self) -> None:
