@@ -22,6 +22,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from mlxcore.sequences import partial_suffix
 from mlxcore.tool_calls import (CALL_CLOSE, CALL_OPEN, JSON_HEAD, XML_FUNCTION, XML_PARAMETER, ObjectScan, ToolCall,
                                 ToolCallError, new_call_id, parse_call, tool_names, typed_value)
 
@@ -101,7 +102,7 @@ class ReplyParser:
         tags = (THINK_CLOSE, CALL_OPEN) if self.with_tools else (THINK_CLOSE,)
         at, tag = _first(text, tags)
         if tag is None:
-            keep = max(_partial_suffix(text, t) for t in tags)
+            keep = max(partial_suffix(text, t) for t in tags)
             self._out.reasoning += text[:len(text) - keep]
             self._pending = text[len(text) - keep:]
             return ""
@@ -128,7 +129,7 @@ class ReplyParser:
             self._out.content += before
             self._open_call(lead=text[len(before):at])
             return text[at + len(CALL_OPEN):]
-        cut = len(text) - _partial_suffix(text, CALL_OPEN)
+        cut = len(text) - partial_suffix(text, CALL_OPEN)
         cut = len(text[:cut].rstrip())  # trailing whitespace is held too: a call may follow it
         self._out.content += text[:cut]
         self._pending = text[cut:]
@@ -288,11 +289,3 @@ def _first(text: str, tags: Sequence[str]) -> tuple[int, str | None]:
     """Where the first of ``tags`` begins in ``text``, and which; (-1, None) for none."""
     found = [(at, tag) for tag in tags if (at := text.find(tag)) >= 0]
     return min(found) if found else (-1, None)
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest end of ``text`` that is a proper start of ``tag``."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
