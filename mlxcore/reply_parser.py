@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mlxcore.sequences import partial_suffix
+from mlxcore.think_blocks import CLOSE, OPEN
 from mlxcore.tool_calls import (CALL_CLOSE, CALL_OPEN, JSON_HEAD, XML_FUNCTION, XML_PARAMETER, ObjectScan, ToolCall,
                                 ToolCallError, new_call_id, parse_call, tool_names, typed_value)
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 log = logging.getLogger("mlxchat.tools")
 
 
@@ -89,17 +89,17 @@ class ReplyParser:
 
     def _in_start(self, text: str) -> str:
         head = text.lstrip()
-        if head.startswith(THINK_OPEN):
+        if head.startswith(OPEN):
             self._state = "thinking"
-            return head[len(THINK_OPEN):]
-        if THINK_OPEN.startswith(head):  # whitespace, or the start of <think>: the next delta tells
+            return head[len(OPEN):]
+        if OPEN.startswith(head):  # whitespace, or the start of <think>: the next delta tells
             self._pending = text
             return ""
         self._state = "answer"
         return text
 
     def _in_thinking(self, text: str) -> str:
-        tags = (THINK_CLOSE, CALL_OPEN) if self.with_tools else (THINK_CLOSE,)
+        tags = (CLOSE, CALL_OPEN) if self.with_tools else (CLOSE,)
         at, tag = _first(text, tags)
         if tag is None:
             keep = max(partial_suffix(text, t) for t in tags)
@@ -107,7 +107,7 @@ class ReplyParser:
             self._pending = text[len(text) - keep:]
             return ""
         self._out.reasoning += text[:at]
-        if tag == THINK_CLOSE:
+        if tag == CLOSE:
             self._state = "gap"
         else:  # a call begun inside an unclosed <think>: the thinking is over
             self._open_call()
