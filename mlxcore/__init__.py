@@ -60,15 +60,13 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__``
     from mlxcore.kv.block_frame import (block_payload as block_payload, frame_block as frame_block,
         token_bytes as token_bytes, tokens_from as tokens_from, unframe_block as unframe_block)
     from mlxcore.kv.disk_tier import (DiskTier as DiskTier, default_disk_budget as default_disk_budget,
-        disk_tiers as disk_tiers,
-        drain_disk_tiers as drain_disk_tiers, open_disk_tier as open_disk_tier)
+        disk_tiers as disk_tiers)
     from mlxcore.kv.geometry import KVGeometry as KVGeometry
     from mlxcore.kv.kv_format import (KVFormat as KVFormat, KVFormatError as KVFormatError,
         SUPPORTED_BITS as SUPPORTED_BITS, kv_format as kv_format)
     from mlxcore.kv.stored import tensor_names as tensor_names
     from mlxcore.kv.window import Window as Window
     from mlxcore.launch import OpenedEngine as OpenedEngine, open_engine as open_engine
-    from mlxcore.loading import load_model as load_model
     from mlxcore.open_files import low_limit_note as low_limit_note
     from mlxcore.params import GenerationParams as GenerationParams
     from mlxcore.prefill import Progress as Progress, StopPrefill as StopPrefill
@@ -126,14 +124,12 @@ _EXPORTS = {
     "unframe_block": "mlxcore.kv.block_frame",
     "DiskTier": "mlxcore.kv.disk_tier", "default_disk_budget": "mlxcore.kv.disk_tier",
     "disk_tiers": "mlxcore.kv.disk_tier",
-    "drain_disk_tiers": "mlxcore.kv.disk_tier", "open_disk_tier": "mlxcore.kv.disk_tier",
     "KVGeometry": "mlxcore.kv.geometry",
     "KVFormat": "mlxcore.kv.kv_format", "KVFormatError": "mlxcore.kv.kv_format",
     "SUPPORTED_BITS": "mlxcore.kv.kv_format", "kv_format": "mlxcore.kv.kv_format",
     "tensor_names": "mlxcore.kv.stored",
     "Window": "mlxcore.kv.window",
     "OpenedEngine": "mlxcore.launch", "open_engine": "mlxcore.launch",
-    "load_model": "mlxcore.loading",
     "low_limit_note": "mlxcore.open_files",
     "GenerationParams": "mlxcore.params",
     "Progress": "mlxcore.prefill", "StopPrefill": "mlxcore.prefill",

@@ -5,13 +5,8 @@ for float32 matmuls (``blas_speedup`` in docs/benchmarks.md). Loading OpenBLAS
 with RTLD_GLOBAL *before* ``mlx.core`` is first imported makes the dynamic
 linker resolve MLX's BLAS symbols to it.
 Set ``MLXCHAT_BLAS=reference`` to keep the bundled one (the bench does, to
-measure the difference).
-
-OpenBLAS splits each product over all cores. That pays for prefill's big
-products, but decode multiplies one to a few token vectors: there, waking and
-joining threads costs more than it saves (docs/decisions.md, "OpenBLAS on
-Linux"), and the idle core is left to the TUI. So ``parallel_products()`` gives
-prefill every thread and single-threaded products come back when it ends.
+measure the difference). ``parallel_products()`` gives prefill every thread;
+decode's products run on one (docs/decisions.md, "OpenBLAS on Linux").
 """
 
 from __future__ import annotations

@@ -42,11 +42,11 @@ class Clearing:
     """When the engine loop clears: after a step that read prompt chunks, every ``CLEAR_EVERY_STEPS`` decode steps,
     and when the loop falls idle."""
 
-    def __init__(self, every: int = CLEAR_EVERY_STEPS) -> None:
-        self.every, self.steps = every, 0
+    def __init__(self) -> None:
+        self.steps = 0
 
     def after_step(self, read_prompt: bool, idle: bool) -> None:
         self.steps += 1
-        if read_prompt or idle or self.steps >= self.every:
+        if read_prompt or idle or self.steps >= CLEAR_EVERY_STEPS:
             self.steps = 0
             mx.clear_cache()

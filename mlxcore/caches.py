@@ -54,7 +54,3 @@ class Caches:
             self.draft.release(self.ids)
         self.ids = []
         self.context = None
-
-    @property
-    def nbytes(self) -> int:
-        return self.target.nbytes + (self.draft.nbytes if self.draft else 0)

@@ -13,13 +13,8 @@ trimmed (a hybrid model's, ``kv/hybrid.py``) goes back to the mark set before th
 round's pass instead, and holds a prefix: the loop feeds it the rest, as it feeds
 any cache what it lacks.
 
-Under a grammar (``batching/constraints.py``) the target's k + 1 rows are masked
-before the acceptance test: row i with the mask after d_1..d_i, filled while the
-target's pass runs, the matcher then rolled back (the runner feeds it what was
-emitted). A draft token the grammar refuses has no probability under the
-target: the run stops there. ``CONSTRAIN_DRAFT``: the draft proposes under the
-same masks too (one read of each drafted token), so it rarely guesses a refused
-token; q is then its masked distribution, and rejection sampling stays exact.
+Under a grammar the target's k + 1 rows are masked before the acceptance test, and with
+``CONSTRAIN_DRAFT`` the draft proposes under the same masks: docs/structured_output.md, "Speculative decoding".
 """
 
 from __future__ import annotations
@@ -59,7 +54,6 @@ class SpecCounters:
     accepted: int = 0
     rounds: int = 0  # target passes of the rounds
     round_tokens: int = 0  # tokens the rounds emitted
-    accepted_by_position: list[int] = field(default_factory=list)
     draft_lengths: list[int] = field(default_factory=list)  # k of each of its rounds
 
 
@@ -75,7 +69,7 @@ class SpeculativeDecoder:
         self.params, self.controller = params, controller
         self.keys = KeyStream(params.seed)
         self.vocab = min(target.wrapped.args.vocab_size, drafter.vocab)  # a draft's padding rows may differ
-        self.counters = SpecCounters(accepted_by_position=[0] * controller.max_k)
+        self.counters = SpecCounters()
         self.drafter = drafter.name  # what the reply's stats name
         self.state: object = None  # what the drafter keeps for this reply (prompt lookup's index)
         self._draft_masks: list[mx.array] = []  # (vocab,) bool: the masks the draft proposed under, this round
@@ -260,8 +254,6 @@ class SpeculativeDecoder:
         c = self.counters
         c.proposed, c.accepted, c.rounds, c.round_tokens = c.proposed + k, c.accepted + min(n, k), c.rounds + 1, \
             c.round_tokens + n + 1
-        for j in range(min(n, k)):  # (the forced tokens after the k drafted ones are the grammar's)
-            c.accepted_by_position[j] += 1
 
 
 def one_hot(tokens: list[int], vocab: int, dtype: mx.Dtype) -> mx.array:
@@ -274,8 +266,6 @@ def _allowed(constraint: Mask, vocab: int) -> mx.array:
     mask = Bitmask(1, constraint.vocab)
     constraint.fill(mask.words[0])
     return mx.array(mask.allowed()[:, :vocab])
-
-
 
 
 def _mark(cache: ModelCache) -> None:

@@ -26,17 +26,13 @@ EMBEDDED_DRAFT = "mini-draft"
 REACH_TIMEOUT_S = 1.5
 
 
-def default_pair(offline: bool | None = None) -> tuple[str, str | None, str]:
+def default_pair() -> tuple[str, str | None, str]:
     """(target ref, draft ref or None, a reason to show the user) for the default models.
 
-    ``offline`` True forces the embedded pair, False skips the environment and
-    reachability checks (the hub pair is downloaded if needed); None decides:
     MLXCHAT_OFFLINE or HF_HUB_OFFLINE set -> embedded; the online target in the
     local hub cache -> it; the hub reachable -> the online pair; else embedded.
     """
-    if offline:
-        return _embedded("offline")
-    if offline is None and offline_by_env():
+    if offline_by_env():
         flag = "MLXCHAT_OFFLINE" if env_flag("MLXCHAT_OFFLINE") else "HF_HUB_OFFLINE"
         return _embedded(f"offline ({flag} is set)")
     target = default_target()
@@ -44,8 +40,8 @@ def default_pair(offline: bool | None = None) -> tuple[str, str | None, str]:
         return _embedded(f"this machine's {format_bytes(machine_ram() or 0)} of memory leaves no room for a Qwen3 "
                          "model and its context")
     if cached_snapshot(target) is not None:
-        return _cached_target(target, assume_online=offline is False)
-    if offline is False or hub_reachable():
+        return _cached_target(target)
+    if hub_reachable():
         return target, ONLINE_DRAFT, _using(target)
     return _embedded("the Hugging Face hub cannot be reached")
 
@@ -80,8 +76,8 @@ def _using(target: str) -> str:
     return f"using {target} with the draft {ONLINE_DRAFT}{smaller}"
 
 
-def _cached_target(target: str, assume_online: bool) -> tuple[str, str | None, str]:
-    if assume_online or cached_snapshot(ONLINE_DRAFT) is not None or hub_reachable():
+def _cached_target(target: str) -> tuple[str, str | None, str]:
+    if cached_snapshot(ONLINE_DRAFT) is not None or hub_reachable():
         return target, ONLINE_DRAFT, _using(target)
     return target, None, (f"using {target} from the local cache, without a draft: "
                           f"{ONLINE_DRAFT} is not downloaded and the hub cannot be reached")

@@ -35,7 +35,7 @@ from mlxcore.kv.budget import KVBudget, format_bytes, machine_kv_bytes, weights_
 from mlxcore.kv.geometry import KVGeometry, activation_dtype, model_geometry
 from mlxcore.kv.hybrid import HybridCache, linear_layers
 from mlxcore.kv.hybrid_prefixes import HybridPrefixCache
-from mlxcore.kv.model_cache import make_block_pool, make_model_cache
+from mlxcore.kv.model_cache import check_hybrid, make_block_pool, make_model_cache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
 from mlxcore.params import GenerationParams
@@ -49,14 +49,6 @@ if TYPE_CHECKING:
 
 # Of the KV budget, what a hybrid model's kept caches may hold (its live caches are not counted in it).
 PREFIX_SHARE = 0.25
-
-
-def _check_hybrid(kv: KVConfig) -> None:
-    """What a hybrid model (Qwen3.5) does not run on yet, refused before any reply (docs/hybrid.md)."""
-    if kv.kind == "paged" or kv.kv_bits is not None:
-        raise UsageError('A hybrid model (Qwen3.5) runs on a float cache of kind="standard" (replies side by side) '
-                         'or kind="rotating" (one at a time), for now: the paged and 8-bit caches do not hold its '
-                         'linear layers\' states yet.')
 
 
 def _linear_state_bytes(model: nn.Module) -> int:
@@ -82,7 +74,7 @@ class Engine:
                  draft_name: str = "", generation_defaults: dict | None = None, world: World = SINGLE,
                  prompt_lookup: bool = False, block_drafter: BlockDraftModel | None = None) -> None:
         if linear_layers(model) or (draft_model is not None and linear_layers(draft_model)):
-            _check_hybrid(kv)
+            check_hybrid(kv.kind, kv.kv_bits)
         self.hybrid = bool(linear_layers(model))  # Qwen3.5, Qwen3-Next: linear layers with a state each
         # Bytes of one sequence's linear states, measured here: on every rank alike (a sharded pass is collective)
         self.linear_state_bytes = _linear_state_bytes(model) if self.hybrid else 0
@@ -277,7 +269,7 @@ class Engine:
                 from mlxcore.kv.pool_disk import PoolDisk
                 pool.attach_disk(PoolDisk(open_disk_tier(Path(self.kv.disk_kv_dir), self.kv.disk_kv_bytes), pool,
                                           fingerprint, role))
-                _keep_on_disk_at_exit(self)
+                _AT_EXIT.add(self)
 
     def restore_cache(self, role: str, tensors: Tensors, meta: CacheMeta) -> ModelCache:
         """Rebuild the ``role`` ("target" or "draft") cache saved by ``cache_state``, in this engine's pool.
@@ -290,9 +282,8 @@ class Engine:
                                   f"drafts of {self.draft_control.max_k} need {self.rewind_room}.")
         model = self._model(role)
         tensors = self.kv_shards.own_tensors(role, tensors)  # saved whole: every rank's heads
-        if meta.get("kind") == "paged" and role not in self._pools:  # the first paged cache: a pool in the budget
-            self._keep_pool(role, make_block_pool(model, block_size=int(meta.get("block_size", 16)),
-                                                  max_kv=self.kv.max_kv, budget=self.kv_budget, kv_bits=self.kv.kv_bits))
+        if meta.get("kind") == "paged":  # the first paged cache: a pool in the budget, of its block size
+            self.pool(role, int(meta.get("block_size", 16)))
         cache = ModelCache.from_state(model, tensors, meta, pool=self._pools.get(role))
         if isinstance(cache, PagedCache):
             self._keep_pool(role, cache.pool)
@@ -316,10 +307,11 @@ class Engine:
         """The ``role`` model's KV geometry as a session file records it (every rank's heads)."""
         return self.kv_shards.whole_geometry(role, model_geometry(self._model(role)))
 
-    def pool(self, role: str) -> BlockPool:
-        """The paged block pool of ``role`` ("target" or "draft"), made (empty, in the budget) if there is none."""
+    def pool(self, role: str, block_size: int | None = None) -> BlockPool:
+        """The paged block pool of ``role`` ("target" or "draft"), made (empty, in the budget; blocks of
+        ``block_size``, else the configured size) if there is none."""
         if role not in self._pools:
-            self._keep_pool(role, make_block_pool(self._model(role), block_size=self.kv.block_size,
+            self._keep_pool(role, make_block_pool(self._model(role), block_size=block_size or self.kv.block_size,
                                                   max_kv=self.kv.max_kv, budget=self.kv_budget, kv_bits=self.kv.kv_bits))
         return self._pools[role]
 
@@ -419,12 +411,8 @@ class Engine:
         return {**kv, "world_size": self.world.size, "rank_weight_bytes": self.rank_weight_bytes}
 
 
-_AT_EXIT: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines with a disk tier
-
-
-def _keep_on_disk_at_exit(engine: Engine) -> None:
-    """When the process ends, ``engine``'s blocks go to its disk tier (a ``ChatSession`` program's chats too)."""
-    _AT_EXIT.add(engine)
+# Engines with a disk tier: when the process ends, their blocks go to it (a ``ChatSession`` program's chats too).
+_AT_EXIT: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 @atexit.register

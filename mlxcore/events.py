@@ -28,11 +28,9 @@ class GenerationStats:
     prefill_seconds: float = 0.0
     generated_tokens: int = 0
     decode_seconds: float = 0.0  # from the first emitted token to the last
-    ttft_seconds: float = 0.0  # from the call to the first emitted token
     draft_proposed: int = 0
     draft_accepted: int = 0
     target_passes: int = 0  # forward passes of the target while decoding
-    accepted_by_position: tuple[int, ...] = field(default=())  # accepted drafts at each draft position
     draft_lengths: tuple[int, ...] = field(default=())  # k chosen for each speculative round
     drafter: str = ""  # what proposed the drafts: the draft model's name, "lookup" or "block" ("": none)
     peak_memory_bytes: int = 0

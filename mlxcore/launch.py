@@ -26,9 +26,7 @@ Notice = Callable[[str], None]  # told a line to show the user
 
 @dataclass(frozen=True)
 class OpenedEngine:
-    engine: Engine
-    target_name: str
-    draft_name: str | None
+    engine: Engine  # its model_name and draft_name say what was loaded
     note: str  # a line to show the user (e.g. why the embedded models are used), or ""
 
 
@@ -98,7 +96,7 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     elif world.distributed and kv.kind == "paged":
         _ = engine.kv_budget  # agreed now, on every rank (a collective): rank 0 alone reads it later (/v1/models)
     warm_up(engine, notice)
-    return OpenedEngine(engine, target.name, _draft_name(draft_files, lookup) or None, note)
+    return OpenedEngine(engine, note)
 
 
 def _draft_name(files: ModelFiles | None, lookup: bool) -> str:

@@ -24,10 +24,11 @@ from mlxcore.compiled_forward import SPLIT_MODEL_TYPES
 from mlxcore.distributed.shard_check import check_shardable
 from mlxcore.distributed.world import SINGLE, World
 from mlxcore.errors import ModelLoadError, TokenizerMismatchError
-from mlxcore.fingerprint import WEIGHTS_GLOB, model_fingerprint, one_line, read_config
+from mlxcore.fingerprint import model_fingerprint, one_line, read_config
 from mlxcore.generation_config import read_generation_defaults
 from mlxcore.hub import Progress, download
 from mlxcore.hub_names import local_model
+from mlxcore.memory_fit import folder_weights
 from mlxcore.out_of_memory import is_out_of_memory, not_enough_memory
 
 _TOO_LONG_WARNING = "sequence-length-is-longer-than-the-specified-maximum"  # transformers' key for it
@@ -59,15 +60,14 @@ class ModelFiles:
     config: dict[str, object]  # config.json as written
 
 
-def load_model(ref: str, *, progress: Progress | None = None) -> LoadedModel:
+def load_model(ref: str) -> LoadedModel:
     """Load the model ``ref``: an embedded name, a local MLX folder, or a hub repo "org/name".
 
-    A repo is downloaded when not cached, with a bar on stderr or reports to
-    ``progress(bytes_done, bytes_total)``. Raises ModelLoadError with a one-line
+    A repo is downloaded when not cached, with a bar on stderr. Raises ModelLoadError with a one-line
     message for anything missing, unreadable or inconsistent. (Over several ranks: ``find_model`` and
     ``load_found``, as ``open_engine`` does.)
     """
-    return load_found(find_model(ref, progress=progress))
+    return load_found(find_model(ref))
 
 
 def find_model(ref: str, *, progress: Progress | None = None) -> ModelFiles:
@@ -156,8 +156,7 @@ def _build_model(folder: Path, name: str, world: World) -> tuple[nn.Module, dict
         return (text_model if isinstance(text_model, nn.Module) else model), config
     except (ValueError, TypeError, KeyError, RuntimeError, OSError, MemoryError) as error:
         if is_out_of_memory(error):  # the files are fine: downloading them again would not help
-            need = sum(path.stat().st_size for path in folder.glob(WEIGHTS_GLOB))
-            raise ModelLoadError(not_enough_memory(name, need)) from error
+            raise ModelLoadError(not_enough_memory(name, folder_weights(folder))) from error
         raise ModelLoadError(f"The weights in {folder} do not fit its config.json or cannot be read "
                              f"({one_line(error)[:300]}); download the model again.") from error
 

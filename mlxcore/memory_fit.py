@@ -13,11 +13,11 @@ import os
 from pathlib import Path
 
 from mlxcore.errors import ModelLoadError
+from mlxcore.fingerprint import WEIGHTS_GLOB
 from mlxcore.kv.budget import MARGIN_FRACTION, MIN_MARGIN_BYTES, format_bytes, parse_max_kv
 
 MEMORY_ENV = "MLXCHAT_MEMORY"  # the machine's RAM as this module sees it (tests fake an 8, 16 or 64 GB Mac)
 USEFUL_CONTEXT = 8192  # tokens a default pair must leave room for: a thinking reply and the chat before it
-WEIGHTS_GLOB = "*.safetensors"
 
 # mlx-community's 4-bit Qwen3 (group size 64: 4.5 bits a parameter): (bytes of weights, bytes of KV a token in bf16).
 # The weights are the repos' safetensors sizes; the KV is 2 x layers x KV heads x head size x 2 bytes.
@@ -57,17 +57,15 @@ def kv_room(memory: int, weights: int) -> int:
     return memory - weights - max(int(memory * MARGIN_FRACTION), MIN_MARGIN_BYTES)
 
 
-def pair_tokens(target: str, ram: int, draft: str | None = DRAFT) -> int:
-    """Tokens of context the known pair leaves on a machine of ``ram`` bytes (0 if none)."""
-    weights, per_token = QWEN3_4BIT[target]
-    if draft is not None:
-        weights, per_token = weights + QWEN3_4BIT[draft][0], per_token + QWEN3_4BIT[draft][1]
+def pair_tokens(target: str, ram: int) -> int:
+    """Tokens of context ``target`` and the draft leave on a machine of ``ram`` bytes (0 if none)."""
+    weights, per_token = QWEN3_4BIT[target][0] + QWEN3_4BIT[DRAFT][0], QWEN3_4BIT[target][1] + QWEN3_4BIT[DRAFT][1]
     return max(kv_room(model_memory(ram), weights) // per_token, 0)
 
 
-def default_target(ram: int | None = None) -> str | None:
+def default_target() -> str | None:
     """The largest Qwen3 4-bit target whose pair leaves ``USEFUL_CONTEXT`` tokens; None if none does."""
-    ram = machine_ram() if ram is None else ram
+    ram = machine_ram()
     if ram is None:
         return TARGETS[0]
     return next((target for target in TARGETS if pair_tokens(target, ram) >= USEFUL_CONTEXT), None)
@@ -97,10 +95,10 @@ def hub_weights(repo_id: str) -> int | None:
     return sum(sizes) or None
 
 
-def check_fits(models: list[tuple[str, int | None]], ram: int | None = None) -> None:
+def check_fits(models: list[tuple[str, int | None]]) -> None:
     """Refuse, in one line with both numbers, models (name, bytes of weights or None if unknown) that together
     take more than the memory models may use here."""
-    ram = machine_ram() if ram is None else ram
+    ram = machine_ram()
     known = [(name, size) for name, size in models if size]
     if ram is None or not known:
         return

@@ -21,10 +21,8 @@ MIN_NGRAM = 2
 class NgramIndex:
     """Where each n-gram of one sequence last ended (see the module docstring)."""
 
-    def __init__(self, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM) -> None:
-        if not 1 <= min_ngram <= max_ngram:
-            raise ValueError(f"n-gram lengths must satisfy 1 <= min <= max, not {min_ngram} and {max_ngram}")
-        self.sizes = range(max_ngram, min_ngram - 1, -1)
+    def __init__(self) -> None:
+        self.sizes = range(MAX_NGRAM, MIN_NGRAM - 1, -1)
         self.ends: dict[tuple[int, ...], int] = {}  # an n-gram -> the position right after its latest occurrence
         self.indexed = 0  # the n-grams ending before this position are in ``ends``
 

@@ -22,10 +22,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from mlxcore.sequences import partial_suffix
+from mlxcore.think_blocks import CLOSE, OPEN
 from mlxcore.tool_calls import (CALL_CLOSE, CALL_OPEN, JSON_HEAD, XML_FUNCTION, XML_PARAMETER, ObjectScan, ToolCall,
                                 ToolCallError, new_call_id, parse_call, tool_names, typed_value)
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 log = logging.getLogger("mlxchat.tools")
 
 
@@ -88,25 +89,25 @@ class ReplyParser:
 
     def _in_start(self, text: str) -> str:
         head = text.lstrip()
-        if head.startswith(THINK_OPEN):
+        if head.startswith(OPEN):
             self._state = "thinking"
-            return head[len(THINK_OPEN):]
-        if THINK_OPEN.startswith(head):  # whitespace, or the start of <think>: the next delta tells
+            return head[len(OPEN):]
+        if OPEN.startswith(head):  # whitespace, or the start of <think>: the next delta tells
             self._pending = text
             return ""
         self._state = "answer"
         return text
 
     def _in_thinking(self, text: str) -> str:
-        tags = (THINK_CLOSE, CALL_OPEN) if self.with_tools else (THINK_CLOSE,)
+        tags = (CLOSE, CALL_OPEN) if self.with_tools else (CLOSE,)
         at, tag = _first(text, tags)
         if tag is None:
-            keep = max(_partial_suffix(text, t) for t in tags)
+            keep = max(partial_suffix(text, t) for t in tags)
             self._out.reasoning += text[:len(text) - keep]
             self._pending = text[len(text) - keep:]
             return ""
         self._out.reasoning += text[:at]
-        if tag == THINK_CLOSE:
+        if tag == CLOSE:
             self._state = "gap"
         else:  # a call begun inside an unclosed <think>: the thinking is over
             self._open_call()
@@ -128,7 +129,7 @@ class ReplyParser:
             self._out.content += before
             self._open_call(lead=text[len(before):at])
             return text[at + len(CALL_OPEN):]
-        cut = len(text) - _partial_suffix(text, CALL_OPEN)
+        cut = len(text) - partial_suffix(text, CALL_OPEN)
         cut = len(text[:cut].rstrip())  # trailing whitespace is held too: a call may follow it
         self._out.content += text[:cut]
         self._pending = text[cut:]
@@ -288,11 +289,3 @@ def _first(text: str, tags: Sequence[str]) -> tuple[int, str | None]:
     """Where the first of ``tags`` begins in ``text``, and which; (-1, None) for none."""
     found = [(at, tag) for tag in tags if (at := text.find(tag)) >= 0]
     return min(found) if found else (-1, None)
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest end of ``text`` that is a proper start of ``tag``."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0

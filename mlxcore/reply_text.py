@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from mlxcore.sequences import partial_suffix
+
 if TYPE_CHECKING:
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
@@ -39,7 +41,8 @@ class ReplyText:
         if self._max_tokens is not None and self.count >= self._max_tokens:
             stopped = self._flush()
             return self._release(), "stop" if stopped else "length"
-        return self._release(held=self._maybe_stop()), None
+        held = max((partial_suffix(self.text, stop) for stop in self._stop), default=0)  # may begin a stop string
+        return self._release(held=held), None
 
     def _flush(self) -> bool:
         """The detokenizer's last characters; whether they complete a stop string."""
@@ -55,16 +58,6 @@ class ReplyText:
         cut = min((h for h in hits if h >= 0), default=-1)
         self.text = joined if cut < 0 else joined[:cut]
         return cut >= 0
-
-    def _maybe_stop(self) -> int:
-        """Characters at the end of the reply that could begin a stop string (held back)."""
-        longest = 0
-        for stop in self._stop:
-            for size in range(min(len(stop) - 1, len(self.text)), longest, -1):
-                if self.text.endswith(stop[:size]):
-                    longest = size
-                    break
-        return longest
 
     def _release(self, held: int = 0) -> str:
         end = max(len(self.text) - held, self._shown)

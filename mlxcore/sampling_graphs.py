@@ -1,24 +1,12 @@
 """The compiled graphs behind ``sampling``: the masking transform and the per-step token pick.
 
-On MLX's CPU backend, at a 151,936-token vocabulary, each whole-vocabulary
-operation costs about as much as a layer of a small model, so the sampler
-is built to touch the vocabulary few times:
-- one graph per mask combination (which of top-k, top-p, min-p are on, and k),
-  cached; temperature, p and min-p enter as arrays, one row per sequence, so a
-  new value reuses the graph and its kernels, and a batch whose rows share the
-  masks samples in one graph whatever each row's values;
-- each row draws with its own random key (its reply's seed), so a row draws the
-  same in a batch as alone;
-- top-k takes the k largest probabilities (``mx.topk``, a partition) and sorts
-  only those; top-p after top-k needs no more, since its mass prefix is the
-  same for the k most likely tokens. Top-p alone sorts the vocabulary with
-  the tokens that cannot be inside p zeroed first (``_threshold``);
-- min-p compares logits, so it needs no softmax;
-- the pick draws without building the normalised distribution (``_draw``);
-- the log-probability reported with each token needs log-sum-exp over the
-  vocabulary: through ``fast_exp`` where the device profile says so (MLX's CPU
-  exp is one element at a time), elsewhere MLX's own; each graph is made per choice.
-``MLXCHAT_COMPILE=0`` (or a platform where compiling fails) runs the same graphs uncompiled.
+At a 151,936-token vocabulary each whole-vocabulary operation costs about a layer of a small model on the
+CPU, so the sampler touches the vocabulary few times (docs/decisions.md, "Sampling at Qwen3's vocabulary"):
+one graph per mask combination, cached, with temperature, p and min-p as arrays (one row per sequence, so
+rows that share the masks sample in one graph); each row draws with its own key (its reply's seed), so a
+row draws the same in a batch as alone; the reported log-probability's log-sum-exp goes through
+``fast_exp`` where the device profile says so. ``MLXCHAT_COMPILE=0`` (or a platform where compiling fails)
+runs the same graphs uncompiled.
 """
 
 from __future__ import annotations

@@ -3,18 +3,9 @@
 Clients' schemas (pydantic's, instructor's, LangChain's, pydantic-ai's) leave out
 ``additionalProperties`` and bounds; under them a small or random model writes
 extra keys, digits and string characters until ``max_tokens``. So, where the
-schema says nothing (what it says is kept):
-
-- an object with ``properties`` takes no other keys (``additionalProperties: false``,
-  strict or not; an object with no ``properties`` stays open: it means "any object");
-- an integer stays within ``INT_LIMIT`` (inside int64, and exact as llguidance's
-  64-bit float bound);
-- a number stays within ``NUMBER_LIMIT`` with at most ``DECIMALS`` decimals (no
-  exponent: llguidance writes none inside a range), so it reads as a finite double;
-- a string has at most ``STRING_CHARS`` characters.
-
-``allOf`` branches keep their ``additionalProperties`` (llguidance intersects them:
-a ``false`` added in one would refuse the keys of the others).
+schema says nothing (what it says is kept), objects with ``properties`` are closed and integers,
+numbers and strings bounded (``INT_LIMIT``, ``NUMBER_LIMIT`` and ``DECIMALS``, ``STRING_CHARS``); the
+table of bounds and why each: docs/structured_output.md, "What the schema leaves open is closed".
 """
 
 from __future__ import annotations

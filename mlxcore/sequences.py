@@ -1,4 +1,4 @@
-"""Small helpers on token sequences (no MLX, so the UI process can use them too)."""
+"""Small helpers on sequences of tokens or characters (no MLX, so the UI process can use them too)."""
 
 from __future__ import annotations
 
@@ -13,3 +13,11 @@ def common_prefix_length(a: Sequence, b: Sequence) -> int:
             break
         n += 1
     return n
+
+
+def partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest end of ``text`` that is a proper start of ``tag`` (held back: the next text tells)."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0

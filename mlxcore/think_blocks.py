@@ -1,19 +1,9 @@
 """Qwen3's think blocks in a rendered chat: a reply written with thinking off keeps its empty block.
 
-With thinking off, Qwen3's generation prompt ends with an empty block,
-``<think>\\n\\n</think>\\n\\n``, and the reply is generated after it: the KV cache
-holds the block. Once a later user message makes that reply history, Qwen3's
-template renders it without the block, so the cached tokens stop matching where
-the reply began and every later turn computes the whole reply again (about 500
-tokens a turn for a long answer). mlxchat stores such replies with their block
-(``EMPTY`` + answer) and, in a chat with thinking off, renders them with it in
-history too, as the cache holds them: the fix proposed for Qwen3's template
-(QwenLM/Qwen3#1826), and what Qwen's later templates do (``preserve_thinking``).
-With thinking on, history renders as Qwen3 was trained: every earlier block is
-dropped, reasoning or not. Measured on the embedded pair's held-out multi-turn
-tasks (bench/studies/history_think_eval.py): keeping the blocks with thinking off
-gave 159/181 exact answers against 156/181; keeping them with thinking on too
-gave 123/181 against 158/181, so it is not done there.
+With thinking off, Qwen3's template renders a reply in history without the empty block it was generated
+after, so the KV cache would stop matching where it began; mlxchat stores such replies with their block
+(``EMPTY`` + answer) and renders them with it. With thinking on, history renders as Qwen3 was trained.
+Why, and the answers measured both ways: docs/decisions.md, "Keeping the empty think block in history".
 """
 
 from __future__ import annotations

@@ -115,11 +115,12 @@ def test_a_replys_caches_hold_its_ids_and_its_written_blocks_are_hits_at_once():
     pool, hits = made.pools["target"], set()
     while batch.batch.busy:
         batch.step()
-        caches = batch.batch.runner.caches_of(handle.request_id)
-        if caches is None:  # it ended
+        seq = batch.batch.runner.sequences.get(handle.request_id)
+        if seq is None or seq.caches is None:  # it ended
             break
+        caches = seq.caches
         assert caches.ids == p + batch.tokens(handle)
-        held = min(len(caches.ids), caches.offset)
+        held = min(len(caches.ids), caches.target.offset)
         hit = pool.manager.cached_prefix(caches.ids[:held] + [0])[0]
         assert hit == held // pool.block_size * pool.block_size, (held, hit)
         hits.add(hit)
@@ -138,7 +139,7 @@ def test_a_cancelled_requests_blocks_are_free_after_the_next_step():
     batch.step(1)
     assert pool.stats().used_blocks < both
     assert pool.stats().used_blocks == len(pool.manager.block_ids(
-        batch.batch.runner.caches_of(keep.request_id).target.seq_id))
+        batch.batch.runner.sequences[keep.request_id].caches.target.seq_id))
     keep.cancel()
     batch.run()
     assert pool.stats().used_blocks == 0
@@ -276,7 +277,7 @@ def test_a_prompt_cancelled_part_way_through_its_chunks_leaves_nothing_behind():
     joining.cancel()
     batch.step(1)
     assert pool.stats().used_blocks == len(pool.manager.block_ids(
-        batch.batch.runner.caches_of(running.request_id).target.seq_id))
+        batch.batch.runner.sequences[running.request_id].caches.target.seq_id))
     assert pool.manager.cached_prefix(long)[0] >= read // 16 * 16, "what was read stays cached"
     again = batch.submit(Request(tuple(long), params))[0]
     while len(batch.tokens(again)) < 30:

@@ -178,7 +178,7 @@ def assert_unchanged(cache: ModelCache, before) -> None:
 
 
 def test_pool_exhaustion_is_typed_and_changes_nothing():
-    cache = make_model_cache(MODEL, "paged", block_size=4, max_blocks=3)
+    cache = make_model_cache(MODEL, "paged", block_size=4, max_kv=12)
     feed(MODEL, cache, list(range(10)))
     before = snapshot(cache)
     with pytest.raises(PoolExhaustedError):

@@ -253,10 +253,6 @@ def test_default_pair_offline_is_embedded(flag: str, monkeypatch: pytest.MonkeyP
     assert flag in reason and "embedded" in reason
 
 
-def test_default_pair_forced_offline():
-    assert defaults.default_pair(offline=True)[:2] == ("mini-target", "mini-draft")
-
-
 def test_default_pair_uses_cached_online_models(folder: Path, offline_hub: Path, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setattr(defaults, "hub_reachable", lambda: pytest.fail("no network check needed"))

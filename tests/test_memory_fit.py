@@ -38,7 +38,8 @@ def test_the_default_pair_and_kv_budget_are_the_docs_table(ram: str, usable: str
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # nothing cached: the choice is the memory's alone
     for flag in ("MLXCHAT_OFFLINE", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(flag, raising=False)
-    chosen, draft, note = defaults.default_pair(offline=False)
+    monkeypatch.setattr(defaults, "hub_reachable", lambda: True)
+    chosen, draft, note = defaults.default_pair()
     assert (chosen, draft) == (f"mlx-community/{target}", "mlx-community/Qwen3-0.6B-4bit"), note
     ram_bytes = memory_fit.machine_ram()
     assert ram_bytes == int(ram) * 2**30

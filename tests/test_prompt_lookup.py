@@ -37,10 +37,10 @@ KINDS = [KVConfig(kind="paged", block_size=8), KVConfig(kind="standard"), KVConf
 
 
 def test_the_longest_earlier_match_proposes_what_followed_its_latest_occurrence():
-    index = NgramIndex(max_ngram=3, min_ngram=2)
+    index = NgramIndex()
     ids = [1, 2, 3, 4, 9, 2, 3, 5, 6, 7, 1, 2, 3]
     assert index.propose(ids, 2) == [4, 9], "the 3-gram [1, 2, 3] occurred before: the longest match wins"
-    assert NgramIndex(3, 2).propose(ids[:-3] + [8, 2, 3], 2) == [5, 6], "[2, 3] last ended before 5, 6"
+    assert NgramIndex().propose(ids[:-3] + [8, 2, 3], 2) == [5, 6], "[2, 3] last ended before 5, 6"
     assert index.propose(ids + [4, 8], 3) == [], "nothing ends with [4, 8] before"
     assert index.propose([5, 5], 4) == [], "a match needs an earlier occurrence"
     assert index.propose([5, 5, 5], 4) == [5], "the continuation stops where the text does"

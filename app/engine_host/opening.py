@@ -42,7 +42,7 @@ class Opening:
         opened = self.model.load(command)
         self._let_go_of_background()
         self.model.use(opened)
-        self.send(p.Ready(opened.target_name, opened.draft_name, opened.note, opened.engine.generation_defaults,
+        self.send(p.Ready(opened.engine.model_name, opened.engine.draft_name or None, opened.note, opened.engine.generation_defaults,
                           opened.engine.batches))
         if self.chats.on_screen is not None:
             self._switched(self.chats.on_screen)

@@ -185,7 +185,7 @@ def run_serve(args: argparse.Namespace) -> int:
     make_worker = ranked_worker if world.distributed else real_worker
     if opened.note:
         _say(opened.note)
-    started = ModelEntry(opened.target_name, choice, "started")
+    started = ModelEntry(opened.engine.model_name, choice, "started")
     registry = ModelRegistry(Catalog(started, args.models_dir, args.allow_download), max_models=args.max_models,
                              idle_seconds=args.idle_unload)
     first = _served(started, opened, make_worker, args, settings, templates)
@@ -236,7 +236,7 @@ def _served(entry, opened, make_worker: Callable, args: argparse.Namespace, sett
         tokens.templates.probe()
     except TemplateError as error:
         raise ModelLoadError(f"its chat template fails a one-message chat: {error}.") from None
-    info = ModelInfo.of(engine, entry.id, opened.draft_name)
+    info = ModelInfo.of(engine, entry.id, engine.draft_name or None)
     info = dataclasses.replace(info, default_params=generation_params(args, info.default_params))
     return ServedModel(entry, make_worker(engine, args), info, tokens,
                        SessionJobs(settings.sessions_root, settings.pinned_sessions))

@@ -1,13 +1,7 @@
 """The scheduler's ``BlockAccount`` for caches outside a pool: a hybrid model's (Qwen3.5) standard caches.
 
-Counted in units of one token's attention KV (target and draft) within the engine's KV budget. A running
-sequence holds what its caches hold (KV, linear states, snapshots); a waiting one needs its prompt's KV,
-its linear states and a snapshot of them at its prompt's end, as if nothing kept were found. The caches
-that ended requests left (``kv/hybrid_prefixes.py``) count as obtainable, as a pool's cached blocks do:
-each time the scheduler asks, they are let go of as far as the live caches need the room. So replies
-side by side preempt one another (by recompute: a preempted reply's cache is kept while room lasts, and
-it starts from there again) instead of outgrowing the machine's memory.
-
+Counted in units of one token's attention KV (target and draft) within the engine's KV budget; what a
+running and a waiting sequence count, and the kept caches as obtainable: docs/hybrid.md, "Batching".
 Caches of chats that are not running (a ChatSession between turns) are outside the count.
 """
 

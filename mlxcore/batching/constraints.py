@@ -6,11 +6,8 @@ in step with the reply: ``catch_up`` consumes the tokens generated since, then
 ``fill`` writes the next token's mask, one bit a token, into a row of a batch's
 ``Bitmask``; speculative rounds consume draft tokens and ``rollback``.
 
-Thinking stays free. The prompt decides where the grammar starts
-(``think_phase``): inside an open ``<think>`` block, after ``</think>``; after a
-closed block (thinking off), at once; at a bare generation prompt, where the
-model may open one, the first token may be ``<think>`` or the grammar's. While
-thinking, the mask is all ones (no matcher work at all).
+Thinking stays free: the prompt decides where the grammar starts (``think_phase``; docs/structured_output.md,
+"Thinking").
 """
 
 from __future__ import annotations
@@ -22,7 +19,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mlxcore.batching.grammar_close import Closing, closer_ids, shortest_reply
+from mlxcore.chat_template import TURN_START
 from mlxcore.grammar import Grammar, short_error
+from mlxcore.think_blocks import CLOSE, OPEN
+from mlxcore.tool_calls import CALL_OPEN
 
 if TYPE_CHECKING:
     from llguidance import LLMatcher, LLTokenizer
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 Bits = np.ndarray[tuple[int], np.dtype[np.int32]]  # a row of ``Bitmask.words``: one bit a token
 Allowed = np.ndarray[tuple[int], np.dtype[np.bool_]]  # (vocab,) which tokens a position may take
 
-THINK, CLOSE = "<think>", "</think>"
 MAY_THINK, THINKING, GRAMMAR = "may think", "thinking", "grammar"  # THINKING: free until </think>
 
 
@@ -57,7 +56,7 @@ def compile_matcher(grammar: Grammar, tokenizer: TokenizerWrapper, vocab: int, e
     """
     from llguidance import LLMatcher, LLParserLimits
 
-    text = grammar.for_tokenizer(_token_id(tokenizer, "<tool_call>") is not None)
+    text = grammar.for_tokenizer(_token_id(tokenizer, CALL_OPEN) is not None)
     llg = _llg_tokenizer(tokenizer, vocab, tuple(sorted(eos_ids)))
     matcher = LLMatcher(llg, text, log_level=0, limits=LLParserLimits(verbose_errors=False))
     if not matcher.is_error():
@@ -74,22 +73,17 @@ class Constraint:
     def __init__(self, grammar: Grammar, tokenizer: TokenizerWrapper, vocab: int, eos_ids: Collection[int],
                  prompt: Sequence[int], budget: int | None = None) -> None:
         self.grammar, self.vocab, self.eos = grammar, vocab, sorted(eos_ids)
-        self._args = (tokenizer, prompt, budget)
         compiled = grammar.compiled  # (compiled by the caller for this tokenizer: each reply a copy of it)
         self.matcher = compiled.deep_copy() if compiled is not None else compile_matcher(grammar, tokenizer, vocab,
                                                                                          self.eos)
-        self.think, self.close = _token_id(tokenizer, THINK), _token_id(tokenizer, CLOSE)
+        self.think, self.close = _token_id(tokenizer, OPEN), _token_id(tokenizer, CLOSE)
         self.phase = think_phase(tokenizer, prompt, self.think, self.close)
         self.failed: GrammarError | None = None  # set by the decode loop; the runner ends the reply with it
         self.history: list[tuple[str, bool]] = []  # per token consumed: the phase before, whether matched
         # ``budget``: the reply's token cap, which the grammar closes before (``grammar_close``)
-        text = grammar.for_tokenizer(_token_id(tokenizer, "<tool_call>") is not None)
+        text = grammar.for_tokenizer(_token_id(tokenizer, CALL_OPEN) is not None)
         self.closing = Closing(budget, closer_ids(tokenizer), self.eos[0], shortest_reply(
             text, tokenizer, self.matcher, budget)) if budget and self.eos else None
-
-    def fresh(self) -> Constraint:
-        """The same grammar for another choice of the same prompt, from the start."""
-        return Constraint(self.grammar, self._args[0], self.vocab, self.eos, self._args[1], self._args[2])
 
     @property
     def count(self) -> int:
@@ -169,7 +163,7 @@ def think_phase(tokenizer: TokenizerWrapper, prompt: Sequence[int], think: int |
     """Where the grammar starts, from the prompt's last turn (see the module docstring)."""
     if think is None or close is None:
         return GRAMMAR
-    start = _token_id(tokenizer, "<|im_start|>")
+    start = _token_id(tokenizer, TURN_START)
     turn = max((i for i, t in enumerate(prompt) if t == start), default=-1) if start is not None else -1
     tail = list(prompt[turn + 1:]) if turn >= 0 else list(prompt[-64:])  # the reply's own turn
     opened = max((i for i, t in enumerate(tail) if t == think), default=-1)
@@ -212,11 +206,6 @@ class PositionMask:
     def allowed(self, position: int) -> Allowed | None:
         """(vocab,) bool, or None for no mask; subclasses say."""
         raise NotImplementedError
-
-    def fresh(self) -> PositionMask:
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__, count=0)
-        return clone
 
     def catch_up(self, reply: Sequence[int]) -> None:
         self.count = len(reply)

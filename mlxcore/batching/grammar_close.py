@@ -1,14 +1,7 @@
 """A short way from a grammar matcher's state to a complete reply, to close a constrained reply before its
-token cap.
-
-``closing_path`` plays the matcher forward on a copy, without the model: at each
-step the first of ``CLOSERS`` the grammar allows (a closing brace, bracket or
-quote, a ``0``) that changes what may follow, else the allowed token with the
-lowest id (in Qwen3's vocabulary, as in most byte-level ones, the single
-characters come first), until the grammar is complete. Not always the very
-shortest reply, but one the reply can be held to: ``Constraint`` forces it,
-token by token, once what is left of ``max_tokens`` comes near its length
-(``Closing``); a reply still thinking then closes its block first.
+token cap: ``closing_path`` plays the matcher forward on a copy, without the model, and ``Constraint`` forces
+that path once what is left of ``max_tokens`` comes near its length (``Closing``). The rules and the margin:
+docs/structured_output.md, "A reply closes before max_tokens".
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ import asyncio
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from mlxcore.batching.request import Request
@@ -33,19 +32,6 @@ class RequestFailedError(MlxchatError):
     """The engine failed while this request was queued or running."""
 
 
-@dataclass(frozen=True)
-class RequestMetrics:
-    """Figures for one request, set before its ``FinalEvent``."""
-
-    queue_seconds: float = 0.0  # from submit to the first step that worked on it
-    ttft_seconds: float = 0.0  # from submit to the first token
-    tpot_seconds: float = 0.0  # mean time per output token after the first
-    worst_gap_seconds: float = 0.0  # the longest wait between two of its tokens
-    preemptions: int = 0  # times its blocks were taken back for others (it resumed by recompute)
-    prefix_hit_tokens: int = 0  # prompt tokens found in the pool (not computed)
-    late: bool = False  # it had a deadline and ended after it (or was known to miss it)
-
-
 class _Failure:
     def __init__(self, error: BaseException) -> None:
         self.error = error
@@ -56,7 +42,6 @@ class RequestHandle:
 
     def __init__(self, request: Request, cancel: Callable[[RequestHandle], None]) -> None:
         self.request = request
-        self.metrics = RequestMetrics()
         self._cancel = cancel
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()

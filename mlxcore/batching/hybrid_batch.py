@@ -1,16 +1,9 @@
 """One decode step for several sequences of a hybrid model (Qwen3.5, Qwen3-Next): mlx-lm's model whole, on a batch.
 
-Each sequence keeps its own ``HybridCache`` (mlx-lm's KV over the attention layers, a ``LinearState`` per
-linear layer), the owner of what it has read. A step runs mlx-lm's layers once over a (B, 1) input with a
-batch view of those caches, the way mlx-lm's ``BatchGenerator`` batches these models: the attention layers
-read a left-padded ``BatchKVCache`` (each row's padding masked, RoPE at each row's own position), the linear
-layers the rows' states stacked. Each sequence then takes its row back: its new key and value appended to
-its own cache, and as its linear states the rows of the batch's new ones (lazy slices: nothing is copied).
-
-The view is kept from step to step while the same sequences decode and nothing else fed them (their linear
-states are still the rows this decoder gave them), so a step reads no KV but the view's. When the batch
-changes it is built again from the caches, a copy of what attention reads, once per change; the rows that
-leave copy their states out first, so that no chat keeps the batch's arrays alive.
+Each sequence keeps its own ``HybridCache``; a step runs mlx-lm's layers once over a (B, 1) input on a batch
+view of those caches (a left-padded ``BatchKVCache``, the rows' linear states stacked), as mlx-lm's
+``BatchGenerator`` does, and each sequence then takes its row back. The view is kept while the batch does
+not change. How, and why: docs/hybrid.md, "Batching".
 """
 
 from __future__ import annotations

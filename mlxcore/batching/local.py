@@ -24,8 +24,8 @@ if TYPE_CHECKING:  # the runner runs on an Engine it is given; Engine.generate r
 class LocalBatch:
     """A ``BatchRunner`` driven step by step by its caller."""
 
-    def __init__(self, engine: Engine, *, policy: str = "fcfs", max_running: int = 8, step_tokens: int | None = None) -> None:
-        self.runner = BatchRunner(engine, make_policy(policy), step_tokens=step_tokens, max_running=max_running)
+    def __init__(self, engine: Engine, *, max_running: int = 8, step_tokens: int | None = None) -> None:
+        self.runner = BatchRunner(engine, make_policy("fcfs"), step_tokens=step_tokens, max_running=max_running)
 
     def submit(self, request: Request, n: int = 1) -> list[RequestHandle]:
         """``n`` replies to ``request`` (one shares the prompt's blocks with the others)."""

@@ -1,13 +1,7 @@
 """``Engine.generate``: one reply on the caller's caches, run on the caller's thread by the same scheduler and
-runner as every batch (``runner.py``), so every entry point decodes through one loop.
-
-The caller's caches go with the request: they are kept up to their common prefix
-with the prompt, the rest is read in the scheduler's steps, a prefill chunk each
-(the prompt's progress is reported between them; ``StopPrefill`` stops there), and a
-lone reply with a draft decodes speculatively. Stopping the iteration cancels the
-request at the next step, and the caches are trimmed to hold exactly the prompt
-and the tokens yielded; an exception out of a step (Ctrl+C part way through a pass)
-makes them hold the ids emitted instead (``BatchRunner.abandon``).
+runner as every batch (``runner.py``), so every entry point decodes through one loop (docs/engine.md says
+how: a prefill chunk a step, progress between them, cancel when the caller stops, ``BatchRunner.abandon``
+when a step raises).
 """
 
 from __future__ import annotations

@@ -3,17 +3,8 @@
 A policy is a sort key (smaller is served sooner) plus a rule for preempting a
 running request in favour of a waiting one. The scheduler admits waiting
 requests in key order and, when the pool cannot hold the running set, preempts
-the running request with the largest key. Tensor-free.
-
-- ``fcfs``: arrival order; never preempts for a newcomer.
-- ``priority``: high before normal before low; a request's priority rises by one
-  level for every ``aging_seconds`` it has waited, so low is never starved.
-  A waiting request preempts a running one it outranks by a whole level.
-- ``shortest``: fewest tokens left to compute (prompt still to prefill plus
-  tokens still to generate) first; waiting earns ``aging_tokens`` of credit
-  per second, so a long request is never starved.
-- ``deadline``: earliest deadline first (none: after every deadline, in arrival
-  order). A request whose deadline has passed is reported late, never dropped.
+the running request with the largest key. Tensor-free. The four (fcfs, priority,
+shortest, deadline) and their aging: docs/internals.md, "Policies".
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """Carries out the scheduler's plans on the engine's models and paged caches: all the MLX work of batching.
 
-Each ``step()``: apply cancellations; ask the scheduler for a plan; let
-preempted sequences go of their caches; announce prompt chunks (a newly admitted
-request first attaches the blocks it finds cached) under the step's token budget;
-one decode step for every ready sequence, the chunks riding in the same forward
-pass through every layer (``prompt_feed.py``; with nothing decoding, a pass of
-prompt rows alone); a prompt read for several choices then forks. The decode step is
-one batched forward pass (``batch_forward.py``) for two or more. When the
-draft-length controller of the step's batch size says drafting pays, replies with
-a draft take a speculative round instead (one round a step, so a newcomer waits
-at most one round), as rows of the step's pass (``spec_rows.py``) beside the
-plain rows of those without a draft; a lone reply of a model whose layers are
-not run split here (a hybrid one) by ``decode_speculative.py``. Greedy output is
-the same either way. Events go to each request's handle.
-
-Requests run on the engine's paged caches: ``Engine.new_caches`` makes them in
-the engine's pools and byte budget, the pools ``BlockAccount`` reads. One reply
-at a time may also run on a rotating or standard cache (``Engine.generate``).
-A hybrid model's replies (Qwen3.5) run side by side on standard caches: its
-batched step is ``hybrid_batch.py``'s, and its prompts are read alone by
-``prefill()``. Every other prompt is read as rows of the batched pass.
+What one ``step()`` does, with its diagram: docs/engine.md. Speculative rounds take one step each, so a
+newcomer waits at most one round. Replies side by side need the paged pool (a hybrid model's: standard
+caches, ``hybrid_batch.py``); one reply at a time may run on a rotating or standard cache.
 """
 
 from __future__ import annotations
@@ -50,9 +33,8 @@ from mlxcore.batching.spec_rows import BatchRound
 from mlxcore.batching.pool_account import NoPool, PoolAccount
 from mlxcore.batching.tally import Tally
 from mlxcore.blas import parallel_products
-from mlxcore.caches import Caches
 from mlxcore.chat_template import turn_marks
-from mlxcore.decode_speculative import SpeculativeDecoder
+from mlxcore.decode_speculative import Emitted, SpeculativeDecoder
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.errors import PromptError, UsageError
 from mlxcore.kv.errors import PoolExhaustedError
@@ -151,22 +133,20 @@ class BatchRunner:
             return
         self.engine.kv_budget.reclaim()
         for seq in list(scheduler.waiting):  # (a prompt over what the pool holds for one chat was refused at submit)
-            if seq.generated and self.account.needed(seq, seq.length) > self.account.obtainable():
-                self._end(seq, reason="length")  # a preempted reply that cannot come back: it ends there
-            elif self.account.needed(seq, seq.length) > self.account.obtainable():
-                self._end(seq, error=OverloadedError(
+            if self.account.needed(seq, seq.length) > self.account.obtainable():
+                self._end_unfit(seq, OverloadedError(
                     f"The KV cache cannot take this {seq.length:,}-token prompt next to what other chats hold "
                     f"now in {self.engine.kv_room()[1]}: try again later, close other chats, or give more memory "
                     "(max_kv).",
                     retry_after=5.0))
 
-    def _end_unfit(self, seq: Sequence) -> None:
+    def _end_unfit(self, seq: Sequence, error: BaseException | None = None) -> None:
         """``seq`` needs more KV memory than there is with nobody else to preempt: a reply ends there, as at
-        its token cap; a prompt not yet answered fails with what is full."""
+        its token cap; a prompt not yet answered fails with ``error``, by default what is full."""
         if seq.generated:
             self._end(seq, reason="length")
         else:
-            self._end(seq, error=PromptTooLongError(
+            self._end(seq, error=error or PromptTooLongError(
                 self.engine.pool("target").full_message(1) if self.engine.kv.kind == "paged" else
                 f"The KV cache cannot hold this prompt and its reply in {self.engine.kv_room()[1]}: give more "
                 "memory (max_kv), or start a new chat."))
@@ -237,12 +217,7 @@ class BatchRunner:
             seq.release()
         self.sequences.clear()
 
-    # what tests, the bench and progress read of a request ----------------------
-
-    def caches_of(self, request_id: str) -> Caches | None:
-        """The caches ``request_id``'s reply runs on now (None once it ended, or while it waits without)."""
-        seq = self.sequences.get(request_id)
-        return seq.caches if seq is not None else None
+    # what progress reads of a request ----------------------------------------
 
     def tokens_read(self, request_id: str) -> int | None:
         """Tokens of the request's ids (prompt, then reply) its caches hold; None once it ended."""
@@ -410,10 +385,7 @@ class BatchRunner:
         if self.scheduler.running:
             self.scheduler.add(seq)
             return
-        if seq.generated:  # a reply the pool cannot grow: it ends there, as at its token cap
-            self._end(seq, reason="length")
-            return
-        self._end(seq, error=PromptTooLongError(str(error)))
+        self._end_unfit(seq, PromptTooLongError(str(error)))
 
     def _fork(self, seq: Sequence) -> None:
         """The prompt is read: one sequence per choice, each on caches sharing its blocks."""
@@ -515,16 +487,17 @@ class BatchRunner:
         verdicts = rounds.verdicts(self.engine.target_forward)
         control.observe_round(rounds.k, [n for _, n, _ in verdicts], decision_clock.now() - start,
                               rounds.draft_seconds, proposed=[k for k, _, _ in verdicts])
-        emitted = 0
-        for seq, (_, _, tokens) in zip(rounds.drafting, verdicts):
-            for done, (token, logprob, from_draft) in enumerate(tokens, 1):
-                self._emitted(seq, token, logprob, from_draft, ())
-                emitted += 1
-                if not self._alive(seq):  # the reply ended there: the rest are not its tokens
-                    assert seq.speculative is not None
-                    seq.speculative.counters.round_tokens -= len(tokens) - done
-                    break
-        return emitted
+        return sum(self._emit_round(seq, tokens) for seq, (_, _, tokens) in zip(rounds.drafting, verdicts))
+
+    def _emit_round(self, seq: Sequence, tokens: list[Emitted]) -> int:
+        """Emit a round's tokens for ``seq`` up to where its reply ends; tokens emitted."""
+        for done, (token, logprob, from_draft) in enumerate(tokens, 1):
+            self._emitted(seq, token, logprob, from_draft, ())
+            if not self._alive(seq):  # the reply ended there: the rest are not its tokens
+                assert seq.speculative is not None
+                seq.speculative.counters.round_tokens -= len(tokens) - done
+                return done
+        return len(tokens)
 
     def _emit_pending(self, seq: Sequence) -> int:
         """Emit ``seq``'s pending pick now (before it leaves batched decoding); tokens emitted."""
@@ -567,12 +540,7 @@ class BatchRunner:
             log.info("request %s: no KV room for a draft round; it decodes on without the draft", seq.group)
             seq.leave_draft()
             return 0
-        for done, (token, logprob, from_draft) in enumerate(tokens, 1):
-            self._emitted(seq, token, logprob, from_draft, ())
-            if not self._alive(seq):  # the reply ended there: the rest are not its tokens
-                decoder.counters.round_tokens -= len(tokens) - done
-                return done
-        return len(tokens)
+        return self._emit_round(seq, tokens)
 
     def _drafts(self, seq: Sequence) -> bool:
         """Whether this reply may decode speculatively: with the draft model (while its draft cache is

@@ -1,15 +1,8 @@
 """One step's plan: which sequences decode, which prefill how many tokens, which are preempted. Tensor-free.
 
-A step is one batched decode of every running sequence whose prompt is in its
-cache, then chunks of prefill for sequences still reading their prompts, all
-within ``step_tokens`` (a decode counts one token), so a long prompt joins over
-several steps and never stalls the running streams for longer than that.
-
-Admission counts blocks (``BlockAccount``): a waiting request is admitted when
-the pool can hold its whole prompt, less the blocks it finds cached (a shared
-system prompt, an earlier turn). When the running set's next tokens do not fit,
-the policy's last running sequence is preempted by recompute: its blocks go
-back (their hashes stay, so resuming is mostly prefix hits) and it waits again.
+A step decodes every running sequence whose prompt is in its cache and reads prompt chunks, all within
+``step_tokens`` (a decode counts one token); admission counts blocks (``BlockAccount``) after prefix hits,
+and preemption is by recompute (docs/internals.md, "Admission by blocks"; docs/engine.md).
 
 Fair share between requests: a request's choices (``n``) each take a running
 slot, so one request cannot run more than ``max_running`` sequences. Waiting

@@ -20,7 +20,7 @@ from dataclasses import replace
 import mlx.core as mx
 
 from mlxcore.batching.constraints import Mask
-from mlxcore.batching.handle import RequestHandle, RequestMetrics
+from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.policies import NO_LIMIT_TOKENS
 from mlxcore.batching.request import Priority, Request
 from mlxcore.caches import Caches
@@ -62,7 +62,6 @@ class Sequence:
         self._picker: TokenPicker | None = None
         self.first_token: float | None = None
         self.last_token: float | None = None
-        self.worst_gap = 0.0
         self.prefix_hits = 0
         self.computed_prompt = 0  # prompt tokens prefilled (not found cached; the last is fed by decoding)
         self.admitted_once = False  # its caches were attached once (its prompt counted, its own caches used)
@@ -184,8 +183,6 @@ class Sequence:
         now = time.monotonic()
         if self.first_token is None:
             self.first_token = now
-        elif self.last_token is not None:
-            self.worst_gap = max(self.worst_gap, now - self.last_token)
         self.last_token = now
         self.ids.append(token)
         if self.caches is not None:  # the blocks its caches filled become prefix hits
@@ -209,16 +206,10 @@ class Sequence:
         now = time.monotonic()
         count = reply.count
         first = self.first_token or now
-        handle.metrics = RequestMetrics(
-            queue_seconds=max((self.started_at or now) - self.arrival, 0.0),
-            ttft_seconds=first - self.arrival,
-            tpot_seconds=((self.last_token or first) - first) / (count - 1) if count > 1 else 0.0,
-            worst_gap_seconds=self.worst_gap, preemptions=self.preemptions,
-            prefix_hit_tokens=self.prefix_hits, late=self.late)
         stats = GenerationStats(prompt_tokens=self.prompt_tokens, reused_tokens=self.prefix_hits,
                                 prefill_tokens=self.computed_prompt + (self.first_token is not None),
                                 prefill_seconds=first - self.arrival, generated_tokens=count,
-                                decode_seconds=(self.last_token or first) - first, ttft_seconds=first - self.arrival,
+                                decode_seconds=(self.last_token or first) - first,
                                 finish_reason=reason, peak_memory_bytes=mx.get_peak_memory(),
                                 disk_reused_tokens=disk_hits,
                                 **self._draft_figures(count))
@@ -245,7 +236,7 @@ class Sequence:
         c = self.speculative.counters
         return {"draft_proposed": c.proposed, "draft_accepted": c.accepted,
                 "target_passes": c.rounds + count - c.round_tokens,
-                "accepted_by_position": tuple(c.accepted_by_position), "draft_lengths": tuple(c.draft_lengths),
+                "draft_lengths": tuple(c.draft_lengths),
                 "drafter": self.speculative.drafter}
 
     def started(self, now: float) -> None:

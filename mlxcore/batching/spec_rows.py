@@ -1,17 +1,9 @@
 """Speculative decoding as rows: the rounds of every drafting reply of a step, in the step's one pass.
 
-A step in which replies draft (the draft-length controller of the step's batch size chose k > 0), after
-each drafting reply's pending pick is emitted (a round starts from known tokens):
-- the drafter proposes up to k tokens for every drafting reply at once (``drafters.py``: a draft model in k
-  passes of rows, prompt lookup from the reply's own tokens, a block drafter in one pass);
-- the target verifies in the step's one pass: each drafting reply's [y, d_1..d_k] are k + 1 rows, beside
-  the decode rows of the replies that do not draft and the prompt chunks that join, and every one of
-  those k + 1 rows keeps its logits (and, for a block drafter, its hidden states at the layers it reads);
-- rejection sampling for each reply (``SpeculativeDecoder.verdict``); its target is rewound by k - n, and
-  the drafter told what was kept (a draft model's cache is rewound by k - 1 - n).
-A lone reply drafts the same way, on any cache (a cache of one sequence rides alone in its passes). A model
-whose layers are not run split here (a hybrid one) takes ``SpeculativeDecoder.round`` instead. A reply with
-no proposal (prompt lookup finds none where nothing repeats) decodes as a plain row.
+The drafter proposes for every drafting reply at once (``drafters.py``); each reply's [y, d_1..d_k] are
+k + 1 rows of the step's one target pass, each keeping its logits; then rejection sampling for each reply
+(``SpeculativeDecoder.verdict``), its target rewound by k - n (docs/engine.md; docs/drafting.md, "The
+interface"). A reply with no proposal (prompt lookup finds none) decodes as a plain row.
 """
 
 from __future__ import annotations

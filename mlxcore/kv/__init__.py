@@ -7,5 +7,5 @@
   ``slab_storage.py`` (a layer's MLX storage, read as views per run of blocks), ``paged.py`` (the kind).
 - ``window.py`` (slot and mask arithmetic), ``rotating.py`` (the kind).
 - ``budget.py``: the KV memory budget in bytes (``--max-kv`` sizes, the machine's default, the shared account).
-- ``measure.py``: bench rows. ``errors.py``: typed errors. ``geometry.py``: a model's KV shape.
+- ``errors.py``: typed errors. ``geometry.py``: a model's KV shape.
 """

@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from mlxcore.kv.errors import CacheStateError, PoolExhaustedError, TrimError, UnknownSequenceError
@@ -83,12 +83,8 @@ class AppendPlan:
 class PoolStats:
     """A snapshot of the pool for metrics."""
 
-    block_size: int
-    capacity_blocks: int  # the most blocks the pool may hand out
     used_blocks: int  # blocks some sequence holds
-    free_blocks: int  # capacity_blocks - used_blocks
     cached_blocks: int  # free blocks that still hold a hashed prefix
-    materialized_blocks: int  # blocks ever handed out (the storage the pool needs)
     prefix_hit_tokens: int  # tokens attached by prefix hits since the pool was made
 
 
@@ -157,17 +153,22 @@ class BlockManager:
     def cached_prefix(self, token_ids: Sequence[int]) -> tuple[int, int]:
         """What ``reuse_prefix`` would attach for ``token_ids``, changing nothing: (tokens, of its blocks
         those that are free now, so attaching them takes them from ``available_blocks``)."""
-        parent: bytes | None = None
         tokens = free = 0
+        for block_id, _ in self._cached_blocks(token_ids):
+            tokens += self.block_size
+            free += self._blocks[block_id].ref_count == 0
+        return tokens, free
+
+    def _cached_blocks(self, token_ids: Sequence[int]) -> Iterator[tuple[int, tuple[int, ...]]]:
+        """(block id, its token ids) of the cached full blocks that start ``token_ids``, never its last token."""
+        parent: bytes | None = None
         for start in range(0, (len(token_ids) - 1) // self.block_size * self.block_size, self.block_size):
             chunk = tuple(token_ids[start:start + self.block_size])
             parent = chain_hash(parent, chunk)
             block_id = self._by_hash.get(parent)
             if block_id is None or self._blocks[block_id].token_ids != chunk:
-                break
-            tokens += self.block_size
-            free += self._blocks[block_id].ref_count == 0
-        return tokens, free
+                return
+            yield block_id, chunk
 
     def reuse_prefix(self, seq_id: int, token_ids: Sequence[int]) -> int:
         """Attach the cached full blocks that start ``token_ids``; return the tokens attached.
@@ -178,13 +179,7 @@ class BlockManager:
         seq = self._sequence(seq_id)
         if seq.length:
             raise CacheStateError("reuse_prefix needs an empty cache.")
-        parent: bytes | None = None
-        for start in range(0, (len(token_ids) - 1) // self.block_size * self.block_size, self.block_size):
-            chunk = tuple(token_ids[start:start + self.block_size])
-            parent = chain_hash(parent, chunk)
-            block_id = self._by_hash.get(parent)
-            if block_id is None or self._blocks[block_id].token_ids != chunk:
-                break
+        for block_id, chunk in list(self._cached_blocks(token_ids)):
             self._attach(seq, block_id, chunk)
         reused = seq.length
         self._prefix_hit_tokens += reused
@@ -290,10 +285,8 @@ class BlockManager:
         return self._blocks[block_id].ref_count
 
     def stats(self) -> PoolStats:
-        used = self.used_blocks
         cached = sum(1 for b in self._free if self._blocks[b].hash is not None)
-        return PoolStats(self.block_size, self.num_blocks, used, self.num_blocks - used, cached,
-                         len(self._blocks), self._prefix_hit_tokens)
+        return PoolStats(self.used_blocks, cached, self._prefix_hit_tokens)
 
     # internals -------------------------------------------------------------
 

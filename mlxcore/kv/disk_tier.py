@@ -5,14 +5,8 @@ under a key that names its model, KV format, block size and chained hash (``pool
 prefix lookup that misses in memory reads it back instead of computing it. One process-wide tier per folder,
 shared by every pool of every model in the process (``open_disk_tier``).
 
-Files: ``<root>/blocks/<first two hex digits>/<key>``, each a frame with a checksum (``block_frame.py``, the
-session store's block format). Crash safety as the store's: a block is written to a temporary file and
-renamed, so a file under a key is whole; what a killed process left half written is a ``.tmp`` file, removed
-when the next process opens the tier. The tier is a cache, so it skips the store's fsyncs (a block lost to a
-power cut is recomputed; one damaged is a checksum failure, which reads as a miss and removes the file).
-
-Writes run on a thread of their own: the engine's thread hands over bytes and never waits for the disk. A write
-that fails because the disk is full (or read-only) stops the writing, with one warning; reading goes on.
+Writes run on a thread of their own: the engine's thread hands over bytes and never waits for the disk.
+Files, crash safety, the budget and a full disk: docs/kv-disk.md.
 """
 
 from __future__ import annotations
@@ -33,7 +27,6 @@ log = logging.getLogger("mlxchat.kv")
 DEFAULT_SHARE = 0.1  # the default budget: this share of the disk's free space ...
 DEFAULT_CAP = 32 << 30  # ... but no more than this
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
-_STOP = object()
 
 
 def default_disk_budget(root: Path) -> int:
@@ -57,7 +50,7 @@ class DiskTier:
         self._files: OrderedDict[str, int] = OrderedDict()  # key -> bytes, least recently used first
         self._queued: dict[str, bytes] = {}  # key -> payload handed over, not yet written (reads find it here)
         self.bytes = 0
-        self.written = self.removed = 0  # blocks written and evicted by the budget since the start
+        self.written = 0  # blocks written since the start (the bench reports them)
         self.hit_tokens = 0  # prompt tokens read back from here instead of computed, since the start
         self.stopped: str | None = None  # why writing stopped (a full disk), or None
         self._scan()
@@ -169,7 +162,6 @@ class DiskTier:
                     return
                 key = next(iter(self._files))
             self._remove(key)
-            self.removed += 1
 
     # both ------------------------------------------------------------------
 

@@ -1,24 +1,13 @@
 """Caches of a hybrid model (Qwen3.5): its attention layers' keys and values, and its linear layers' states.
 
-Three layers in four of Qwen3.5 are Gated DeltaNet linear attention, whose state per sequence has a fixed
-size (``linear_state.py``); the others are full attention with an ordinary KV cache. ``HybridCache`` holds
-one cache of a usual kind over the attention layers (``attention``: their KV) and a
-``LinearState`` per linear layer, handing the model its ``layers`` in the model's order. Its ``state_dict``
-is the attention cache's with the linear states beside (session files keep them: a reopened chat reads
-nothing again). The linear states cannot be trimmed, so neither can the whole (``max_trim`` is 0).
-A caller that will want to go back (speculative decoding's verify pass) sets a ``mark`` first: the states
-are kept by reference, since MLX never writes an array in place, and ``rewind_to_mark`` returns to it; the
-caller then feeds again the tokens it keeps past the mark.
-
-The cache also keeps ``snapshots`` of itself, the same way: where a pass follows a pass of several tokens
-(the start of each prompt chunk after the first, and the end of the prompt, where the reply starts), the
-latest ``MAX_SNAPSHOTS``. A next turn that does not extend what the cache holds goes back to the deepest
-snapshot within their common prefix (``restore_snapshot``) and reads only the rest: a history whose
-thinking the template dropped diverges right after the last prompt, where a snapshot is.
-
-A cache made with ``prefixes`` (the engine's target caches) gives what it holds to that store when released
-with the ids it holds (``Caches.release``), and an empty one takes its start from there (``reuse_prefix``): prefix caching across sequences
-(``hybrid_prefixes.py``).
+``HybridCache`` holds one cache of a usual kind over the attention layers (``attention``) and a
+``LinearState`` per linear layer (``linear_state.py``), handing the model its ``layers`` in the model's
+order; its ``state_dict`` is the attention cache's with the linear states beside. The linear states cannot
+be trimmed, so neither can the whole (``max_trim`` is 0): a caller that will want to go back sets a
+``mark`` (``rewind_to_mark``), and the cache keeps ``snapshots`` a next turn may go back to
+(``restore_snapshot``); both keep states by reference, copying nothing (docs/hybrid.md, "Caches",
+"Snapshots", "Speculative decoding, exact"). With ``prefixes`` it gives what it held to that store when
+released, and an empty one takes its start from there (``hybrid_prefixes.py``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Prefix caching for a hybrid model (Qwen3.5, Qwen3-Next): ended sequences' caches, kept for the next prompt.
 
-The paged pool keeps an ended sequence's full blocks for the next prompt that starts the same way. A hybrid
-model's linear states cannot be cut into blocks, so its caches are kept whole instead: when a sequence's
-``HybridCache`` is released, this store keeps what it held (its attention KV, its linear states and its
-snapshots, by reference: MLX never writes an array in place, so nothing is copied but the states a batch
-still shared). A new sequence's empty cache asks ``find`` for its prompt and starts from the kept cache that
-covers the most of it: all of it where the prompt extends what the cache held (an API client sending a
-conversation again with one more message), else its deepest snapshot within their common prefix (a
-history whose thinking the template dropped, a regenerate, an edit). The store holds at most ``limit``
-bytes; the least recently used cache goes first.
+A hybrid model's linear states cannot be cut into blocks, so its released caches are kept whole (by
+reference: nothing is copied but the states a batch still shared); ``find`` gives a new sequence the kept
+cache that covers the most of its prompt, all of it or its deepest snapshot within their common prefix.
+At most ``limit`` bytes, least recently used out (docs/hybrid.md, "Prefix caching between requests").
 """
 
 from __future__ import annotations

@@ -4,13 +4,8 @@ Quantized: each token's key and value vectors are quantized along the head
 dimension in groups (``group_size`` numbers share a scale and a bias), as
 ``mx.quantize`` does, so attention reads them with ``mx.quantized_matmul``
 without dequantizing the sequence (scores: queries x keys transposed; output:
-weights x values). Measured against the float cache (``kv8_accuracy`` and
-``kv4_accuracy`` in ``bench/kv_quant.py``: 1,000 tokens after a
-1,000-token prompt), on the embedded target: 8 bits, groups of 32, mean KL
-1.1e-4 on text and 99.7% greedy agreement; 4 bits 3.9e-2 and 95.7%. Keys per
-channel in 16-token blocks with the newest block in float (tried by fake
-quantization) gave 2.4e-2. Both are over the 2e-2 a 4-bit cache would need,
-so 4 bits is refused.
+weights x values). 4 bits is refused: its accuracy against the float cache is too low
+(docs/decisions.md, "Quantized KV: 8 bits, not 4").
 """
 
 from __future__ import annotations

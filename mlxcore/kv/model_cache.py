@@ -17,6 +17,7 @@ from typing import Literal
 
 import mlx.nn as nn
 
+from mlxcore.errors import UsageError
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.budget import KVBudget
 from mlxcore.kv.geometry import model_geometry
@@ -36,16 +37,14 @@ __all__ = ["KINDS", "BlockPool", "Kind", "ModelCache", "make_block_pool", "make_
 
 
 def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: int = 16,
-                     max_blocks: int | None = None, max_kv: int | None = None, keep: int = 0,
-                     max_rewind: int = 16, pool: BlockPool | None = None,
-                     max_bytes: int | None = None, budget: KVBudget | None = None,
+                     max_kv: int | None = None, keep: int = 0, max_rewind: int = 16,
+                     pool: BlockPool | None = None, budget: KVBudget | None = None,
                      kv_bits: int | None = None, prefixes: HybridPrefixCache | None = None) -> ModelCache:
     """An empty cache for ``model``.
 
     standard: mlx-lm's ``KVCache`` per layer; the other arguments are ignored.
     paged: a sequence in ``pool`` (shared between caches of one model), or in a new
-      pool of ``block_size``-token blocks holding ``max_blocks`` blocks, else
-      ``max_kv`` tokens, else ``max_bytes`` bytes, else 65,536 tokens; its slabs within
+      pool of ``block_size``-token blocks holding ``max_kv`` tokens, else 65,536; its slabs within
       ``budget`` (bytes shared with other pools) when one is given.
     rotating: a window of ``max_kv`` tokens (default 4,096) that keeps the first
       ``keep`` and can rewind ``max_rewind`` tokens after it wrapped.
@@ -56,20 +55,25 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
     """
     linear = linear_layers(model)
     if linear:
-        if kind == "paged" or kv_bits is not None:
-            raise ValueError('A hybrid model (Qwen3.5) runs on a float cache of kind="standard" or "rotating" for '
-                             'now: paged and 8-bit caches do not hold its linear layers\' states yet.')
+        check_hybrid(kind, kv_bits)
         return HybridCache(_attention_cache(model, kind, max_kv, keep, max_rewind), linear, prefixes=prefixes)
     if kind == "paged":
         if pool is None:
-            pool = make_block_pool(model, block_size=block_size, max_blocks=max_blocks, max_kv=max_kv,
-                                   max_bytes=max_bytes, budget=budget, kv_bits=kv_bits)
+            pool = make_block_pool(model, block_size=block_size, max_kv=max_kv, budget=budget, kv_bits=kv_bits)
         return PagedCache(pool)
     return _attention_cache(model, kind, max_kv, keep, max_rewind, kv_bits)
 
 
+def check_hybrid(kind: str, kv_bits: int | None) -> None:
+    """What a hybrid model (Qwen3.5) does not run on yet, refused before any reply (docs/hybrid.md)."""
+    if kind == "paged" or kv_bits is not None:
+        raise UsageError('A hybrid model (Qwen3.5) runs on a float cache of kind="standard" (replies side by side) '
+                         'or kind="rotating" (one at a time), for now: the paged and 8-bit caches do not hold its '
+                         'linear layers\' states yet.')
+
+
 def _attention_cache(model: nn.Module, kind: Kind, max_kv: int | None, keep: int, max_rewind: int,
-                     kv_bits: int | None = None, prefixes: HybridPrefixCache | None = None) -> ModelCache:
+                     kv_bits: int | None = None) -> ModelCache:
     if kind == "standard":
         if kv_bits is not None:
             raise ValueError('The standard cache is mlx-lm\'s float one: quantized KV needs kind="paged" or '

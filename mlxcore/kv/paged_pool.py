@@ -7,18 +7,9 @@ are given back when a chat is released. With a ``KVBudget`` (bytes shared with
 the other model's pool) the bookkeeping hands out only the blocks the budget can
 hold, so running out is a ``PoolExhaustedError`` before anything changes.
 
-Slab size: attention reads a sequence where it lies, one view per run of
-adjacent blocks (``decode_attention.py``): a chat that spans several slabs, or
-a fork, costs one more matrix product per run and layer, and no copy. On this
-CPU an extra run cost 3-4% of a decode step (the embedded target at 3,000
-tokens, the 8B twin at 2,000), and the runs of a long chat grow with its
-length over the slab size, so slabs are large: 256 blocks (4,096 tokens). The
-price is memory taken a slab at a time: the pool's unused memory is at most
-the rest of its last slab while it grows (one per model, however many chats): 1.37x
-a lone 3,000-token chat's bytes (``pool_peak_vs_held``,
-``bench/pool_memory.py``). 1,024-token slabs hold that chat in 1.02x,
-but decode it at 0.90x the standard cache's speed (three runs), falling further
-with every 1,024 tokens.
+Slabs are large, 256 blocks (4,096 tokens): attention reads one view per run of adjacent blocks
+(``decode_attention.py``), and smaller slabs cut a long chat into more runs; the price is memory taken a
+slab at a time (docs/decisions.md, "Slab size").
 """
 
 from __future__ import annotations
@@ -219,10 +210,9 @@ class BlockPool:
 
 
 def make_block_pool(model: nn.Module, *, block_size: int = 16, max_blocks: int | None = None,
-                    max_kv: int | None = None, max_bytes: int | None = None,
-                    slab_blocks: int | None = None, budget: KVBudget | None = None,
+                    max_kv: int | None = None, slab_blocks: int | None = None, budget: KVBudget | None = None,
                     kv_bits: int | None = None) -> BlockPool:
-    """A pool for ``model``; capacity from ``max_blocks``, else ``max_kv`` tokens, else ``max_bytes``.
+    """A pool for ``model``; capacity from ``max_blocks``, else ``max_kv`` tokens.
 
     With none given the pool may hold 65,536 tokens; memory is taken a slab at a time
     as blocks are used, and within ``budget`` (shared with other pools) when one is given.
@@ -232,10 +222,6 @@ def make_block_pool(model: nn.Module, *, block_size: int = 16, max_blocks: int |
     geometry = model_geometry(model, kv_bits)
     if max_blocks is None and max_kv is not None:
         max_blocks = -(-max_kv // block_size)
-    if max_blocks is None and max_bytes is not None:
-        max_blocks = max_bytes // (block_size * geometry.token_bytes)
-        if max_blocks < 1:
-            raise ValueError(f"max_bytes={max_bytes} is smaller than one KV block.")
     if max_blocks is None:
         max_blocks = -(-DEFAULT_CAPACITY_TOKENS // block_size)
     if slab_blocks is None:
