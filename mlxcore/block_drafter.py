@@ -174,11 +174,29 @@ class BlockContext:
     """One conversation's context for the drafter: each layer's keys and values of the tokens the target read,
     and the positions they hold (runs may leave gaps: a prefix reused from the pool or the disk tier, or a
     turn read without drafting, was never seen by the drafter; positions stay absolute, and it attends over
-    what it has)."""
+    what it has).
+
+    Each layer's keys and values live in a buffer (1, kv_heads, capacity, dim) whose first ``length`` rows
+    are filled: a step's rows are written after them (no copy of what is held: a plain step's cost does
+    not grow with the conversation), the capacity doubles when they do not fit (multiples of
+    ``CAPACITY_STEP``), and a trim only moves the length."""
+
+    CAPACITY_STEP = 256
 
     def __init__(self) -> None:
-        self.layers: list[tuple[mx.array, mx.array]] = []
+        self.buffers: list[tuple[mx.array, mx.array]] = []  # per layer (1, kv_heads, capacity, dim) each
+        self.length = 0  # rows filled
         self.runs: list[tuple[int, int]] = []  # (first position, count) of each appended run, in order
+
+    @property
+    def layers(self) -> list[tuple[mx.array, mx.array]]:
+        """Each layer's keys and values of the rows held, (1, kv_heads, length, dim) views ([] when empty)."""
+        n = self.length
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in self.buffers] if n else []
+
+    @property
+    def capacity(self) -> int:
+        return self.buffers[0][0].shape[2] if self.buffers else 0
 
     @property
     def end(self) -> int:
@@ -193,22 +211,38 @@ class BlockContext:
                 break
             kept.append((start, min(count, position - start)))
             rows += kept[-1][1]
-        if kept == self.runs:
-            return
-        self.runs = kept
-        self.layers = [(k[:, :, :rows], v[:, :, :rows]) for k, v in self.layers] if rows else []
+        self.runs, self.length = kept, rows
 
     def append(self, start: int, layers: list[tuple[mx.array, mx.array]]) -> None:
         """Rows for positions start, start + 1, ... (each layer's keys and values, (1, kv_heads, L, dim))."""
         self.trim(start)
         count = layers[0][0].shape[2]
-        self.layers = [(mx.concatenate([k0, k], axis=2), mx.concatenate([v0, v], axis=2))
-                       for (k0, v0), (k, v) in zip(self.layers, layers)] if self.layers else layers
+        if self.length + count > self.capacity:
+            self._grow(self.length + count, layers)
+        at = mx.array([self.length])
+        # A new array per write (the buffer of a fork is not changed); the old one, read by nothing pending
+        # once the step's pass ran, is written in place
+        self.buffers = [(mx.slice_update(k0, k, at, axes=(2,)), mx.slice_update(v0, v, at, axes=(2,)))
+                        for (k0, v0), (k, v) in zip(self.buffers, layers)]
+        self.length += count
         self.runs.append((start, count))
+
+    def _grow(self, needed: int, like: list[tuple[mx.array, mx.array]]) -> None:
+        """Buffers of at least ``needed`` rows (twice the capacity, where that is more), the rows held copied."""
+        capacity = max(-(-needed // self.CAPACITY_STEP) * self.CAPACITY_STEP, 2 * self.capacity)
+        grown = []
+        for index, (k, v) in enumerate(like):
+            keys, values = (mx.zeros((1, part.shape[1], capacity, part.shape[3]), part.dtype) for part in (k, v))
+            if self.length:
+                old_k, old_v = self.buffers[index]
+                keys[:, :, :self.length] = old_k[:, :, :self.length]
+                values[:, :, :self.length] = old_v[:, :, :self.length]
+            grown.append((keys, values))
+        self.buffers = grown
 
     def fork(self) -> BlockContext:
         other = BlockContext()
-        other.layers, other.runs = list(self.layers), list(self.runs)
+        other.buffers, other.length, other.runs = list(self.buffers), self.length, list(self.runs)
         return other
 
 

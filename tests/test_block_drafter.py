@@ -33,7 +33,7 @@ from bench.twin_block import write_block_drafter
 from mlxcore import grammar
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
-from mlxcore.block_drafter import load_block_drafter
+from mlxcore.block_drafter import BlockContext, load_block_drafter
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.errors import ModelLoadError
 from mlxcore.events import FinalEvent, TokenEvent
@@ -121,6 +121,47 @@ def assert_context_is_the_targets(drafter, context, ids: list[int]) -> None:
             np.testing.assert_allclose(keys[:, :, row:row + count], want_k[:, :, start:start + count], atol=2e-4)
             np.testing.assert_allclose(values[:, :, row:row + count], want_v[:, :, start:start + count], atol=2e-4)
         row += count
+
+
+def test_the_context_writes_after_its_rows_and_a_rewind_only_moves_its_length():
+    """Rows appended one step at a time across the buffer's growths, a rewind and a gap hold what a list of
+    the rows holds; a fork keeps its rows while the original writes over the ones it dropped, and the other
+    way round; the capacity doubles as it grows (a reply's steps copy what is held a few times, not each
+    step)."""
+    rng = np.random.default_rng(0)
+
+    def rows(n: int) -> list[tuple[mx.array, mx.array]]:
+        return [(mx.array(rng.standard_normal((1, 2, n, 4)).astype(np.float32)),
+                 mx.array(rng.standard_normal((1, 2, n, 4)).astype(np.float32))) for _ in range(2)]
+
+    def held(context: BlockContext) -> list[np.ndarray]:
+        return [np.asarray(part) for both in context.layers for part in both]
+
+    def joined(*parts: list[tuple[mx.array, mx.array]]) -> list[np.ndarray]:
+        return [np.concatenate([np.asarray(p[layer][i]) for p in parts], axis=2) for layer in range(2) for i in (0, 1)]
+
+    context, written, capacities = BlockContext(), [rows(10)], set()
+    context.append(0, written[0])
+    for position in range(10, 600):
+        written.append(rows(1))
+        context.append(position, written[-1])
+        capacities.add(context.capacity)
+    assert capacities == {256, 512, 1024}, capacities
+    np.testing.assert_array_equal(np.concatenate(held(context)), np.concatenate(joined(*written)))
+    context.trim(200)  # a rewind: 200 rows left (the first 10 and 190 single ones)
+    fork = context.fork()
+    again, gap = rows(5), rows(3)
+    context.append(200, again)
+    context.append(300, gap)  # positions 205..299 were never read by the drafter
+    assert context.runs[-2:] == [(200, 5), (300, 3)] and context.end == 303 and context.length == 208
+    for got, want in zip(held(context), joined(*written[:191], again, gap)):
+        np.testing.assert_array_equal(got, want)
+    fork.append(200, rows(2))
+    for got, want in zip(held(context), joined(*written[:191], again, gap)):
+        np.testing.assert_array_equal(got, want)
+    assert fork.end == 202 and held(fork)[0][:, :, :200].tolist() == joined(*written[:191])[0].tolist()
+    context.trim(0)
+    assert context.layers == [] and context.end == 0 and context.capacity == 1024
 
 
 class EveryOtherStep(FixedDraftLength):

@@ -205,13 +205,15 @@ class BlockDrafter:
         features = mx.concatenate([kept[i][:, 0] for i in self.keeps], axis=-1)  # (rows, layers x hidden)
         positions = mx.array([at for _, start, count in taken for at in range(start, start + count)], dtype=mx.int32)
         layers = self.model.context(features, positions)  # one pass for every reply's rows: (rows, kv_heads, 1, dim)
-        mx.async_eval([part for both in layers for part in both])  # now: the pass's rows can then go
-        row = 0
+        row, written = 0, []
         for seq, start, count in taken:
             # (1, kv_heads, count, dim): this reply's rows
             own = [(k[row:row + count].swapaxes(0, 2), v[row:row + count].swapaxes(0, 2)) for k, v in layers]
-            self._context(seq, start).append(start, own)
+            context = self._context(seq, start)
+            context.append(start, own)
+            written.extend(part for both in context.buffers for part in both)
             row += count
+        mx.async_eval(written)  # now: the pass's rows can then go, and each buffer is written in place
 
     def verified(self, seq: Sequence, k: int, n: int) -> None:
         """Nothing: only the accepted rows are taken (``took``)."""
