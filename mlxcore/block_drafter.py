@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -32,6 +32,9 @@ from mlxcore.compiled_forward import has_split_layers
 from mlxcore.device_profile import current
 from mlxcore.errors import ModelLoadError
 from mlxcore.kv.geometry import activation_dtype
+
+if TYPE_CHECKING:
+    from mlxcore.kv.budget import KVBudget
 
 
 @dataclass(frozen=True)
@@ -179,14 +182,24 @@ class BlockContext:
     Each layer's keys and values live in a buffer (1, kv_heads, capacity, dim) whose first ``length`` rows
     are filled: a step's rows are written after them (no copy of what is held: a plain step's cost does
     not grow with the conversation), the capacity doubles when they do not fit (multiples of
-    ``CAPACITY_STEP``), and a trim only moves the length."""
+    ``CAPACITY_STEP``), and a trim only moves the length.
+
+    The buffers' bytes come from the engine's KV budget, where there is one (as the batch's mirror's do):
+    taken as they grow, given back when the context is emptied or dropped (its caches released, the budget's
+    reclaim: a dropped context costs acceptance, never correctness). When the budget has no room, the
+    context is ``refused``: its reply decodes without the drafter until the conversation's next turn."""
 
     CAPACITY_STEP = 256
 
-    def __init__(self) -> None:
+    def __init__(self, budget: KVBudget | None = None) -> None:
         self.buffers: list[tuple[mx.array, mx.array]] = []  # per layer (1, kv_heads, capacity, dim) each
         self.length = 0  # rows filled
         self.runs: list[tuple[int, int]] = []  # (first position, count) of each appended run, in order
+        self.budget = budget
+        self.bytes = 0  # of the buffers (taken from the budget, where there is one)
+        self.refused = False  # the budget had no room for the buffers
+        if budget is not None:
+            budget.pools.add(self)
 
     @property
     def layers(self) -> list[tuple[mx.array, mx.array]]:
@@ -212,13 +225,16 @@ class BlockContext:
             kept.append((start, min(count, position - start)))
             rows += kept[-1][1]
         self.runs, self.length = kept, rows
+        if not rows:
+            self.drop()
 
     def append(self, start: int, layers: list[tuple[mx.array, mx.array]]) -> None:
-        """Rows for positions start, start + 1, ... (each layer's keys and values, (1, kv_heads, L, dim))."""
+        """Rows for positions start, start + 1, ... (each layer's keys and values, (1, kv_heads, L, dim));
+        nothing once the budget refused the context."""
         self.trim(start)
         count = layers[0][0].shape[2]
-        if self.length + count > self.capacity:
-            self._grow(self.length + count, layers)
+        if self.refused or (self.length + count > self.capacity and not self._grow(self.length + count, layers)):
+            return
         at = mx.array([self.length])
         # A new array per write (the buffer of a fork is not changed); the old one, read by nothing pending
         # once the step's pass ran, is written in place
@@ -227,22 +243,60 @@ class BlockContext:
         self.length += count
         self.runs.append((start, count))
 
-    def _grow(self, needed: int, like: list[tuple[mx.array, mx.array]]) -> None:
-        """Buffers of at least ``needed`` rows (twice the capacity, where that is more), the rows held copied."""
-        capacity = max(-(-needed // self.CAPACITY_STEP) * self.CAPACITY_STEP, 2 * self.capacity)
+    def _grow(self, needed: int, like: list[tuple[mx.array, mx.array]]) -> bool:
+        """Buffers of at least ``needed`` rows (twice the capacity, where that is more and the budget has the
+        room), the rows held copied; False, the context dropped and refused, when the budget has no room."""
+        least = -(-needed // self.CAPACITY_STEP) * self.CAPACITY_STEP
+        row_bytes = sum(part.shape[1] * part.shape[3] * part.dtype.size for both in like for part in both)
+        room = None if self.budget is None else self.budget.free + self.bytes
+        fits = [c for c in (max(least, 2 * self.capacity), least) if room is None or c * row_bytes <= room]
+        if not fits:
+            self.drop()
+            self.refused = True
+            return False
         grown = []
         for index, (k, v) in enumerate(like):
-            keys, values = (mx.zeros((1, part.shape[1], capacity, part.shape[3]), part.dtype) for part in (k, v))
+            keys, values = (mx.zeros((1, part.shape[1], fits[0], part.shape[3]), part.dtype) for part in (k, v))
             if self.length:
                 old_k, old_v = self.buffers[index]
                 keys[:, :, :self.length] = old_k[:, :, :self.length]
                 values[:, :, :self.length] = old_v[:, :, :self.length]
             grown.append((keys, values))
         self.buffers = grown
+        self._claim(fits[0] * row_bytes)
+        return True
+
+    def _claim(self, size: int) -> None:
+        """Hold ``size`` bytes of the budget instead of those held (the caller checked they fit)."""
+        if self.budget is not None:
+            self.budget.give(self.bytes)
+            self.budget.force(size)
+        self.bytes = size
+
+    def drop(self) -> int:
+        """Hold nothing (the drafter reads on from its next rows); the bytes given back."""
+        freed = self.bytes
+        self._claim(0)
+        self.buffers, self.length, self.runs = [], 0, []
+        return freed
+
+    def release_free_slabs(self, cached: bool = False) -> int:
+        """The budget's reclaim (``KVBudget.reclaim``): drop the context; bytes freed."""
+        return self.drop() if cached else 0
+
+    def reclaimable_bytes(self) -> int:
+        return self.bytes
+
+    def __del__(self) -> None:
+        self.drop()  # a conversation's caches dropped without a release: the bytes go back to the budget
 
     def fork(self) -> BlockContext:
-        other = BlockContext()
-        other.buffers, other.length, other.runs = list(self.buffers), self.length, list(self.runs)
+        """A context holding the same rows (sharing the buffers until either writes), its bytes taken too;
+        an empty one where the budget has no room for them."""
+        other = BlockContext(self.budget)
+        if self.buffers and (self.budget is None or self.bytes <= self.budget.free):
+            other.buffers, other.length, other.runs = list(self.buffers), self.length, list(self.runs)
+            other._claim(self.bytes)
         return other
 
 

@@ -160,8 +160,8 @@ def test_the_context_writes_after_its_rows_and_a_rewind_only_moves_its_length():
     for got, want in zip(held(context), joined(*written[:191], again, gap)):
         np.testing.assert_array_equal(got, want)
     assert fork.end == 202 and held(fork)[0][:, :, :200].tolist() == joined(*written[:191])[0].tolist()
-    context.trim(0)
-    assert context.layers == [] and context.end == 0 and context.capacity == 1024
+    context.trim(0)  # emptied: its buffers go (their bytes back to the KV budget, where there is one)
+    assert context.layers == [] and context.end == 0 and context.capacity == 0 and context.bytes == 0
 
 
 class EveryOtherStep(FixedDraftLength):
@@ -256,6 +256,31 @@ def test_a_prefix_reused_from_the_pool_starts_the_context_there(folder):
     assert_context_is_the_targets(drafter, caches.context, caches.ids)
     assert tokens == reply(engine(TARGET.model, TARGET.tokenizer), prompt, GREEDY)[0]
     assert final.stats.draft_proposed > 0
+
+
+def test_the_contexts_bytes_come_from_the_kv_budget_and_a_full_budget_means_plain(folder):
+    """The context's buffers take their bytes from the engine's KV budget beside the pool's slabs, and give them
+    back when the conversation's caches are released; with a budget that holds the reply's KV but not a
+    context buffer, the reply decodes without the drafter (plain greedy's tokens, no error), and the budget
+    is never exceeded."""
+    drafter = load_block_drafter(folder, TARGET.model)
+    prompt = stream_prompt(2048, 14, 30)
+    plain = reply(engine(TARGET.model, TARGET.tokenizer), prompt, GREEDY)[0]
+    roomy = engine(TARGET.model, TARGET.tokenizer, drafter, 3, KVConfig(kind="paged", block_size=8,
+                                                                       max_kv_bytes=2_000_000))
+    tokens, final, caches = reply(roomy, prompt, GREEDY)
+    context, budget = caches.context, roomy.kv_budget
+    assert context is not None and context.bytes == context.capacity * 1024  # 2 layers x 2 x 2 heads x 32 x 4 B
+    slabs = sum(pool.slab_bytes(i) for pool in roomy.pools.values() for i in range(pool.slabs))
+    assert budget.in_use == slabs + context.bytes and final.stats.draft_proposed > 0 and tokens == plain
+    caches.release()
+    assert budget.in_use == slabs and context.bytes == 0
+    tight = engine(TARGET.model, TARGET.tokenizer, drafter, 3, KVConfig(kind="paged", block_size=8,
+                                                                       max_kv_bytes=300_000))
+    tokens, final, caches = reply(tight, prompt, GREEDY)
+    assert caches.context is not None and caches.context.refused and caches.context.bytes == 0
+    assert tokens == plain and final.stats.draft_proposed == 0 and final.finish_reason == "length"
+    assert tight.kv_budget.peak <= 300_000, tight.kv_budget.peak
 
 
 def test_replies_drafting_side_by_side_equal_each_alone(folder):

@@ -29,6 +29,7 @@ from mlxcore.configs import LOOKUP
 from mlxcore.decode_speculative import Proposal, SpeculativeDecoder, one_hot, rewind
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.kv.base import ModelCache
+from mlxcore.kv.budget import KVBudget
 from mlxcore.prompt_lookup import NgramIndex
 
 if TYPE_CHECKING:
@@ -153,15 +154,17 @@ class BlockDrafter:
     samples: bool = True
     forward: CompiledForward | None = None
 
-    def __init__(self, model: BlockDraftModel, target: CompiledForward) -> None:
+    def __init__(self, model: BlockDraftModel, target: CompiledForward, budget: KVBudget | None = None) -> None:
         self.model, self.target = model, target
+        self.budget = budget  # the engine's KV account, which the replies' contexts take their bytes from
         self.keeps: tuple[int, ...] = model.config.target_layer_ids
         self.vocab = target.wrapped.args.vocab_size
         inner, args = target.model, target.wrapped.args
         self._head = inner.embed_tokens.as_linear if args.tie_word_embeddings else target.wrapped.lm_head
 
     def may_draft(self, seq: Sequence) -> bool:
-        return True
+        context = seq.caches.context if seq.caches is not None else None
+        return context is None or not context.refused  # (refused: the KV budget had no room for it)
 
     def catch_up(self, seq: Sequence, decoder: SpeculativeDecoder, control: DraftLengthController) -> None:
         """Nothing: the target's plain steps kept their hidden states for it (``DecodeSteps``)."""
@@ -195,7 +198,7 @@ class BlockDrafter:
         caches = seq.caches
         assert caches is not None  # a decoding reply's
         if caches.context is None:
-            caches.context = BlockContext()
+            caches.context = BlockContext(self.budget)
         caches.context.trim(min(position, caches.target.offset))
         return caches.context
 
@@ -205,7 +208,8 @@ class BlockDrafter:
         features = mx.concatenate([kept[i][:, 0] for i in self.keeps], axis=-1)  # (rows, layers x hidden)
         positions = mx.array([at for _, start, count in taken for at in range(start, start + count)], dtype=mx.int32)
         layers = self.model.context(features, positions)  # one pass for every reply's rows: (rows, kv_heads, 1, dim)
-        row, written = 0, []
+        row = 0
+        written: list[mx.array] = []  # every buffer written
         for seq, start, count in taken:
             # (1, kv_heads, count, dim): this reply's rows
             own = [(k[row:row + count].swapaxes(0, 2), v[row:row + count].swapaxes(0, 2)) for k, v in layers]
@@ -302,7 +306,8 @@ def drafter_of(engine: Engine) -> Drafter | None:
     if engine.draft_forward is not None:
         other = ModelDrafter(engine.draft_forward, engine.draft_name)
     elif engine.block_drafter is not None:
-        other = BlockDrafter(engine.block_drafter, engine.target_forward)
+        other = BlockDrafter(engine.block_drafter, engine.target_forward,
+                             engine.kv_budget if engine.kv.kind == "paged" else None)
     if other is not None:
         return LookupFirst(other) if engine.prompt_lookup else other
     if engine.prompt_lookup:
