@@ -111,12 +111,12 @@ class _Attention(nn.Module):
         q = self.q_norm(self.q_proj(x).reshape(b, n, self.heads, -1)).transpose(0, 2, 1, 3)
         return (self.rope(q, offsets), *self.keys_values(x, offsets))
 
-    def attend(self, q: mx.array, k: mx.array, v: mx.array, context: list[tuple[mx.array, mx.array]]) -> mx.array:
-        """Each sequence's block rows over its context (keys, values: (1, kv_heads, S_i, dim)) and the whole
-        block (no causal mask): (B, heads, b, dim)."""
+    def attend(self, q: mx.array, k: mx.array, v: mx.array, contexts: list[BlockContext], index: int) -> mx.array:
+        """Each sequence's block rows over its context (its layer ``index``) and the whole block (no causal
+        mask): (B, heads, b, dim)."""
         return mx.concatenate([mx.fast.scaled_dot_product_attention(
-            q[i:i + 1], mx.concatenate([ctx_k, k[i:i + 1]], axis=2), mx.concatenate([ctx_v, v[i:i + 1]], axis=2),
-            scale=self.scale) for i, (ctx_k, ctx_v) in enumerate(context)])
+            q[i:i + 1], *context.joined(index, k[i:i + 1], v[i:i + 1]), scale=self.scale)
+            for i, context in enumerate(contexts)])
 
 
 class _Layer(nn.Module):
@@ -142,9 +142,9 @@ class _Layer(nn.Module):
     def compile(self) -> None:
         self.before, self.after = mx.compile(self._before), mx.compile(self._after)
 
-    def __call__(self, x: mx.array, offsets: mx.array, context: list[tuple[mx.array, mx.array]]) -> mx.array:
+    def __call__(self, x: mx.array, offsets: mx.array, contexts: list[BlockContext], index: int) -> mx.array:
         q, k, v = self.before(x, offsets)
-        return self.after(x, self.self_attn.attend(q, k, v, context))
+        return self.after(x, self.self_attn.attend(q, k, v, contexts, index))
 
 
 class BlockDraftModel(nn.Module):
@@ -164,11 +164,11 @@ class BlockDraftModel(nn.Module):
         h = self.hidden_norm(self.fc(features))[:, None]
         return [layer.self_attn.keys_values(h, positions) for layer in self.layers]
 
-    def __call__(self, x: mx.array, offsets: mx.array, contexts: list[list[tuple[mx.array, mx.array]]]) -> mx.array:
+    def __call__(self, x: mx.array, offsets: mx.array, contexts: list[BlockContext]) -> mx.array:
         """The block's hidden states (B, b, hidden), normed, from its embeddings ``x`` (B, b, hidden);
-        ``contexts[i][layer]``: sequence i's context keys and values."""
+        ``contexts[i]``: sequence i's context."""
         for index, layer in enumerate(self.layers):
-            x = layer(x, offsets, [context[index] for context in contexts])
+            x = layer(x, offsets, contexts, index)
         out: mx.array = self.norm(x)
         return out
 
@@ -242,6 +242,19 @@ class BlockContext:
                         for (k0, v0), (k, v) in zip(self.buffers, layers)]
         self.length += count
         self.runs.append((start, count))
+
+    def joined(self, index: int, k: mx.array, v: mx.array) -> tuple[mx.array, mx.array]:
+        """Layer ``index``'s keys and values of the rows held followed by a block's ``k``, ``v`` (1, kv_heads,
+        b, dim): the block written past the rows held where the buffer has room (the next append writes over
+        it), so the context is not copied each round; else joined to a copy."""
+        n, b = self.length, k.shape[2]
+        if n + b > self.capacity:
+            held = self.layers[index] if n else None
+            return (mx.concatenate([held[0], k], axis=2), mx.concatenate([held[1], v], axis=2)) if held else (k, v)
+        at = mx.array([n])
+        keys, values = (mx.slice_update(old, new, at, axes=(2,)) for old, new in zip(self.buffers[index], (k, v)))
+        self.buffers[index] = (keys, values)
+        return keys[:, :, :n + b], values[:, :, :n + b]
 
     def _grow(self, needed: int, like: list[tuple[mx.array, mx.array]]) -> bool:
         """Buffers of at least ``needed`` rows (twice the capacity, where that is more and the budget has the

@@ -125,8 +125,8 @@ def assert_context_is_the_targets(drafter, context, ids: list[int]) -> None:
 
 def test_the_context_writes_after_its_rows_and_a_rewind_only_moves_its_length():
     """Rows appended one step at a time across the buffer's growths, a rewind and a gap hold what a list of
-    the rows holds; a fork keeps its rows while the original writes over the ones it dropped, and the other
-    way round; the capacity doubles as it grows (a reply's steps copy what is held a few times, not each
+    the rows holds; a round's block joins them with or without room after them; a fork keeps its rows while
+    the original writes over the ones it dropped, and the other way round; the capacity doubles as it grows (a reply's steps copy what is held a few times, not each
     step)."""
     rng = np.random.default_rng(0)
 
@@ -148,6 +148,13 @@ def test_the_context_writes_after_its_rows_and_a_rewind_only_moves_its_length():
         capacities.add(context.capacity)
     assert capacities == {256, 512, 1024}, capacities
     np.testing.assert_array_equal(np.concatenate(held(context)), np.concatenate(joined(*written)))
+    block, full = rows(5), BlockContext()
+    full.append(0, rows(256))  # no room after its rows: the block is joined to a copy
+    for c in (context, full):  # a round's block, written past the rows held where there is room
+        want = [np.concatenate([h, np.asarray(b)], axis=2) for h, b in zip(held(c)[2:], block[1])]
+        before = held(c)
+        assert [np.asarray(a).tolist() for a in c.joined(1, *block[1])] == [w.tolist() for w in want]
+        assert [h.tolist() for h in held(c)] == [h.tolist() for h in before]  # the rows held are unchanged
     context.trim(200)  # a rewind: 200 rows left (the first 10 and 190 single ones)
     fork = context.fork()
     again, gap = rows(5), rows(3)

@@ -174,8 +174,7 @@ class BlockDrafter:
         contexts = [self._context(seq, len(seq.ids) - 1) for seq in seqs]
         block = mx.array([[seq.ids[-1]] + [mask] * k for seq in seqs])  # (B, k + 1): y at its position, masks
         offsets = mx.array([len(seq.ids) - 1 for seq in seqs], dtype=mx.int32)
-        hidden = self.model(self.target.model.embed_tokens(block), offsets,
-                            [context.layers or self._empty() for context in contexts])
+        hidden = self.model(self.target.model.embed_tokens(block), offsets, contexts)
         logits = self._head(hidden[:, 1:])  # (B, k, V): the masks' positions
         mx.async_eval(logits)
         out: list[Proposal | None] = []
@@ -185,13 +184,6 @@ class BlockDrafter:
                 decoder.propose(logits[row, i])
             out.append(decoder.proposal())
         return out
-
-    def _empty(self) -> list[tuple[mx.array, mx.array]]:
-        """An empty context: keys and values of no position."""
-        c = self.model.config
-        dtype = self.model.norm.weight.dtype
-        none = mx.zeros((1, c.num_key_value_heads, 0, c.head_dim), dtype=dtype)
-        return [(none, none)] * c.num_hidden_layers
 
     def _context(self, seq: Sequence, position: int) -> BlockContext:
         """The reply's context, holding nothing at or past ``position`` (its caches may have been rewound)."""
