@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -32,6 +32,9 @@ from mlxcore.compiled_forward import has_split_layers
 from mlxcore.device_profile import current
 from mlxcore.errors import ModelLoadError
 from mlxcore.kv.geometry import activation_dtype
+
+if TYPE_CHECKING:
+    from mlxcore.kv.budget import KVBudget
 
 
 @dataclass(frozen=True)
@@ -108,12 +111,12 @@ class _Attention(nn.Module):
         q = self.q_norm(self.q_proj(x).reshape(b, n, self.heads, -1)).transpose(0, 2, 1, 3)
         return (self.rope(q, offsets), *self.keys_values(x, offsets))
 
-    def attend(self, q: mx.array, k: mx.array, v: mx.array, context: list[tuple[mx.array, mx.array]]) -> mx.array:
-        """Each sequence's block rows over its context (keys, values: (1, kv_heads, S_i, dim)) and the whole
-        block (no causal mask): (B, heads, b, dim)."""
+    def attend(self, q: mx.array, k: mx.array, v: mx.array, contexts: list[BlockContext], index: int) -> mx.array:
+        """Each sequence's block rows over its context (its layer ``index``) and the whole block (no causal
+        mask): (B, heads, b, dim)."""
         return mx.concatenate([mx.fast.scaled_dot_product_attention(
-            q[i:i + 1], mx.concatenate([ctx_k, k[i:i + 1]], axis=2), mx.concatenate([ctx_v, v[i:i + 1]], axis=2),
-            scale=self.scale) for i, (ctx_k, ctx_v) in enumerate(context)])
+            q[i:i + 1], *context.joined(index, k[i:i + 1], v[i:i + 1]), scale=self.scale)
+            for i, context in enumerate(contexts)])
 
 
 class _Layer(nn.Module):
@@ -139,9 +142,9 @@ class _Layer(nn.Module):
     def compile(self) -> None:
         self.before, self.after = mx.compile(self._before), mx.compile(self._after)
 
-    def __call__(self, x: mx.array, offsets: mx.array, context: list[tuple[mx.array, mx.array]]) -> mx.array:
+    def __call__(self, x: mx.array, offsets: mx.array, contexts: list[BlockContext], index: int) -> mx.array:
         q, k, v = self.before(x, offsets)
-        return self.after(x, self.self_attn.attend(q, k, v, context))
+        return self.after(x, self.self_attn.attend(q, k, v, contexts, index))
 
 
 class BlockDraftModel(nn.Module):
@@ -161,11 +164,11 @@ class BlockDraftModel(nn.Module):
         h = self.hidden_norm(self.fc(features))[:, None]
         return [layer.self_attn.keys_values(h, positions) for layer in self.layers]
 
-    def __call__(self, x: mx.array, offsets: mx.array, contexts: list[list[tuple[mx.array, mx.array]]]) -> mx.array:
+    def __call__(self, x: mx.array, offsets: mx.array, contexts: list[BlockContext]) -> mx.array:
         """The block's hidden states (B, b, hidden), normed, from its embeddings ``x`` (B, b, hidden);
-        ``contexts[i][layer]``: sequence i's context keys and values."""
+        ``contexts[i]``: sequence i's context."""
         for index, layer in enumerate(self.layers):
-            x = layer(x, offsets, [context[index] for context in contexts])
+            x = layer(x, offsets, contexts, index)
         out: mx.array = self.norm(x)
         return out
 
@@ -174,11 +177,39 @@ class BlockContext:
     """One conversation's context for the drafter: each layer's keys and values of the tokens the target read,
     and the positions they hold (runs may leave gaps: a prefix reused from the pool or the disk tier, or a
     turn read without drafting, was never seen by the drafter; positions stay absolute, and it attends over
-    what it has)."""
+    what it has).
 
-    def __init__(self) -> None:
-        self.layers: list[tuple[mx.array, mx.array]] = []
+    Each layer's keys and values live in a buffer (1, kv_heads, capacity, dim) whose first ``length`` rows
+    are filled: a step's rows are written after them (no copy of what is held: a plain step's cost does
+    not grow with the conversation), the capacity doubles when they do not fit (multiples of
+    ``CAPACITY_STEP``), and a trim only moves the length.
+
+    The buffers' bytes come from the engine's KV budget, where there is one (as the batch's mirror's do):
+    taken as they grow, given back when the context is emptied or dropped (its caches released, the budget's
+    reclaim: a dropped context costs acceptance, never correctness). When the budget has no room, the
+    context is ``refused``: its reply decodes without the drafter until the conversation's next turn."""
+
+    CAPACITY_STEP = 256
+
+    def __init__(self, budget: KVBudget | None = None) -> None:
+        self.buffers: list[tuple[mx.array, mx.array]] = []  # per layer (1, kv_heads, capacity, dim) each
+        self.length = 0  # rows filled
         self.runs: list[tuple[int, int]] = []  # (first position, count) of each appended run, in order
+        self.budget = budget
+        self.bytes = 0  # of the buffers (taken from the budget, where there is one)
+        self.refused = False  # the budget had no room for the buffers
+        if budget is not None:
+            budget.pools.add(self)
+
+    @property
+    def layers(self) -> list[tuple[mx.array, mx.array]]:
+        """Each layer's keys and values of the rows held, (1, kv_heads, length, dim) views ([] when empty)."""
+        n = self.length
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in self.buffers] if n else []
+
+    @property
+    def capacity(self) -> int:
+        return self.buffers[0][0].shape[2] if self.buffers else 0
 
     @property
     def end(self) -> int:
@@ -193,22 +224,92 @@ class BlockContext:
                 break
             kept.append((start, min(count, position - start)))
             rows += kept[-1][1]
-        if kept == self.runs:
-            return
-        self.runs = kept
-        self.layers = [(k[:, :, :rows], v[:, :, :rows]) for k, v in self.layers] if rows else []
+        self.runs, self.length = kept, rows
+        if not rows:
+            self.drop()
 
     def append(self, start: int, layers: list[tuple[mx.array, mx.array]]) -> None:
-        """Rows for positions start, start + 1, ... (each layer's keys and values, (1, kv_heads, L, dim))."""
+        """Rows for positions start, start + 1, ... (each layer's keys and values, (1, kv_heads, L, dim));
+        nothing once the budget refused the context."""
         self.trim(start)
         count = layers[0][0].shape[2]
-        self.layers = [(mx.concatenate([k0, k], axis=2), mx.concatenate([v0, v], axis=2))
-                       for (k0, v0), (k, v) in zip(self.layers, layers)] if self.layers else layers
+        if self.refused or (self.length + count > self.capacity and not self._grow(self.length + count, layers)):
+            return
+        at = mx.array([self.length])
+        # A new array per write (the buffer of a fork is not changed); the old one, read by nothing pending
+        # once the step's pass ran, is written in place
+        self.buffers = [(mx.slice_update(k0, k, at, axes=(2,)), mx.slice_update(v0, v, at, axes=(2,)))
+                        for (k0, v0), (k, v) in zip(self.buffers, layers)]
+        self.length += count
         self.runs.append((start, count))
 
+    def joined(self, index: int, k: mx.array, v: mx.array) -> tuple[mx.array, mx.array]:
+        """Layer ``index``'s keys and values of the rows held followed by a block's ``k``, ``v`` (1, kv_heads,
+        b, dim): the block written past the rows held where the buffer has room (the next append writes over
+        it), so the context is not copied each round; else joined to a copy."""
+        n, b = self.length, k.shape[2]
+        if n + b > self.capacity:
+            held = self.layers[index] if n else None
+            return (mx.concatenate([held[0], k], axis=2), mx.concatenate([held[1], v], axis=2)) if held else (k, v)
+        at = mx.array([n])
+        keys, values = (mx.slice_update(old, new, at, axes=(2,)) for old, new in zip(self.buffers[index], (k, v)))
+        self.buffers[index] = (keys, values)
+        return keys[:, :, :n + b], values[:, :, :n + b]
+
+    def _grow(self, needed: int, like: list[tuple[mx.array, mx.array]]) -> bool:
+        """Buffers of at least ``needed`` rows (twice the capacity, where that is more and the budget has the
+        room), the rows held copied; False, the context dropped and refused, when the budget has no room."""
+        least = -(-needed // self.CAPACITY_STEP) * self.CAPACITY_STEP
+        row_bytes = sum(part.shape[1] * part.shape[3] * part.dtype.size for both in like for part in both)
+        room = None if self.budget is None else self.budget.free + self.bytes
+        fits = [c for c in (max(least, 2 * self.capacity), least) if room is None or c * row_bytes <= room]
+        if not fits:
+            self.drop()
+            self.refused = True
+            return False
+        grown = []
+        for index, (k, v) in enumerate(like):
+            keys, values = (mx.zeros((1, part.shape[1], fits[0], part.shape[3]), part.dtype) for part in (k, v))
+            if self.length:
+                old_k, old_v = self.buffers[index]
+                keys[:, :, :self.length] = old_k[:, :, :self.length]
+                values[:, :, :self.length] = old_v[:, :, :self.length]
+            grown.append((keys, values))
+        self.buffers = grown
+        self._claim(fits[0] * row_bytes)
+        return True
+
+    def _claim(self, size: int) -> None:
+        """Hold ``size`` bytes of the budget instead of those held (the caller checked they fit)."""
+        if self.budget is not None:
+            self.budget.give(self.bytes)
+            self.budget.force(size)
+        self.bytes = size
+
+    def drop(self) -> int:
+        """Hold nothing (the drafter reads on from its next rows); the bytes given back."""
+        freed = self.bytes
+        self._claim(0)
+        self.buffers, self.length, self.runs = [], 0, []
+        return freed
+
+    def release_free_slabs(self, cached: bool = False) -> int:
+        """The budget's reclaim (``KVBudget.reclaim``): drop the context; bytes freed."""
+        return self.drop() if cached else 0
+
+    def reclaimable_bytes(self) -> int:
+        return self.bytes
+
+    def __del__(self) -> None:
+        self.drop()  # a conversation's caches dropped without a release: the bytes go back to the budget
+
     def fork(self) -> BlockContext:
-        other = BlockContext()
-        other.layers, other.runs = list(self.layers), list(self.runs)
+        """A context holding the same rows (sharing the buffers until either writes), its bytes taken too;
+        an empty one where the budget has no room for them."""
+        other = BlockContext(self.budget)
+        if self.buffers and (self.budget is None or self.bytes <= self.budget.free):
+            other.buffers, other.length, other.runs = list(self.buffers), self.length, list(self.runs)
+            other._claim(self.bytes)
         return other
 
 

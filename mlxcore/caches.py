@@ -48,9 +48,12 @@ class Caches:
                       self.context.fork() if self.context else None)
 
     def release(self) -> None:
-        """Give both caches back, what they held kept for prefix hits under ``ids`` (``ModelCache.release``)."""
+        """Give both caches back, what they held kept for prefix hits under ``ids`` (``ModelCache.release``),
+        and the block drafter's context."""
         self.target.release(self.ids)
         if self.draft:
             self.draft.release(self.ids)
         self.ids = []
+        if self.context is not None:
+            self.context.drop()  # its bytes back to the KV budget
         self.context = None

@@ -351,6 +351,7 @@ class Engine:
             self._reuse(caches, "draft", prompt_ids)
         if caches.context is not None:  # a block drafter's rows of the tokens kept, none of those that changed
             caches.context.trim(min(kept, common_prefix_length(caches.ids, prompt_ids)))
+            caches.context.refused = False  # a new turn asks the KV budget again
         caches.ids = prompt_ids
         return kept
 

@@ -33,7 +33,7 @@ from bench.twin_block import write_block_drafter
 from mlxcore import grammar
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
-from mlxcore.block_drafter import load_block_drafter
+from mlxcore.block_drafter import BlockContext, load_block_drafter
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.errors import ModelLoadError
 from mlxcore.events import FinalEvent, TokenEvent
@@ -121,6 +121,54 @@ def assert_context_is_the_targets(drafter, context, ids: list[int]) -> None:
             np.testing.assert_allclose(keys[:, :, row:row + count], want_k[:, :, start:start + count], atol=2e-4)
             np.testing.assert_allclose(values[:, :, row:row + count], want_v[:, :, start:start + count], atol=2e-4)
         row += count
+
+
+def test_the_context_writes_after_its_rows_and_a_rewind_only_moves_its_length():
+    """Rows appended one step at a time across the buffer's growths, a rewind and a gap hold what a list of
+    the rows holds; a round's block joins them with or without room after them; a fork keeps its rows while
+    the original writes over the ones it dropped, and the other way round; the capacity doubles as it grows (a reply's steps copy what is held a few times, not each
+    step)."""
+    rng = np.random.default_rng(0)
+
+    def rows(n: int) -> list[tuple[mx.array, mx.array]]:
+        return [(mx.array(rng.standard_normal((1, 2, n, 4)).astype(np.float32)),
+                 mx.array(rng.standard_normal((1, 2, n, 4)).astype(np.float32))) for _ in range(2)]
+
+    def held(context: BlockContext) -> list[np.ndarray]:
+        return [np.asarray(part) for both in context.layers for part in both]
+
+    def joined(*parts: list[tuple[mx.array, mx.array]]) -> list[np.ndarray]:
+        return [np.concatenate([np.asarray(p[layer][i]) for p in parts], axis=2) for layer in range(2) for i in (0, 1)]
+
+    context, written, capacities = BlockContext(), [rows(10)], set()
+    context.append(0, written[0])
+    for position in range(10, 600):
+        written.append(rows(1))
+        context.append(position, written[-1])
+        capacities.add(context.capacity)
+    assert capacities == {256, 512, 1024}, capacities
+    np.testing.assert_array_equal(np.concatenate(held(context)), np.concatenate(joined(*written)))
+    block, full = rows(5), BlockContext()
+    full.append(0, rows(256))  # no room after its rows: the block is joined to a copy
+    for c in (context, full):  # a round's block, written past the rows held where there is room
+        want = [np.concatenate([h, np.asarray(b)], axis=2) for h, b in zip(held(c)[2:], block[1])]
+        before = held(c)
+        assert [np.asarray(a).tolist() for a in c.joined(1, *block[1])] == [w.tolist() for w in want]
+        assert [h.tolist() for h in held(c)] == [h.tolist() for h in before]  # the rows held are unchanged
+    context.trim(200)  # a rewind: 200 rows left (the first 10 and 190 single ones)
+    fork = context.fork()
+    again, gap = rows(5), rows(3)
+    context.append(200, again)
+    context.append(300, gap)  # positions 205..299 were never read by the drafter
+    assert context.runs[-2:] == [(200, 5), (300, 3)] and context.end == 303 and context.length == 208
+    for got, want in zip(held(context), joined(*written[:191], again, gap)):
+        np.testing.assert_array_equal(got, want)
+    fork.append(200, rows(2))
+    for got, want in zip(held(context), joined(*written[:191], again, gap)):
+        np.testing.assert_array_equal(got, want)
+    assert fork.end == 202 and held(fork)[0][:, :, :200].tolist() == joined(*written[:191])[0].tolist()
+    context.trim(0)  # emptied: its buffers go (their bytes back to the KV budget, where there is one)
+    assert context.layers == [] and context.end == 0 and context.capacity == 0 and context.bytes == 0
 
 
 class EveryOtherStep(FixedDraftLength):
@@ -215,6 +263,31 @@ def test_a_prefix_reused_from_the_pool_starts_the_context_there(folder):
     assert_context_is_the_targets(drafter, caches.context, caches.ids)
     assert tokens == reply(engine(TARGET.model, TARGET.tokenizer), prompt, GREEDY)[0]
     assert final.stats.draft_proposed > 0
+
+
+def test_the_contexts_bytes_come_from_the_kv_budget_and_a_full_budget_means_plain(folder):
+    """The context's buffers take their bytes from the engine's KV budget beside the pool's slabs, and give them
+    back when the conversation's caches are released; with a budget that holds the reply's KV but not a
+    context buffer, the reply decodes without the drafter (plain greedy's tokens, no error), and the budget
+    is never exceeded."""
+    drafter = load_block_drafter(folder, TARGET.model)
+    prompt = stream_prompt(2048, 14, 30)
+    plain = reply(engine(TARGET.model, TARGET.tokenizer), prompt, GREEDY)[0]
+    roomy = engine(TARGET.model, TARGET.tokenizer, drafter, 3, KVConfig(kind="paged", block_size=8,
+                                                                       max_kv_bytes=2_000_000))
+    tokens, final, caches = reply(roomy, prompt, GREEDY)
+    context, budget = caches.context, roomy.kv_budget
+    assert context is not None and context.bytes == context.capacity * 1024  # 2 layers x 2 x 2 heads x 32 x 4 B
+    slabs = sum(pool.slab_bytes(i) for pool in roomy.pools.values() for i in range(pool.slabs))
+    assert budget.in_use == slabs + context.bytes and final.stats.draft_proposed > 0 and tokens == plain
+    caches.release()
+    assert budget.in_use == slabs and context.bytes == 0
+    tight = engine(TARGET.model, TARGET.tokenizer, drafter, 3, KVConfig(kind="paged", block_size=8,
+                                                                       max_kv_bytes=300_000))
+    tokens, final, caches = reply(tight, prompt, GREEDY)
+    assert caches.context is not None and caches.context.refused and caches.context.bytes == 0
+    assert tokens == plain and final.stats.draft_proposed == 0 and final.finish_reason == "length"
+    assert tight.kv_budget.peak <= 300_000, tight.kv_budget.peak
 
 
 def test_replies_drafting_side_by_side_equal_each_alone(folder):

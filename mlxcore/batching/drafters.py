@@ -30,6 +30,7 @@ from mlxcore.configs import LOOKUP
 from mlxcore.decode_speculative import Proposal, SpeculativeDecoder, one_hot, rewind
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.kv.base import ModelCache
+from mlxcore.kv.budget import KVBudget
 from mlxcore.prompt_lookup import NgramIndex
 
 if TYPE_CHECKING:
@@ -154,15 +155,17 @@ class BlockDrafter:
     samples: bool = True
     forward: CompiledForward | None = None
 
-    def __init__(self, model: BlockDraftModel, target: CompiledForward) -> None:
+    def __init__(self, model: BlockDraftModel, target: CompiledForward, budget: KVBudget | None = None) -> None:
         self.model, self.target = model, target
+        self.budget = budget  # the engine's KV account, which the replies' contexts take their bytes from
         self.keeps: tuple[int, ...] = model.config.target_layer_ids
         self.vocab = target.wrapped.args.vocab_size
         inner, args = target.model, target.wrapped.args
         self._head = inner.embed_tokens.as_linear if args.tie_word_embeddings else target.wrapped.lm_head
 
     def may_draft(self, seq: Sequence) -> bool:
-        return True
+        context = seq.caches.context if seq.caches is not None else None
+        return context is None or not context.refused  # (refused: the KV budget had no room for it)
 
     def catch_up(self, seq: Sequence, decoder: SpeculativeDecoder, control: DraftLengthController) -> None:
         """Nothing: the target's plain steps kept their hidden states for it (``DecodeSteps``)."""
@@ -172,8 +175,7 @@ class BlockDrafter:
         contexts = [self._context(seq, len(seq.ids) - 1) for seq in seqs]
         block = mx.array([[seq.ids[-1]] + [mask] * k for seq in seqs])  # (B, k + 1): y at its position, masks
         offsets = mx.array([len(seq.ids) - 1 for seq in seqs], dtype=mx.int32)
-        hidden = self.model(self.target.model.embed_tokens(block), offsets,
-                            [context.layers or self._empty() for context in contexts])
+        hidden = self.model(self.target.model.embed_tokens(block), offsets, contexts)
         logits = self._head(hidden[:, 1:])  # (B, k, V): the masks' positions
         mx.async_eval(logits)
         out: list[Proposal | None] = []
@@ -184,19 +186,12 @@ class BlockDrafter:
             out.append(decoder.proposal())
         return out
 
-    def _empty(self) -> list[tuple[mx.array, mx.array]]:
-        """An empty context: keys and values of no position."""
-        c = self.model.config
-        dtype = self.model.norm.weight.dtype
-        none = mx.zeros((1, c.num_key_value_heads, 0, c.head_dim), dtype=dtype)
-        return [(none, none)] * c.num_hidden_layers
-
     def _context(self, seq: Sequence, position: int) -> BlockContext:
         """The reply's context, holding nothing at or past ``position`` (its caches may have been rewound)."""
         caches = seq.caches
         assert caches is not None  # a decoding reply's
         if caches.context is None:
-            caches.context = BlockContext()
+            caches.context = BlockContext(self.budget)
         caches.context.trim(min(position, caches.target.offset))
         return caches.context
 
@@ -206,13 +201,16 @@ class BlockDrafter:
         features = mx.concatenate([kept[i][:, 0] for i in self.keeps], axis=-1)  # (rows, layers x hidden)
         positions = mx.array([at for _, start, count in taken for at in range(start, start + count)], dtype=mx.int32)
         layers = self.model.context(features, positions)  # one pass for every reply's rows: (rows, kv_heads, 1, dim)
-        mx.async_eval([part for both in layers for part in both])  # now: the pass's rows can then go
         row = 0
+        written: list[mx.array] = []  # every buffer written
         for seq, start, count in taken:
             # (1, kv_heads, count, dim): this reply's rows
             own = [(k[row:row + count].swapaxes(0, 2), v[row:row + count].swapaxes(0, 2)) for k, v in layers]
-            self._context(seq, start).append(start, own)
+            context = self._context(seq, start)
+            context.append(start, own)
+            written.extend(part for both in context.buffers for part in both)
             row += count
+        mx.async_eval(written)  # now: the pass's rows can then go, and each buffer is written in place
 
     def verified(self, seq: Sequence, k: int, n: int) -> None:
         """Nothing: only the accepted rows are taken (``took``)."""
@@ -316,7 +314,8 @@ def drafter_of(engine: Engine) -> Drafter | None:
     if engine.draft_forward is not None:
         other = ModelDrafter(engine.draft_forward, engine.draft_name)
     elif engine.block_drafter is not None:
-        other = BlockDrafter(engine.block_drafter, engine.target_forward)
+        other = BlockDrafter(engine.block_drafter, engine.target_forward,
+                             engine.kv_budget if engine.kv.kind == "paged" else None)
     if other is not None:
         return LookupFirst(other) if engine.prompt_lookup else other
     if engine.prompt_lookup:
