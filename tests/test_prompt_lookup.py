@@ -216,9 +216,9 @@ def test_a_model_opened_without_a_drafter_looks_up_by_default_unless_told_not_to
     from tiny_models import tiny_hybrid, tiny_hybrid_config, write_model_folder
 
     alone = open_engine(ModelChoice(model="mini-target"))
-    assert alone.engine.prompt_lookup and alone.draft_name == "lookup"
+    assert alone.engine.prompt_lookup and alone.engine.draft_name == "lookup"
     assert not open_engine(ModelChoice(model="mini-target", no_draft=True)).engine.prompt_lookup
     root = Path(__file__).resolve().parent.parent / "assets" / "models"
     hybrid = write_model_folder(tiny_hybrid(), tmp_path / "tiny-hybrid", root / "mini-target", config=tiny_hybrid_config())
     opened = open_engine(ModelChoice(model=str(hybrid)))
-    assert not opened.engine.prompt_lookup and opened.draft_name is None
+    assert not opened.engine.prompt_lookup and not opened.engine.draft_name
