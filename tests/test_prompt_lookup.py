@@ -79,6 +79,18 @@ def reply(made: Engine, prompt: list[int], params: GenerationParams) -> tuple[li
     return [e.token for e in events if isinstance(e, TokenEvent)], events[-1]
 
 
+def side_by_side(made: Engine, prompts: list[list[int]], params: GenerationParams) -> tuple[LocalBatch, list[list]]:
+    """The replies to ``prompts`` run side by side in one batch: the batch, and each reply's events."""
+    batch = LocalBatch(made)
+    handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts]
+    events: dict[str, list] = {h.request_id: [] for h in handles}
+    while batch.busy:
+        batch.step()
+        for h in handles:
+            events[h.request_id].extend(drain(h))
+    return batch, [events[h.request_id] for h in handles]
+
+
 @pytest.mark.parametrize("kv", KINDS, ids=lambda kv: kv.kind)
 @pytest.mark.parametrize("k", [2, 6, None], ids=["k2", "k6", "adaptive"])
 def test_greedy_with_prompt_lookup_equals_plain(target, kv, k):
@@ -95,19 +107,12 @@ def test_replies_side_by_side_with_prompt_lookup_equal_each_alone(target):
     made = engine(target, KVConfig(kind="paged", block_size=8), True, 4)
     params = GenerationParams(max_tokens=30)
     prompts = [looping_prompt(seed) for seed in range(3)] + [np.random.default_rng(9).integers(0, 512, 20).tolist()]
-    batch = LocalBatch(made)
-    handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts]
-    events = {h.request_id: [] for h in handles}
-    while batch.busy:
-        batch.step()
-        for h in handles:
-            events[h.request_id].extend(drain(h))
+    batch, replies = side_by_side(made, prompts, params)
     assert batch.runner.tally.largest_batch == 4
     plain = engine(target, KVConfig(kind="paged", block_size=8), False)
-    for prompt, handle in zip(prompts, handles):
-        got = events[handle.request_id]
+    for prompt, got in zip(prompts, replies):
         assert [e.token for e in got if isinstance(e, TokenEvent)] == reply(plain, prompt, params)[0]
-    assert sum(events[h.request_id][-1].stats.draft_accepted for h in handles) > 0
+    assert sum(got[-1].stats.draft_accepted for got in replies) > 0
 
 
 def test_sampled_tokens_after_a_lookup_follow_the_target_distribution(target):
@@ -149,16 +154,9 @@ def test_lookup_beside_a_draft_model_drafts_with_both_and_equals_plain(target):
     made.draft_control = FixedDraftLength(3)
     params = GenerationParams(max_tokens=30)
     prompts = [looping_prompt(seed) for seed in range(2)] + [np.random.default_rng(9).integers(0, 512, 20).tolist()]
-    batch = LocalBatch(made)
-    handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts]
-    events = {h.request_id: [] for h in handles}
-    while batch.busy:
-        batch.step()
-        for h in handles:
-            events[h.request_id].extend(drain(h))
+    batch, replies = side_by_side(made, prompts, params)
     plain = engine(target, KVConfig(kind="paged", block_size=8), False)
-    for prompt, handle in zip(prompts, handles):
-        got = events[handle.request_id]
+    for prompt, got in zip(prompts, replies):
         assert [e.token for e in got if isinstance(e, TokenEvent)] == reply(plain, prompt, params)[0]
         assert got[-1].stats.drafter == "draft model+lookup"
     rounds = batch.runner.drafter.rounds
@@ -189,16 +187,9 @@ def test_sampled_tokens_side_by_side_with_lookup_beside_a_draft_follow_the_targe
     expected = [np.array(distribution(target(mx.array([p]))[0, -1], params), dtype=np.float64) for p in prompts]
     counts = [np.zeros(512), np.zeros(512)]
     for seed in range(800):
-        batch = LocalBatch(made)
-        handles = [batch.submit(Request(tuple(p), GenerationParams(max_tokens=1, temperature=0.8, seed=seed)))[0]
-                   for p in prompts]
-        events = {h.request_id: [] for h in handles}
-        while batch.busy:
-            batch.step()
-            for h in handles:
-                events[h.request_id].extend(drain(h))
-        for count, handle in zip(counts, handles):
-            count[[e.token for e in events[handle.request_id] if isinstance(e, TokenEvent)][0]] += 1
+        batch, replies = side_by_side(made, prompts, GenerationParams(max_tokens=1, temperature=0.8, seed=seed))
+        for count, got in zip(counts, replies):
+            count[[e.token for e in got if isinstance(e, TokenEvent)][0]] += 1
     assert batch.runner.drafter.rounds["lookup"] > 0, "the repeating reply took lookup's proposal"
     assert batch.runner.drafter.rounds["draft model"] > 0, "the other reply drafted with the model"
     for p, count in zip(expected, counts):
