@@ -197,7 +197,7 @@ def test_in_a_batch_plain_steps_feed_each_context_too(folder):
     plain_steps = 0
     while batch.busy:
         batch.step()
-        running = [batch.runner.caches_of(h.request_id) for h in handles]
+        running = [getattr(batch.runner.sequences.get(h.request_id), "caches", None) for h in handles]
         plain_steps += made.draft_control.steps % 2 == 0 and len([c for c in running if c is not None]) > 1
         for caches in running:
             if caches is not None and caches.context is not None:

@@ -101,7 +101,9 @@ def test_f5_lists_the_models_dir_and_the_chat_goes_on_with_the_model_picked(mode
             await pilot.press("f5")
             pickers = sum(isinstance(screen, ModelPicker) for screen in app.screen_stack)
             await pilot.press("home", "enter")
-            await wait_for(pilot, lambda: app.ready and app.status.model == NEWNAME, what="the model switch")
+            # (a model picked alone drafts by prompt lookup: the header says so)
+            await wait_for(pilot, lambda: app.ready and app.status.model == f"{NEWNAME} + lookup",
+                           what="the model switch")
             await send(pilot, app, "And 3 + 4?")
             return before, listed, pickers, app.state.messages
     before, listed, pickers, messages = asyncio.run(scenario())

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -42,8 +43,9 @@ def ask_command(*args: str) -> list[str]:
 
 
 def run_together(*commands: list[str]) -> list[list[dict]]:
-    """Run the commands at once (2 cores), each to its end; their JSON lines."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    """Run the commands at once (2 cores), each to its end; their JSON lines. Their home (sessions, the KV disk
+    tier) is a fresh folder: a prompt finds no blocks an earlier test or run left on disk."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", MLXCHAT_HOME=tempfile.mkdtemp(prefix="mlxchat-home-"))
     runs = [subprocess.Popen(c, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for c in commands]
     outputs = []
