@@ -23,7 +23,7 @@ from scipy.stats import chisquare
 
 from app.tui.widgets.status_line import stats_text
 from bench.draft_lengths import FixedDraftLength
-from mlxcore.batching.drafters import LookupChoice
+from mlxcore.batching.drafters import LookupChoice, LookupFirst
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore.engine import Engine, KVConfig
@@ -213,3 +213,31 @@ def test_a_model_opened_without_a_drafter_looks_up_by_default_unless_told_not_to
     hybrid = write_model_folder(tiny_hybrid(), tmp_path / "tiny-hybrid", root / "mini-target", config=tiny_hybrid_config())
     opened = open_engine(ModelChoice(model=str(hybrid)))
     assert not opened.engine.prompt_lookup and not opened.engine.draft_name
+
+
+def test_lookup_a_little_behind_a_costly_drafter_is_still_taken():
+    """Lookup's proposal costs no pass: at 90% against the other drafter's 100%, it is taken when the other's
+    passes are half of a round of 4 (more tokens a second), not when they cost nothing."""
+    choice = LookupChoice()
+    for _ in range(5):
+        choice.lookup.add(10, 9)
+        choice.other.add(10, 10)
+    assert not choice.takes_lookup(4, share=1.0)
+    assert choice.takes_lookup(4, share=0.5)
+
+
+def test_a_new_reply_starts_from_what_the_replies_before_it_measured():
+    class Other:
+        name, samples, keeps, forward, vocab = "draft", True, (), None, 512
+
+    class Reply:  # stands for a reply's SpeculativeDecoder (a key of the choices)
+        pass
+
+    chooser = LookupFirst(Other())
+    first = chooser.choice(Reply())
+    assert first.takes_lookup(4), "untried, lookup is taken"
+    for _ in range(5):
+        chooser.learned.lookup.add(4, 0)
+        chooser.learned.other.add(4, 4)
+    later = chooser.choice(Reply())
+    assert not later.takes_lookup(4) and first.takes_lookup(4), "the new reply learned; the first kept its own"

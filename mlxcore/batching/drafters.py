@@ -229,6 +229,7 @@ class LookupFirst:
         self.samples, self.keeps, self.forward, self.vocab = other.samples, other.keeps, other.forward, other.vocab
         self.rounds = {LOOKUP: 0, other.name: 0}  # rounds each drafter proposed, over every reply
         self._choices: weakref.WeakKeyDictionary[SpeculativeDecoder, LookupChoice] = weakref.WeakKeyDictionary()
+        self.learned = LookupChoice()  # every reply's rounds, the start of a new reply's choice
         self._by_lookup: set[int] = set()  # the replies lookup proposed for, this round (by id)
 
     def may_draft(self, seq: Sequence) -> bool:
@@ -242,7 +243,7 @@ class LookupFirst:
         self._by_lookup = set()
         for row, (seq, decoder) in enumerate(zip(seqs, decoders)):
             if decoder.constraint is None and (found := self.lookup.propose([seq], [decoder], k)[0]) is not None:
-                if self.choice(decoder).takes_lookup():
+                if self.choice(decoder).takes_lookup(k, _pass_free_share(decoder.controller, k)):
                     out[row] = found
                     self._by_lookup.add(id(seq))
         rest = [row for row in range(len(seqs)) if out[row] is None]
@@ -252,8 +253,11 @@ class LookupFirst:
         return out
 
     def choice(self, decoder: SpeculativeDecoder) -> LookupChoice:
-        """The reply's measure of both drafters (made at its first round)."""
-        return self._choices.setdefault(decoder, LookupChoice())
+        """The reply's measure of both drafters, made at its first round from what the replies before it
+        measured (``learned``): a chat's short replies do not each try lookup afresh."""
+        if decoder not in self._choices:
+            self._choices[decoder] = self.learned.copy()
+        return self._choices[decoder]
 
     def took(self, taken: list[Taken], kept: Mapping[int, mx.array]) -> None:
         self.other.took(taken, kept)
@@ -261,17 +265,21 @@ class LookupFirst:
     def verified(self, seq: Sequence, k: int, n: int) -> None:
         assert seq.speculative is not None  # a drafting reply's
         choice, lookup = self.choice(seq.speculative), id(seq) in self._by_lookup
-        (choice.lookup if lookup else choice.other).add(k, n)
+        for measure in (choice, self.learned):
+            (measure.lookup if lookup else measure.other).add(k, n)
         self.rounds[LOOKUP if lookup else self.other.name] += 1
         if not lookup:
             self.other.verified(seq, k, n)
 
 
 class LookupChoice:
-    """One reply's choice between lookup and the other drafter: lookup while its acceptance (accepted tokens
-    per proposed one over its recent rounds, ``_Acceptance``) is at least the other's; when it fell behind, a
-    match is still taken every ``PROBE_EVERY``-th time, so the choice follows the reply's text (an edit pays
-    again once the reply starts copying)."""
+    """One reply's choice between lookup and the other drafter, by tokens a round per second: a round of k
+    takes F + k D seconds with the other drafter's passes and F with lookup's proposal, which costs none
+    (``share`` = F / (F + k D), from the draft-length controller's timings), so lookup is taken while the
+    tokens it is expected to give (from its acceptance, accepted tokens per proposed one over its recent
+    rounds: ``_Acceptance``) are at least ``share`` times the other's. When it fell behind, a match is still
+    taken every ``PROBE_EVERY``-th time, so the choice follows the reply's text (an edit pays again once the
+    reply starts copying)."""
 
     PROBE_EVERY = 16
 
@@ -279,8 +287,13 @@ class LookupChoice:
         self.lookup, self.other = _Acceptance(), _Acceptance()
         self.skipped = 0  # matches not taken since lookup was last tried
 
-    def takes_lookup(self) -> bool:
-        if self.lookup.rate >= self.other.rate:
+    def copy(self) -> LookupChoice:
+        made = LookupChoice()
+        made.lookup, made.other = self.lookup.copy(), self.other.copy()
+        return made
+
+    def takes_lookup(self, k: int = 1, share: float = 1.0) -> bool:
+        if self.lookup.expected(k) >= share * self.other.expected(k):
             return True
         self.skipped += 1
         if self.skipped >= self.PROBE_EVERY:
@@ -305,6 +318,24 @@ class _Acceptance:
     def add(self, proposed: int, accepted: int) -> None:
         self.proposed = self.proposed * self.DECAY + proposed
         self.accepted = self.accepted * self.DECAY + min(accepted, proposed)
+
+    def copy(self) -> _Acceptance:
+        made = _Acceptance()
+        made.proposed, made.accepted = self.proposed, self.accepted
+        return made
+
+    def expected(self, k: int) -> float:
+        """Tokens a round of k is expected to emit (each drafted token accepted at ``rate``, then one more)."""
+        return sum(self.rate ** i for i in range(k + 1))
+
+
+def _pass_free_share(controller: DraftLengthController, k: int) -> float:
+    """F / (F + k D): the part of a drafted round's time that is not the drafter's passes, by the controller's
+    timings (1.0 before it has any)."""
+    fixed, per_draft = controller.round_fixed or controller.plain_step, controller.per_draft
+    if not fixed or per_draft is None:
+        return 1.0
+    return fixed / (fixed + k * per_draft)
 
 
 def drafter_of(engine: Engine) -> Drafter | None:
