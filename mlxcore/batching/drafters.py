@@ -218,8 +218,8 @@ class BlockDrafter:
 
 class LookupFirst:
     """Prompt lookup beside a draft model or a block drafter (``mlxchat``'s default where there is one): a reply
-    whose own text continues an earlier n-gram takes lookup's proposal, which costs no pass, while lookup's
-    tokens are accepted at least as often as the other drafter's in that reply (``LookupChoice``); the other
+    whose own text continues an earlier n-gram takes lookup's proposal, which costs no pass, while lookup
+    gives that reply more tokens a second than the other drafter would (``LookupChoice``); the other
     replies of the round draft with the other drafter. A reply under a grammar drafts with the other drafter
     only (its draft is drawn under the grammar's masks)."""
 
