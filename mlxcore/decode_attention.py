@@ -35,7 +35,7 @@ import mlx.core as mx
 
 from mlxcore.cpu_attention import reads_spans, segmented_causal_attention
 from mlxcore.device_profile import current
-from mlxcore.fast_exp import fast_exp_below
+from mlxcore.fast_exp import exp_below_parts
 from mlxcore.kv.protocol import FloatSegment, Mask, Part, Segment
 
 
@@ -139,7 +139,8 @@ def _grouped(q: mx.array, segments: list[Segment], scale: float, mask: Callable[
         scores = mask(scores)
     values_dtype = values[1].dtype if isinstance(values, tuple) else values.dtype  # a quantized one's scales'
     if fast:
-        weights = fast_exp_below(scores, mx.max(scores, axis=-1, keepdims=True))
+        p, bits = exp_below_parts()(scores, mx.max(scores, axis=-1, keepdims=True))  # ``fast_exp_below``'s two
+        weights = p * bits.view(mx.float32)  # lines, inline: a call fewer per layer
         total = mx.sum(weights, axis=-1, keepdims=True)
     else:
         weights, total = mx.softmax(scores, axis=-1, precise=True), None

@@ -58,7 +58,7 @@ def _shifted_parts(x: mx.array, top: mx.array) -> tuple[mx.array, mx.array]:
 
 
 @lru_cache(maxsize=1)
-def _shifted() -> Callable[[mx.array, mx.array], tuple[mx.array, mx.array]]:
+def exp_below_parts() -> Callable[[mx.array, mx.array], tuple[mx.array, mx.array]]:
     """``_exp_parts(x - top)`` in one kernel (the subtraction too: one operation fewer for softmax)."""
     return mx.compile(_shifted_parts, shapeless=True) if compile_works() else _shifted_parts
 
@@ -71,7 +71,7 @@ def fast_exp(x: mx.array) -> mx.array:
 
 def fast_exp_below(x: mx.array, top: mx.array) -> mx.array:
     """``exp(x - top)`` (``top`` broadcast against ``x``, e.g. its row maxima), as ``fast_exp``."""
-    p, bits = _shifted()(x, top)
+    p, bits = exp_below_parts()(x, top)
     return p * bits.view(mx.float32)
 
 

@@ -40,7 +40,8 @@ from mlxcore.kv.base import ModelCache
 from mlxcore.kv.geometry import model_geometry
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
-from mlxcore.kv.slab_storage import SlotGroup
+from mlxcore.kv.protocol import Mask
+from mlxcore.kv.slab_storage import Reads, SlotGroup
 from mlxcore.kv.standard import StandardCache
 
 # Row counts whose kernels a warm-up builds: a lone decode row, and two rows, whose kernels every other count
@@ -208,6 +209,7 @@ class _OwnReads:
     def __init__(self, caches: list[PagedCache]) -> None:
         self.caches = caches
         self._attention: list[Attention | None] = [None] * len(caches)  # each row's, decided at the first layer
+        self._reads: list[tuple[Reads, Mask] | None] = [None] * len(caches)  # and where it reads
 
     def write(self, index: int, parts: tuple[mx.array, ...]) -> None:
         """Nothing: the pool holds what this reads."""
@@ -217,9 +219,11 @@ class _OwnReads:
         outs = []
         for row, cache in enumerate(self.caches):
             query = q[row:row + 1]
-            segments, mask = cache.layer_read(index, query.shape[1])
+            reads, mask = self._reads[row] or cache.read_plan(query.shape[1])
+            segments = cache.pool.storage[index].read(reads)
             attention = self._attention[row]
             if attention is None:
+                self._reads[row] = reads, mask
                 attention = self._attention[row] = attention_for(query, segments, 1.0, mask, final=True)
             outs.append(attention(query, segments)[0])
         return mx.concatenate(outs, axis=0), None

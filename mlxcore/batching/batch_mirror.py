@@ -280,5 +280,6 @@ def _alone(lengths: list[int]) -> list[int]:
 
 def _attend_alone(q: mx.array, cache: PagedCache, index: int) -> Attended:
     """``attend_parts`` of a row (1, heads, 1, dim; scaled) that attends alone over its blocks in the pool."""
-    segments, mask = cache.layer_read(index, q.shape[1])
+    reads, mask = cache.read_plan(q.shape[1])
+    segments = cache.pool.storage[index].read(reads)
     return attend_parts(q, segments, 1.0, mask)

@@ -22,6 +22,7 @@ from mlxcore.decode_attention import Attention, attention_for
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.protocol import Mask
+from mlxcore.kv.slab_storage import Reads
 
 
 class PromptFeed:
@@ -49,13 +50,17 @@ class PromptFeed:
         self.h = forward.model.embed_tokens((ids if isinstance(ids, mx.array) else mx.array(ids))[:, None])  # (L, 1, hidden): a row a token
         self.offsets = mx.arange(cache.offset, cache.offset + len(ids), dtype=mx.int32)
         self._attention: Attention | None = None
+        self._reads: tuple[Reads, Mask] | None = None  # on the pool: this pass's (``PagedCache.read_plan``)
 
     def attend(self, q: mx.array, index: int, both: mx.array | None = None) -> mx.array:
         """The chunk's queries (L, heads, 1, dim; scaled) over its tokens in layer ``index``; shaped as ``q``.
         On the pool its keys and values are written already; on a cache of one sequence ``both`` (2, kv_heads,
         L, dim) are, here."""
         if self.paged is not None:
-            segments, mask = self.paged.layer_read(index, q.shape[1])
+            if self._reads is None:  # where it reads is found once a pass: every layer reads alike
+                self._reads = self.paged.read_plan(q.shape[1])
+            reads, mask = self._reads
+            segments = self.paged.pool.storage[index].read(reads)
         else:
             assert both is not None  # a cache of one sequence is given its keys and values
             segments, mask = [self.cache.layers[index].update_and_fetch(both[0][None], both[1][None])], self.mask

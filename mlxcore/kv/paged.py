@@ -7,7 +7,7 @@ the sequence's one length (``length``) at its end: the batched pass once for eve
 (``finish_batched_pass``), mlx-lm's per-layer protocol with its last layer. A layer's ``offset`` is read
 from that length; nothing a pass left uncommitted is held (``settle`` drops it).
 ``hash_blocks(ids)``, once the owner knows the ids and every layer holds them,
-makes the full blocks prefix hits. Attention reads the sequence where it lies (``layer_read``, after the
+makes the full blocks prefix hits. Attention reads the sequence where it lies (``read_plan``, after the
 batched pass wrote a layer's rows): one view of storage per run of adjacent blocks (a lone chat has one run
 per slab it spans; a fork, a shared prefix or a restored session a few more),
 which ``decode_attention.py`` and ``cpu_attention.py`` attend over without
@@ -41,8 +41,8 @@ from mlxcore.kv.geometry import KVGeometry
 from mlxcore.kv import stored
 from mlxcore.kv.kv_format import KVFormat, kv_format
 from mlxcore.kv.paged_pool import BlockPool, make_block_pool
-from mlxcore.kv.protocol import Mask, Segment
-from mlxcore.kv.slab_storage import Gather
+from mlxcore.kv.protocol import Mask
+from mlxcore.kv.slab_storage import Gather, Reads
 
 def _as_float(parts: Sequence[mx.array], fmt: KVFormat, geometry: KVGeometry) -> tuple[mx.array, mx.array]:
     """Saved keys and values as float arrays of the geometry's dtype."""
@@ -131,7 +131,7 @@ class PagedCache(ModelCache):
         self._written = 0  # layers that wrote its tokens one by one (mlx-lm's per-layer protocol)
         self._gather: Gather | None = None  # the table's runs, made again when the table changes
         self._span: tuple[tuple[int, int], Span | None] | None = None  # ((length, queries), span and mask) of this pass
-        self._reads: tuple[list[tuple[int, int, int]] | None, Mask] | None = None  # this pass's (``_read_plan``)
+        self._reads: tuple[Reads, Mask] | None = None  # this pass's (``read_plan``)
         self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
         # Its last prefix lookup's blocks read back from the disk tier: tokens, and seconds spent reading them.
         self.disk_read_tokens, self.disk_read_seconds = 0, 0.0
@@ -228,33 +228,25 @@ class PagedCache(ModelCache):
         plan, where = self._announced(), self.pool.storage[0].where
         return [where(seg.slot + i) for seg in plan.segments for i in range(seg.length)]
 
-    def layer_read(self, index: int, heads: int) -> tuple[list[Segment], Mask]:
-        """Layer ``index``'s tokens, the announced ones included, for the causal attention of the announced ones
-        in ``heads`` query heads: where they lie is found once a pass (``_read_plan``), and each layer takes
-        views of its own storage there."""
-        plan = self._reads if self._reads is not None else self._read_plan(heads)
-        places, mask = plan
-        storage = self.pool.storage[index]
-        if places is None:  # past the profile's max_segments runs: one copy
-            announced = self._plan
-            assert announced is not None  # (``_read_plan`` checked it)
-            return [storage.fetch(self._gather_index(), announced.start + announced.length)], mask
-        return storage.views(places), mask
-
-    def _read_plan(self, heads: int) -> tuple[list[tuple[int, int, int]] | None, Mask]:
-        """Where the pass's attention reads (slab, start, size views: the runs, or one span over runs in one
-        slab with small gaps between them when the device attends with an array mask,
-        ``cpu_attention.reads_spans``; None: one copy, past the profile's ``max_segments`` runs) and its mask."""
+    def read_plan(self, heads: int) -> tuple[Reads, Mask]:
+        """Where this pass's attention reads the sequence, the announced tokens included, for the causal
+        attention of the announced ones in ``heads`` query heads, and its mask; found once a pass, and every
+        layer reads its own storage there (``LayerStorage.read``). The places are (slab, start, size) views:
+        the runs, or one span over runs in one slab with small gaps between them when the device attends with
+        an array mask (``cpu_attention.reads_spans``); past the profile's ``max_segments`` runs, (the table,
+        length): one copy."""
+        if self._reads is not None:
+            return self._reads
         plan = self._announced()
         length, queries = plan.start + plan.length, plan.length
         rows = heads // self.pool.geometry.kv_heads * queries  # query rows per kv head
         span = self._span_mask(length, queries) if reads_spans(rows, length) else None
         gather = self._gather_index()
-        reads: tuple[list[tuple[int, int, int]] | None, Mask]
+        reads: tuple[Reads, Mask]
         if span is not None:
             reads = [span[0]], span[1]
         elif len(gather.runs) > current().max_segments:
-            reads = None, "causal"
+            reads = (gather, length), "causal"
         else:
             reads = gather.places(length), "causal"
         self._reads = reads

@@ -21,6 +21,8 @@ from mlxcore.kv.block_manager import WriteSegment
 from mlxcore.kv.geometry import KVGeometry
 
 SlotGroup = tuple[int, mx.array, mx.array | None]  # a slab, its slots (1, 1, n, 1), the rows writing them (None: all)
+Place = tuple[int, int, int]  # a slab, its first slot, slots
+Reads = list[Place] | tuple["Gather", int]  # views of these places, or (a sequence's runs, length) for one copy
 
 if TYPE_CHECKING:
     from mlxcore.kv.paged_pool import PoolConfig
@@ -48,7 +50,7 @@ class Gather:
         self.runs = [tuple(run) for run in runs]  # (slab, first slot in the slab, slots)
         self._rows: dict[tuple[int, int], mx.array] = {}  # (kv_heads, slab slots) -> (kv_heads, slots) rows
 
-    def places(self, length: int) -> list[tuple[int, int, int]]:
+    def places(self, length: int) -> list[Place]:
         """The runs that hold the first ``length`` tokens, (slab, first slot, slots), the last cut to them."""
         runs, left = [], length
         for slab, start, size in self.runs:
@@ -184,13 +186,16 @@ class LayerStorage:
             return self._split([part[:, :, start:start + length, :] for part in self.slabs[slab]])
         return self.gather(gather, length)
 
-    def views(self, places: list[tuple[int, int, int]]) -> list[tuple]:
-        """Keys and values of each (slab, first slot, slots) place, in order, as views: (1, kv_heads, slots,
-        width) each. Float storage without helper calls (a pass reads every layer so)."""
-        if not self.slabs or not places:
+    def read(self, reads: Reads) -> list[tuple]:
+        """Keys and values of a sequence as attention reads them (``PagedCache.read_plan``): each place's
+        (1, kv_heads, slots, width), in order, as views; or one copy, for (runs, length). Float storage
+        without helper calls (a pass reads every layer so)."""
+        if not isinstance(reads, list):
+            return [self.fetch(*reads)]
+        if not self.slabs or not reads:
             return [self._empty()]
         views = []
-        for slab, start, size in places:
+        for slab, start, size in reads:
             if not self._float:
                 views.append(self.view(slab, start, size))
                 continue
@@ -219,7 +224,7 @@ class LayerStorage:
                 # take over rows gives (2, kv_heads, length, width), contiguous
                 parts.append(mx.take(part.reshape(two * heads * capacity, width), rows, axis=0))
             return self._split(parts)
-        keys, values = zip(*self.views(gather.places(length)))
+        keys, values = zip(*self.read(gather.places(length)))
         return _joined(keys), _joined(values)
 
     def _split(self, parts: Sequence[mx.array]) -> tuple:
