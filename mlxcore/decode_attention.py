@@ -97,18 +97,22 @@ def dequantized(segments: list[Segment], dim: int) -> list[FloatSegment]:
     return [(one(keys), one(values)) for keys, values in segments]
 
 
-def attend_batch_parts(q: mx.array, segments: list[Segment], scale: float, valid: mx.array) -> Attended:
-    """One query per sequence of a batch over keys padded to a common length, in pieces; as ``attend_parts``.
+def batch_attention(valid: mx.array, quantized: bool, scale: float = 1.0) -> Attention:
+    """Attention of one query per sequence of a batch over keys padded to a common length, in pieces, as
+    ``attention_for`` gives it: decided once a step, for every layer.
 
-    q: (B, heads, 1, dim); segments: (B, kv_heads, length, dim) keys and values each, in any
-    order along the length (a decode step sees every key it holds); valid: (B, 1, 1, keys)
-    booleans over the pieces' keys in order, False for padding.
+    Its queries: (B, heads, 1, dim); its segments: (B, kv_heads, length, dim) keys and values each, in any
+    order along the length (a decode step sees every key it holds); valid: (B, 1, 1, keys) booleans over
+    the pieces' keys in order, False for padding.
     """
     profile = current()
-    if profile.fused_attention and len(segments) == 1 and not isinstance(segments[0][0], tuple):
-        keys, values = segments[0]  # padded rows and their mask: what the fused kernel takes
-        return mx.fast.scaled_dot_product_attention(q, cast(mx.array, keys), cast(mx.array, values), scale=scale, mask=valid), None
-    return _grouped(q, segments, scale, lambda scores: mx.where(valid, scores, -mx.inf), profile.fast_exp)
+    if profile.fused_attention and not quantized:
+        def fused(q: mx.array, segments: list[Segment]) -> Attended:
+            keys, values = segments[0]  # padded rows and their mask: what the fused kernel takes
+            return mx.fast.scaled_dot_product_attention(q, cast(mx.array, keys), cast(mx.array, values), scale=scale,
+                                                        mask=valid), None
+        return fused
+    return partial(_grouped, scale=scale, mask=valid, fast=profile.fast_exp)
 
 
 def normalized(parts: Attended, shape: tuple[int, ...]) -> mx.array:
@@ -119,11 +123,12 @@ def normalized(parts: Attended, shape: tuple[int, ...]) -> mx.array:
     return _as(out / total, out.dtype).reshape(shape)
 
 
-def _grouped(q: mx.array, segments: list[Segment], scale: float, mask: Callable[[mx.array], mx.array] | None,
-             fast: bool, final: bool = False) -> Attended:
-    """Grouped-query softmax attention over ``segments``; ``mask`` maps float32 scores to masked scores (None:
-    every key is seen); ``final``: divided by the total here (``normalized``). One float segment, the
-    common case, runs with no helper calls (they cost per layer)."""
+def _grouped(q: mx.array, segments: list[Segment], scale: float,
+             mask: Callable[[mx.array], mx.array] | mx.array | None, fast: bool, final: bool = False) -> Attended:
+    """Grouped-query softmax attention over ``segments``; ``mask`` maps float32 scores to masked scores, or is
+    booleans broadcast against them (True: seen; a batch's padded rows), or None (every key is seen);
+    ``final``: divided by the total here (``normalized``). One float segment, the common case, runs with
+    no helper calls (they cost per layer)."""
     batch, heads, n, dim = q.shape
     keys, values = segments[0]
     kv_heads = (keys[0] if isinstance(keys, tuple) else keys).shape[1]
@@ -135,7 +140,9 @@ def _grouped(q: mx.array, segments: list[Segment], scale: float, mask: Callable[
         scores = pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-1)
     if scores.dtype != mx.float32:
         scores = scores.astype(mx.float32)
-    if mask is not None:
+    if isinstance(mask, mx.array):
+        scores = mx.where(mask, scores, -mx.inf)
+    elif mask is not None:
         scores = mask(scores)
     values_dtype = values[1].dtype if isinstance(values, tuple) else values.dtype  # a quantized one's scales'
     if fast:

@@ -16,7 +16,7 @@ from mlxcore import device_profile
 from mlxcore.batching.batch_forward import forward_rows
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
-from mlxcore.decode_attention import attend_batch_parts, attend_parts, dequantized, normalized
+from mlxcore.decode_attention import attend_parts, batch_attention, dequantized, normalized
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import TokenEvent
 from mlxcore.kv.model_cache import make_block_pool, make_model_cache
@@ -118,7 +118,7 @@ def test_a_batchs_padded_rows_attend_as_each_row_alone(packed, fused_calls):
     for kind in device_profile.PROFILES:
         fused_calls.clear()
         with device_profile.forced(kind):
-            parts = attend_batch_parts(q, segments, SCALE, valid)
+            parts = batch_attention(valid, packed, SCALE)(q, segments)
             np.testing.assert_allclose(np.array(normalized(parts, q.shape)), expected, atol=2e-5,
                                        err_msg=f"{kind} profile")
         assert fused_calls == ([q.shape] if kind == "gpu" and not packed else []), "the GPU's float rows go fused"

@@ -26,12 +26,13 @@ What each way costs: docs/decisions.md ("Batching: the mirror", "The running bat
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import mlx.core as mx
 
-from mlxcore.batching.batch_mirror import BatchMirror, MirrorStep
+from mlxcore.batching.batch_mirror import BatchMirror
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import Attended, Attention, attention_for, normalized
@@ -47,6 +48,11 @@ from mlxcore.kv.standard import StandardCache
 # Row counts whose kernels a warm-up builds: a lone decode row, and two rows, whose kernels every other count
 # reuses (measured on the embedded target: 18 kernels for one, 8 more for two, none after).
 WARM_UP_ROWS = (1, 2)
+
+
+# How a pass's decode rows read their tokens in a layer: (layer, queries (B, heads, 1, dim; scaled), their new keys
+# and values as the pool stores them) -> ``Attended``. The mirror's (``BatchMirror.attend``), or each row's own.
+Reader = Callable[[int, mx.array, tuple[mx.array, ...]], Attended]
 
 
 class BatchDecoder:
@@ -72,7 +78,7 @@ class BatchDecoder:
             raise ModelLoadError(f"Replies side by side run Qwen3 and Qwen3-MoE models; this is a {kind} model.")
         pool = _pool(caches, feeds)
         rows = len(caches)
-        where = mx.array([cache.offset for cache in caches], dtype=mx.int32)  # each row's position
+        where = mx.array([cache.length for cache in caches], dtype=mx.int32)  # each row's position
         reads = self._reads(pool, caches) if rows else None
         hidden = [feed.h for feed in feeds]  # (L, 1, hidden) each: a row a token
         if inputs is not None and rows:
@@ -98,14 +104,13 @@ class BatchDecoder:
                 outs = [feed.attend(q[start:start + len(feed.ids)], index, both if pool is None else None)
                         for feed, start in zip(feeds, starts)]
                 if reads is not None:
-                    reads.write(index, tuple(part[:, :, :rows] for part in parts))
-                    outs.insert(0, normalized(reads.attend(index, q[:rows]), q[:rows].shape))
+                    decoding = tuple(part[:, :, :rows] for part in parts)
+                    outs.insert(0, normalized(reads(index, q[:rows], decoding), q[:rows].shape))
                 out = outs[0] if len(outs) == 1 else mx.concatenate(outs)
                 x = (layer.after_final if compiled else layer.after_rows)(x, out)
             else:
                 assert reads is not None  # a pass of decode rows alone
-                reads.write(index, parts)
-                x = layer.after(x, reads.attend(index, q))
+                x = layer.after(x, reads(index, q, parts))
             if index in keep:
                 self.kept[index] = x[:rows]
             for feed, start in zip(feeds, starts):
@@ -120,7 +125,7 @@ class BatchDecoder:
             cache.finish_batched_pass()
         return self.forward.logits(x[:rows])[:, -1, :] if rows else None
 
-    def _reads(self, pool: BlockPool | None, caches: list[PagedCache]) -> _OwnReads | _MirrorReads:
+    def _reads(self, pool: BlockPool | None, caches: list[PagedCache]) -> Reader:
         """Announce each sequence's one token; how the batch reads its keys and values this pass."""
         mirror = self._mirror(pool, caches)
         step = mirror.plan(caches) if mirror is not None else None
@@ -128,7 +133,7 @@ class BatchDecoder:
             cache.begin(1)
         if mirror is not None and step is not None and mirror.live(step):  # a begin may have made the budget take the mirror back
             mirror.commit(caches, step)
-            return _MirrorReads(mirror, step)
+            return partial(mirror.attend, step)  # the batch reads its tokens from the mirror, and writes them there too
         return _OwnReads(caches)
 
     def _mirror(self, pool: BlockPool | None, caches: list[PagedCache]) -> BatchMirror | None:
@@ -211,11 +216,9 @@ class _OwnReads:
         self._attention: list[Attention | None] = [None] * len(caches)  # each row's, decided at the first layer
         self._reads: list[tuple[Reads, Mask] | None] = [None] * len(caches)  # and where it reads
 
-    def write(self, index: int, parts: tuple[mx.array, ...]) -> None:
-        """Nothing: the pool holds what this reads."""
-
-    def attend(self, index: int, q: mx.array) -> Attended:
-        """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens (``attend_parts``)."""
+    def __call__(self, index: int, q: mx.array, parts: tuple[mx.array, ...]) -> Attended:
+        """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens (``attend_parts``); the
+        pool holds them, the new ones (``parts``) written already."""
         outs = []
         for row, cache in enumerate(self.caches):
             query = q[row:row + 1]
@@ -227,16 +230,3 @@ class _OwnReads:
                 attention = self._attention[row] = attention_for(query, segments, 1.0, mask, final=True)
             outs.append(attention(query, segments)[0])
         return mx.concatenate(outs, axis=0), None
-
-
-class _MirrorReads:
-    """The batch reads its tokens from the mirror, which each layer's new keys and values are also written to."""
-
-    def __init__(self, mirror: BatchMirror, step: MirrorStep) -> None:
-        self.mirror, self.step = mirror, step
-
-    def write(self, index: int, parts: tuple[mx.array, ...]) -> None:
-        self.mirror.write(index, self.step, parts)
-
-    def attend(self, index: int, q: mx.array) -> Attended:
-        return self.mirror.attend(index, self.step, q)

@@ -32,7 +32,7 @@ from typing import cast
 import mlx.core as mx
 import numpy as np
 
-from mlxcore.decode_attention import Attended, attend_batch_parts, attend_parts
+from mlxcore.decode_attention import Attended, Attention, attend_parts, batch_attention
 from mlxcore.kv.protocol import Segment
 from mlxcore.device_profile import current
 from mlxcore.kv.paged import PagedCache
@@ -62,6 +62,7 @@ class MirrorStep:
     select: mx.array | None  # (M,) the mirrored batch rows, to pick their keys and values; None: every row
     writes: Where  # where each new key and value number goes
     valid: mx.array  # (R, 1, 1, longest) True where a mirror row holds a token, the new ones included
+    attention: Attention  # the rows' attention over their keys, under ``valid`` (``batch_attention``)
     longest: int  # keys the mirror's rows attend to together (padded)
     order: mx.array | None  # (R,) the batch row each mirror row reads its query from; None: the same order
     place: mx.array | None  # (B,) each batch row's place among the mirror rows then the alone ones; None: same
@@ -78,6 +79,7 @@ class BatchMirror:
         self.parts = pool.storage[0].parts()  # ((kv_heads, width), dtype) of each stored part
         self.rows: list[_Row | None] = []
         self.capacity = 0
+        self.row_count = 0  # rows the storage has (``rows`` may hold more, to be grown to)
         self.layers: list[tuple[mx.array, ...]] = []  # per layer, each part (2 * rows * kv_heads * capacity, width)
         self.bytes = 0
         self.generation = 0  # bumped whenever storage is dropped
@@ -88,59 +90,58 @@ class BatchMirror:
         """Before the batch's ``begin``: rows for ``caches`` (stale ones are filled in the pass, ``write``);
         None when the mirror cannot hold them (over its limit, or the budget has no room): the caller reads
         the pool another way."""
-        lengths = [cache.offset for cache in caches]
+        lengths = [cache.length for cache in caches]
         alone = _alone(lengths)
         mirrored = [b for b in range(len(caches)) if b not in alone]
         rows = self._assign([caches[b] for b in mirrored])
         needed = max(lengths[b] for b in mirrored) + 1
-        if len(self.rows) > self._row_count() or needed > self.capacity:
+        if len(self.rows) > self.row_count or needed > self.capacity:
             if not self._grow(len(self.rows), needed):
                 return None
-        stale = [(row, caches[b], caches[b].offset) for b, row in zip(mirrored, rows)
-                 if caches[b].offset and ((entry := self.rows[row]) is None or entry.edits != caches[b].edits
-                                          or entry.length != caches[b].offset)]
+        stale = [(row, caches[b], caches[b].length) for b, row in zip(mirrored, rows)
+                 if caches[b].length and ((entry := self.rows[row]) is None or entry.edits != caches[b].edits
+                                          or entry.length != caches[b].length)]
         return self._step(list(zip(mirrored, rows)), [(b, caches[b]) for b in alone], lengths, stale)
 
     def commit(self, caches: list[PagedCache], step: MirrorStep) -> None:
         """After the batch's ``begin``: each mirrored row holds its sequence as the pass leaves it."""
         for b, row in step.mirrored:
-            self.rows[row] = _Row(weakref.ref(caches[b]), caches[b].edits, caches[b].offset + 1)
+            self.rows[row] = _Row(weakref.ref(caches[b]), caches[b].edits, caches[b].length + 1)
 
     def live(self, step: MirrorStep) -> bool:
         """Whether ``step`` may still be used (the budget may have taken the storage back since)."""
         return step.generation == self.generation and bool(self.layers)
 
-    def write(self, index: int, step: MirrorStep, both: tuple[mx.array, ...]) -> None:
-        """Layer ``index``'s new keys and values, as the pool stores them (each part (2, kv_heads, B, width)),
-        into the mirrored rows, after
-        the tokens of stale rows copied from the pool. Called once the pool's own write of the layer is
-        queued: a copy then reads the pool's newest storage, and the pool's next write still finds that
-        storage read by nothing pending, so it is made in place (reading it before would have either
-        copied the pool's storage or waited for the computation to catch up)."""
+    def attend(self, step: MirrorStep, index: int, q: mx.array, both: tuple[mx.array, ...]) -> Attended:
+        """Layer ``index``: its new keys and values, as the pool stores them (each part (2, kv_heads, B, width)),
+        written into the mirrored rows (after the tokens of stale rows copied from the pool), then the
+        attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens (``attend_parts``): the
+        mirrored ones together, the others each over views of its blocks in the pool.
+
+        Called once the pool's own write of the layer is queued: a copy then reads the pool's newest storage,
+        and the pool's next write still finds that storage read by nothing pending, so it is made in place
+        (reading it before would have either copied the pool's storage or waited for the computation to
+        catch up). Float rows (one part) run without helper calls: a pass does this every layer."""
         for cache, where in step.fills:
             keys, values = cache.layers[index].state  # (1, kv_heads, length, width) each (per part): the tokens held
             held = zip(keys, values) if isinstance(keys, tuple) else [(keys, values)]
             self._put(index, where, [mx.concatenate(list(pair)) for pair in held])
         if step.select is not None:
             both = tuple(mx.take(part, step.select, axis=2) for part in both)
-        self._put(index, step.writes, both)
-
-    def _put(self, index: int, where: Where, parts: list[mx.array] | tuple[mx.array, ...]) -> None:
-        """Write parts (2, kv_heads, n, width) at their flat rows ``where`` in layer ``index``."""
-        self.layers[index] = tuple(mx.put_along_axis(layer, at, part.reshape(-1, part.shape[-1]), axis=0)
-                                   for layer, at, part in zip(self.layers[index], where, parts))
-
-    def attend(self, index: int, step: MirrorStep, q: mx.array) -> Attended:
-        """Attention of each sequence's query (B, heads, 1, dim; scaled) over its tokens (``attend_parts``):
-        the mirrored ones together, the others each over views of its blocks in the pool."""
-        views = [part.reshape(2, self._row_count(), self.kv_heads, self.capacity, -1) for part in self.layers[index]]
-        # Each half sliced on its own: slicing both halves to the length first, then taking one, made the
-        # products copy them every layer.
-        key_parts = [view[0, :, :, :step.longest] for view in views]
-        value_parts = [view[1, :, :, :step.longest] for view in views]
-        segment = (key_parts[0], value_parts[0]) if len(views) == 1 else \
-            cast(Segment, (tuple(key_parts), tuple(value_parts)))  # quantized: words, scales, biases
-        out, total = attend_batch_parts(q if step.order is None else q[step.order], [segment], 1.0, step.valid)
+        layer, shape = self.layers[index], (2, self.row_count, self.kv_heads, self.capacity, -1)
+        if len(layer) == 1:
+            part = mx.put_along_axis(layer[0], step.writes[0], both[0].reshape(-1, both[0].shape[-1]), axis=0)
+            self.layers[index] = (part,)
+            view = part.reshape(shape)
+            # Each half sliced on its own: slicing both halves to the length first, then taking one, made the
+            # products copy them every layer.
+            segment: Segment = (view[0, :, :, :step.longest], view[1, :, :, :step.longest])
+        else:  # quantized: words, scales, biases
+            self._put(index, step.writes, both)
+            views = [part.reshape(shape) for part in self.layers[index]]
+            segment = cast(Segment, (tuple(view[0, :, :, :step.longest] for view in views),
+                                     tuple(view[1, :, :, :step.longest] for view in views)))
+        out, total = step.attention(q if step.order is None else q[step.order], [segment])
         if step.alone:
             parts = [_attend_alone(q[b:b + 1], cache, index) for b, cache in step.alone]
             out = mx.concatenate([out] + [o for o, _ in parts])
@@ -148,6 +149,11 @@ class BatchMirror:
         if step.place is not None:
             out, total = out[step.place], None if total is None else total[step.place]
         return out, total
+
+    def _put(self, index: int, where: Where, parts: list[mx.array] | tuple[mx.array, ...]) -> None:
+        """Write parts (2, kv_heads, n, width) at their flat rows ``where`` in layer ``index``."""
+        self.layers[index] = tuple(mx.put_along_axis(layer, at, part.reshape(-1, part.shape[-1]), axis=0)
+                                   for layer, at, part in zip(self.layers[index], where, parts))
 
     def release_free_slabs(self, cached: bool = False) -> int:
         """The budget's reclaim: give the storage back (the pool is the record); bytes freed."""
@@ -161,14 +167,11 @@ class BatchMirror:
         freed, self.bytes = self.bytes, 0
         if freed and self.pool.budget is not None:
             self.pool.budget.give(freed)
-        self.layers, self.rows, self.capacity = [], [], 0
+        self.layers, self.rows, self.capacity, self.row_count = [], [], 0, 0
         self.generation += 1
         return freed
 
     # internals -------------------------------------------------------------
-
-    def _row_count(self) -> int:
-        return self.layers[0][0].shape[0] // (2 * self.kv_heads * self.capacity) if self.layers else 0
 
     def _assign(self, caches: list[PagedCache]) -> list[int]:
         """A row per cache: its own if it has one, else a row no cache of this batch holds (new ones at the end)."""
@@ -194,7 +197,7 @@ class BatchMirror:
         """Storage for ``row_count`` rows of at least ``needed`` tokens (capacity doubled where the limit
         allows, when the rows outgrow it; a row more keeps it), the rows held so far copied over (one lazy
         copy a layer: no reading of the pool)."""
-        old_rows, old_capacity = self._row_count(), self.capacity
+        old_rows, old_capacity = self.row_count, self.capacity
         least = -(-needed // CAPACITY_STEP) * CAPACITY_STEP
         token_bytes = self.pool.geometry.token_bytes  # keys and values of a token over every layer, as stored
         budget = self.pool.budget
@@ -225,14 +228,14 @@ class BatchMirror:
         if budget is not None:
             budget.give(self.bytes)
             budget.force(size)
-        self.layers, self.capacity, self.bytes = grown, capacity, size
+        self.layers, self.capacity, self.bytes, self.row_count = grown, capacity, size, row_count
         return True
 
     def _flat_index(self, rows: Ints, positions: Ints) -> Where:
         """Where keys and values (2, kv_heads, n, width) flattened go: token i at ``positions[i]`` of mirror
         row ``rows[i]``; per stored part, ``put_along_axis``'s index (2 * kv_heads * n, width) into its flat
         array (made once a step, for every layer)."""
-        part_head = np.arange(2)[:, None] * self._row_count() + rows[None, :]  # (2, n): part, then row
+        part_head = np.arange(2)[:, None] * self.row_count + rows[None, :]  # (2, n): part, then row
         flat = ((part_head[:, None, :] * self.kv_heads + np.arange(self.kv_heads)[None, :, None]) * self.capacity
                 + positions[None, None, :])
         index = mx.array(flat.reshape(-1, 1).astype(np.int32))
@@ -240,7 +243,7 @@ class BatchMirror:
 
     def _step(self, mirrored: list[tuple[int, int]], alone: list[tuple[int, PagedCache]],
               lengths: list[int], stale: list[tuple[int, PagedCache, int]]) -> MirrorStep:
-        count, batch = self._row_count(), len(lengths)
+        count, batch = self.row_count, len(lengths)
         sources = [b for b, _ in mirrored]  # the mirrored batch rows
         rows = np.asarray([row for _, row in mirrored])
         news = np.asarray([lengths[b] for b in sources])  # where each new token goes in its row
@@ -255,9 +258,11 @@ class BatchMirror:
         place[[b for b, _ in alone]] = count + np.arange(len(alone))
         identity = list(range(batch))
         fills = [(cache, self._flat_index(np.full(length, row), np.arange(length))) for row, cache, length in stale]
+        valid_rows = mx.array(valid)
         return MirrorStep(mirrored, alone, fills,
                           select=None if sources == identity else mx.array(np.asarray(sources, np.int32)),
-                          writes=self._flat_index(rows, news), valid=mx.array(valid), longest=longest,
+                          writes=self._flat_index(rows, news), valid=valid_rows,
+                          attention=batch_attention(valid_rows, len(self.parts) > 1), longest=longest,
                           order=None if order.tolist() == identity else mx.array(order),
                           place=None if count + len(alone) == batch and place.tolist() == identity else mx.array(place),
                           generation=self.generation)
