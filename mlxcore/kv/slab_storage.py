@@ -137,23 +137,16 @@ class LayerStorage:
 
     def write(self, segments: tuple[WriteSegment, ...], keys: mx.array, values: mx.array) -> None:
         """Write new keys/values (1, kv_heads, L, head_dim) into the slots the segments name (never across a slab)."""
-        parts = self.encode(mx.concatenate([keys, values], axis=0))  # each (2, kv_heads, L, width)
-        if len(segments) == 1:  # a decode step: no slicing of the input (each slice costs a call per layer)
-            slab, at = self.where(segments[0].slot)
-            for target, part in zip(self.slabs[slab], parts):
-                target[:, :, at:at + segments[0].length, :] = part
-            return
-        for seg in segments:
-            slab, at = self.where(seg.slot)
-            for target, part in zip(self.slabs[slab], parts):
-                target[:, :, at:at + seg.length, :] = part[:, :, seg.source:seg.source + seg.length, :]
+        self.write_parts(segments, self.encode(mx.concatenate([keys, values], axis=0)))
 
     def write_parts(self, segments: tuple[WriteSegment, ...], parts: tuple[mx.array, ...]) -> None:
-        """As ``write``, for keys and values already encoded as this storage holds them (a restored session)."""
+        """As ``write``, for keys and values already encoded as this storage holds them (each (2, kv_heads, L,
+        width)): a restored session's, or ``write``'s."""
         for seg in segments:
             slab, at = self.where(seg.slot)
             for target, part in zip(self.slabs[slab], parts):
-                target[:, :, at:at + seg.length, :] = part[:, :, seg.source:seg.source + seg.length, :]
+                whole = seg.source == 0 and part.shape[2] == seg.length  # (a decode step's: no slice to make)
+                target[:, :, at:at + seg.length, :] = part if whole else part[:, :, seg.source:seg.source + seg.length, :]
 
     def scatter(self, groups: list[SlotGroup], both: mx.array) -> tuple[tuple[mx.array, ...], list[mx.array]]:
         """Write keys and values (2, kv_heads, R, dim), one token a row, into the slots ``groups`` name
