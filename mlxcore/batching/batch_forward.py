@@ -87,7 +87,7 @@ class BatchDecoder:
         starts = list(itertools.accumulate([rows] + [len(feed.ids) for feed in feeds]))
         if feeds:
             where = mx.concatenate([where] + [feed.offsets for feed in feeds])
-        slots = slot_groups(caches, [feed.paged for feed in feeds if feed.paged]) if pool is not None else None
+        slots = slot_groups(caches + [feed.paged for feed in feeds if feed.paged]) if pool is not None else None
         compiled = rows > 0 or all(feed.short for feed in feeds)  # prompt rows alone: uncompiled
         self.kept = {}
         for index, layer in enumerate(self.forward._layers):
@@ -195,11 +195,11 @@ def _pool(caches: list[PagedCache], feeds: Sequence[PromptFeed]) -> BlockPool | 
     return pool
 
 
-def slot_groups(caches: list[PagedCache], chunks: Sequence[PagedCache] = ()) -> list[SlotGroup]:
+def slot_groups(caches: Sequence[PagedCache]) -> list[SlotGroup]:
     """Where each row's key and value go (``LayerStorage.scatter``): per slab, the slots and the rows that
-    write them (a prompt chunk's cache: one row per token it announced, after the decode rows)."""
+    write them, a row per token each cache announced (a decode row's one, a prompt chunk's), in order."""
     groups: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
-    places = [cache.write_slot() for cache in caches] + [at for chunk in chunks for at in chunk.write_slots()]
+    places = [at for cache in caches for at in cache.write_slots()]
     for row, (slab, at) in enumerate(places):
         groups[slab][0].append(at)
         groups[slab][1].append(row)

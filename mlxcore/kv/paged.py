@@ -218,11 +218,6 @@ class PagedCache(ModelCache):
 
     # a batched pass (mlxcore/batching/batch_forward.py) writes and reads for every layer itself ----------
 
-    def write_slot(self) -> tuple[int, int]:
-        """(slab, slot in the slab) where the one token ``begin`` announced goes."""
-        plan = self._announced(1)
-        return self.pool.storage[0].where(plan.segments[0].slot)
-
     def write_slots(self) -> list[tuple[int, int]]:
         """(slab, slot in the slab) of each token ``begin`` announced, in order."""
         plan, where = self._announced(), self.pool.storage[0].where
