@@ -141,7 +141,7 @@ class ReplyParser:
         call.body += text
         at = call.body.find(CALL_CLOSE, start)
         if at < 0:
-            self._send(call.advance())
+            self._out.calls.extend(call.advance())
             return ""
         rest, call.body = call.body[at + len(CALL_CLOSE):], call.body[:at]
         self._close_call(closed=True)
@@ -173,12 +173,9 @@ class ReplyParser:
                 self._announced += 1
             return
         parsed = ToolCall(parsed.name, parsed.arguments, call.id)
-        self._send(call.finish(parsed))
+        self._out.calls.extend(call.finish(parsed))
         self.calls.append(parsed)
         self._announced += 1
-
-    def _send(self, deltas: list[CallDelta]) -> None:
-        self._out.calls.extend(deltas)
 
     def _take(self) -> ParsedDelta:
         out, self._out = self._out, _Out()

@@ -15,11 +15,7 @@ equal probability are always kept or dropped together:
 The result is the intersection of the three, renormalised. Top-p mass is the
 full distribution's (after temperature, before top-k), so the masks commute.
 ``next_token`` draws from exactly this distribution (to float32 rounding),
-without building it when it need not.
-
-At 151,936 tokens a full sort can cost more than a small model's forward pass
-(docs/decisions.md): top-k (alone or with top-p) sorts only the k largest values,
-and the transform is one compiled graph (``sampling_graphs``).
+without building it when it need not (how, at Qwen3's vocabulary: ``sampling_graphs``).
 """
 
 from __future__ import annotations
