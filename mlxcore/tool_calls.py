@@ -63,11 +63,14 @@ class ToolCallError(ValueError):
     """The text of a call could not be read as one."""
 
 
-def tool_names(tools: Iterable[dict]) -> dict[str, dict]:
-    """OpenAI function tools (``{"type": "function", "function": {...}}``) by name: their parameter schemas."""
+def tool_names(tools: Iterable[object]) -> dict[str, dict]:
+    """OpenAI function tools (``{"type": "function", "function": {...}}``) by name: their parameter schemas
+    (``{}`` for none); ``ValueError`` for a tool that is not one."""
     named = {}
     for tool in tools:
-        function = tool.get("function", tool)
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ValueError("Each tool must be an OpenAI function tool with a name.")
         named[function["name"]] = function.get("parameters") or {}
     return named
 

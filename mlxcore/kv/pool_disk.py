@@ -138,11 +138,9 @@ class PoolDisk:
         joined = [mx.array(np.concatenate([block[n] for block in found], axis=2)) for n in range(len(self.order))]
         joined = [a.view(mx.bfloat16) if self.pool.geometry.dtype == mx.bfloat16 and a.dtype == mx.uint16 else a
                   for a in joined]
-        names = stored.tensor_names(self.pool.geometry.format)
-        half = len(names) // 2
-        for layer in cache.layers:
-            parts = {(side, part): joined[n] for n, (at, side, part) in enumerate(self.order) if at == layer.index}
-            cache.write_stored(layer, [parts[(index // half, index % half)] for index in range(len(names))])
+        for layer in cache.layers:  # each layer's tensors in ``tensor_names`` order: keys' parts, then values'
+            parts = sorted((side, part, n) for n, (at, side, part) in enumerate(self.order) if at == layer.index)
+            cache.write_stored(layer, [joined[n] for _, _, n in parts])
         mx.eval([s.arrays for s in self.pool.storage])
         cache.hash_blocks(ids)
         seconds = time.perf_counter() - began
