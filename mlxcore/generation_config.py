@@ -20,10 +20,8 @@ FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")  # nam
 
 def read_generation_defaults(folder: Path) -> dict[str, float]:
     """GenerationParams fields the model's file sets (empty when it has no file).
-
     ``do_sample: false`` means greedy. A value of the wrong type or out of range is
-    left out (the default applies); a file that is not JSON is a ModelLoadError.
-    """
+    left out (the default applies); a file that is not JSON is a ModelLoadError."""
     path = Path(folder) / FILE
     if not path.is_file():
         return {}

@@ -53,8 +53,7 @@ def json_schema(schema: dict | str | type) -> Grammar:
     made finite where it says nothing (``schema_bounds``: no extra keys, bounded numbers and strings).
 
     Raises ``ValueError`` naming what is over the limits (``schema_checks``) or what llguidance cannot
-    compile (an unknown format, a look-around in a pattern, an unsupported keyword such as ``not``).
-    """
+    compile (an unknown format, a look-around in a pattern, an unsupported keyword such as ``not``)."""
     schema = schema_dict(schema)
     check_schema(schema)
     try:

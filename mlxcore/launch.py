@@ -35,8 +35,7 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     ``progress(done, total)`` follows a download; ``notice(text)`` is told when the
     kernel warm-up is slow (it is called from a timer thread and must not use MLX).
     ``kv_budget``: an account this engine's pools share with other engines' (serve's loaded models),
-    so that together they never hold more than its limit; None: an account of its own.
-    """
+    so that together they never hold more than its limit; None: an account of its own."""
     check_num_draft(num_draft)
     if isinstance(choice, str):
         choice = ModelChoice(model=choice)
@@ -98,9 +97,7 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
 def warm_up(engine: Engine, notice: Notice | None = None,
             timer_class: type[threading.Timer] = threading.Timer) -> None:
     """Compile the engine's decode kernels, telling ``notice`` if that takes a while.
-
-    ``timer_class(seconds, function, args=...)`` makes the countdown (a test passes one it can watch).
-    """
+    ``timer_class(seconds, function, args=...)`` makes the countdown (a test passes one it can watch)."""
     if notice is not None:
         report_compile_failure(notice)  # once per process: decoding runs, only slower
     timer = timer_class(SLOW_WARM_UP_S, notice, args=(SLOW_WARM_UP_NOTE,)) if notice else None

@@ -94,9 +94,7 @@ def resolve(ref: str, *, progress: Progress | None = None) -> tuple[Path, str]:
 
 def check_draft_compatible(target: LoadedModel, draft: LoadedModel) -> None:
     """Raise TokenizerMismatchError unless ``draft`` shares ``target``'s vocabulary and end tokens.
-
-    The embedding shapes may differ (padding rows); only the tokenizers are compared.
-    """
+    The embedding shapes may differ (padding rows); only the tokenizers are compared."""
     vocab_t, vocab_d = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
     if vocab_t != vocab_d:
         raise TokenizerMismatchError(

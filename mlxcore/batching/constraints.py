@@ -51,9 +51,7 @@ def _llg_tokenizer(tokenizer: TokenizerWrapper, vocab: int, eos: tuple[int, ...]
 def compile_matcher(grammar: Grammar, tokenizer: TokenizerWrapper, vocab: int, eos_ids: Collection[int]) -> LLMatcher:
     """``grammar``'s ``LLMatcher`` for ``tokenizer``, its first mask computed; ``ValueError`` (a short message,
     no grammar text or parser state) if llguidance cannot compile it or no reply can match it.
-
-    Compiling drops the GIL (llguidance's note), so a thread can do it beside an event loop.
-    """
+    Compiling drops the GIL (llguidance's note), so a thread can do it beside an event loop."""
     from llguidance import LLMatcher, LLParserLimits
 
     text = grammar.for_tokenizer(_token_id(tokenizer, CALL_OPEN) is not None)

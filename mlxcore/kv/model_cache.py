@@ -47,8 +47,7 @@ def make_model_cache(model: nn.Module, kind: KVKind = "standard", *, block_size:
     ``kv_bits`` (paged, rotating): keys and values quantized to this many bits (``kv_format.py``).
     A hybrid model (Qwen3.5) gets a ``HybridCache``: a cache of ``kind`` over its attention layers, standard or
     rotating for now, beside its linear layers' states; ``prefixes``: where it keeps what it held when released,
-    and finds a prompt's start when empty (``hybrid_prefixes.py``).
-    """
+    and finds a prompt's start when empty (``hybrid_prefixes.py``)."""
     linear = linear_layers(model)
     if linear:
         check_hybrid(kind, kv_bits)
