@@ -73,16 +73,12 @@ def _keep(z: mx.array, probs: mx.array | None, masks: Masks, top_p: mx.array, mi
     keep = None
     k = _active_k(masks, z.shape[-1])
     if k or masks.nucleus:
-        assert probs is not None, "top-k and top-p need the probabilities (_needs_probs)"
+        assert probs is not None, "top-k and top-p need the probabilities"
         keep = probs >= _threshold(probs, k, masks.nucleus, top_p)
     if masks.floor:  # p >= min_p * max(p)  <=>  z >= max(z) + log(min_p): no exp over the vocabulary
         above = z >= mx.max(z, axis=-1, keepdims=True) + mx.log(min_p)
         keep = above if keep is None else keep & above
     return keep
-
-
-def _needs_probs(masks: Masks, vocab: int) -> bool:
-    return bool(_active_k(masks, vocab)) or masks.nucleus
 
 
 def _masked_distribution(logits: mx.array, scalars: Scalars, masks: Masks) -> mx.array:
@@ -186,7 +182,7 @@ def _draw(chosen: mx.array, keys: mx.array, scalars: tuple[mx.array, ...], masks
     or top-p need the probabilities."""
     temperature, top_p, min_p = scalars
     z = chosen / temperature
-    probs = mx.softmax(z, axis=-1) if _needs_probs(masks, z.shape[-1]) else None
+    probs = mx.softmax(z, axis=-1) if _active_k(masks, z.shape[-1]) or masks.nucleus else None
     keep = _keep(z, probs, masks, top_p, min_p)
     if 0 < _active_k(masks, z.shape[-1]) <= FEW_TOKENS:
         assert keep is not None and probs is not None, "top-k keeps tokens by their probabilities"

@@ -3,9 +3,8 @@
 A key names the model (its fingerprint), the KV format (float, "q8g32"...), the block size and the layout,
 then the block's chained hash (``block_manager.chain_hash``: its tokens and every token before them), so
 blocks of other models, tokenizers, formats or block sizes never meet. The payload is the session store's
-(``block_frame.py``): the block's token ids, then its tensors in the order of their names, each
-(1, kv_heads, block_size, width), as the pool stores them (a quantized pool's packed words, scales, biases).
-Reading back checks the token ids and every size: a block that does not fit is a miss.
+(``block_frame.py``), the tensors as the pool stores them. Reading back checks the token ids and every size:
+a block that does not fit is a miss.
 """
 
 from __future__ import annotations

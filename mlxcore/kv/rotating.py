@@ -1,10 +1,8 @@
 """The ``rotating`` kind: a window of ``max_size`` tokens that keeps the first ``keep`` and can rewind.
 
-Each query attends to the first ``keep`` tokens and the ``max_size - keep``
-latest ones, itself included (exact rule and slot layout in ``window.py``).
-Unlike mlx-lm's ``RotatingKVCache``, it holds ``max_rewind`` spare slots, so a
-speculative rewind of up to ``max_rewind`` tokens stays exact after the window
-wrapped, and a trim it cannot do raises ``TrimError``.
+Who attends to whom, and which slot holds which token: ``window.py``. Unlike mlx-lm's ``RotatingKVCache``,
+it holds ``max_rewind`` spare slots, so a speculative rewind of up to ``max_rewind`` tokens stays exact
+after the window wrapped, and a trim it cannot do raises ``TrimError``.
 
 Memory: keys/values of (1, kv_heads, slots, head_dim), grown in steps of 256
 slots up to max_size + max_rewind, then flat however long the chat runs. With
