@@ -54,11 +54,14 @@ def turn_marks(tokenizer: TokenizerWrapper | None) -> tuple[int, int] | None:
     templates; None for a tokenizer without both."""
     if tokenizer is None:
         return None
-    found = [tokenizer.convert_tokens_to_ids(mark) for mark in (TURN_START, OPEN)]
-    unknown = getattr(tokenizer, "unk_token_id", None)
-    if not all(isinstance(i, int) and i != unknown for i in found):
-        return None
-    return found[0], found[1]
+    start, think = token_id(tokenizer, TURN_START), token_id(tokenizer, OPEN)
+    return (start, think) if start is not None and think is not None else None
+
+
+def token_id(tokenizer: TokenizerWrapper, text: str) -> int | None:
+    """The id of ``text`` where ``tokenizer`` spells it as one token (an added tag such as ``<think>``), else None."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return ids[0] if len(ids) == 1 else None
 
 
 def template_message(message: dict) -> dict:

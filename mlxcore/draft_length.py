@@ -147,7 +147,7 @@ class DraftLengthController:
         kept_counts = [accepted] if isinstance(accepted, int) else accepted
         for kept, drafted in zip(kept_counts, proposed or [k] * len(kept_counts)):
             for j in range(min(kept + 1, drafted)):  # positions after the first rejection were not tested
-                self.accept[j] = self._avg(self.accept[j], 1.0 if j < kept else 0.0)
+                self.accept[j] += self.weight * ((1.0 if j < kept else 0.0) - self.accept[j])
         if draft_seconds is not None:
             self.draft_samples.append(draft_seconds / k)
             self.untimed_rounds = 0
@@ -157,6 +157,3 @@ class DraftLengthController:
             self.fixed_samples.append(max(seconds - k * self.per_draft, 0.0))
         self.plain_run = 0
         self.round_run += 1
-
-    def _avg(self, old: float | None, new: float) -> float:
-        return new if old is None else old + self.weight * (new - old)
