@@ -173,15 +173,10 @@ class BlockContext:
     turn read without drafting, was never seen by the drafter; positions stay absolute, and it attends over
     what it has).
 
-    Each layer's keys and values live in a buffer (1, kv_heads, capacity, dim) whose first ``length`` rows
-    are filled: a step's rows are written after them (no copy of what is held: a plain step's cost does
-    not grow with the conversation), the capacity doubles when they do not fit (multiples of
-    ``CAPACITY_STEP``), and a trim only moves the length.
-
-    The buffers' bytes come from the engine's KV budget, where there is one (as the batch's mirror's do):
-    taken as they grow, given back when the context is emptied or dropped (its caches released, the budget's
-    reclaim: a dropped context costs acceptance, never correctness). When the budget has no room, the
-    context is ``refused``: its reply decodes without the drafter until the conversation's next turn."""
+    Each layer's rows live in a buffer (1, kv_heads, capacity, dim), written in place after the ``length``
+    filled ones, its capacity doubled when they do not fit, its bytes taken from the engine's KV budget where
+    there is one; with no room there the context is ``refused`` (its reply decodes without the drafter until
+    the next turn). Why, and the figures: docs/drafting.md, "Memory"."""
 
     CAPACITY_STEP = 256
 

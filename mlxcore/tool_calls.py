@@ -11,13 +11,11 @@ Two formats, told apart by the body's first character:
       </parameter>
       </function>
 
-  Parameter values are bare text; each is typed from the tool's JSON schema
-  (``"integer"`` -> 3, ``"object"`` -> parsed JSON), text where the schema says
-  string or nothing can be read.
+  (values bare text, typed from the tool's schema: ``typed_value``).
 
-A ``ToolCall``'s ``arguments`` is JSON text, as OpenAI's API carries it: for
-the JSON format, exactly as the model wrote it (what the stream sent, and what
-the chat template writes back next turn, so the KV cache still matches).
+A ``ToolCall``'s ``arguments`` is JSON text, as OpenAI's API carries it: for the JSON format, exactly as the
+model wrote it (what the stream sent, and what the chat template writes back next turn, so the KV cache still
+matches).
 """
 
 from __future__ import annotations

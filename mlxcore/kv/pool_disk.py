@@ -36,11 +36,8 @@ _NUMPY = {mx.float32: np.float32, mx.float16: np.float16, mx.bfloat16: np.uint16
 
 
 class ReadOrCompute:
-    """Whether reading a prompt's blocks back beats computing them, decided by measuring both on this device
-    for this pool's model: seconds per token of the reads (``read_into``) and of the prompts computed (each
-    request's tokens computed before its first token, ``Sequence.finish``), each a moving average. Until both
-    are measured the tier reads (on every device measured so far reading is the faster, by far); once computing
-    measures faster, misses in memory are computed and the tier is not read."""
+    """Whether reading a prompt's blocks back beats computing them: seconds a token of each, measured here
+    (moving averages); until both are measured, read (docs/kv-disk.md, "Only when reading is faster")."""
 
     MIN_TOKENS = 64  # fewer tokens time mostly a step's fixed costs: not a measure of either
     WEIGHT = 0.3  # of the newest measure in the average
