@@ -90,9 +90,7 @@ class KeyStream:
     """A reproducible sequence of random keys: same seed, same draws."""
 
     def __init__(self, seed: int | None) -> None:
-        if seed is None:
-            seed = fresh_seed()
-        self._key = mx.random.key(seed)
+        self._key = mx.random.key(fresh_seed() if seed is None else seed)
 
     def next(self) -> mx.array:
         self._key, sub = mx.random.split(self._key)
