@@ -3,22 +3,18 @@
 A block drafter proposes a whole block in one pass: the block is [y, m, m, ..., m] (y the reply's last
 token, m the folder's mask token) at the positions right after the tokens the target has read, and each
 mask position's output is a draft token. Its few Qwen3-style layers attend, without a causal mask, over
-the block and over a **context**: the target's hidden states at the layers ``target_layer_ids`` names (the
-output of each of those layers, concatenated in that order), projected by ``fc`` and normed by
-``hidden_norm``, one row per token the target read. Each layer's keys and values of the context are
-computed once, when the target has read the token (``BlockContext``), and kept per conversation. The
-drafter has no embedding or head of its own: it borrows the target's ``embed_tokens`` and ``lm_head``
-(after its own final ``norm``).
+the block and over a **context**: the target's hidden states at the layers ``target_layer_ids`` names,
+projected by ``fc`` and normed by ``hidden_norm``, one row per token the target read. Each layer's keys and
+values of the context are computed once, when the target has read the token (``BlockContext``). The
+drafter borrows the target's ``embed_tokens`` and ``lm_head`` (after its own final ``norm``).
 
-A folder is ``config.json`` and ``*.safetensors`` as z-lab publishes them: Qwen3's layer fields, plus
-``block_size``, ``num_target_layers`` and ``dflash_config`` {``target_layer_ids``, ``mask_token_id``} (also
-accepted at the top level); weights ``fc``, ``hidden_norm``, ``layers.N.self_attn.{q,k,v,o}_proj``,
-``layers.N.self_attn.{q,k}_norm``, ``layers.N.mlp.{gate,up,down}_proj``, ``layers.N.*_layernorm``, ``norm``.
+A folder is ``config.json`` (Qwen3's layer fields, plus ``block_size``, ``num_target_layers`` and
+``dflash_config`` {``target_layer_ids``, ``mask_token_id``}, also accepted at the top level) and
+``*.safetensors`` whose names ``BlockDraftModel`` gives.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -31,6 +27,7 @@ from mlxcore.compile_support import compile_works
 from mlxcore.compiled_forward import has_split_layers
 from mlxcore.device_profile import current
 from mlxcore.errors import ModelLoadError
+from mlxcore.fingerprint import read_config
 from mlxcore.kv.geometry import activation_dtype
 
 if TYPE_CHECKING:
@@ -55,10 +52,7 @@ class BlockDrafterConfig:
     @classmethod
     def read(cls, folder: Path) -> BlockDrafterConfig:
         """The config of a block-drafter folder (``ModelLoadError`` in one line when it is not one)."""
-        try:
-            raw = json.loads((folder / "config.json").read_text())
-        except (OSError, ValueError) as error:
-            raise ModelLoadError(f"{folder / 'config.json'} cannot be read ({error}).") from None
+        raw = read_config(folder)
         if not is_block_drafter(raw):
             raise ModelLoadError(f"{folder} is not a block drafter (no block_size and target_layer_ids in "
                                  "config.json).")
@@ -179,15 +173,10 @@ class BlockContext:
     turn read without drafting, was never seen by the drafter; positions stay absolute, and it attends over
     what it has).
 
-    Each layer's keys and values live in a buffer (1, kv_heads, capacity, dim) whose first ``length`` rows
-    are filled: a step's rows are written after them (no copy of what is held: a plain step's cost does
-    not grow with the conversation), the capacity doubles when they do not fit (multiples of
-    ``CAPACITY_STEP``), and a trim only moves the length.
-
-    The buffers' bytes come from the engine's KV budget, where there is one (as the batch's mirror's do):
-    taken as they grow, given back when the context is emptied or dropped (its caches released, the budget's
-    reclaim: a dropped context costs acceptance, never correctness). When the budget has no room, the
-    context is ``refused``: its reply decodes without the drafter until the conversation's next turn."""
+    Each layer's rows live in a buffer (1, kv_heads, capacity, dim), written in place after the ``length``
+    filled ones, its capacity doubled when they do not fit, its bytes taken from the engine's KV budget where
+    there is one; with no room there the context is ``refused`` (its reply decodes without the drafter until
+    the next turn). Why, and the figures: docs/drafting.md, "Memory"."""
 
     CAPACITY_STEP = 256
 
@@ -267,14 +256,10 @@ class BlockContext:
             self.drop()
             self.refused = True
             return False
-        grown = []
-        for index, (k, v) in enumerate(like):
-            keys, values = (mx.zeros((1, part.shape[1], fits[0], part.shape[3]), part.dtype) for part in (k, v))
-            if self.length:
-                old_k, old_v = self.buffers[index]
-                keys[:, :, :self.length] = old_k[:, :, :self.length]
-                values[:, :, :self.length] = old_v[:, :, :self.length]
-            grown.append((keys, values))
+        grown = [(mx.zeros((1, k.shape[1], fits[0], k.shape[3]), k.dtype),
+                  mx.zeros((1, v.shape[1], fits[0], v.shape[3]), v.dtype)) for k, v in like]
+        for (keys, values), (old_k, old_v) in zip(grown, self.layers):  # the rows held (none when empty)
+            keys[:, :, :self.length], values[:, :, :self.length] = old_k, old_v
         self.buffers = grown
         self._claim(fits[0] * row_bytes)
         return True

@@ -24,11 +24,7 @@ TURN_START = "<|im_start|>"
 
 def render_chat(tokenizer: TokenizerWrapper | None, messages: Sequence[dict], *, enable_thinking: bool,
                 add_generation_prompt: bool = True, tools: Sequence[dict] | None = None) -> list[int]:
-    """Token ids of ``messages`` (dicts with "role" and "content") as the model's template renders them.
-
-    With thinking off, replies stored with an empty think block keep it in history (see
-    ``mlxcore.think_blocks``); with thinking on, history renders exactly as the template does.
-    """
+    """Token ids of ``messages`` (dicts with "role" and "content") as the model's template renders them."""
     text = render_chat_text(tokenizer, messages, enable_thinking=enable_thinking,
                             add_generation_prompt=add_generation_prompt, tools=tools)
     assert tokenizer is not None  # (render_chat_text refused None)
@@ -37,7 +33,8 @@ def render_chat(tokenizer: TokenizerWrapper | None, messages: Sequence[dict], *,
 
 def render_chat_text(tokenizer: TokenizerWrapper | None, messages: Sequence[dict], *, enable_thinking: bool,
                      add_generation_prompt: bool = True, tools: Sequence[dict] | None = None) -> str:
-    """The text ``render_chat`` tokenizes; ``tools`` (OpenAI function tools) offered to the model when given."""
+    """The text ``render_chat`` tokenizes; ``tools`` (OpenAI function tools) offered to the model when given.
+    With thinking off, replies stored with an empty think block keep it in history (``think_blocks``)."""
     if tokenizer is None:
         raise PromptError("This model has no tokenizer, so it cannot chat.")
     for message in messages:
@@ -57,11 +54,14 @@ def turn_marks(tokenizer: TokenizerWrapper | None) -> tuple[int, int] | None:
     templates; None for a tokenizer without both."""
     if tokenizer is None:
         return None
-    found = [tokenizer.convert_tokens_to_ids(mark) for mark in (TURN_START, OPEN)]
-    unknown = getattr(tokenizer, "unk_token_id", None)
-    if not all(isinstance(i, int) and i != unknown for i in found):
-        return None
-    return found[0], found[1]
+    start, think = token_id(tokenizer, TURN_START), token_id(tokenizer, OPEN)
+    return (start, think) if start is not None and think is not None else None
+
+
+def token_id(tokenizer: TokenizerWrapper, text: str) -> int | None:
+    """The id of ``text`` where ``tokenizer`` spells it as one token (an added tag such as ``<think>``), else None."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return ids[0] if len(ids) == 1 else None
 
 
 def template_message(message: dict) -> dict:

@@ -28,10 +28,8 @@ REACH_TIMEOUT_S = 1.5
 
 def default_pair() -> tuple[str, str | None, str]:
     """(target ref, draft ref or None, a reason to show the user) for the default models.
-
     MLXCHAT_OFFLINE or HF_HUB_OFFLINE set -> embedded; the online target in the
-    local hub cache -> it; the hub reachable -> the online pair; else embedded.
-    """
+    local hub cache -> it; the hub reachable -> the online pair; else embedded."""
     if offline_by_env():
         flag = "MLXCHAT_OFFLINE" if env_flag("MLXCHAT_OFFLINE") else "HF_HUB_OFFLINE"
         return _embedded(f"offline ({flag} is set)")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 
@@ -34,32 +34,26 @@ class DraftLengthController:
     probe_every: int = 24  # while decoding plainly, try one speculative round after this many tokens...
     max_probe_every: int = 384  # ...doubling the wait after each probe that does not pay, up to this
     probe_budget: float = 0.1  # ...if feeding the draft what it missed costs at most this share of plain steps
-    accept: list[float] = field(default_factory=list)  # a_j: P(draft j accepted | drafts before it accepted)
     window: int = 15  # timings are medians of this many recent samples: robust to a stray slow step
     refresh_every: int = 64  # while drafting, take one plain step after this many rounds to re-measure P
     explore_every: int = 16  # while drafting, draft one past the best k after this many rounds
-    plain_samples: deque = field(default_factory=deque)  # recent seconds of a plain target step
-    draft_samples: deque = field(default_factory=deque)  # recent seconds of one draft pass (D)
-    fixed_samples: deque = field(default_factory=deque)  # recent seconds of a round beyond its drafts (F)
-    catch_up_samples: deque = field(default_factory=deque)  # recent seconds a token of a draft's catch-up (C)
     time_draft_every: ClassVar[int] = 32  # rounds between two timings of the draft passes
-    plain_run: int = 0  # plain steps since the last speculative round
-    round_run: int = 0  # speculative rounds since the last plain step
-    untimed_rounds: int = 0  # rounds since the draft passes were last timed
-    probe_wait: int = 0  # plain steps before the next probe (starts at probe_every)
-    unexplored_rounds: int = 0  # rounds since one drafted past the best k
-    _best: tuple[int, float] | None = field(default=None, repr=False)  # best() until the next round
-    _by_rows: dict[int, DraftLengthController] = field(default_factory=dict, repr=False)  # ``for_rows``
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
             raise ValueError(f"the draft length cap must be at least 1, not {self.max_k}")
-        self.accept = self.accept or [0.8] * self.max_k  # optimistic start: try drafting early
-        self.probe_wait = self.probe_wait or self.probe_every
-        self.plain_samples = deque(self.plain_samples, maxlen=self.window)
-        self.draft_samples = deque(self.draft_samples, maxlen=self.window)
-        self.fixed_samples = deque(self.fixed_samples, maxlen=self.window)
-        self.catch_up_samples = deque(self.catch_up_samples, maxlen=self.window)
+        self.accept = [0.8] * self.max_k  # a_j: P(draft j accepted | drafts before it), optimistic: draft early
+        self.plain_samples: deque[float] = deque(maxlen=self.window)  # recent seconds of a plain target step (P)
+        self.draft_samples: deque[float] = deque(maxlen=self.window)  # ... of one draft pass (D)
+        self.fixed_samples: deque[float] = deque(maxlen=self.window)  # ... of a round beyond its drafts (F)
+        self.catch_up_samples: deque[float] = deque(maxlen=self.window)  # ... a token of a draft's catch-up (C)
+        self.plain_run = 0  # plain steps since the last speculative round
+        self.round_run = 0  # speculative rounds since the last plain step
+        self.untimed_rounds = 0  # rounds since the draft passes were last timed
+        self.probe_wait = self.probe_every  # plain steps before the next probe
+        self.unexplored_rounds = 0  # rounds since one drafted past the best k
+        self._best: tuple[int, float] | None = None  # best() until the next round
+        self._by_rows: dict[int, DraftLengthController] = {}  # ``for_rows``
 
     def for_rows(self, rows: int) -> DraftLengthController:
         """The controller of steps that decode ``rows`` replies: a batch's steps and rounds take other times
@@ -148,13 +142,12 @@ class DraftLengthController:
         start to verdict.
 
         ``draft_seconds``: the time its k draft passes took, when this round was timed. ``proposed``: each
-        reply's drafted count where it may be fewer than k (prompt lookup's).
-        """
+        reply's drafted count where it may be fewer than k (prompt lookup's)."""
         self._best = None
         kept_counts = [accepted] if isinstance(accepted, int) else accepted
         for kept, drafted in zip(kept_counts, proposed or [k] * len(kept_counts)):
             for j in range(min(kept + 1, drafted)):  # positions after the first rejection were not tested
-                self.accept[j] = self._avg(self.accept[j], 1.0 if j < kept else 0.0)
+                self.accept[j] += self.weight * ((1.0 if j < kept else 0.0) - self.accept[j])
         if draft_seconds is not None:
             self.draft_samples.append(draft_seconds / k)
             self.untimed_rounds = 0
@@ -164,6 +157,3 @@ class DraftLengthController:
             self.fixed_samples.append(max(seconds - k * self.per_draft, 0.0))
         self.plain_run = 0
         self.round_run += 1
-
-    def _avg(self, old: float | None, new: float) -> float:
-        return new if old is None else old + self.weight * (new - old)

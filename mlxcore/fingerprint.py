@@ -25,9 +25,7 @@ MAX_HEADER_BYTES = 100_000_000  # the safetensors format's own limit
 
 def model_fingerprint(folder: Path) -> str:
     """The fingerprint (16 hex digits of a sha256) of the model in ``folder``.
-
-    Raises ModelLoadError when config.json or a weights file cannot be read.
-    """
+    Raises ModelLoadError when config.json or a weights file cannot be read."""
     digest = hashlib.sha256(SCHEME)
     _add(digest, "config.json", canonical_json(read_config(folder)))
     for path in weight_files(folder):
@@ -65,9 +63,7 @@ def weight_files(folder: Path) -> list[Path]:
 
 def safetensors_header(path: Path) -> dict:
     """The JSON header of a safetensors file, checked against the file's size.
-
-    Raises ModelLoadError for a file that is not safetensors or is truncated.
-    """
+    Raises ModelLoadError for a file that is not safetensors or is truncated."""
     size = path.stat().st_size
     with path.open("rb") as file:
         prefix = file.read(8)

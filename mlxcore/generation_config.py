@@ -15,17 +15,13 @@ from typing import TypeGuard
 from mlxcore.errors import ModelLoadError
 
 FILE = "generation_config.json"
-# generation_config.json key -> GenerationParams field
-_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-         "repetition_penalty": "repetition_penalty"}
+FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")  # named alike in the file and here
 
 
 def read_generation_defaults(folder: Path) -> dict[str, float]:
     """GenerationParams fields the model's file sets (empty when it has no file).
-
     ``do_sample: false`` means greedy. A value of the wrong type or out of range is
-    left out (the default applies); a file that is not JSON is a ModelLoadError.
-    """
+    left out (the default applies); a file that is not JSON is a ModelLoadError."""
     path = Path(folder) / FILE
     if not path.is_file():
         return {}
@@ -38,7 +34,7 @@ def read_generation_defaults(folder: Path) -> dict[str, float]:
     if data.get("do_sample") is False:
         return {"temperature": 0.0}
     return {field: int(value) if field == "top_k" else float(value)
-            for key, field in _KEYS.items() if _valid(value := data.get(key), field)}
+            for field in FIELDS if _valid(value := data.get(field), field)}
 
 
 def _valid(value: object, field: str) -> TypeGuard[float]:

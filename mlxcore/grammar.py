@@ -18,6 +18,7 @@ from llguidance import LLMatcher
 
 from mlxcore.schema_bounds import bounded
 from mlxcore.schema_checks import check_schema
+from mlxcore.tool_calls import tool_names
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions  # (a typed dict of the stubs only)
@@ -52,8 +53,7 @@ def json_schema(schema: dict | str | type) -> Grammar:
     made finite where it says nothing (``schema_bounds``: no extra keys, bounded numbers and strings).
 
     Raises ``ValueError`` naming what is over the limits (``schema_checks``) or what llguidance cannot
-    compile (an unknown format, a look-around in a pattern, an unsupported keyword such as ``not``).
-    """
+    compile (an unknown format, a look-around in a pattern, an unsupported keyword such as ``not``)."""
     schema = schema_dict(schema)
     check_schema(schema)
     try:
@@ -73,7 +73,7 @@ def tool_call_grammar(tools: list[dict], name: str | None = None, parallel: bool
     """Qwen3's tool call: ``<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>``, ARGS matching
     that tool's parameters. ``name``: only that tool (one call); else any of ``tools``, one call or, with
     ``parallel``, several in a row. ``tools``: OpenAI function tools (``{"type": "function", "function": ...}``)."""
-    functions = {f["name"]: f.get("parameters") or ANY_OBJECT for f in (_function(t) for t in tools)}
+    functions = {tool: parameters or ANY_OBJECT for tool, parameters in tool_names(tools).items()}
     for tool, parameters in functions.items():
         if not isinstance(parameters, dict):
             raise ValueError(f"The parameters of the tool {tool!r} must be a JSON schema (an object).")
@@ -117,13 +117,6 @@ def _call_schema(name: str, parameters: dict) -> dict:
     definitions = {key: parameters[key] for key in ("$defs", "definitions") if key in parameters}
     return {"type": "object", "properties": {"name": {"const": name}, "arguments": arguments},
             "required": ["name", "arguments"], "additionalProperties": False, "x-guidance": JSON_STYLE, **definitions}
-
-
-def _function(tool: object) -> dict:
-    function = tool.get("function", tool) if isinstance(tool, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise ValueError("Each tool must be an OpenAI function tool with a name.")
-    return function
 
 
 def short_error(error: str) -> str:

@@ -45,8 +45,7 @@ def download(repo_id: str, *, progress: Progress | None = None) -> Path:
 
     Progress goes to a bar on stderr, or to ``progress`` when given. Offline, only
     the cache is used. A failed transfer (network, disk, hub) is a ModelLoadError that
-    says what to do; any other exception is a bug and propagates as it is.
-    """
+    says what to do; any other exception is a bug and propagates as it is."""
     offline = offline_by_env()
     try:
         folder = snapshot_download(repo_id, cache_dir=hub_cache_dir(), local_files_only=offline,
@@ -78,10 +77,8 @@ def _failed_transfer(repo_id: str, error: BaseException) -> ModelLoadError:
 
 def _transfer_errors() -> tuple[type[BaseException], ...]:
     """The errors of a failed transfer: the OS's (network, disk, hf_xet's), the hub's, and its HTTP stack's.
-
     requests' errors are OSErrors; httpx's are not. The HTTP stack differs by
-    huggingface-hub version, so take the one it imported rather than import one.
-    """
+    huggingface-hub version, so take the one it imported rather than import one."""
     found: list[type[BaseException]] = [OSError, HfHubHTTPError]
     for name in ("httpx", "httpx2"):
         module = sys.modules.get(name)

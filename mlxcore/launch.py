@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from mlxcore.compile_support import report_compile_failure
 from mlxcore.configs import LOOKUP, KVConfig, ModelChoice, check_num_draft
@@ -13,9 +12,6 @@ from mlxcore.engine import Engine
 from mlxcore.hub import Progress
 from mlxcore.kv.budget import KVBudget
 from mlxcore.kv.hybrid import linear_layers
-
-if TYPE_CHECKING:
-    from mlxcore.loading import ModelFiles
 
 SLOW_WARM_UP_S = 1.5  # say what is happening when the kernel warm-up takes longer than this
 SLOW_WARM_UP_NOTE = ("compiling decode kernels for this machine (first start only, up to a minute; "
@@ -39,8 +35,7 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     ``progress(done, total)`` follows a download; ``notice(text)`` is told when the
     kernel warm-up is slow (it is called from a timer thread and must not use MLX).
     ``kv_budget``: an account this engine's pools share with other engines' (serve's loaded models),
-    so that together they never hold more than its limit; None: an account of its own.
-    """
+    so that together they never hold more than its limit; None: an account of its own."""
     check_num_draft(num_draft)
     if isinstance(choice, str):
         choice = ModelChoice(model=choice)
@@ -88,7 +83,7 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     engine = Engine(target.model, target.tokenizer, kv=kv, draft_model=draft.model if draft else None,
                     num_draft=num_draft, block_drafter=blocks,
                     fingerprint=target.fingerprint, draft_fingerprint=draft.fingerprint if draft else "",
-                    model_name=target.name, draft_name=_draft_name(draft_files, lookup),
+                    model_name=target.name, draft_name=draft_files.name if draft_files else LOOKUP if lookup else "",
                     generation_defaults=target.generation_defaults, world=world,
                     prompt_lookup=lookup or draft_files is not None)  # beside a drafter too (``LookupFirst``)
     if kv_budget is not None:
@@ -99,17 +94,10 @@ def open_engine(choice: ModelChoice | str = ModelChoice(), kv: KVConfig = KVConf
     return OpenedEngine(engine, note)
 
 
-def _draft_name(files: ModelFiles | None, lookup: bool) -> str:
-    """What the engine names its drafter: the draft model's or block drafter's name, LOOKUP, or ""."""
-    return files.name if files is not None else LOOKUP if lookup else ""
-
-
 def warm_up(engine: Engine, notice: Notice | None = None,
             timer_class: type[threading.Timer] = threading.Timer) -> None:
     """Compile the engine's decode kernels, telling ``notice`` if that takes a while.
-
-    ``timer_class(seconds, function, args=...)`` makes the countdown (a test passes one it can watch).
-    """
+    ``timer_class(seconds, function, args=...)`` makes the countdown (a test passes one it can watch)."""
     if notice is not None:
         report_compile_failure(notice)  # once per process: decoding runs, only slower
     timer = timer_class(SLOW_WARM_UP_S, notice, args=(SLOW_WARM_UP_NOTE,)) if notice else None

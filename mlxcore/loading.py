@@ -61,12 +61,9 @@ class ModelFiles:
 
 
 def load_model(ref: str) -> LoadedModel:
-    """Load the model ``ref``: an embedded name, a local MLX folder, or a hub repo "org/name".
-
-    A repo is downloaded when not cached, with a bar on stderr. Raises ModelLoadError with a one-line
-    message for anything missing, unreadable or inconsistent. (Over several ranks: ``find_model`` and
-    ``load_found``, as ``open_engine`` does.)
-    """
+    """Load the model ``ref``: an embedded name, a local MLX folder, or a hub repo "org/name" (downloaded when
+    not cached, with a bar on stderr); ModelLoadError in one line for anything missing, unreadable or
+    inconsistent."""
     return load_found(find_model(ref))
 
 
@@ -97,9 +94,7 @@ def resolve(ref: str, *, progress: Progress | None = None) -> tuple[Path, str]:
 
 def check_draft_compatible(target: LoadedModel, draft: LoadedModel) -> None:
     """Raise TokenizerMismatchError unless ``draft`` shares ``target``'s vocabulary and end tokens.
-
-    The embedding shapes may differ (padding rows); only the tokenizers are compared.
-    """
+    The embedding shapes may differ (padding rows); only the tokenizers are compared."""
     vocab_t, vocab_d = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
     if vocab_t != vocab_d:
         raise TokenizerMismatchError(

@@ -14,7 +14,7 @@ import importlib.abc
 import importlib.machinery
 import resource
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import ModuleType
 
 WANTED_OPEN_FILES = 4096  # the hard limit mlx-lm asks for
@@ -45,14 +45,6 @@ def guard_mlx_lm_import() -> None:
         sys.meta_path.insert(0, _GuardedImport())
 
 
-def _keeping_limits(setrlimit: Callable[[int, tuple[int, int]], None]) -> Callable[[int, tuple[int, int]], None]:
-    def within_limits(which: int, limits: tuple[int, int]) -> None:
-        if which != resource.RLIMIT_NOFILE:
-            return setrlimit(which, limits)
-        raise_soft_limit(limits[0])
-    return within_limits
-
-
 class _GuardedImport(importlib.abc.MetaPathFinder):
     """Finds ``mlx_lm.utils`` as Python would, and runs its module code with ``setrlimit`` kept within limits."""
 
@@ -75,7 +67,13 @@ class _LimitKeepingLoader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         real = resource.setrlimit
-        resource.setrlimit = _keeping_limits(real)  # only while the module's top level runs
+
+        def within_limits(which: int, limits: tuple[int, int]) -> None:
+            if which != resource.RLIMIT_NOFILE:
+                return real(which, limits)
+            raise_soft_limit(limits[0])
+
+        resource.setrlimit = within_limits  # only while the module's top level runs
         try:
             self._loader.exec_module(module)
         finally:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import errno
-import os
 
 from mlxcore.device_profile import gpu_memory
+from mlxcore.memory_fit import machine_ram
 
 # How MLX words a failed allocation: Metal's allocator and command buffers, the C++ runtime on the CPU.
 _OOM_TEXTS = ("[metal::malloc]", "[malloc] unable to allocate", "attempting to allocate", "insufficient memory", "out of memory",
@@ -30,10 +30,8 @@ def machine_memory() -> tuple[int, str] | None:
     gpu = gpu_memory()
     if gpu is not None:
         return gpu[0], "usable by the GPU"
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "of memory"
-    except (ValueError, OSError, AttributeError):  # not every platform names these
-        return None
+    ram = machine_ram()
+    return (ram, "of memory") if ram is not None else None
 
 
 def not_enough_memory(what: str, need_bytes: int | None) -> str:

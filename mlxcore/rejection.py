@@ -20,8 +20,7 @@ def verify(p: mx.array, q: mx.array, drafted: mx.array, key: mx.array) -> tuple[
     rejection ends the run and the next token is drawn from normalize(max(p_i - q_i, 0));
     if all k pass, a bonus token is drawn from p_k. The emitted tokens then follow p exactly.
 
-    Returns (accepted count n as a () array, the next token as a () array), both lazy.
-    """
+    Returns (accepted count n as a () array, the next token as a () array), both lazy."""
     k = drafted.shape[0]
     u_key, draw_key = mx.random.split(key)
     rows = mx.arange(k)
@@ -40,9 +39,7 @@ def verify(p: mx.array, q: mx.array, drafted: mx.array, key: mx.array) -> tuple[
 
 def verify_greedy(target_argmax: mx.array, drafted: mx.array) -> tuple[mx.array, mx.array]:
     """Temperature 0: keep drafts while they equal the target's argmax; the next token is its argmax.
-
-    target_argmax: (k + 1,) ids; drafted: (k,) ids.
-    """
+    target_argmax: (k + 1,) ids; drafted: (k,) ids."""
     k = drafted.shape[0]
     n = mx.sum(mx.cumprod((target_argmax[:k] == drafted).astype(mx.int32)))
     return n, target_argmax[n]

@@ -1,18 +1,9 @@
 """One streaming parser for a reply: its reasoning (``<think>``), its text, and its tool calls (``<tool_call>``).
 
-Fed the reply's text deltas as they are generated, it returns what each adds,
-split three ways (vLLM calls the two halves a reasoning parser and a tool
-parser; here they are one pass, so a call begun inside an unclosed
-``<think>`` is a call, not thinking). Text that may be the start of a tag is
-held back until the next delta tells. A call goes out as OpenAI's
-``delta.tool_calls`` need it: its id and function name once they are known, then
-the arguments in pieces (the JSON format's object character by character as
-generated; the XML format's one parameter at a time, typed from the schema).
-
-A call that cannot be read (not JSON, no name, cut off) is logged and its text
-becomes part of the reply's text: never dropped. In a stream its name and the
-arguments read so far may have gone out already; ``broken`` lists those. Without ``tools`` the parser
-only splits reasoning from text, and ``<tool_call>`` is text.
+Fed the reply's text deltas as they are generated, it returns what each adds, split three ways in one pass
+(so a call begun inside an unclosed ``<think>`` is a call, not thinking). A call that cannot be read becomes
+text, never dropped (``broken``: those whose name went out already); without ``tools``, ``<tool_call>`` is
+text. Its states, what is held back, and how a call goes out in pieces: docs/tools.md, "The parser".
 """
 
 from __future__ import annotations
@@ -141,7 +132,7 @@ class ReplyParser:
         call.body += text
         at = call.body.find(CALL_CLOSE, start)
         if at < 0:
-            self._send(call.advance())
+            self._out.calls.extend(call.advance())
             return ""
         rest, call.body = call.body[at + len(CALL_CLOSE):], call.body[:at]
         self._close_call(closed=True)
@@ -173,12 +164,9 @@ class ReplyParser:
                 self._announced += 1
             return
         parsed = ToolCall(parsed.name, parsed.arguments, call.id)
-        self._send(call.finish(parsed))
+        self._out.calls.extend(call.finish(parsed))
         self.calls.append(parsed)
         self._announced += 1
-
-    def _send(self, deltas: list[CallDelta]) -> None:
-        self._out.calls.extend(deltas)
 
     def _take(self) -> ParsedDelta:
         out, self._out = self._out, _Out()

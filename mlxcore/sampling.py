@@ -15,11 +15,7 @@ equal probability are always kept or dropped together:
 The result is the intersection of the three, renormalised. Top-p mass is the
 full distribution's (after temperature, before top-k), so the masks commute.
 ``next_token`` draws from exactly this distribution (to float32 rounding),
-without building it when it need not.
-
-At 151,936 tokens a full sort can cost more than a small model's forward pass
-(docs/decisions.md): top-k (alone or with top-p) sorts only the k largest values,
-and the transform is one compiled graph (``sampling_graphs``).
+without building it when it need not (how, at Qwen3's vocabulary: ``sampling_graphs``).
 """
 
 from __future__ import annotations
@@ -33,9 +29,7 @@ from mlxcore.seeds import fresh_seed
 
 def penalize_repeats(logits: mx.array, recent: mx.array | None, penalty: float) -> mx.array:
     """Make tokens in ``recent`` less likely: positive logits / penalty, negative ones x penalty.
-
-    logits: (..., V); recent: (n,) token ids.
-    """
+    logits: (..., V); recent: (n,) token ids."""
     if recent is None or recent.size == 0 or penalty == 1.0:
         return logits
     seen = mx.zeros(logits.shape[-1], dtype=mx.int32)
@@ -49,8 +43,7 @@ def distribution(logits: mx.array, params: SamplingParams, recent: mx.array | No
 
     Order: repetition penalty, temperature, then the top-k, top-p and min-p
     masks (see the module docstring), then renormalisation. At temperature 0
-    the result is one-hot on the argmax.
-    """
+    the result is one-hot on the argmax."""
     logits = penalize_repeats(logits.astype(mx.float32), recent, params.repetition_penalty)
     if params.greedy:
         best = mx.argmax(logits, axis=-1, keepdims=True)
@@ -71,8 +64,7 @@ def next_token(logits: mx.array, params: SamplingParams, key: mx.array | None,
 
     The token is the argmax after the repetition penalty, or a ``draw`` from ``distribution`` with
     ``key``, in one compiled graph. The log-probability is the model's own
-    (temperature 1, no masks, no penalty).
-    """
+    (temperature 1, no masks, no penalty)."""
     if params.greedy:
         picked: tuple[mx.array, mx.array] = greedy_pick()(penalize_repeats(logits, recent, params.repetition_penalty),
                                                             logits)
@@ -87,9 +79,7 @@ def next_token(logits: mx.array, params: SamplingParams, key: mx.array | None,
 def warm_up(logits: mx.array) -> None:
     """Build the compiled sampling graphs a reply at Qwen3's recommended settings, or greedy, uses,
     for logits like ``logits`` (1, V): plain steps, draft rows (V,) and verification blocks (2, V).
-
-    On Linux the first build of each runs the C++ compiler (seconds); afterwards MLX's disk cache has them.
-    """
+    On Linux the first build of each runs the C++ compiler (seconds); afterwards MLX's disk cache has them."""
     key = mx.random.key(0)
     for params in (SamplingParams(), SamplingParams(temperature=0.6, top_k=20, top_p=0.95)):
         mx.eval(next_token(logits, params, key),
@@ -100,9 +90,7 @@ class KeyStream:
     """A reproducible sequence of random keys: same seed, same draws."""
 
     def __init__(self, seed: int | None) -> None:
-        if seed is None:
-            seed = fresh_seed()
-        self._key = mx.random.key(seed)
+        self._key = mx.random.key(fresh_seed() if seed is None else seed)
 
     def next(self) -> mx.array:
         self._key, sub = mx.random.split(self._key)

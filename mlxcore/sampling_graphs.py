@@ -69,22 +69,16 @@ def _threshold(probs: mx.array, k: int, nucleus: bool, top_p: mx.array) -> mx.ar
 
 def _keep(z: mx.array, probs: mx.array | None, masks: Masks, top_p: mx.array, min_p: mx.array) -> mx.array | None:
     """Which tokens the masks keep, (..., V) bool, or None when none is on.
-
-    z: logits / temperature; probs: softmax(z), needed (not None) for top-k and top-p.
-    """
+    z: logits / temperature; probs: softmax(z), needed (not None) for top-k and top-p."""
     keep = None
     k = _active_k(masks, z.shape[-1])
     if k or masks.nucleus:
-        assert probs is not None, "top-k and top-p need the probabilities (_needs_probs)"
+        assert probs is not None, "top-k and top-p need the probabilities"
         keep = probs >= _threshold(probs, k, masks.nucleus, top_p)
     if masks.floor:  # p >= min_p * max(p)  <=>  z >= max(z) + log(min_p): no exp over the vocabulary
         above = z >= mx.max(z, axis=-1, keepdims=True) + mx.log(min_p)
         keep = above if keep is None else keep & above
     return keep
-
-
-def _needs_probs(masks: Masks, vocab: int) -> bool:
-    return bool(_active_k(masks, vocab)) or masks.nucleus
 
 
 def _masked_distribution(logits: mx.array, scalars: Scalars, masks: Masks) -> mx.array:
@@ -170,8 +164,7 @@ def _inverse_cdf_draw(probs: mx.array, keys: mx.array) -> mx.array:
     One uniform per row (``_row_noise``'s keys) against the running sum: each token's chance is its
     share up to float32 rounding of that sum (~6e-8 per nonzero entry), so use
     it where few entries are nonzero. ``mx.random.categorical`` needs a random
-    number and two logs per entry, which costs more at 151,936 entries.
-    """
+    number and two logs per entry, which costs more at 151,936 entries."""
     cdf = mx.cumsum(probs, axis=-1)  # nondecreasing: both tests below are False, then True
     total = cdf[..., -1:]
     target = _row_noise(mx.random.uniform, keys, probs.shape[0], 1) * total
@@ -186,11 +179,10 @@ def _draw(chosen: mx.array, keys: mx.array, scalars: tuple[mx.array, ...], masks
     Top-k up to FEW_TOKENS: inverse CDF over the kept probabilities. Otherwise
     Gumbel-max on the kept z = logits / temperature, which softmax would turn
     into those same probabilities: no softmax, and no log of it, unless top-k
-    or top-p need the probabilities.
-    """
+    or top-p need the probabilities."""
     temperature, top_p, min_p = scalars
     z = chosen / temperature
-    probs = mx.softmax(z, axis=-1) if _needs_probs(masks, z.shape[-1]) else None
+    probs = mx.softmax(z, axis=-1) if _active_k(masks, z.shape[-1]) or masks.nucleus else None
     keep = _keep(z, probs, masks, top_p, min_p)
     if 0 < _active_k(masks, z.shape[-1]) <= FEW_TOKENS:
         assert keep is not None and probs is not None, "top-k keeps tokens by their probabilities"

@@ -1,12 +1,9 @@
 """Limits a JSON schema must keep before llguidance sees it, and the constructs it cannot enforce.
 
-llguidance's time and memory grow with a schema's size: 10,000 properties take
-seconds to compile and fail at the first mask, 15,000 panic inside it. So a
-schema is walked first (cheap: a dict walk, no compiling) and refused with a
-sentence that names the construct and where it is (a JSON pointer such as
-``/properties/a/const``): too many properties or enum items, a ``const`` or
-enum value too long, a number JSON libraries cannot hold (64 bits), a ``$ref``
-that refers back to itself with no value in between (no JSON value matches it).
+llguidance's time and memory grow with a schema's size (10,000 properties take seconds to compile and fail at
+the first mask; 15,000 panic inside it), so a schema is walked first (a dict walk, no compiling) and refused
+with a sentence that names the construct and where it is (a JSON pointer such as ``/properties/a/const``).
+The limits: docs/structured_output.md.
 """
 
 from __future__ import annotations

@@ -11,13 +11,11 @@ Two formats, told apart by the body's first character:
       </parameter>
       </function>
 
-  Parameter values are bare text; each is typed from the tool's JSON schema
-  (``"integer"`` -> 3, ``"object"`` -> parsed JSON), text where the schema says
-  string or nothing can be read.
+  (values bare text, typed from the tool's schema: ``typed_value``).
 
-A ``ToolCall``'s ``arguments`` is JSON text, as OpenAI's API carries it: for
-the JSON format, exactly as the model wrote it (what the stream sent, and what
-the chat template writes back next turn, so the KV cache still matches).
+A ``ToolCall``'s ``arguments`` is JSON text, as OpenAI's API carries it: for the JSON format, exactly as the
+model wrote it (what the stream sent, and what the chat template writes back next turn, so the KV cache still
+matches).
 """
 
 from __future__ import annotations
@@ -63,11 +61,14 @@ class ToolCallError(ValueError):
     """The text of a call could not be read as one."""
 
 
-def tool_names(tools: Iterable[dict]) -> dict[str, dict]:
-    """OpenAI function tools (``{"type": "function", "function": {...}}``) by name: their parameter schemas."""
+def tool_names(tools: Iterable[object]) -> dict[str, dict]:
+    """OpenAI function tools (``{"type": "function", "function": {...}}``) by name: their parameter schemas
+    (``{}`` for none); ``ValueError`` for a tool that is not one."""
     named = {}
     for tool in tools:
-        function = tool.get("function", tool)
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ValueError("Each tool must be an OpenAI function tool with a name.")
         named[function["name"]] = function.get("parameters") or {}
     return named
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mlxcore.batching.grammar_close import Closing, closer_ids, shortest_reply
-from mlxcore.chat_template import TURN_START
+from mlxcore.chat_template import TURN_START, token_id
 from mlxcore.grammar import Grammar, short_error
 from mlxcore.think_blocks import CLOSE, OPEN
 from mlxcore.tool_calls import CALL_OPEN
@@ -51,12 +51,10 @@ def _llg_tokenizer(tokenizer: TokenizerWrapper, vocab: int, eos: tuple[int, ...]
 def compile_matcher(grammar: Grammar, tokenizer: TokenizerWrapper, vocab: int, eos_ids: Collection[int]) -> LLMatcher:
     """``grammar``'s ``LLMatcher`` for ``tokenizer``, its first mask computed; ``ValueError`` (a short message,
     no grammar text or parser state) if llguidance cannot compile it or no reply can match it.
-
-    Compiling drops the GIL (llguidance's note), so a thread can do it beside an event loop.
-    """
+    Compiling drops the GIL (llguidance's note), so a thread can do it beside an event loop."""
     from llguidance import LLMatcher, LLParserLimits
 
-    text = grammar.for_tokenizer(_token_id(tokenizer, CALL_OPEN) is not None)
+    text = grammar.for_tokenizer(token_id(tokenizer, CALL_OPEN) is not None)
     llg = _llg_tokenizer(tokenizer, vocab, tuple(sorted(eos_ids)))
     matcher = LLMatcher(llg, text, log_level=0, limits=LLParserLimits(verbose_errors=False))
     if not matcher.is_error():
@@ -76,12 +74,12 @@ class Constraint:
         compiled = grammar.compiled  # (compiled by the caller for this tokenizer: each reply a copy of it)
         self.matcher = compiled.deep_copy() if compiled is not None else compile_matcher(grammar, tokenizer, vocab,
                                                                                          self.eos)
-        self.think, self.close = _token_id(tokenizer, OPEN), _token_id(tokenizer, CLOSE)
+        self.think, self.close = token_id(tokenizer, OPEN), token_id(tokenizer, CLOSE)
         self.phase = think_phase(tokenizer, prompt, self.think, self.close)
         self.failed: GrammarError | None = None  # set by the decode loop; the runner ends the reply with it
         self.history: list[tuple[str, bool]] = []  # per token consumed: the phase before, whether matched
         # ``budget``: the reply's token cap, which the grammar closes before (``grammar_close``)
-        text = grammar.for_tokenizer(_token_id(tokenizer, CALL_OPEN) is not None)
+        text = grammar.for_tokenizer(token_id(tokenizer, CALL_OPEN) is not None)
         self.closing = Closing(budget, closer_ids(tokenizer), self.eos[0], shortest_reply(
             text, tokenizer, self.matcher, budget)) if budget and self.eos else None
 
@@ -163,7 +161,7 @@ def think_phase(tokenizer: TokenizerWrapper, prompt: Sequence[int], think: int |
     """Where the grammar starts, from the prompt's last turn (see the module docstring)."""
     if think is None or close is None:
         return GRAMMAR
-    start = _token_id(tokenizer, TURN_START)
+    start = token_id(tokenizer, TURN_START)
     turn = max((i for i, t in enumerate(prompt) if t == start), default=-1) if start is not None else -1
     tail = list(prompt[turn + 1:]) if turn >= 0 else list(prompt[-64:])  # the reply's own turn
     opened = max((i for i, t in enumerate(tail) if t == think), default=-1)
@@ -172,11 +170,6 @@ def think_phase(tokenizer: TokenizerWrapper, prompt: Sequence[int], think: int |
         return THINKING
     header = tokenizer.encode("assistant\n", add_special_tokens=False)
     return MAY_THINK if turn >= 0 and tail == list(header) else GRAMMAR
-
-
-def _token_id(tokenizer: TokenizerWrapper, text: str) -> int | None:
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    return ids[0] if len(ids) == 1 else None
 
 
 class Bitmask:

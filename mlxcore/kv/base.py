@@ -82,9 +82,7 @@ class ModelCache(ABC):
 
     def begin(self, count: int) -> None:
         """Announce ``count`` tokens as what the next forward pass feeds; call it before that pass.
-
-        A ``begin`` whose forward pass never ran is dropped by the next one.
-        """
+        A ``begin`` whose forward pass never ran is dropped by the next one."""
         if count < 1:
             raise ValueError("begin needs at least one token.")
         self.settle()
@@ -97,9 +95,7 @@ class ModelCache(ABC):
 
     def trim(self, n: int) -> int:
         """Remove the last ``n`` tokens from every layer and return ``n``.
-
-        Raises ``TrimError`` and changes nothing if exactly ``n`` cannot be removed.
-        """
+        Raises ``TrimError`` and changes nothing if exactly ``n`` cannot be removed."""
         self.settle()
         if not 0 <= n <= self.max_trim:
             raise TrimError(f"Cannot rewind the {self.kind} KV cache by {n} tokens: "
@@ -112,9 +108,7 @@ class ModelCache(ABC):
     def settle(self) -> None:
         """Drop what a forward pass did not commit: layers a pass stopped half way (an exception between
         layers) left ahead of the others go back to the shortest. Every pass and trim starts so.
-
-        Raises ``CacheStateError`` when they cannot be rewound (a wrapped rotating window).
-        """
+        Raises ``CacheStateError`` when they cannot be rewound (a wrapped rotating window)."""
         lowest = min(layer.offset for layer in self.layers)
         ahead = [layer for layer in self.layers if layer.offset > lowest]
         try:
@@ -145,9 +139,7 @@ class ModelCache(ABC):
 
     def reuse_prefix(self, ids: Sequence[int]) -> int:
         """On an empty cache, attach cached blocks matching the start of ``ids``; return tokens attached.
-
-        Only the paged kind shares blocks; the others return 0. Never all of ``ids``.
-        """
+        Only the paged kind shares blocks; the others return 0. Never all of ``ids``."""
         if self.offset:
             raise CacheStateError("reuse_prefix needs an empty cache.")
         return 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import sys
 from array import array
 from collections.abc import Iterable, Sequence
 
@@ -60,10 +61,7 @@ def block_tokens(data: bytes) -> tuple[list[int], int] | None:
 
 def token_bytes(tokens: Sequence[int]) -> bytes:
     """Token ids as little-endian unsigned 32-bit words (how blocks and the store's index hold them)."""
-    words = array("I", tokens)
-    if not _LITTLE:  # pragma: no cover - MLX runs on little-endian machines
-        words.byteswap()
-    return words.tobytes()
+    return array("I", tokens).tobytes()
 
 
 def tokens_from(data: bytes) -> list[int]:
@@ -72,10 +70,8 @@ def tokens_from(data: bytes) -> list[int]:
         raise ValueError("token data is not whole 32-bit words")
     words = array("I")
     words.frombytes(data)
-    if not _LITTLE:  # pragma: no cover
-        words.byteswap()
     return words.tolist()
 
 
-_LITTLE = array("I", [1]).tobytes()[0] == 1
-assert array("I").itemsize == 4, "token ids are stored as 32-bit words"
+# array's words are the machine's: little-endian wherever MLX runs (x86-64, arm64)
+assert sys.byteorder == "little" and array("I").itemsize == 4, "token ids are stored as little-endian 32-bit words"

@@ -18,6 +18,7 @@ import queue
 import shutil
 import threading
 from collections import OrderedDict
+from contextlib import suppress
 from pathlib import Path
 
 from mlxcore.kv.block_frame import frame_block, unframe_block
@@ -93,10 +94,8 @@ class DiskTier:
         with self._lock:
             if key in self._files:
                 self._files.move_to_end(key)
-        try:
+        with suppress(OSError):
             os.utime(path)  # its age orders the next process's evictions too
-        except OSError:
-            pass
         return payload
 
     @property
@@ -228,7 +227,5 @@ def drain_disk_tiers() -> None:
 
 
 def _unlink(path: Path) -> None:
-    try:
+    with suppress(OSError):
         path.unlink(missing_ok=True)
-    except OSError:
-        pass

@@ -1,4 +1,4 @@
-"""Build a model's cache of any kind: ``make_model_cache(model, kind, ...)``.
+"""Build a model's cache of any kind: ``make_model_cache(model, kind, ...)``; how one is fed: ``base.py``.
 
 Usage, one forward pass::
 
@@ -7,16 +7,13 @@ Usage, one forward pass::
     cache.begin(len(ids) - reused)             # before every forward pass
     logits = model(mx.array([ids[reused:]]), cache=cache.layers)
     cache.hash_blocks(ids)                     # paged: its full blocks become prefix hits
-
-``ModelCache.from_state(model, tensors, meta, pool=None)`` rebuilds any kind from ``state_dict(ids)``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import mlx.nn as nn
 
+from mlxcore.configs import KVKind
 from mlxcore.errors import UsageError
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.budget import KVBudget
@@ -29,14 +26,13 @@ from mlxcore.kv.rotating import RotatingCache
 from mlxcore.kv.standard import StandardCache
 from mlxcore.kv.window import Window
 
-Kind = Literal["standard", "paged", "rotating"]
 KINDS: tuple[str, ...] = ("standard", "paged", "rotating")
 DEFAULT_WINDOW = 4096
 
-__all__ = ["KINDS", "BlockPool", "Kind", "ModelCache", "make_block_pool", "make_model_cache"]
+__all__ = ["KINDS", "BlockPool", "ModelCache", "make_block_pool", "make_model_cache"]
 
 
-def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: int = 16,
+def make_model_cache(model: nn.Module, kind: KVKind = "standard", *, block_size: int = 16,
                      max_kv: int | None = None, keep: int = 0, max_rewind: int = 16,
                      pool: BlockPool | None = None, budget: KVBudget | None = None,
                      kv_bits: int | None = None, prefixes: HybridPrefixCache | None = None) -> ModelCache:
@@ -51,8 +47,7 @@ def make_model_cache(model: nn.Module, kind: Kind = "standard", *, block_size: i
     ``kv_bits`` (paged, rotating): keys and values quantized to this many bits (``kv_format.py``).
     A hybrid model (Qwen3.5) gets a ``HybridCache``: a cache of ``kind`` over its attention layers, standard or
     rotating for now, beside its linear layers' states; ``prefixes``: where it keeps what it held when released,
-    and finds a prompt's start when empty (``hybrid_prefixes.py``).
-    """
+    and finds a prompt's start when empty (``hybrid_prefixes.py``)."""
     linear = linear_layers(model)
     if linear:
         check_hybrid(kind, kv_bits)
@@ -72,7 +67,7 @@ def check_hybrid(kind: str, kv_bits: int | None) -> None:
                          'linear layers\' states yet.')
 
 
-def _attention_cache(model: nn.Module, kind: Kind, max_kv: int | None, keep: int, max_rewind: int,
+def _attention_cache(model: nn.Module, kind: KVKind, max_kv: int | None, keep: int, max_rewind: int,
                      kv_bits: int | None = None) -> ModelCache:
     if kind == "standard":
         if kv_bits is not None:

@@ -3,9 +3,8 @@
 A key names the model (its fingerprint), the KV format (float, "q8g32"...), the block size and the layout,
 then the block's chained hash (``block_manager.chain_hash``: its tokens and every token before them), so
 blocks of other models, tokenizers, formats or block sizes never meet. The payload is the session store's
-(``block_frame.py``): the block's token ids, then its tensors in the order of their names, each
-(1, kv_heads, block_size, width), as the pool stores them (a quantized pool's packed words, scales, biases).
-Reading back checks the token ids and every size: a block that does not fit is a miss.
+(``block_frame.py``), the tensors as the pool stores them. Reading back checks the token ids and every size:
+a block that does not fit is a miss.
 """
 
 from __future__ import annotations
@@ -37,11 +36,8 @@ _NUMPY = {mx.float32: np.float32, mx.float16: np.float16, mx.bfloat16: np.uint16
 
 
 class ReadOrCompute:
-    """Whether reading a prompt's blocks back beats computing them, decided by measuring both on this device
-    for this pool's model: seconds per token of the reads (``read_into``) and of the prompts computed (each
-    request's tokens computed before its first token, ``Sequence.finish``), each a moving average. Until both
-    are measured the tier reads (on every device measured so far reading is the faster, by far); once computing
-    measures faster, misses in memory are computed and the tier is not read."""
+    """Whether reading a prompt's blocks back beats computing them: seconds a token of each, measured here
+    (moving averages); until both are measured, read (docs/kv-disk.md, "Only when reading is faster")."""
 
     MIN_TOKENS = 64  # fewer tokens time mostly a step's fixed costs: not a measure of either
     WEIGHT = 0.3  # of the newest measure in the average
@@ -138,11 +134,9 @@ class PoolDisk:
         joined = [mx.array(np.concatenate([block[n] for block in found], axis=2)) for n in range(len(self.order))]
         joined = [a.view(mx.bfloat16) if self.pool.geometry.dtype == mx.bfloat16 and a.dtype == mx.uint16 else a
                   for a in joined]
-        names = stored.tensor_names(self.pool.geometry.format)
-        half = len(names) // 2
-        for layer in cache.layers:
-            parts = {(side, part): joined[n] for n, (at, side, part) in enumerate(self.order) if at == layer.index}
-            cache.write_stored(layer, [parts[(index // half, index % half)] for index in range(len(names))])
+        for layer in cache.layers:  # each layer's tensors in ``tensor_names`` order: keys' parts, then values'
+            parts = sorted((side, part, n) for n, (at, side, part) in enumerate(self.order) if at == layer.index)
+            cache.write_stored(layer, [joined[n] for _, _, n in parts])
         mx.eval([s.arrays for s in self.pool.storage])
         cache.hash_blocks(ids)
         seconds = time.perf_counter() - began

@@ -1,10 +1,8 @@
 """The ``rotating`` kind: a window of ``max_size`` tokens that keeps the first ``keep`` and can rewind.
 
-Each query attends to the first ``keep`` tokens and the ``max_size - keep``
-latest ones, itself included (exact rule and slot layout in ``window.py``).
-Unlike mlx-lm's ``RotatingKVCache``, it holds ``max_rewind`` spare slots, so a
-speculative rewind of up to ``max_rewind`` tokens stays exact after the window
-wrapped, and a trim it cannot do raises ``TrimError``.
+Who attends to whom, and which slot holds which token: ``window.py``. Unlike mlx-lm's ``RotatingKVCache``,
+it holds ``max_rewind`` spare slots, so a speculative rewind of up to ``max_rewind`` tokens stays exact
+after the window wrapped, and a trim it cannot do raises ``TrimError``.
 
 Memory: keys/values of (1, kv_heads, slots, head_dim), grown in steps of 256
 slots up to max_size + max_rewind, then flat however long the chat runs. With
@@ -137,8 +135,7 @@ class RotatingLayerCache:
         "plain": slots equal positions and every query sees every earlier token,
         so the fetch is the first offset + n slots, causal as in ``KVCache``.
         "ring": write first, then fetch every filled slot under an array mask.
-        "concat": fetch the filled slots (before writing) followed by the new tokens.
-        """
+        "concat": fetch the filled slots (before writing) followed by the new tokens."""
         w, end = self.window, self.offset + n
         high = max(self.high, end)
         if end <= w.max_size and high <= w.slots:
@@ -173,9 +170,7 @@ class RotatingLayerCache:
 
 def _runs(w: Window, start: int, n: int) -> list[tuple[int, int]]:
     """(first position, length) runs of positions start..start+n that land in adjacent slots.
-
-    Only the last ``ring`` positions past ``keep`` are stored: older ones would be overwritten anyway.
-    """
+    Only the last ``ring`` positions past ``keep`` are stored: older ones would be overwritten anyway."""
     end, runs = start + n, []
     if start < w.keep:
         runs.append((start, min(w.keep, end) - start))
@@ -192,8 +187,7 @@ class RotatingCache(ModelCache):
 
     ``keep`` (the system prompt length) may be set until the window first fills
     and while no slot has been overwritten; changing it then alters no past
-    attention, since until then every token saw every earlier one.
-    """
+    attention, since until then every token saw every earlier one."""
 
     kind = "rotating"
 
