@@ -6,13 +6,12 @@ when a step raises).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from mlxcore.batching.handle import RequestFailedError, RequestHandle
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore.caches import Caches
@@ -44,21 +43,27 @@ def generate(engine: Engine, prompt_ids: Sequence[int], caches: Caches, params: 
     if progress is not None and to_read > 0:
         progress(0, to_read)
     taken = list(prompt)  # the prompt, then the tokens the caller took
+    runner = batch.runner
     stepping = finished = False
+    events: list[Event] = []
     try:
         while not finished:
-            if not batch.busy and not handle.finished.is_set():  # never wait for what cannot come
+            # never wait for what cannot come (asked only after a step that brought nothing)
+            if not events and not runner.busy and not handle.finished.is_set():
                 raise RuntimeError("The engine dropped a reply without ending it.")
             stepping = True
-            batch.step()
+            runner.step()
             stepping = False
-            for event in _taken(handle):
+            events, error = handle.take()
+            for event in events:
                 finished = isinstance(event, FinalEvent)
                 if isinstance(event, FinalEvent):
                     engine.last_stats = event.stats
                 else:
                     taken.append(event.token)
                 yield event
+            if error is not None:  # what failed the request, as it was raised
+                raise error from None
             if progress is not None and read < to_read:
                 read = min(to_read, (batch.runner.tokens_read(handle.request_id) or 0) - reused)
                 progress(read, to_read)
@@ -75,12 +80,3 @@ def generate(engine: Engine, prompt_ids: Sequence[int], caches: Caches, params: 
             if final is not None and final.stats.generated_tokens:  # (stopped while reading the prompt: None)
                 engine.last_stats = replace(final.stats, finish_reason="stopped")
 
-
-def _taken(handle: RequestHandle) -> Iterator[Event]:
-    """The events waiting on ``handle``; a failed request raises what failed it."""
-    try:
-        yield from drain(handle)
-    except RequestFailedError as failed:
-        if failed.__cause__ is None:
-            raise
-        raise failed.__cause__ from None
