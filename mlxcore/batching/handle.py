@@ -71,10 +71,6 @@ class RequestHandle:
             self.finished.set()
             self._deliver(_Failure(error))
 
-    def _taken(self) -> None:
-        with self._lock:
-            self.unread -= 1
-
     def _deliver(self, item: object) -> None:
         with self._lock:
             self.unread += 1
@@ -94,8 +90,7 @@ class RequestHandle:
         """The request's events, blocking; ``queue.Empty`` if none comes within ``timeout`` seconds."""
         while True:
             item = self._queue.get(timeout=timeout)
-            self._taken()
-            yield from self._unpack(item)
+            yield self._taken(item)
             if isinstance(item, FinalEvent):
                 return
 
@@ -121,16 +116,17 @@ class RequestHandle:
                 mine.put_nowait(self._queue.get_nowait())
         while True:
             item = await mine.get()
-            self._taken()
-            for event in self._unpack(item):
-                yield event
+            yield self._taken(item)
             if isinstance(item, FinalEvent):
                 return
 
-    def _unpack(self, item: object) -> Iterator[Event]:
+    def _taken(self, item: object) -> Event:
+        """The event ``item`` is (what ``put`` delivered), now read; ``RequestFailedError`` if the engine failed."""
+        with self._lock:
+            self.unread -= 1
         if isinstance(item, _Failure):
             raise_failed(item.error)
-        yield cast(Event, item)  # what ``put`` delivered
+        return cast(Event, item)
 
 
 def raise_failed(error: BaseException) -> NoReturn:
