@@ -96,7 +96,8 @@ class RequestHandle:
 
     def take(self) -> tuple[list[Event], BaseException | None]:
         """The events waiting now, without blocking, and the error that failed the request after them (or
-        None): for a reader on the engine's own thread (``drain``, ``Engine.generate``), once a step."""
+        None): for a reader on the engine's own thread that takes every event of a step (``Engine.generate``;
+        ``drain`` leaves those its caller does not take)."""
         events: list[Event] = []
         with self._lock:
             while not self._queue.empty():

@@ -7,10 +7,11 @@ benchmarks, tests): no inbox, no second thread. Events wait on each handle as
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from mlxcore.batching.handle import RequestHandle, raise_failed
+from mlxcore.batching.handle import RequestHandle
 from mlxcore.batching.policies import make_policy
 from mlxcore.batching.request import Request
 from mlxcore.batching.runner import BatchRunner
@@ -57,8 +58,8 @@ class LocalBatch:
 
 
 def drain(handle: RequestHandle) -> Iterator[Event]:
-    """The events waiting on ``handle`` now, without blocking; ``RequestFailedError`` where the engine failed it."""
-    events, error = handle.take()
-    yield from events
-    if error is not None:
-        raise_failed(error)
+    """The events waiting on ``handle`` now, without blocking."""
+    try:
+        yield from handle.events(timeout=0)
+    except queue.Empty:
+        return
