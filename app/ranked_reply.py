@@ -41,19 +41,22 @@ class RankedReply:
             raise StopPrefill
 
     def events(self, events: Iterable) -> Iterator:
-        """``events``, until rank 0's ctrl+c (then every rank ends after the same one)."""
-        events = iter(events)
-        while True:
-            with exit_on_lost_peer(self.world):  # a step of the reply, or the check
+        """``events``, until rank 0's ctrl+c (then every rank ends after the same one); in one process, as
+        they come (the watchdog and the shared ctrl+c are no-ops there)."""
+        if not self.world.distributed:
+            return iter(events)
+        return self._ranked(iter(events))
+
+    def _ranked(self, events: Iterator) -> Iterator:
+        with exit_on_lost_peer(self.world):  # each step of the reply, and each check (yield passes no error in)
+            while True:
                 event = next(events, None)
                 if event is None:
                     return
                 self.watchdog.beat()
-            yield event
-            with exit_on_lost_peer(self.world):
-                stop = self.interrupt.requested()
-            if stop:
-                return
+                yield event
+                if self.interrupt.requested():
+                    return
 
     @property
     def interrupted(self) -> bool:

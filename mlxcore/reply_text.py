@@ -41,6 +41,8 @@ class ReplyText:
         if self._max_tokens is not None and self.count >= self._max_tokens:
             stopped = self._flush()
             return self._release(), "stop" if stopped else "length"
+        if not self._stop:
+            return self._release(), None
         held = max((partial_suffix(self.text, stop) for stop in self._stop), default=0)  # may begin a stop string
         return self._release(held=held), None
 
@@ -54,6 +56,9 @@ class ReplyText:
     def _append(self, delta: str) -> bool:
         """Add ``delta`` to the reply, cut before a stop string (which may span earlier deltas); whether cut."""
         joined = self.text + delta
+        if not self._stop:
+            self.text = joined
+            return False
         hits = [joined.find(s, max(0, len(self.text) - len(s) + 1)) for s in self._stop]
         cut = min((h for h in hits if h >= 0), default=-1)
         self.text = joined if cut < 0 else joined[:cut]

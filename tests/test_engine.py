@@ -123,6 +123,18 @@ def test_stopping_early_leaves_cache_exact(model):
     assert cache.tokens == prompt + seen
 
 
+def test_a_reply_stopped_after_its_last_token_keeps_its_figures(model):
+    """The last token and the final event come out of one step; a caller that stops between them still
+    finds the reply's figures (as stopped) in ``last_stats``."""
+    engine = Engine(model, None, kv=KVConfig(kind="standard"))
+    events = engine.generate(random_prompt(3, 20), engine.new_caches(), GenerationParams(max_tokens=4))
+    tokens = [next(events) for _ in range(4)]
+    events.close()
+    assert all(isinstance(e, TokenEvent) for e in tokens)
+    assert engine.last_stats is not None and engine.last_stats.finish_reason == "stopped"
+    assert engine.last_stats.generated_tokens == 4
+
+
 @pytest.mark.parametrize("kind", ["paged", "standard", "rotating"])
 def test_caches_the_caller_made_decode_as_mlx_lm_and_stop_exactly(model, kind):
     """A paged engine given caches it did not make (a paged cache in a pool of its own, a standard or rotating

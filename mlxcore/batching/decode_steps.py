@@ -35,7 +35,7 @@ from mlxcore.batching.sequence import Sequence
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.kv.hybrid import HybridCache
 from mlxcore.kv.paged import PagedCache
-from mlxcore.sampling_graphs import graph_of, greedy_pick, sampled_pick
+from mlxcore.sampling_graphs import greedy_pick, sampled_pick
 
 if TYPE_CHECKING:  # drafters.py builds on this module's runner
     from mlxcore.batching.drafters import Drafter
@@ -51,11 +51,14 @@ class _Picks:
     tokens: mx.array  # (B,) int
     logprobs: mx.array  # (B,)
     tops: list[tuple[mx.array, mx.array] | None]
-    values: list[tuple[int, float]] | None = None
+    values: list[Read] | None = None
 
-    def read(self) -> list[tuple[int, float]]:
+    def read(self) -> list[Read]:
+        """Each row's (reply, token, log-probability, top log-probabilities), read once."""
         if self.values is None:
-            self.values = list(zip(cast("list[int]", self.tokens.tolist()), cast("list[float]", self.logprobs.tolist())))
+            tokens, logprobs = cast("list[int]", self.tokens.tolist()), cast("list[float]", self.logprobs.tolist())
+            self.values = [(seq, token, logprob, () if top is None else _pairs(top))
+                           for seq, token, logprob, top in zip(self.seqs, tokens, logprobs, self.tops)]
         return self.values
 
 
@@ -77,15 +80,17 @@ class DecodeSteps:
         """Queue one step for ``seqs`` (each feeds its pending pick, or its last known id), with the prompt
         chunks ``feeds`` riding in the same pass (``BatchDecoder``)."""
         last = self.last
-        where = {id(seq): row for row, seq in enumerate(last.seqs)} if last else {}
-        rows = [where.get(id(seq)) for seq in seqs]
+        rows = _rows_in(last, seqs)
         inputs = self._inputs(seqs, rows, last)
         logits = self._logits(seqs, inputs, feeds)  # (B, V)
         allowed = _allowed(seqs, rows, last, logits)
         if allowed is not None:
             logits = mx.where(allowed, logits, -mx.inf)
         tokens, logprobs = _pick(seqs, logits)
-        tops = [_top(logits[row], seq.request.top_logprobs) for row, seq in enumerate(seqs)]
+        tops: list[tuple[mx.array, mx.array] | None] = [None] * len(seqs)
+        for row, seq in enumerate(seqs):  # (a reply that asked for them)
+            if seq.request.top_logprobs:
+                tops[row] = _top(logits[row], seq.request.top_logprobs)
         mx.async_eval(tokens, logprobs, [t for t in tops if t is not None])
         self._next = _Picks(seqs, tokens, logprobs, tops)
 
@@ -108,9 +113,9 @@ class DecodeSteps:
             return self.decoder(cast("list[HybridCache]", targets), inputs, feeds)
         # A block drafter reads the target's hidden states of every token its replies read: the decode rows too
         drafter = self.drafter
-        taking = [drafter is not None and self.drafts(seq) for seq in seqs]
+        taking = [self.drafts(seq) for seq in seqs] if drafter is not None else []
         keep = drafter.keeps if drafter is not None and any(taking) else ()
-        starts = [target.offset for target in targets]  # each row's position
+        starts = [target.offset for target in targets] if keep else []  # each row's position
         if len(seqs) == 1 and not feeds:  # one decode row, on any cache (a cache of one sequence rides alone)
             feed = feed_rows(self.forward, targets[0], inputs, self.decoder, keep)
             logits, kept = self.forward.logits(feed.h)[:, -1], feed.kept
@@ -128,7 +133,7 @@ class DecodeSteps:
     def advance(self) -> list[Read]:
         """Read the previous step's picks (after ``queue``, or with nothing queued); make the queued step's
         picks the ones to read next. Picks of ended replies are dropped."""
-        reads = self._read(self.last) if self.last else []
+        reads = self.last.read() if self.last else []
         self.last, self._next = self._next, None
         return reads
 
@@ -137,10 +142,9 @@ class DecodeSteps:
         last = self.last
         if last is None or seq not in last.seqs:
             return None
-        row = last.seqs.index(seq)
-        token, logprob = last.read()[row]
+        read = last.read()[last.seqs.index(seq)]
         self._forget(seq)
-        return seq, token, logprob, _pairs(last.tops[row])
+        return read
 
     def drop(self, seq: Sequence) -> None:
         """Forget ``seq``'s pending pick (its reply ended or was cancelled)."""
@@ -151,9 +155,15 @@ class DecodeSteps:
             row = self.last.seqs.index(seq)
             self.last = _without(self.last, row)
 
-    def _read(self, picks: _Picks) -> list[Read]:
-        return [(seq, token, logprob, _pairs(picks.tops[row]))
-                for row, (seq, (token, logprob)) in enumerate(zip(picks.seqs, picks.read()))]
+
+def _rows_in(last: _Picks | None, seqs: list[Sequence]) -> list[int | None]:
+    """Each of ``seqs``' row among the picks ``last`` (None: it has no pending pick there)."""
+    if last is None:
+        return [None] * len(seqs)
+    if last.seqs == seqs:  # the same batch as last step (most steps)
+        return list(range(len(seqs)))
+    where = {id(seq): row for row, seq in enumerate(last.seqs)}
+    return [where.get(id(seq)) for seq in seqs]
 
 
 def _without(picks: _Picks, row: int) -> _Picks | None:
@@ -171,7 +181,8 @@ def _allowed(seqs: list[Sequence], rows: list[int | None], last: _Picks | None, 
     """(B, V) bool: each constrained reply's grammar mask after its pending pick (other rows all True), filled
     while the pass that makes ``logits`` runs; None when no reply is constrained. A matcher that fails is kept
     on its reply (``Constraint.failed``), whose row then keeps every token: the runner ends it with the error."""
-    if all(seq.constraint is None for seq in seqs):
+    constrained = [seq for seq in seqs if seq.constraint is not None]
+    if not constrained:
         return None
     mx.async_eval(logits)  # the pass runs while the masks are filled
     picks = last.read() if last is not None and any(row is not None for row in rows) else None
@@ -181,7 +192,7 @@ def _allowed(seqs: list[Sequence], rows: list[int | None], last: _Picks | None, 
         if constraint is None or constraint.failed is not None:
             continue
         try:
-            constraint.catch_up(seq.reply_ids + ([picks[row][0]] if row is not None and picks is not None else []))
+            constraint.catch_up(seq.reply_ids + ([picks[row][1]] if row is not None and picks is not None else []))
             constraint.fill(mask.words[i])
         except GrammarError as error:
             constraint.failed = error
@@ -197,12 +208,10 @@ def _pick(seqs: list[Sequence], logits: mx.array) -> tuple[mx.array, mx.array]:
     tokens). Each row draws what it draws alone."""
     groups: dict[object, list[int]] = {}
     for row, seq in enumerate(seqs):
-        own = seq.params.repetition_penalty != 1.0
-        groups.setdefault(("own", row) if own else graph_of(seq.params), []).append(row)
-    picks = [_pick_rows([seqs[row] for row in rows], logits if len(groups) == 1 else logits[mx.array(rows)])
-             for rows in groups.values()]
-    if len(picks) == 1:
-        return picks[0]
+        groups.setdefault(("own", row) if seq.graph is None else seq.graph, []).append(row)
+    if len(groups) == 1:  # one kind of request: one pick for every row
+        return _pick_rows(seqs, logits)
+    picks = [_pick_rows([seqs[row] for row in rows], logits[mx.array(rows)]) for rows in groups.values()]
     order = [row for rows in groups.values() for row in rows]
     back = mx.array(sorted(range(len(order)), key=order.__getitem__))  # each row's place among the picks
     return (mx.concatenate([tokens.reshape(-1) for tokens, _ in picks])[back],
@@ -211,11 +220,11 @@ def _pick(seqs: list[Sequence], logits: mx.array) -> tuple[mx.array, mx.array]:
 
 def _pick_rows(seqs: list[Sequence], logits: mx.array) -> tuple[mx.array, mx.array]:
     """The picks of rows of one group (``_pick``): ``logits`` (rows, V), theirs."""
-    params = seqs[0].params
-    if params.repetition_penalty != 1.0:  # one reply, its own sampler
+    graph = seqs[0].graph
+    if graph is None:  # one reply, its own sampler
         return seqs[0].picker(logits)
     picked: tuple[mx.array, mx.array]
-    if params.greedy:
+    if graph == "greedy":
         picked = greedy_pick()(logits, logits)
         return picked
     fn, scalars = sampled_pick([seq.params for seq in seqs])
@@ -224,16 +233,12 @@ def _pick_rows(seqs: list[Sequence], logits: mx.array) -> tuple[mx.array, mx.arr
     return picked
 
 
-def _top(row: mx.array, count: int) -> tuple[mx.array, mx.array] | None:
-    """The ``count`` likeliest tokens of a logits row and their log-probabilities (lazy), or None."""
-    if not count:
-        return None
+def _top(row: mx.array, count: int) -> tuple[mx.array, mx.array]:
+    """The ``count`` likeliest tokens of a logits row and their log-probabilities (lazy)."""
     logprobs = row.astype(mx.float32) - mx.logsumexp(row.astype(mx.float32))
     ids = mx.argsort(-logprobs)[:count]
     return ids, logprobs[ids]
 
 
-def _pairs(top: tuple[mx.array, mx.array] | None) -> tuple[tuple[int, float], ...]:
-    if top is None:
-        return ()
+def _pairs(top: tuple[mx.array, mx.array]) -> tuple[tuple[int, float], ...]:
     return tuple(zip(cast("list[int]", top[0].tolist()), cast("list[float]", top[1].tolist())))

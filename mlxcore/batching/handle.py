@@ -18,7 +18,7 @@ import asyncio
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NoReturn, cast
 
 from mlxcore.batching.request import Request
 from mlxcore.errors import MlxchatError
@@ -42,18 +42,17 @@ class RequestHandle:
 
     def __init__(self, request: Request, cancel: Callable[[RequestHandle], None]) -> None:
         self.request = request
+        self.request_id = request.request_id
         self._cancel = cancel
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_queue: asyncio.Queue[object] | None = None
-        self._unread = 0  # events put and not yet taken by the reader
+        # Events put and not yet taken by the reader (back-pressure: the runner pauses the reply while this is
+        # large); changed under ``_lock``.
+        self.unread = 0
         self.finished = threading.Event()  # set once the final event (or a failure) is put
         self.caches: Caches | None = None  # with ``Request.keep_caches``: the reply's caches once it ended (the caller releases them)
-
-    @property
-    def request_id(self) -> str:
-        return self.request.request_id
 
     def cancel(self) -> None:
         """Stop generating (no-op once finished); the stream then ends with a ``"cancelled"`` final event."""
@@ -72,18 +71,9 @@ class RequestHandle:
             self.finished.set()
             self._deliver(_Failure(error))
 
-    @property
-    def unread(self) -> int:
-        """Events put and not yet read (back-pressure: the runner pauses the reply while this is large)."""
-        return self._unread
-
-    def _taken(self) -> None:
-        with self._lock:
-            self._unread -= 1
-
     def _deliver(self, item: object) -> None:
         with self._lock:
-            self._unread += 1
+            self.unread += 1
             if self._loop is None:
                 self._queue.put(item)
                 return
@@ -100,10 +90,23 @@ class RequestHandle:
         """The request's events, blocking; ``queue.Empty`` if none comes within ``timeout`` seconds."""
         while True:
             item = self._queue.get(timeout=timeout)
-            self._taken()
-            yield from self._unpack(item)
+            yield self._taken(item)
             if isinstance(item, FinalEvent):
                 return
+
+    def take(self) -> tuple[list[Event], BaseException | None]:
+        """The events waiting now, without blocking, and the error that failed the request after them (or
+        None): for a reader on the engine's own thread that takes every event of a step (``Engine.generate``;
+        ``drain`` leaves those its caller does not take)."""
+        events: list[Event] = []
+        with self._lock:
+            while not self._queue.empty():
+                item = self._queue.get_nowait()
+                self.unread -= 1
+                if isinstance(item, _Failure):
+                    return events, item.error
+                events.append(cast(Event, item))  # what ``put`` delivered
+        return events, None
 
     async def aevents(self) -> AsyncIterator[Event]:
         """The request's events in an asyncio loop (call from that loop)."""
@@ -114,13 +117,19 @@ class RequestHandle:
                 mine.put_nowait(self._queue.get_nowait())
         while True:
             item = await mine.get()
-            self._taken()
-            for event in self._unpack(item):
-                yield event
+            yield self._taken(item)
             if isinstance(item, FinalEvent):
                 return
 
-    def _unpack(self, item: object) -> Iterator[Event]:
+    def _taken(self, item: object) -> Event:
+        """The event ``item`` is (what ``put`` delivered), now read; ``RequestFailedError`` if the engine failed."""
+        with self._lock:
+            self.unread -= 1
         if isinstance(item, _Failure):
-            raise RequestFailedError(f"The engine failed while generating: {item.error}") from item.error
-        yield cast(Event, item)  # what ``put`` delivered
+            raise_failed(item.error)
+        return cast(Event, item)
+
+
+def raise_failed(error: BaseException) -> NoReturn:
+    """What a reader gets where the engine failed its request with ``error``."""
+    raise RequestFailedError(f"The engine failed while generating: {error}") from error

@@ -6,13 +6,13 @@ when a step raises).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from mlxcore.batching.handle import RequestFailedError, RequestHandle
+from mlxcore.batching.handle import raise_failed
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore.caches import Caches
@@ -44,21 +44,32 @@ def generate(engine: Engine, prompt_ids: Sequence[int], caches: Caches, params: 
     if progress is not None and to_read > 0:
         progress(0, to_read)
     taken = list(prompt)  # the prompt, then the tokens the caller took
+    runner = batch.runner
     stepping = finished = False
+    brought = True  # whether the last step brought events
+    pending: list[Event] = []  # the last step's events not handed to the caller yet
+    failure: BaseException | None = None  # what failed the request, after ``pending``
     try:
         while not finished:
-            if not batch.busy and not handle.finished.is_set():  # never wait for what cannot come
+            # never wait for what cannot come (asked after a step that brought nothing)
+            if not brought and not runner.busy and not handle.finished.is_set():
                 raise RuntimeError("The engine dropped a reply without ending it.")
             stepping = True
-            batch.step()
+            runner.step()
             stepping = False
-            for event in _taken(handle):
+            pending, failure = handle.take()
+            brought = bool(pending)
+            while pending:
+                event = pending.pop(0)
                 finished = isinstance(event, FinalEvent)
                 if isinstance(event, FinalEvent):
                     engine.last_stats = event.stats
                 else:
                     taken.append(event.token)
                 yield event
+            if failure is not None:  # raised as it was raised in the engine
+                error, failure = failure, None
+                raise error from None
             if progress is not None and read < to_read:
                 read = min(to_read, (batch.runner.tokens_read(handle.request_id) or 0) - reused)
                 progress(read, to_read)
@@ -71,16 +82,9 @@ def generate(engine: Engine, prompt_ids: Sequence[int], caches: Caches, params: 
             for cache in (caches.target, caches.draft):  # a round may have emitted more than was taken
                 if cache is not None:
                     hold(cache, taken)
-            final = next((e for e in drain(handle) if isinstance(e, FinalEvent)), None)
+            if failure is not None:  # (as ``drain`` raises it)
+                raise_failed(failure)
+            final = next((e for e in [*pending, *drain(handle)] if isinstance(e, FinalEvent)), None)
             if final is not None and final.stats.generated_tokens:  # (stopped while reading the prompt: None)
                 engine.last_stats = replace(final.stats, finish_reason="stopped")
 
-
-def _taken(handle: RequestHandle) -> Iterator[Event]:
-    """The events waiting on ``handle``; a failed request raises what failed it."""
-    try:
-        yield from drain(handle)
-    except RequestFailedError as failed:
-        if failed.__cause__ is None:
-            raise
-        raise failed.__cause__ from None

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mlxcore.batching.sequence import Sequence
-from mlxcore.kv.base import ModelCache
 from mlxcore.kv.paged import PagedCache
 from mlxcore.kv.paged_pool import BlockPool
 
@@ -29,8 +28,8 @@ class PoolAccount:
         return self.pool.obtainable_blocks()
 
     def needed(self, seq: Sequence, tokens: int) -> int:
-        cache = self._cache(seq)
-        if cache is not None:  # its own pool's count (a caller's cache may be in a pool of its own, or in none)
+        if seq.caches is not None:  # its own pool's count (a caller's cache may be in a pool of its own, or in none)
+            cache = seq.caches.target
             return cache.pool.manager.blocks_needed(cache.seq_id, tokens) if isinstance(cache, PagedCache) else 0
         manager = self.pool.manager
         ids = seq.ids[:tokens]
@@ -39,15 +38,11 @@ class PoolAccount:
         return blocks - hit_tokens // manager.block_size + free_hits
 
     def held(self, seq: Sequence) -> int:
-        cache = self._cache(seq)
+        cache = seq.caches.target if seq.caches is not None else None
         if not isinstance(cache, PagedCache):
             return 0
         manager = cache.pool.manager
         return sum(1 for block in manager.block_ids(cache.seq_id) if manager.ref_count(block) == 1)
-
-    @staticmethod
-    def _cache(seq: Sequence) -> ModelCache | None:
-        return seq.caches.target if seq.caches is not None else None
 
 
 class NoPool:

@@ -129,7 +129,7 @@ class BatchRunner:
         chats' caches, cached prefixes) keeps them out. Cached prefixes are given back first; a request that
         still does not fit fails with ``OverloadedError`` (retry later) rather than wait forever."""
         scheduler = self.scheduler
-        if scheduler.running or not scheduler.waiting or plan.admitted or plan.prefill:
+        if plan.admitted or plan.prefill:
             return
         self.engine.kv_budget.reclaim()
         for seq in list(scheduler.waiting):  # (a prompt over what the pool holds for one chat was refused at submit)
@@ -186,10 +186,12 @@ class BatchRunner:
     def _pause_unread(self, now: float) -> None:
         """Back-pressure: a reply whose reader has ``max_unread`` events waiting is not decoded until it
         reads; one that reads nothing for ``stall_seconds`` is cancelled, its blocks freed."""
-        if self.max_unread is None:
-            return
+        assert self.max_unread is not None  # (``step`` asks only then)
         for seq in list(self.scheduler.running):
-            if max(each.handle.unread for each in seq.with_followers) <= self.max_unread:
+            unread = seq.handle.unread
+            for follower in seq.followers:  # (a prompt being read for several choices)
+                unread = max(unread, follower.handle.unread)
+            if unread <= self.max_unread:
                 seq.paused_since = None
             elif seq.paused_since is None:
                 seq.paused_since = now
@@ -228,11 +230,15 @@ class BatchRunner:
 
     def step(self) -> None:
         start = decision_clock.now()
-        self._apply_cancellations()
-        self._pause_unread(start)
-        self._spare_drafts()
+        if self._cancelled:
+            self._apply_cancellations()
+        if self.max_unread is not None:
+            self._pause_unread(start)
+        if self.engine.draft_model is not None:
+            self._spare_drafts()
         plan = self.scheduler.plan(start)
-        self._unstick(plan)
+        if self.scheduler.waiting and not self.scheduler.running:
+            self._unstick(plan)
         for seq in plan.preempted:
             if self.scheduler.running:
                 self._preempted(seq)
@@ -245,15 +251,21 @@ class BatchRunner:
         for seq, count in plan.prefill:
             with self._alone(seq):
                 self._read_prompt(seq, count, start)
-        self.feeds = [(seq, feed) for seq, feed in self.feeds if self._alive(seq)]
-        feeds = [feed for _, feed in self.feeds]
+        feeds: list[PromptFeed] = []
+        if self.feeds:
+            self.feeds = [(seq, feed) for seq, feed in self.feeds if self._alive(seq)]
+            feeds = [feed for _, feed in self.feeds]
         if feeds and not decoding:  # a pass of prompt rows alone
             assert isinstance(self.decoder, BatchDecoder)  # (a hybrid model's prompts are read by ``prefill()``)
             with parallel_products():  # large products, every thread
                 self.decoder([], None, feeds)
                 mx.eval([feed.h for feed in feeds])  # the last layer's rows hold every layer's writes
-        decoded = self._decode(decoding, self._lone(plan), feeds if decoding else [])
-        self._read_chunks()
+        # a lone reply (nobody else runs or waits) may decode speculatively
+        lone = len(plan.decode) == 1 and not plan.prefill and len(self.scheduler.running) == 1 \
+            and not self.scheduler.waiting
+        decoded = self._decode(decoding, lone, feeds if decoding else [])
+        if self.feeds:
+            self._read_chunks()
         if not self.scheduler.running:
             self.decoder.release()  # the batch's mirror of the pool (batch_mirror.py) goes back to the budget
         self.clearing.after_step(bool(plan.prefill), idle=not self.scheduler.running)
@@ -266,8 +278,6 @@ class BatchRunner:
         """Draft caches are the first KV memory to go: when the running replies' next tokens need more blocks
         than the target's pool can get, each reply with a draft cache gives it back and decodes on without
         (rather than a reply being preempted, or ended, for want of what its own draft holds)."""
-        if self.engine.draft_model is None:
-            return
         drafted = [seq for seq in self.scheduler.running if seq.caches is not None and seq.caches.draft is not None]
         if not drafted:
             return
@@ -278,11 +288,6 @@ class BatchRunner:
             log.info("request %s: the KV memory its draft holds is wanted; it decodes on without the draft",
                      seq.group)
             seq.leave_draft()
-
-    def _lone(self, plan: StepPlan) -> bool:
-        """Whether the step's one decoding sequence may decode speculatively: nobody else runs or waits."""
-        return len(plan.decode) == 1 and not plan.prefill and len(self.scheduler.running) == 1 \
-            and not self.scheduler.waiting
 
     # prefill ----------------------------------------------------------------
 
@@ -413,12 +418,14 @@ class BatchRunner:
                 self._speculative(seqs[0]).counters.draft_lengths.append(k)
                 return self._emit_pending(seqs[0]) + self._round(seqs[0], k)
             return 0  # it failed, and ended
-        start, emitted = decision_clock.now(), 0
-        rounds = None
+        start, emitted, rounds = 0.0, 0, None
+        plain = seqs
         if k:
+            start = decision_clock.now()
             emitted, rounds = self._start_rounds(seqs, k)
-        drafting = set(map(id, rounds.drafting)) if rounds is not None else set()
-        plain = [seq for seq in seqs if id(seq) not in drafting and self._alive(seq)]
+            # (emitting the drafting replies' pending picks may have ended some)
+            drafting = set(map(id, rounds.drafting)) if rounds is not None else set()
+            plain = [seq for seq in seqs if id(seq) not in drafting and self._alive(seq)]
         rows = feeds + (rounds.verify if rounds is not None else [])
         if plain:
             self.steps.queue(plain, rows)
@@ -443,7 +450,7 @@ class BatchRunner:
     def _draft_control(self, seqs: list[Sequence], lone: bool) -> DraftLengthController | None:
         """The draft-length controller of this step's batch size, when a reply of it may draft: a lone one, or
         replies side by side as rows of the step's pass (a model run split here, ``spec_rows.py``)."""
-        if not any(self._drafts(seq) for seq in seqs) or not (lone or self.rows):
+        if self.drafter is None or not (lone or self.rows) or not any(self._drafts(seq) for seq in seqs):
             return None
         return self.engine.draft_control.for_rows(len(seqs))
 

@@ -92,20 +92,30 @@ class Scheduler:
 
     def plan(self, now: float) -> StepPlan:
         plan = StepPlan()
-        available = self.account.obtainable()
-        available = self._room_for_decode(plan, available, now)
-        budget = self.step_tokens - len(plan.decode)
-        budget, available = self._prefill_running(plan, budget, available, now)
-        self._admit(plan, budget, available, now)
-        plan.late = [seq for seq in self.running + self.waiting if not seq.late and self._misses_deadline(seq, now)]
+        reading: list[Sequence] = []  # running sequences with prompt tokens to read
+        need = 0  # blocks the decoding sequences' next tokens take
+        for seq in self.running:
+            if seq.ready:
+                plan.decode.append(seq)
+                need += self.account.needed(seq, 1)
+            elif seq.prefill_left:
+                reading.append(seq)
+        # Most steps only decode, within the blocks the replies hold: then the pool has nothing to say
+        # (``obtainable`` is never negative: nobody is preempted for tokens that need no block).
+        if need or reading or self.waiting:
+            available = self._room_for_decode(plan, need, self.account.obtainable(), now)
+            budget = self.step_tokens - len(plan.decode)
+            budget, available = self._prefill_running(plan, reading, budget, available, now)
+            if self.waiting:
+                self._admit(plan, budget, available, now)
+        plan.late = [seq for seq in self.running + self.waiting
+                     if seq.deadline is not None and not seq.late and self._misses_deadline(seq, now)]
         for seq in plan.late:
             seq.late = True
         return plan
 
-    def _room_for_decode(self, plan: StepPlan, available: int, now: float) -> int:
-        """Decode every ready sequence; preempt from the policy's end while their next tokens do not fit."""
-        plan.decode = [seq for seq in self.running if seq.ready]
-        need = sum(self.account.needed(seq, 1) for seq in plan.decode)
+    def _room_for_decode(self, plan: StepPlan, need: int, available: int, now: float) -> int:
+        """Preempt from the policy's end while the decoding sequences' next tokens (``need`` blocks) do not fit."""
         while need > available and self.running:
             victim = self._worst_running(now)
             if victim in plan.decode:
@@ -113,13 +123,14 @@ class Scheduler:
             available += self._preempt(plan, victim)
         return available - need
 
-    def _prefill_running(self, plan: StepPlan, budget: int, available: int, now: float) -> tuple[int, int]:
+    def _prefill_running(self, plan: StepPlan, reading: list[Sequence], budget: int, available: int,
+                         now: float) -> tuple[int, int]:
         """Next chunks of prompts being read, in policy order, while tokens and blocks last."""
-        reading = sorted((s for s in self.running if not s.ready and s.prefill_left),
-                         key=lambda s: self.policy.key(s, now))
-        for seq in reading:
+        for seq in sorted(reading, key=lambda s: self.policy.key(s, now)):
             if budget <= 0:
                 break
+            if seq in plan.preempted:  # (preempted to make room for the decoding ones)
+                continue
             count = min(seq.prefill_left, budget)
             need = self.account.needed(seq, count)
             if need > available:
@@ -195,8 +206,7 @@ class Scheduler:
         return freed
 
     def _misses_deadline(self, seq: Sequence, now: float) -> bool:
-        if seq.deadline is None:
-            return False
+        assert seq.deadline is not None  # (``plan`` asks of those with one)
         if now > seq.deadline:
             return True
         left = seq.tokens_left

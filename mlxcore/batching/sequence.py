@@ -32,6 +32,7 @@ from mlxcore.params import GenerationParams
 from mlxcore.prefill import hold
 from mlxcore.reply_text import ReplyText
 from mlxcore.sampling import TokenPicker
+from mlxcore.sampling_graphs import graph_of
 
 
 class Sequence:
@@ -44,7 +45,11 @@ class Sequence:
         self.arrival = arrival  # decision_clock.now() of submission
         self.max_new = max_new  # the most tokens it may generate; None = until the context is full
         self.handle = handle  # where its events go
+        self.request_id = handle.request_id  # this choice's own id (its handle's)
+        self.deadline = request.deadline  # the request's (read of every sequence at every step)
         self.params = params or request.params
+        # the rows its pick is made with: those of the same ``graph_of`` (None: a repetition penalty, its own)
+        self.graph = graph_of(self.params) if self.params.repetition_penalty == 1.0 else None
         self.reply = reply  # its text, stop strings and token cap
         self.constraint = constraint  # what its next token may be (a grammar's matcher), applied before sampling
         self.ids = list(request.prompt_ids)  # prompt, then every token generated (its caches' ``ids`` too)
@@ -94,17 +99,8 @@ class Sequence:
         return self.request.request_id
 
     @property
-    def request_id(self) -> str:
-        """This choice's own id (its handle's)."""
-        return self.handle.request_id
-
-    @property
     def priority(self) -> Priority:
         return self.request.priority
-
-    @property
-    def deadline(self) -> float | None:
-        return self.request.deadline
 
     @property
     def cached(self) -> int:
@@ -114,7 +110,7 @@ class Sequence:
     @property
     def prefill_left(self) -> int:
         """Tokens to feed before it decodes (the last token is fed by its first decode step)."""
-        return max(self.length - 1 - self.cached, 0)
+        return max(len(self.ids) - 1 - self.cached, 0)
 
     @property
     def ready(self) -> bool:

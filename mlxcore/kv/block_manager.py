@@ -94,6 +94,14 @@ class _Sequence:
     length: int = 0  # tokens held (slots written or announced)
 
 
+class _Tables(dict[int, _Sequence]):
+    """Sequence id -> its block table; an unknown id is ``UnknownSequenceError`` (read several times a decode
+    step: a plain dict lookup, no helper call)."""
+
+    def __missing__(self, seq_id: int) -> _Sequence:
+        raise UnknownSequenceError(f"The KV pool holds no sequence {seq_id}.")
+
+
 class BlockManager:
     """Block pool, block tables and prefix cache of one model; see the module docstring."""
 
@@ -105,7 +113,7 @@ class BlockManager:
         self._blocks: list[Block] = []  # materialized blocks; id == index
         self._free: OrderedDict[int, None] = OrderedDict()  # eviction order, front first
         self._by_hash: dict[bytes, int] = {}
-        self._sequences: dict[int, _Sequence] = {}
+        self._sequences = _Tables()
         self._next_sequence = 0
         self._prefix_hit_tokens = 0
         # Full blocks evicted or shrunk away since the pool last looked (id, hash, tokens), for its disk tier;
@@ -123,7 +131,7 @@ class BlockManager:
 
     def fork(self, seq_id: int) -> int:
         """A new sequence sharing every block of ``seq_id`` (copy-on-write of its partial tail)."""
-        source = self._sequence(seq_id)
+        source = self._sequences[seq_id]
         for block_id in source.block_ids:
             self._blocks[block_id].ref_count += 1
         child = self.new_sequence()
@@ -132,7 +140,7 @@ class BlockManager:
 
     def release(self, seq_id: int) -> None:
         """Give back every block of ``seq_id``, tail first; the sequence stays, empty."""
-        seq = self._sequence(seq_id)
+        seq = self._sequences[seq_id]
         self._free_tail(seq, len(seq.block_ids))
         seq.length = 0
 
@@ -143,10 +151,10 @@ class BlockManager:
             del self._sequences[seq_id]
 
     def length(self, seq_id: int) -> int:
-        return self._sequence(seq_id).length
+        return self._sequences[seq_id].length
 
     def block_ids(self, seq_id: int) -> list[int]:
-        return self._sequence(seq_id).block_ids
+        return self._sequences[seq_id].block_ids
 
     # growing and shrinking -------------------------------------------------
 
@@ -176,7 +184,7 @@ class BlockManager:
         Only on an empty sequence. Never covers the last token, so the caller
         always has at least one token to compute.
         """
-        seq = self._sequence(seq_id)
+        seq = self._sequences[seq_id]
         if seq.length:
             raise CacheStateError("reuse_prefix needs an empty cache.")
         for block_id, chunk in list(self._cached_blocks(token_ids)):
@@ -188,13 +196,13 @@ class BlockManager:
     def append(self, seq_id: int, count: int) -> AppendPlan:
         """Make room for ``count`` more tokens of the sequence; raise ``PoolExhaustedError`` (changing nothing)
         if they do not fit. The blocks they fill are found by prefix hits only after ``hash_blocks``."""
-        seq = self._sequence(seq_id)
+        seq = self._sequences[seq_id]
         if count < 1:
             raise ValueError("append needs at least one token.")
         start, size = seq.length, self.block_size
         tail_shared = start % size != 0 and self._blocks[seq.block_ids[-1]].ref_count > 1
         needed = self.blocks_needed(seq_id, count)
-        if needed > self.available_blocks:
+        if needed and needed > self.available_blocks:  # (most appends fill the tail block: nothing to count)
             raise PoolExhaustedError(
                 f"The KV block pool is full: {count} more tokens need {needed} blocks, "
                 f"{self.available_blocks} are free. Free a session or raise the pool size.")
@@ -206,7 +214,7 @@ class BlockManager:
     def hash_blocks(self, seq_id: int, token_ids: Sequence[int], held: int | None = None) -> None:
         """Hash the sequence's full blocks among its first ``held`` tokens (default: all), whose ids start
         ``token_ids``: prefix hits may find them from now on. Blocks hashed before are left as they are."""
-        seq = self._sequence(seq_id)
+        seq = self._sequences[seq_id]
         size = self.block_size
         full = min(len(token_ids), seq.length if held is None else min(held, seq.length)) // size
         first = full
@@ -222,7 +230,7 @@ class BlockManager:
 
     def blocks_needed(self, seq_id: int, count: int) -> int:
         """Blocks an append of ``count`` tokens takes (new ones, and a copy of a shared partial tail)."""
-        seq = self._sequence(seq_id)
+        seq = self._sequences[seq_id]
         start, size = seq.length, self.block_size
         tail_shared = start % size != 0 and self._blocks[seq.block_ids[-1]].ref_count > 1
         return -(-(start + count) // size) - len(seq.block_ids) + tail_shared
@@ -244,7 +252,7 @@ class BlockManager:
 
     def trim(self, seq_id: int, n: int) -> None:
         """Remove the last ``n`` tokens, releasing blocks that no longer hold any."""
-        seq = self._sequence(seq_id)
+        seq = self._sequences[seq_id]
         if not 0 <= n <= seq.length:
             raise TrimError(f"Cannot trim {n} tokens from a sequence of {seq.length}.")
         seq.length -= n
@@ -289,12 +297,6 @@ class BlockManager:
         return PoolStats(self.used_blocks, cached, self._prefix_hit_tokens)
 
     # internals -------------------------------------------------------------
-
-    def _sequence(self, seq_id: int) -> _Sequence:
-        try:
-            return self._sequences[seq_id]
-        except KeyError:
-            raise UnknownSequenceError(f"The KV pool holds no sequence {seq_id}.") from None
 
     def _attach(self, seq: _Sequence, block_id: int, chunk: tuple[int, ...]) -> None:
         block = self._blocks[block_id]
@@ -362,7 +364,8 @@ class BlockManager:
             return ()
         tail = seq.block_ids[-1]
         if not shared:
-            self._unhash(self._blocks[tail])  # its tail slots are about to change
+            if self._blocks[tail].hash is not None:  # (a partial tail has one only after a trim)
+                self._unhash(self._blocks[tail])  # its tail slots are about to change
             return ()
         self._blocks[tail].ref_count -= 1
         copy = self._allocate(seq.block_ids[-2] if len(seq.block_ids) > 1 else None, seq)

@@ -58,6 +58,8 @@ class BlockPool:
     def __init__(self, geometry: KVGeometry, config: PoolConfig = PoolConfig(),
                  budget: KVBudget | None = None) -> None:
         self.geometry, self.config, self.budget = geometry, config, budget
+        # Bytes of keys and values of one block across all layers (read on every scheduler step)
+        self.block_bytes = config.block_size * geometry.token_bytes
         self.manager = BlockManager(config.block_size, config.max_blocks)
         self.storage = [LayerStorage(geometry, config) for _ in range(geometry.num_layers)]
         self.slabs = 0  # slabs held in every layer
@@ -68,11 +70,6 @@ class BlockPool:
     @property
     def block_size(self) -> int:
         return self.config.block_size
-
-    @property
-    def block_bytes(self) -> int:
-        """Bytes of keys and values of one block across all layers."""
-        return self.config.block_size * self.geometry.token_bytes
 
     def slab_bytes(self, index: int) -> int:
         return self.config.slab_size(index) * self.block_bytes
@@ -123,8 +120,8 @@ class BlockPool:
         affordable = self._affordable_blocks()
         if affordable < self.config.max_blocks:  # the budget binds: the other pools' free slabs count too
             affordable = self._affordable_blocks(self.budget.free + self.budget.reclaimable(besides=self))
-        limit = max(affordable, self.manager.materialized_blocks)
-        return self.manager.free_blocks + limit - self.manager.materialized_blocks
+        materialized = self.manager.materialized_blocks
+        return self.manager.free_blocks + max(affordable, materialized) - materialized
 
     def reclaimable_bytes(self) -> int:
         """Bytes ``release_free_slabs(cached=True)`` would give back."""
@@ -188,6 +185,8 @@ class BlockPool:
 
     def copy_blocks(self, copies: tuple[tuple[int, int], ...]) -> None:
         """Copy-on-write, in every layer."""
+        if not copies:  # (most appends copy nothing)
+            return
         self.ensure()
         for layer in self.storage:
             for source, target in copies:
