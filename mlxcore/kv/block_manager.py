@@ -77,6 +77,7 @@ class AppendPlan:
     length: int  # tokens appended
     copies: tuple[tuple[int, int], ...]  # (source block, destination block), copy-on-write
     segments: tuple[WriteSegment, ...]
+    new_blocks: int  # blocks the table grew by (0: the tokens fit its tail block)
 
 
 @dataclass(frozen=True)
@@ -206,10 +207,10 @@ class BlockManager:
             raise PoolExhaustedError(
                 f"The KV block pool is full: {count} more tokens need {needed} blocks, "
                 f"{self.available_blocks} are free. Free a session or raise the pool size.")
-        copies = self._prepare_tail(seq, tail_shared)
+        copies, blocks = self._prepare_tail(seq, tail_shared), len(seq.block_ids)
         segments = self._place(seq, start, count)
         seq.length += count
-        return AppendPlan(start, count, copies, segments)
+        return AppendPlan(start, count, copies, segments, len(seq.block_ids) - blocks)
 
     def hash_blocks(self, seq_id: int, token_ids: Sequence[int], held: int | None = None) -> None:
         """Hash the sequence's full blocks among its first ``held`` tokens (default: all), whose ids start

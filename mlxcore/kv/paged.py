@@ -133,6 +133,7 @@ class PagedCache(ModelCache):
         self._span: tuple[tuple[int, int], Span | None] | None = None  # ((length, queries), span and mask) of this pass
         self._reads: tuple[Reads, Mask] | None = None  # this pass's (``read_plan``)
         self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
+        self._hashed_full = -1  # full blocks when ``hash_blocks`` last hashed (-1: since the table changed)
         # Its last prefix lookup's blocks read back from the disk tier: tokens, and seconds spent reading them.
         self.disk_read_tokens, self.disk_read_seconds = 0, 0.0
         # Give the blocks back when the cache is garbage collected without release().
@@ -256,7 +257,10 @@ class PagedCache(ModelCache):
     def hash_blocks(self, ids: Sequence[int]) -> None:
         """Full blocks among the tokens every layer holds become prefix hits (a chunk on its way through the
         layers, ``prompt_feed.py``, is held by none until the last writes it)."""
-        self.pool.manager.hash_blocks(self.seq_id, ids, self.length)
+        full = min(len(ids), self.length) // self.pool.block_size
+        if full != self._hashed_full:  # (a reply calls this a token; a block fills every block_size tokens)
+            self._hashed_full = full
+            self.pool.manager.hash_blocks(self.seq_id, ids, self.length)
 
     @property
     def announced(self) -> AppendPlan | None:
@@ -274,16 +278,15 @@ class PagedCache(ModelCache):
     def _begin(self, count: int) -> None:
         self.edits += 1
         self.pool.make_room(self.seq_id, count)
-        blocks = len(self.pool.manager.block_ids(self.seq_id))
         try:  # raises before any change if the pool is full
             plan = self.pool.manager.append(self.seq_id, count)
         except PoolExhaustedError:
             raise PoolExhaustedError(self.pool.full_message(count)) from None
-        self.pool.save_leaving()  # blocks it evicted, to disk before their slots are written
-        if plan.copies or len(self.pool.manager.block_ids(self.seq_id)) != blocks:
+        if plan.new_blocks or plan.copies:  # (most appends fill the tail block: the table is as it was)
+            self.pool.save_leaving()  # blocks it evicted, to disk before their slots are written
             self._table_changed()
-        self.pool.copy_blocks(plan.copies)
-        self.pool.ensure()
+            self.pool.copy_blocks(plan.copies)
+            self.pool.ensure()
         self._plan, self._written, self._reads = plan, 0, None
 
     def settle(self) -> None:
@@ -306,6 +309,7 @@ class PagedCache(ModelCache):
         if n:
             self.length -= n
             self.edits += 1
+            self._hashed_full = -1  # a block it refills is hashed again
             self._sync_table()
         return n
 
@@ -322,6 +326,7 @@ class PagedCache(ModelCache):
     def _table_changed(self) -> None:
         """Blocks were added, copied, attached or given back: the views of the table are made again."""
         self._gather = self._span = self._reads = None
+        self._hashed_full = -1
 
     def _write_layer(self, layer: PagedLayerCache, keys: mx.array, values: mx.array) -> None:
         plan = self._plan
