@@ -188,10 +188,11 @@ def _pool(caches: list[PagedCache], feeds: Sequence[PromptFeed]) -> BlockPool | 
         if caches or len(feeds) > 1:
             raise ValueError("A prompt chunk on a cache outside the block pool is read in a pass of its own.")
         return None
-    everyone = [*caches, *(feed.paged for feed in feeds if feed.paged is not None)]
+    everyone = caches + [feed.paged for feed in feeds if feed.paged is not None]
     pool = everyone[0].pool
-    if any(getattr(cache, "pool", None) is not pool for cache in everyone):
-        raise ValueError("A batch's sequences must share one block pool.")
+    for cache in everyone:
+        if getattr(cache, "pool", None) is not pool:
+            raise ValueError("A batch's sequences must share one block pool.")
     return pool
 
 

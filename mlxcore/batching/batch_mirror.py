@@ -94,7 +94,7 @@ class BatchMirror:
         alone = _alone(lengths)
         mirrored = [b for b in range(len(caches)) if b not in alone]
         rows = self._assign([caches[b] for b in mirrored])
-        needed = max(lengths[b] for b in mirrored) + 1
+        needed = max([lengths[b] for b in mirrored]) + 1
         if len(self.rows) > self.row_count or needed > self.capacity:
             if not self._grow(len(self.rows), needed):
                 return None
