@@ -28,7 +28,6 @@ import mlx.nn as nn
 from mlx_lm.models.activations import swiglu
 
 from mlxcore.compile_support import compile_works
-from mlxcore.decode_attention import Attended
 from mlxcore.device_profile import current
 from mlxcore.fast_exp import fast_silu
 from mlxcore.fused_linear import fuse
@@ -111,14 +110,9 @@ class _FusedLayer:
 
         wrap = mx.compile if compiled else (lambda fn: fn)
         self.before_batch = wrap(before_batch)
-        self.after_final, self._after_parts = wrap(after), wrap(after_parts)  # (attention divided already, or not)
+        self.after_final, self.after_parts = wrap(after), wrap(after_parts)  # (attention divided already, or not)
         self.before_rows = before_batch  # prompt rows alone: uncompiled, the device's SwiGLU
         self.after_rows: Callable[[mx.array, mx.array], mx.array] = lambda h, out: after(h, out, _device_swiglu)
-
-    def after(self, h: mx.array, parts: Attended) -> mx.array:
-        """The rest of the layer after attention; the attention's last division runs inside it."""
-        out, total = parts
-        return self.after_final(h, out) if total is None else self._after_parts(h, out, total)
 
 
 def _device_swiglu(gate: mx.array, up: mx.array) -> mx.array:

@@ -110,7 +110,8 @@ class BatchDecoder:
                 x = (layer.after_final if compiled else layer.after_rows)(x, out)
             else:
                 assert reads is not None  # a pass of decode rows alone
-                x = layer.after(x, reads(index, q, parts))
+                out, total = reads(index, q, parts)  # the attention's last division runs in the compiled half
+                x = layer.after_final(x, out) if total is None else layer.after_parts(x, out, total)
             if index in keep:
                 self.kept[index] = x[:rows]
             for feed, start in zip(feeds, starts):
