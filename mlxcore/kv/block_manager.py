@@ -202,12 +202,12 @@ class BlockManager:
             raise ValueError("append needs at least one token.")
         start, size = seq.length, self.block_size
         tail_shared = start % size != 0 and self._blocks[seq.block_ids[-1]].ref_count > 1
-        needed = self.blocks_needed(seq_id, count)
+        needed = -(-(start + count) // size) - len(seq.block_ids) + tail_shared  # ``blocks_needed``, read here
         if needed and needed > self.available_blocks:  # (most appends fill the tail block: nothing to count)
             raise PoolExhaustedError(
                 f"The KV block pool is full: {count} more tokens need {needed} blocks, "
                 f"{self.available_blocks} are free. Free a session or raise the pool size.")
-        copies, blocks = self._prepare_tail(seq, tail_shared), len(seq.block_ids)
+        copies, blocks = self._prepare_tail(seq, tail_shared) if start % size else (), len(seq.block_ids)
         segments = self._place(seq, start, count)
         seq.length += count
         return AppendPlan(start, count, copies, segments, len(seq.block_ids) - blocks)
@@ -361,8 +361,6 @@ class BlockManager:
 
     def _prepare_tail(self, seq: _Sequence, shared: bool) -> tuple[tuple[int, int], ...]:
         """Make the partial tail block writable: copy it if shared, drop its stale hash if not."""
-        if seq.length % self.block_size == 0:
-            return ()
         tail = seq.block_ids[-1]
         if not shared:
             if self._blocks[tail].hash is not None:  # (a partial tail has one only after a trim)
