@@ -16,10 +16,9 @@ import time
 from bench.prompts import QUESTIONS
 from bench.scripted_replies import scripted_replies
 from bench.session_turns import EXTRA, SYSTEM
+from bench.side_by_side import side_by_side
 from bench.timing import paired_median
 from bench.twins import twin_folder
-from mlxcore.batching.local import LocalBatch, drain
-from mlxcore.batching.request import Request
 from mlxcore.chat_template import render_chat
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import FinalEvent, TokenEvent
@@ -37,20 +36,11 @@ def _engine() -> Engine:
     return engine
 
 
-def _answer(engine: Engine, prompts: list[list[int]], params: GenerationParams, side_by_side: int):
-    """(tokens of each, its final event) for ``prompts``, ``side_by_side`` at most at once, no kept caches."""
+def _answer(engine: Engine, prompts: list[list[int]], params: GenerationParams, at_once: int):
+    """(tokens of each, its final event) for ``prompts``, ``at_once`` at most at once, no kept caches."""
     engine.prefixes.clear()
-    batch = LocalBatch(engine, max_running=side_by_side)
-    handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts]
-    events: dict[str, list] = {h.request_id: [] for h in handles}
-    while batch.busy:
-        batch.step()
-        for h in handles:
-            events[h.request_id].extend(drain(h))
-    for h in handles:
-        events[h.request_id].extend(drain(h))
-    return [([e.token for e in events[h.request_id] if isinstance(e, TokenEvent)], events[h.request_id][-1])
-            for h in handles]
+    return [([e.token for e in events if isinstance(e, TokenEvent)], events[-1])
+            for events in side_by_side(engine, prompts, params, max_running=at_once)[1]]
 
 
 def hybrid_batch_vs_alone(runs: int, requests: int = 4, tokens: int = 32) -> dict:
@@ -60,10 +50,10 @@ def hybrid_batch_vs_alone(runs: int, requests: int = 4, tokens: int = 32) -> dic
     params = GenerationParams(temperature=0.0, max_tokens=tokens)
     replies: dict[int, list] = {}
 
-    def rate(side_by_side: int):
+    def rate(at_once: int):
         def run() -> float:
             start = time.perf_counter()
-            answered = _answer(engine, prompts, params, side_by_side)
+            answered = _answer(engine, prompts, params, at_once)
             seconds = time.perf_counter() - start
             got = [t for t, _ in answered]
             if replies.setdefault(0, got) != got:
@@ -111,12 +101,6 @@ def _request_turns(engine: Engine, reply_tokens: int, thinking: bool, turns: int
 
 def _answer_kept(engine: Engine, prompt: list[int], params: GenerationParams):
     """One request as ``serve`` runs it, the store of kept caches as it stands."""
-    batch = LocalBatch(engine, max_running=1)
-    handle = batch.submit(Request(tuple(prompt), params))[0]
-    events: list = []
-    while batch.busy:
-        batch.step()
-        events.extend(drain(handle))
-    events.extend(drain(handle))
+    events = side_by_side(engine, [prompt], params, max_running=1)[1][0]
     assert isinstance(events[-1], FinalEvent)
     return [([e.token for e in events if isinstance(e, TokenEvent)], events[-1])]

@@ -105,7 +105,10 @@ def _open_seconds(path: Path, engine: Engine) -> float:
 
 def _ask(path: Path, target_ref: str, draft_ref: str | None) -> list[str]:
     models = ["--model", target_ref, *(["--draft", draft_ref] if draft_ref else ["--no-draft"])]
-    return [sys.executable, "-m", "app.cli", "ask", "--session", str(path), *models, "--max-tokens", "48"]
+    # No KV disk tier: its blocks are not the file's save, and what it writes depends on what the folder
+    # already holds (a block is written once), which made the figure depend on the runs before it.
+    return [sys.executable, "-m", "app.cli", "ask", "--session", str(path), *models, "--max-tokens", "48",
+            "--disk-kv", "0"]
 
 
 def _written(command: list[str]) -> int:

@@ -29,6 +29,7 @@ from app.tui.widgets.status_line import stats_text
 from assets import QWEN3_TOKENIZER_DIR
 from bench.batch_load import stream_prompt
 from bench.draft_lengths import FixedDraftLength
+from bench.side_by_side import side_by_side
 from bench.twin_block import write_block_drafter
 from mlxcore import grammar
 from mlxcore.batching.local import LocalBatch, drain
@@ -292,18 +293,11 @@ def test_the_contexts_bytes_come_from_the_kv_budget_and_a_full_budget_means_plai
 
 def test_replies_drafting_side_by_side_equal_each_alone(folder):
     made = engine(TARGET.model, TARGET.tokenizer, load_block_drafter(folder, TARGET.model), 3)
-    batch = LocalBatch(made)
     prompts = [stream_prompt(2048, s, 9 + 17 * s) for s in range(4)]
-    handles = [batch.submit(Request(tuple(p), GREEDY))[0] for p in prompts]
-    events: dict[str, list] = {h.request_id: [] for h in handles}
-    while batch.busy:
-        batch.step()
-        for h in handles:
-            events[h.request_id].extend(drain(h))
+    batch, replies = side_by_side(made, prompts, GREEDY)
     assert batch.runner.tally.largest_batch == 4
     plain = engine(TARGET.model, TARGET.tokenizer)
-    for prompt, h in zip(prompts, handles):
-        got = events[h.request_id]
+    for prompt, got in zip(prompts, replies):
         assert [e.token for e in got if isinstance(e, TokenEvent)] == reply(plain, prompt, GREEDY)[0]
         assert got[-1].stats.draft_proposed > 0, "each drafted beside the others"
 

@@ -23,9 +23,8 @@ from scipy.stats import chisquare
 
 from app.tui.widgets.status_line import stats_text
 from bench.draft_lengths import FixedDraftLength
+from bench.side_by_side import side_by_side
 from mlxcore.batching.drafters import LookupChoice, LookupFirst
-from mlxcore.batching.local import LocalBatch, drain
-from mlxcore.batching.request import Request
 from mlxcore.engine import Engine, KVConfig
 from mlxcore.events import FinalEvent, TokenEvent
 from mlxcore.params import GenerationParams, SamplingParams
@@ -77,18 +76,6 @@ def reply(made: Engine, prompt: list[int], params: GenerationParams) -> tuple[li
     events = list(made.generate(prompt, made.new_caches(), params))
     assert isinstance(events[-1], FinalEvent)
     return [e.token for e in events if isinstance(e, TokenEvent)], events[-1]
-
-
-def side_by_side(made: Engine, prompts: list[list[int]], params: GenerationParams) -> tuple[LocalBatch, list[list]]:
-    """The replies to ``prompts`` run side by side in one batch: the batch, and each reply's events."""
-    batch = LocalBatch(made)
-    handles = [batch.submit(Request(tuple(p), params))[0] for p in prompts]
-    events: dict[str, list] = {h.request_id: [] for h in handles}
-    while batch.busy:
-        batch.step()
-        for h in handles:
-            events[h.request_id].extend(drain(h))
-    return batch, [events[h.request_id] for h in handles]
 
 
 @pytest.mark.parametrize("kv", KINDS, ids=lambda kv: kv.kind)
