@@ -289,6 +289,16 @@ def test_the_contexts_bytes_come_from_the_kv_budget_and_a_full_budget_means_plai
     assert caches.context is not None and caches.context.refused and caches.context.bytes == 0
     assert tokens == plain and final.stats.draft_proposed == 0 and final.finish_reason == "length"
     assert tight.kv_budget.peak <= 300_000, tight.kv_budget.peak
+    # With prompt lookup beside it (``LookupFirst``, the default), the reply whose context was refused still
+    # drafts with lookup: its own text repeats (the prompt's tokens twice over).
+    looks = Engine(TARGET.model, TARGET.tokenizer, kv=KVConfig(kind="paged", block_size=8, max_kv_bytes=300_000),
+                   block_drafter=drafter, prompt_lookup=True)
+    looks.eos_ids, looks.draft_control = set(), FixedDraftLength(3)
+    twice = prompt + prompt
+    tokens, final, caches = reply(looks, twice, GREEDY)
+    assert caches.context is not None and caches.context.refused
+    assert tokens == reply(engine(TARGET.model, TARGET.tokenizer), twice, GREEDY)[0]
+    assert final.stats.draft_proposed > 0 and final.stats.drafter == "block+lookup", final.stats
 
 
 def test_replies_drafting_side_by_side_equal_each_alone(folder):

@@ -221,10 +221,12 @@ class LookupFirst:
     whose own text continues an earlier n-gram takes lookup's proposal, which costs no pass, while lookup
     gives that reply more tokens a second than the other drafter would (``LookupChoice``); the other
     replies of the round draft with the other drafter. A reply under a grammar drafts with the other drafter
-    only (its draft is drawn under the grammar's masks)."""
+    only (its draft is drawn under the grammar's masks). Where rounds are rows of the batched pass (``alone``),
+    a reply the other drafter cannot draft for (its draft cache given back, its context refused by the KV
+    budget) still drafts with lookup."""
 
-    def __init__(self, other: Drafter) -> None:
-        self.other, self.lookup = other, LookupDrafter(other.vocab)
+    def __init__(self, other: Drafter, alone: bool = True) -> None:
+        self.other, self.lookup, self.alone = other, LookupDrafter(other.vocab), alone
         self.name = f"{other.name}+{LOOKUP}"
         self.samples, self.keeps, self.forward, self.vocab = other.samples, other.keeps, other.forward, other.vocab
         self.rounds = {LOOKUP: 0, other.name: 0}  # rounds each drafter proposed, over every reply
@@ -233,10 +235,11 @@ class LookupFirst:
         self._by_lookup: set[int] = set()  # the replies lookup proposed for, this round (by id)
 
     def may_draft(self, seq: Sequence) -> bool:
-        return self.other.may_draft(seq)
+        return self.alone or self.other.may_draft(seq)
 
     def catch_up(self, seq: Sequence, decoder: SpeculativeDecoder, control: DraftLengthController) -> None:
-        self.other.catch_up(seq, decoder, control)
+        if self.other.may_draft(seq):
+            self.other.catch_up(seq, decoder, control)
 
     def propose(self, seqs: list[Sequence], decoders: Listed[SpeculativeDecoder], k: int) -> list[Proposal | None]:
         out: list[Proposal | None] = [None] * len(seqs)
@@ -246,7 +249,7 @@ class LookupFirst:
                 if self.choice(decoder).takes_lookup(k, _pass_free_share(decoder.controller, k)):
                     out[row] = found
                     self._by_lookup.add(id(seq))
-        rest = [row for row in range(len(seqs)) if out[row] is None]
+        rest = [row for row in range(len(seqs)) if out[row] is None and self.other.may_draft(seqs[row])]
         if rest:
             for row, proposal in zip(rest, self.other.propose([seqs[r] for r in rest], [decoders[r] for r in rest], k)):
                 out[row] = proposal
@@ -348,7 +351,7 @@ def drafter_of(engine: Engine) -> Drafter | None:
         other = BlockDrafter(engine.block_drafter, engine.target_forward,
                              engine.kv_budget if engine.kv.kind == "paged" else None)
     if other is not None:
-        return LookupFirst(other) if engine.prompt_lookup else other
+        return LookupFirst(other, alone=engine.target_forward.split) if engine.prompt_lookup else other
     if engine.prompt_lookup:
         return LookupDrafter(engine.target_forward.wrapped.args.vocab_size)
     return None
