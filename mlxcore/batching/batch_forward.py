@@ -25,9 +25,7 @@ What each way costs: docs/decisions.md ("Batching: the mirror", "The running bat
 
 from __future__ import annotations
 
-import itertools
 from functools import partial
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import mlx.core as mx
@@ -76,19 +74,28 @@ class BatchDecoder:
         if not self.forward.split:  # a model whose layers this module cannot run split (a lone reply runs it whole)
             kind = getattr(self.forward.args, "model_type", "this")
             raise ModelLoadError(f"Replies side by side run Qwen3 and Qwen3-MoE models; this is a {kind} model.")
-        pool = _pool(caches, feeds)
         rows = len(caches)
-        where = mx.array([cache.length for cache in caches], dtype=mx.int32)  # each row's position
+        hidden: list[mx.array] = []  # each chunk's (L, 1, hidden), a row a token
+        offsets: list[mx.array] = []  # and its positions
+        starts, on_pool, compiled = [rows], list(caches), True  # its first row; every row's cache on the pool
+        # (one loop, not five comprehensions: a lone reply's pass runs this a token)
+        for feed in feeds:
+            hidden.append(feed.h)
+            offsets.append(feed.offsets)
+            starts.append(starts[-1] + len(feed.ids))
+            if feed.paged is not None:
+                on_pool.append(feed.paged)
+            compiled = compiled and feed.short
+        compiled = compiled or rows > 0  # prompt rows alone: uncompiled
+        pool = _pool(on_pool, feeds)
         reads = self._reads(pool, caches) if rows else None
-        hidden = [feed.h for feed in feeds]  # (L, 1, hidden) each: a row a token
-        if inputs is not None and rows:
-            hidden.insert(0, self.forward.model.embed_tokens(inputs[:, None]))  # (B, 1, hidden): a row a sequence
+        if rows:
+            offsets.insert(0, mx.array([cache.offset for cache in caches], dtype=mx.int32))  # each row's position
+            if inputs is not None:
+                hidden.insert(0, self.forward.model.embed_tokens(inputs[:, None]))  # (B, 1, hidden): a row a sequence
         x = hidden[0] if len(hidden) == 1 else mx.concatenate(hidden)
-        starts = list(itertools.accumulate([rows] + [len(feed.ids) for feed in feeds]))
-        if feeds:
-            where = mx.concatenate([where] + [feed.offsets for feed in feeds])
-        slots = slot_groups(caches + [feed.paged for feed in feeds if feed.paged]) if pool is not None else None
-        compiled = rows > 0 or all(feed.short for feed in feeds)  # prompt rows alone: uncompiled
+        where = offsets[0] if len(offsets) == 1 else mx.concatenate(offsets)
+        slots = slot_groups(on_pool) if pool is not None else None
         self.kept = {}
         for index, layer in enumerate(self.forward._layers):
             before = layer.before_batch if compiled else layer.before_rows
@@ -182,16 +189,15 @@ def warm_up(forward: CompiledForward) -> None:
         mx.eval(forward_rows(forward, cache, [0] * count))
 
 
-def _pool(caches: list[PagedCache], feeds: Sequence[PromptFeed]) -> BlockPool | None:
-    """The one block pool every row's cache is in; None for a chunk on a cache of one sequence, which rides
-    alone."""
+def _pool(on_pool: list[PagedCache], feeds: Sequence[PromptFeed]) -> BlockPool | None:
+    """The one block pool every row's cache (``on_pool``: the decode rows', then the chunks') is in; None for a
+    chunk on a cache of one sequence, which rides alone."""
     if feeds and feeds[0].paged is None:
-        if caches or len(feeds) > 1:
+        if on_pool or len(feeds) > 1:
             raise ValueError("A prompt chunk on a cache outside the block pool is read in a pass of its own.")
         return None
-    everyone = caches + [feed.paged for feed in feeds if feed.paged is not None]
-    pool = everyone[0].pool
-    for cache in everyone:
+    pool = on_pool[0].pool
+    for cache in on_pool:
         if getattr(cache, "pool", None) is not pool:
             raise ValueError("A batch's sequences must share one block pool.")
     return pool
@@ -200,14 +206,19 @@ def _pool(caches: list[PagedCache], feeds: Sequence[PromptFeed]) -> BlockPool | 
 def slot_groups(caches: Sequence[PagedCache]) -> list[SlotGroup]:
     """Where each row's key and value go (``LayerStorage.scatter``): per slab, the slots and the rows that
     write them, a row per token each cache announced (a decode row's one, a prompt chunk's), in order."""
-    groups: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
-    places = [at for cache in caches for at in cache.write_slots()]
-    for row, (slab, at) in enumerate(places):
-        groups[slab][0].append(at)
-        groups[slab][1].append(row)
-    everyone = len(places)
-    return [(slab, mx.array(slots).reshape(1, 1, -1, 1), None if len(rows) == everyone else mx.array(rows))
-            for slab, (slots, rows) in groups.items()]
+    groups: dict[int, tuple[list[int], list[int]]] = {}  # slab -> its slots, the rows writing them
+    everyone = 0
+    for cache in caches:
+        for slab, at in cache.write_slots():
+            if slab not in groups:
+                groups[slab] = [], []
+            groups[slab][0].append(at)
+            groups[slab][1].append(everyone)
+            everyone += 1
+    made: list[SlotGroup] = []  # (a loop, not a comprehension: a pass makes them for every step)
+    for slab, (slots, rows) in groups.items():
+        made.append((slab, mx.array(slots).reshape(1, 1, -1, 1), None if len(rows) == everyone else mx.array(rows)))
+    return made
 
 
 class _OwnReads:

@@ -90,7 +90,7 @@ class BatchMirror:
         """Before the batch's ``begin``: rows for ``caches`` (stale ones are filled in the pass, ``write``);
         None when the mirror cannot hold them (over its limit, or the budget has no room): the caller reads
         the pool another way."""
-        lengths = [cache.length for cache in caches]
+        lengths = [cache.offset for cache in caches]
         alone = _alone(lengths)
         mirrored = [b for b in range(len(caches)) if b not in alone]
         rows = self._assign([caches[b] for b in mirrored])
@@ -98,15 +98,15 @@ class BatchMirror:
         if len(self.rows) > self.row_count or needed > self.capacity:
             if not self._grow(len(self.rows), needed):
                 return None
-        stale = [(row, caches[b], caches[b].length) for b, row in zip(mirrored, rows)
-                 if caches[b].length and ((entry := self.rows[row]) is None or entry.edits != caches[b].edits
-                                          or entry.length != caches[b].length)]
+        stale = [(row, caches[b], caches[b].offset) for b, row in zip(mirrored, rows)
+                 if caches[b].offset and ((entry := self.rows[row]) is None or entry.edits != caches[b].edits
+                                          or entry.length != caches[b].offset)]
         return self._step(list(zip(mirrored, rows)), [(b, caches[b]) for b in alone], lengths, stale)
 
     def commit(self, caches: list[PagedCache], step: MirrorStep) -> None:
         """After the batch's ``begin``: each mirrored row holds its sequence as the pass leaves it."""
         for b, row in step.mirrored:
-            self.rows[row] = _Row(weakref.ref(caches[b]), caches[b].edits, caches[b].length + 1)
+            self.rows[row] = _Row(weakref.ref(caches[b]), caches[b].edits, caches[b].offset + 1)
 
     def live(self, step: MirrorStep) -> bool:
         """Whether ``step`` may still be used (the budget may have taken the storage back since)."""
@@ -273,7 +273,7 @@ def _alone(lengths: list[int]) -> list[int]:
     while that costs less than padding every row to them (one alone costs about ``alone_cost_keys`` more keys, a
     device profile's figure). A long chat among short ones then neither makes every row read its length nor
     fills the mirror."""
-    by_length = sorted(range(len(lengths)), key=lambda b: -lengths[b])
+    by_length = sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)  # (stable: ties in order)
     best, best_cost, extra, alone_cost = 0, len(lengths) * lengths[by_length[0]], 0, current().alone_cost_keys
     for k in range(1, len(lengths)):
         extra += lengths[by_length[k - 1]] + alone_cost

@@ -247,7 +247,8 @@ class BatchRunner:
         for seq in plan.late:
             for each in seq.with_followers:
                 each.late = True
-        decoding = [seq for seq in plan.decode if self._alive(seq)]
+        sequences = self.sequences  # (``_alive``, read here: a step asks it of every reply)
+        decoding = [seq for seq in plan.decode if sequences.get(seq.request_id) is seq]
         for seq, count in plan.prefill:
             with self._alone(seq):
                 self._read_prompt(seq, count, start)

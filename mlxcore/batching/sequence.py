@@ -114,7 +114,7 @@ class Sequence:
 
     @property
     def ready(self) -> bool:
-        return self.admitted and self.prefill_left == 0 and not self.followers and self.paused_since is None
+        return self.admitted and len(self.ids) - 1 <= self.cached and not self.followers and self.paused_since is None
 
     @property
     def tokens_left(self) -> int:

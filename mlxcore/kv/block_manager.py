@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from mlxcore.kv.errors import CacheStateError, PoolExhaustedError, TrimError, UnknownSequenceError
@@ -194,20 +194,31 @@ class BlockManager:
         self._prefix_hit_tokens += reused
         return reused
 
-    def append(self, seq_id: int, count: int) -> AppendPlan:
+    def append(self, seq_id: int, count: int, make_room: Callable[[int], None] | None = None) -> AppendPlan:
         """Make room for ``count`` more tokens of the sequence; raise ``PoolExhaustedError`` (changing nothing)
-        if they do not fit. The blocks they fill are found by prefix hits only after ``hash_blocks``."""
+        if they do not fit. ``make_room(blocks)`` runs first when they need blocks (the pool's budget decides
+        how many it may hand out: ``BlockPool.make_room``). The blocks they fill are found by prefix hits only
+        after ``hash_blocks``."""
         seq = self._sequences[seq_id]
         if count < 1:
             raise ValueError("append needs at least one token.")
         start, size = seq.length, self.block_size
-        tail_shared = start % size != 0 and self._blocks[seq.block_ids[-1]].ref_count > 1
+        tail = self._blocks[seq.block_ids[-1]] if start % size else None  # a partial tail block
+        tail_shared = tail is not None and tail.ref_count > 1
         needed = -(-(start + count) // size) - len(seq.block_ids) + tail_shared  # ``blocks_needed``, read here
-        if needed and needed > self.available_blocks:  # (most appends fill the tail block: nothing to count)
+        if not needed:  # (most appends fill the tail block: nothing to count, one place to write)
+            assert tail is not None  # the tokens fit a partial tail block
+            if tail.hash is not None:  # (a partial tail has one only after a trim)
+                self._unhash(tail)  # its tail slots are about to change
+            seq.length += count
+            return AppendPlan(start, count, (), (WriteSegment(seq.block_ids[-1] * size + start % size, count, 0),), 0)
+        if make_room is not None:
+            make_room(needed)
+        if needed > self.available_blocks:
             raise PoolExhaustedError(
                 f"The KV block pool is full: {count} more tokens need {needed} blocks, "
                 f"{self.available_blocks} are free. Free a session or raise the pool size.")
-        copies, blocks = self._prepare_tail(seq, tail_shared) if start % size else (), len(seq.block_ids)
+        copies, blocks = self._prepare_tail(seq, tail_shared) if tail is not None else (), len(seq.block_ids)
         segments = self._place(seq, start, count)
         seq.length += count
         return AppendPlan(start, count, copies, segments, len(seq.block_ids) - blocks)

@@ -3,7 +3,7 @@
 ``PagedCache.begin(count)`` makes room for ``count`` tokens in the sequence's
 block table (new blocks, copy-on-write of a shared partial tail) and keeps the
 resulting plan; each layer then writes its keys and values where the plan says, and the pass commits
-the sequence's one length (``length``) at its end: the batched pass once for every layer
+the sequence's one length (``offset``) at its end: the batched pass once for every layer
 (``finish_batched_pass``), mlx-lm's per-layer protocol with its last layer. A layer's ``offset`` is read
 from that length; nothing a pass left uncommitted is held (``settle`` drops it).
 ``hash_blocks(ids)``, once the owner knows the ids and every layer holds them,
@@ -51,7 +51,8 @@ def _as_float(parts: Sequence[mx.array], fmt: KVFormat, geometry: KVGeometry) ->
     keys, values = (mx.dequantize(w, scales, biases, group_size=fmt.group_size, bits=fmt.bits).astype(geometry.dtype)
                     for w, scales, biases in (parts[:3], parts[3:]))
     return keys, values
-Span = tuple[tuple[int, int, int], mx.array]  # (slab, start, size) of one view, and its (queries, slots) mask
+Span = tuple[tuple[int, int, int], mx.array]
+NO_BEGIN = "Paged KV cache: a batched pass needs begin(1) first."  # (slab, start, size) of one view, and its (queries, slots) mask
 
 class PagedLayerCache:
     """One layer's view of a paged sequence; follows ``LayerCache``. Made by ``PagedCache``."""
@@ -65,7 +66,7 @@ class PagedLayerCache:
         wrote them (mlx-lm's model writes its layers one by one)."""
         owner = self._owner
         plan = owner._plan
-        return owner.length + plan.length if plan is not None and self.index < owner._written else owner.length
+        return owner.offset + plan.length if plan is not None and self.index < owner._written else owner.offset
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         """Write (1, kv_heads, L, head_dim) keys/values of the tokens ``begin`` announced; return the whole sequence."""
@@ -119,6 +120,7 @@ class PagedCache(ModelCache):
     """A sequence in a ``BlockPool``: prefix sharing, copy-on-write forks, block-exact trims."""
 
     kind = "paged"
+    offset = 0  # an attribute here (the sequence's committed length), not the layers' property
 
     def __init__(self, pool: BlockPool, seq_id: int | None = None) -> None:
         """A new empty sequence in ``pool``, or (``seq_id``) one the pool's manager already holds."""
@@ -126,7 +128,7 @@ class PagedCache(ModelCache):
         self.seq_id = pool.manager.new_sequence() if seq_id is None else seq_id
         layer_kind = QuantizedPagedLayerCache if pool.geometry.format.quantized else PagedLayerCache
         self.layers: list[PagedLayerCache] = [layer_kind(self, i) for i in range(pool.geometry.num_layers)]
-        self.length = pool.manager.length(self.seq_id)  # tokens every layer holds: what the last pass committed
+        self.offset = pool.manager.length(self.seq_id)  # tokens every layer holds: what the last pass committed
         self._plan: AppendPlan | None = None  # the pass under way (``begin``)
         self._written = 0  # layers that wrote its tokens one by one (mlx-lm's per-layer protocol)
         self._gather: Gather | None = None  # the table's runs, made again when the table changes
@@ -142,7 +144,7 @@ class PagedCache(ModelCache):
     def reuse_prefix(self, ids: Sequence[int]) -> int:
         self.settle()
         self.edits += 1
-        reused = self.length = self.pool.manager.reuse_prefix(self.seq_id, ids)
+        reused = self.offset = self.pool.manager.reuse_prefix(self.seq_id, ids)
         self._table_changed()
         self.disk_read_tokens, self.disk_read_seconds = 0, 0.0
         if self.pool.disk is not None:  # the blocks that follow, read back from the disk tier if it has them
@@ -160,7 +162,7 @@ class PagedCache(ModelCache):
         self.edits += 1
         self.pool.manager.release(self.seq_id)
         self._table_changed()
-        self.length = 0
+        self.offset = 0
         self.pool.release_free_slabs()
 
     def state_dict(self, ids: Sequence[int]) -> tuple[Tensors, CacheMeta]:
@@ -221,8 +223,13 @@ class PagedCache(ModelCache):
 
     def write_slots(self) -> list[tuple[int, int]]:
         """(slab, slot in the slab) of each token ``begin`` announced, in order."""
-        plan, where = self._announced(), self.pool.storage[0].where
-        return [where(seg.slot + i) for seg in plan.segments for i in range(seg.length)]
+        plan, slab_slots, slots = self._plan, self.pool.slab_slots, []
+        if plan is None or self._written:  # (checked here: a pass calls this for every sequence)
+            raise CacheStateError(NO_BEGIN)
+        for seg in plan.segments:
+            for slot in range(seg.slot, seg.slot + seg.length):
+                slots.append(divmod(slot, slab_slots))
+        return slots
 
     def read_plan(self, heads: int) -> tuple[Reads, Mask]:
         """Where this pass's attention reads the sequence, the announced tokens included, for the causal
@@ -233,7 +240,9 @@ class PagedCache(ModelCache):
         length): one copy."""
         if self._reads is not None:
             return self._reads
-        plan = self._announced()
+        plan = self._plan
+        if plan is None or self._written:
+            raise CacheStateError(NO_BEGIN)
         length, queries = plan.start + plan.length, plan.length
         rows = heads // self.pool.geometry.kv_heads * queries  # query rows per kv head
         span = self._span_mask(length, queries) if reads_spans(rows, length) else None
@@ -250,36 +259,31 @@ class PagedCache(ModelCache):
 
     def finish_batched_pass(self) -> None:
         """Every layer holds the announced tokens now (written by a batched pass)."""
-        plan = self._announced()
-        self.length = plan.start + plan.length  # committed, once for every layer
+        plan = self._plan
+        if plan is None or self._written:
+            raise CacheStateError(NO_BEGIN)
+        self.offset = plan.start + plan.length  # committed, once for every layer
         self._plan, self._written, self._reads = None, 0, None
 
     def hash_blocks(self, ids: Sequence[int]) -> None:
         """Full blocks among the tokens every layer holds become prefix hits (a chunk on its way through the
         layers, ``prompt_feed.py``, is held by none until the last writes it)."""
-        full = min(len(ids), self.length) // self.pool.block_size
+        full = min(len(ids), self.offset) // self.pool.block_size
         if full != self._hashed_full:  # (a reply calls this a token; a block fills every block_size tokens)
             self._hashed_full = full
-            self.pool.manager.hash_blocks(self.seq_id, ids, self.length)
-
-    @property
-    def announced(self) -> AppendPlan | None:
-        """The plan of the pass in progress (``begin``), or None."""
-        return self._plan
-
-    def _announced(self, length: int | None = None) -> AppendPlan:
-        plan = self._plan
-        if plan is None or self._written or (length and plan.length != length):
-            raise CacheStateError("Paged KV cache: a batched pass needs begin(1) first.")
-        return plan
+            self.pool.manager.hash_blocks(self.seq_id, ids, self.offset)
 
     # internals -------------------------------------------------------------
 
-    def _begin(self, count: int) -> None:
+    def begin(self, count: int) -> None:
+        """``ModelCache.begin`` in one call (a pass begins every sequence it feeds): what no pass committed is
+        dropped, and the table takes ``count`` more tokens (``PoolExhaustedError``, nothing changed, when the
+        pool cannot)."""
+        if self._plan is not None:
+            self.settle()
         self.edits += 1
-        self.pool.make_room(self.seq_id, count)
         try:  # raises before any change if the pool is full
-            plan = self.pool.manager.append(self.seq_id, count)
+            plan = self.pool.manager.append(self.seq_id, count, self.pool.make_room)
         except PoolExhaustedError:
             raise PoolExhaustedError(self.pool.full_message(count)) from None
         if plan.new_blocks or plan.copies:  # (most appends fill the tail block: the table is as it was)
@@ -289,6 +293,8 @@ class PagedCache(ModelCache):
             self.pool.ensure()
         self._plan, self._written, self._reads = plan, 0, None
 
+    _begin = begin  # (a hybrid cache begins its attention part so)
+
     def settle(self) -> None:
         """Drop what a pass did not commit: a ``begin`` without (or with half) a forward pass."""
         if self._plan is None:  # no pass under way: the table fits the committed length
@@ -296,18 +302,14 @@ class PagedCache(ModelCache):
         self._plan, self._written, self._reads = None, 0, None
         self._sync_table()
 
-    @property
-    def offset(self) -> int:
-        return self.length
-
     def trim(self, n: int) -> int:
         """Remove the last ``n`` tokens (``TrimError``, nothing changed, if there are fewer); the block table
         follows."""
         self.settle()
-        if not 0 <= n <= self.length:
-            raise TrimError(f"Cannot rewind the paged KV cache by {n} tokens: it holds {self.length}.")
+        if not 0 <= n <= self.offset:
+            raise TrimError(f"Cannot rewind the paged KV cache by {n} tokens: it holds {self.offset}.")
         if n:
-            self.length -= n
+            self.offset -= n
             self.edits += 1
             self._hashed_full = -1  # a block it refills is hashed again
             self._sync_table()
@@ -316,7 +318,7 @@ class PagedCache(ModelCache):
     def _sync_table(self) -> None:
         """Trim the block table to the committed length."""
         manager = self.pool.manager
-        excess = manager.length(self.seq_id) - self.length
+        excess = manager.length(self.seq_id) - self.offset
         if excess > 0 and self._plan is None:
             blocks = len(manager.block_ids(self.seq_id))
             manager.trim(self.seq_id, excess)
@@ -349,7 +351,7 @@ class PagedCache(ModelCache):
         assert plan is not None and layer.index == self._written  # (the writers checked)
         self._written += 1
         if self._written == len(self.layers):
-            self.length = plan.start + plan.length
+            self.offset = plan.start + plan.length
             self._plan, self._written, self._reads = None, 0, None
 
     def _fetch(self, layer: PagedLayerCache) -> tuple[mx.array, mx.array]:

@@ -58,18 +58,15 @@ class BlockPool:
     def __init__(self, geometry: KVGeometry, config: PoolConfig = PoolConfig(),
                  budget: KVBudget | None = None) -> None:
         self.geometry, self.config, self.budget = geometry, config, budget
-        # Bytes of keys and values of one block across all layers (read on every scheduler step)
-        self.block_bytes = config.block_size * geometry.token_bytes
+        # Read on every step: bytes of keys and values of one block across all layers; token slots of a slab
+        self.block_size, self.block_bytes = config.block_size, config.block_size * geometry.token_bytes
+        self.slab_slots = config.slab_blocks * config.block_size
         self.manager = BlockManager(config.block_size, config.max_blocks)
         self.storage = [LayerStorage(geometry, config) for _ in range(geometry.num_layers)]
         self.slabs = 0  # slabs held in every layer
         self.disk: PoolDisk | None = None  # the disk tier under it (``attach_disk``), or None
         if budget is not None:
             budget.pools.add(self)
-
-    @property
-    def block_size(self) -> int:
-        return self.config.block_size
 
     def slab_bytes(self, index: int) -> int:
         return self.config.slab_size(index) * self.block_bytes
@@ -99,14 +96,12 @@ class BlockPool:
 
     # the budget ------------------------------------------------------------
 
-    def make_room(self, seq_id: int, count: int) -> None:
-        """Before an append of ``count`` tokens: let the manager hand out only the blocks the budget can hold,
-        so that the append raises ``PoolExhaustedError`` (changing nothing) rather than storage outgrowing it."""
+    def make_room(self, needed: int) -> None:
+        """Before an append that takes ``needed`` blocks (``BlockManager.append`` calls it): let the manager hand
+        out only the blocks the budget can hold, so that the append raises ``PoolExhaustedError`` (changing
+        nothing) rather than storage outgrowing it."""
         if self.budget is None:
             return
-        needed = self.manager.blocks_needed(seq_id, count)
-        if not needed:
-            return  # the tokens fit the sequence's last block: nothing for the budget to decide
         self.manager.num_blocks = max(self._affordable_blocks(), self.manager.materialized_blocks)
         if self.manager.available_blocks < needed:
             self.budget.reclaim()  # free slabs of every pool sharing the budget, cached prefixes too
