@@ -245,8 +245,9 @@ class PagedCache(ModelCache):
             raise CacheStateError(NO_BEGIN)
         length, queries = plan.start + plan.length, plan.length
         rows = heads // self.pool.geometry.kv_heads * queries  # query rows per kv head
-        span = self._span_mask(length, queries) if reads_spans(rows, length) else None
         gather = self._gather_index()
+        # (a span joins runs: one run, most chats' case, is read as it is)
+        span = self._span_mask(length, queries) if len(gather.runs) > 1 and reads_spans(rows, length) else None
         reads: tuple[Reads, Mask]
         if span is not None:
             reads = [span[0]], span[1]
