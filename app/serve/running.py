@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 from starlette.requests import Request as HTTPRequest
 
@@ -19,9 +18,6 @@ from mlxcore import OverloadedError, PromptTooLongError
 from mlxcore import RequestFailedError, RequestHandle
 from mlxcore import Request
 from mlxcore import Event, TokenEvent
-
-_DONE = object()
-MERGED_EVENTS = 64  # events of a request's choices taken from their handles and not yet sent
 
 
 def submit(worker, request: Request, n: int) -> list[RequestHandle]:
@@ -74,43 +70,11 @@ class ReplyClock:
         return None if self.first is None else self.first - self.start
 
 
-async def merged(handles: list[RequestHandle]) -> AsyncIterator[tuple[int, Event]]:
-    """(choice index, event) from every handle, in arrival order; raises what a handle raises."""
-    if len(handles) == 1:
-        async for event in handles[0].aevents():
-            yield 0, event
-        return
-    # Bounded: while the client does not read, the pumps stop taking events from the handles, so their
-    # unread counts grow and the engine pauses these choices (back-pressure; ``BatchRunner``).
-    queue: asyncio.Queue = asyncio.Queue(maxsize=MERGED_EVENTS)
-
-    async def pump(index: int, handle: RequestHandle) -> None:
-        try:
-            async for event in handle.aevents():
-                await queue.put((index, event))
-            await queue.put((index, _DONE))
-        except Exception as error:  # RequestFailedError: the reader re-raises it
-            await queue.put((index, error))
-
-    tasks = [asyncio.create_task(pump(i, h)) for i, h in enumerate(handles)]
-    try:
-        left = len(handles)
-        while left:
-            index, item = await queue.get()
-            if isinstance(item, Exception):
-                raise item
-            if item is _DONE:
-                left -= 1
-                continue
-            yield index, item
-    finally:
-        for task in tasks:
-            task.cancel()
-
-
 async def follow(handles: list[RequestHandle], choices: list[ChoiceState], clock: ReplyClock) -> None:
     """Feed every event to its choice until all choices end."""
-    async for index, event in merged(handles):
+    inbox = RequestHandle.read_all(handles)
+    while inbox.open:
+        index, event = inbox.take(await inbox.get())
         clock.tick(index, event)
         choices[index].feed(event)
 

@@ -30,9 +30,9 @@ from app.serve.choices import ChoiceState, Delta
 from app.serve.errors import APIError, from_engine_error
 from app.serve.exchange import Exchange
 from app.serve.replies import chat_chunk, chat_role_chunk, completion_chunk, usage_chunk
-from app.serve.running import cancel_all, merged
+from app.serve.running import cancel_all
 from app.serve.state import ServerState
-from mlxcore import RequestFailedError
+from mlxcore import RequestFailedError, RequestHandle
 
 Chunk = Callable[[ChoiceState, Delta], dict]
 AppStatus.disable_automatic_graceful_drain()  # see the module docstring: we end streams ourselves
@@ -87,7 +87,9 @@ async def relay(state: ServerState, exchange: Exchange, scope_state: dict, frame
     try:
         for first in frames.opening():
             yield first
-        async for index, item in merged(exchange.handles):
+        inbox = RequestHandle.read_all(exchange.handles)
+        while inbox.open:
+            index, item = inbox.take(await inbox.get())
             exchange.clock.tick(index, item)
             choice = exchange.choices[index]
             for frame in frames.delta(choice, choice.feed(item)):
