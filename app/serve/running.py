@@ -8,7 +8,6 @@ requests watch the connection (``reply_unless_gone``) while they wait.
 from __future__ import annotations
 
 import asyncio
-import time
 
 from starlette.requests import Request as HTTPRequest
 
@@ -17,7 +16,6 @@ from app.serve.errors import APIError, from_engine_error
 from mlxcore import OverloadedError, PromptTooLongError
 from mlxcore import RequestFailedError, RequestHandle
 from mlxcore import Request
-from mlxcore import Event, TokenEvent
 
 
 def submit(worker, request: Request, n: int) -> list[RequestHandle]:
@@ -47,35 +45,11 @@ def cancel_all(handles: list[RequestHandle]) -> None:
         handle.cancel()  # a no-op once it finished
 
 
-class ReplyClock:
-    """When a reply's tokens arrived: for the TTFT and inter-token histograms (as the client sees them)."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.first: float | None = None
-        self.gaps: list[float] = []
-        self._last: dict[int, float] = {}
-
-    def tick(self, index: int, event: Event) -> None:
-        if not isinstance(event, TokenEvent):
-            return
-        now = time.perf_counter()
-        self.first = self.first or now
-        if index in self._last:
-            self.gaps.append(now - self._last[index])
-        self._last[index] = now
-
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first is None else self.first - self.start
-
-
-async def follow(handles: list[RequestHandle], choices: list[ChoiceState], clock: ReplyClock) -> None:
+async def follow(handles: list[RequestHandle], choices: list[ChoiceState]) -> None:
     """Feed every event to its choice until all choices end."""
     inbox = RequestHandle.read_all(handles)
     while inbox.open:
         index, event = inbox.take(await inbox.get())
-        clock.tick(index, event)
         choices[index].feed(event)
 
 
@@ -85,10 +59,9 @@ async def until_disconnected(request: HTTPRequest) -> None:
         pass
 
 
-async def reply_unless_gone(request: HTTPRequest, handles: list[RequestHandle], choices: list[ChoiceState],
-                            clock: ReplyClock) -> bool:
+async def reply_unless_gone(request: HTTPRequest, handles: list[RequestHandle], choices: list[ChoiceState]) -> bool:
     """Wait for every choice to end; if the client leaves first, cancel them all and return False."""
-    work = asyncio.create_task(follow(handles, choices, clock))
+    work = asyncio.create_task(follow(handles, choices))
     watch = asyncio.create_task(until_disconnected(request))
     try:
         await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
