@@ -71,10 +71,10 @@ class RequestHandle:
             if self._loop is None:
                 self._queue.put(event)
                 return
-            loop, inbox = self._loop, self._inbox
+            loop, inbox, index = self._loop, self._inbox, self._index
         assert inbox is not None  # set with the loop
         try:
-            loop.call_soon_threadsafe(inbox.put_nowait, (self._index, event))
+            loop.call_soon_threadsafe(inbox.put_nowait, (index, event))
         except RuntimeError:  # the reader's loop is closed: nobody is reading any more
             pass
 
