@@ -172,7 +172,7 @@ class ReplyParser:
         out, self._out = self._out, _Out()
         self.reasoning += out.reasoning
         self.content += out.content
-        return ParsedDelta(out.reasoning, out.content, _merged(out.calls))
+        return ParsedDelta(out.reasoning, out.content, _merged(out.calls) if out.calls else ())
 
 
 @dataclass

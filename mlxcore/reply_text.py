@@ -32,39 +32,39 @@ class ReplyText:
         """Record one emitted token; return (text delta, finish reason or None)."""
         self.count += 1
         if token in self._eos:
-            self._flush()
-            return self._release(), "eos"
+            return self._end()[0], "eos"
+        delta, stopped = "", False
         if self._detok is not None:
             self._detok.add_token(token)
-            if self._append(self._detok.last_segment):
-                return self._release(), "stop"
+            delta, stopped = self._grow(self._detok.last_segment)
+        if stopped:
+            return delta, "stop"
         if self._max_tokens is not None and self.count >= self._max_tokens:
-            stopped = self._flush()
-            return self._release(), "stop" if stopped else "length"
-        if not self._stop:
-            return self._release(), None
-        held = max((partial_suffix(self.text, stop) for stop in self._stop), default=0)  # may begin a stop string
-        return self._release(held=held), None
+            rest, stopped = self._end()
+            return delta + rest, "stop" if stopped else "length"
+        return delta, None
 
-    def _flush(self) -> bool:
-        """The detokenizer's last characters; whether they complete a stop string."""
-        if self._detok is None:
-            return False
-        self._detok.finalize()
-        return self._append(self._detok.last_segment)
+    def _end(self) -> tuple[str, bool]:
+        """The detokenizer's last characters and all that was held back; whether they complete a stop string."""
+        segment = ""
+        if self._detok is not None:
+            self._detok.finalize()
+            segment = self._detok.last_segment
+        return self._grow(segment, end=True)
 
-    def _append(self, delta: str) -> bool:
-        """Add ``delta`` to the reply, cut before a stop string (which may span earlier deltas); whether cut."""
-        joined = self.text + delta
-        if not self._stop:
-            self.text = joined
-            return False
-        hits = [joined.find(s, max(0, len(self.text) - len(s) + 1)) for s in self._stop]
-        cut = min((h for h in hits if h >= 0), default=-1)
-        self.text = joined if cut < 0 else joined[:cut]
-        return cut >= 0
-
-    def _release(self, held: int = 0) -> str:
-        end = max(len(self.text) - held, self._shown)
-        delta, self._shown = self.text[self._shown:end], end
-        return delta
+    def _grow(self, segment: str, end: bool = False) -> tuple[str, bool]:
+        """Add ``segment`` to the reply, cut before a stop string (which may span earlier segments); the text to
+        hand out now, and whether it was cut. The end that may yet begin a stop string is held back, but at the
+        reply's ``end`` or after a cut."""
+        text, cut, held = self.text + segment, -1, 0
+        if self._stop:
+            hits = [text.find(s, max(0, len(self.text) - len(s) + 1)) for s in self._stop]
+            cut = min((h for h in hits if h >= 0), default=-1)
+            if cut >= 0:
+                text = text[:cut]
+            elif not end:
+                held = max(partial_suffix(text, stop) for stop in self._stop)
+        self.text = text
+        shown = max(len(text) - held, self._shown)
+        delta, self._shown = text[self._shown:shown], shown
+        return delta, cut >= 0

@@ -8,6 +8,7 @@ sends at the end. The same object serves both, so the two cannot disagree.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -36,10 +37,6 @@ class Delta:
     finish_reason: str | None = None  # OpenAI's: "stop", "length" or "tool_calls"
     tool_calls: tuple[CallDelta, ...] = ()
 
-    @property
-    def empty(self) -> bool:
-        return not (self.reasoning or self.content or self.logprob or self.finish_reason or self.tool_calls)
-
 
 @dataclass
 class ChoiceState:
@@ -58,6 +55,7 @@ class ChoiceState:
     content: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
     tokens: int = 0
+    arrivals: list[float] = field(default_factory=list)  # when each token reached the server (perf_counter)
     finish_reason: str | None = None
     final: FinalEvent | None = None
     tools: list[dict] | None = None
@@ -75,15 +73,29 @@ class ChoiceState:
         return self._parser.calls
 
     def feed(self, event: Event) -> Delta:
+        """What ``event`` adds (the sums grow by it)."""
+        logprob, hold = None, 0
         if isinstance(event, TokenEvent):
             self.tokens += 1
-            entry = TokenLogprob(event.token, event.logprob, event.top_logprobs)
-            self.logprobs.append(entry)
+            self.arrivals.append(time.perf_counter())
+            logprob = TokenLogprob(event.token, event.logprob, event.top_logprobs)
+            self.logprobs.append(logprob)
             self._raw += event.text
-            return self._add(self._split(self._release(self._tails.feed(event.text))), logprob=entry)
+            hold = self._tails.feed(event.text) if self._tails.stops else 0  # what may begin a stop string
+        elif event.finish_reason == "stop":
+            self._raw = event.text  # the engine's final text, cut before the stop string
+        end = max(self._sent, len(self._raw) - hold)
+        text, self._sent = self._raw[self._sent:end], end  # what is not sent yet, but what is held back
+        parsed = self._parser.feed(text) if self.split else ParsedDelta(content=text)
+        if isinstance(event, FinalEvent):
+            parsed = self._finish(event, parsed)
+        self.reasoning += parsed.reasoning
+        self.content += parsed.content
+        return Delta(parsed.reasoning, parsed.content, logprob, self.finish_reason, parsed.calls)
+
+    def _finish(self, event: FinalEvent, parsed: ParsedDelta) -> ParsedDelta:
+        """The reply ended: its finish reason; ``parsed`` and what the parser held back."""
         self.final = event
-        self._raw = event.text if event.finish_reason == "stop" else self._raw
-        parsed = self._split(self._release(0))
         if self.split:
             more = self._parser.finish()
             parsed = ParsedDelta(parsed.reasoning + more.reasoning, parsed.content + more.content,
@@ -91,21 +103,7 @@ class ChoiceState:
         self.finish_reason = FINISH_REASONS.get(event.finish_reason, "stop")
         if self.tool_calls and self.finish_reason == "stop":
             self.finish_reason = "tool_calls"
-        return self._add(parsed, finish=self.finish_reason)
-
-    def _release(self, hold: int) -> str:
-        """The text not sent yet, but the last ``hold`` characters."""
-        end = max(self._sent, len(self._raw) - hold)
-        text, self._sent = self._raw[self._sent:end], end
-        return text
-
-    def _split(self, text: str) -> ParsedDelta:
-        return self._parser.feed(text) if self.split else ParsedDelta(content=text)
-
-    def _add(self, parsed: ParsedDelta, *, logprob: TokenLogprob | None = None, finish: str | None = None) -> Delta:
-        self.reasoning += parsed.reasoning
-        self.content += parsed.content
-        return Delta(parsed.reasoning, parsed.content, logprob, finish, parsed.calls)
+        return parsed
 
 
 class StopTails:

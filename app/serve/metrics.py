@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from app.serve.running import ReplyClock
+from app.serve.choices import ChoiceState
 from mlxcore import WorkerStats
 
 if TYPE_CHECKING:
@@ -105,11 +105,12 @@ class ServerMetrics:
         self.requests = Counter("mlxchat_http_requests", "HTTP requests by endpoint and status",
                                 ["endpoint", "status"], registry=self.registry)
 
-    def observe_reply(self, clock: ReplyClock) -> None:
-        if clock.ttft is not None:
-            self.ttft.observe(clock.ttft)
-        for gap in clock.gaps:
-            self.inter_token.observe(gap)
+    def observe_reply(self, ttft: float | None, choices: list[ChoiceState]) -> None:
+        if ttft is not None:
+            self.ttft.observe(ttft)
+        for choice in choices:
+            for before, after in zip(choice.arrivals, choice.arrivals[1:]):
+                self.inter_token.observe(after - before)
 
     def observe_http(self, endpoint: str, status: int, seconds: float) -> None:
         self.requests.labels(endpoint, str(status)).inc()

@@ -76,9 +76,9 @@ def text_completion(header: ReplyHeader, choices: list[ChoiceState], usage: dict
         "usage": usage}
 
 
-def chat_chunk(header: ReplyHeader, index: int, delta: Delta, *, text_of: TextOf | None,
-               usage_field: bool) -> dict:
-    """One streamed event of choice ``index`` (``usage: null`` on each when the client asked for usage)."""
+def chat_chunk(head: dict, choice: ChoiceState, delta: Delta, *, text_of: TextOf | None, usage_field: bool) -> dict:
+    """One streamed event of ``choice``; ``head``: ``header.object(chunk=True)``, made once per stream (``usage:
+    null`` on each when the client asked for usage)."""
     body: dict = {}
     if delta.reasoning:
         body["reasoning_content"] = delta.reasoning
@@ -87,28 +87,29 @@ def chat_chunk(header: ReplyHeader, index: int, delta: Delta, *, text_of: TextOf
     if delta.tool_calls:
         body["tool_calls"] = tool_call_chunks(delta.tool_calls)
     logprobs = chat_logprobs([delta.logprob], text_of) if text_of and delta.logprob else None
-    chunk = header.object(chunk=True) | {"choices": [{"index": index, "delta": body, "logprobs": logprobs,
-                                                      "finish_reason": delta.finish_reason}]}
+    chunk = head | {"choices": [{"index": choice.index, "delta": body, "logprobs": logprobs,
+                                 "finish_reason": delta.finish_reason}]}
     return chunk | ({"usage": None} if usage_field else {})
 
 
-def chat_role_chunk(header: ReplyHeader, index: int, usage_field: bool) -> dict:
+def chat_role_chunk(head: dict, index: int, usage_field: bool) -> dict:
     """The first chunk of a choice: the assistant role, as OpenAI's stream begins."""
-    chunk = header.object(chunk=True) | {"choices": [{"index": index, "delta": {"role": "assistant", "content": ""},
-                                                      "logprobs": None, "finish_reason": None}]}
+    chunk = head | {"choices": [{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                 "finish_reason": None}]}
     return chunk | ({"usage": None} if usage_field else {})
 
 
-def completion_chunk(header: ReplyHeader, index: int, delta: Delta, *, text_of: TextOf | None,
-                     usage_field: bool, offset: int) -> dict:
-    """One streamed event of a completions choice; ``offset`` is where its text starts in the choice's text."""
+def completion_chunk(head: dict, choice: ChoiceState, delta: Delta, *, text_of: TextOf | None,
+                     usage_field: bool) -> dict:
+    """One streamed event of a completions choice (``head`` as for ``chat_chunk``)."""
     entries: list[TokenLogprob] = [delta.logprob] if delta.logprob else []
+    offset = len(choice.content) - len(delta.content)  # where this delta starts in the choice's text
     logprobs = completion_logprobs(entries, text_of, offset) if text_of and entries else None
-    chunk = header.object(chunk=True) | {"choices": [{"index": index, "text": delta.content, "logprobs": logprobs,
-                                                      "finish_reason": delta.finish_reason}]}
+    chunk = head | {"choices": [{"index": choice.index, "text": delta.content, "logprobs": logprobs,
+                                 "finish_reason": delta.finish_reason}]}
     return chunk | ({"usage": None} if usage_field else {})
 
 
-def usage_chunk(header: ReplyHeader, usage: dict) -> dict:
+def usage_chunk(head: dict, usage: dict) -> dict:
     """The last chunk when ``stream_options.include_usage`` is set: no choices, the whole request's usage."""
-    return header.object(chunk=True) | {"choices": [], "usage": usage}
+    return head | {"choices": [], "usage": usage}

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from app.serve.errors import APIError, from_engine_error
 from app.serve.prompts import prompt_ids, with_empty_blocks
 from app.serve.choices import ChoiceState
-from app.serve.running import ReplyClock, engine_down, reply_unless_gone, submit
+from app.serve.running import engine_down, reply_unless_gone, submit
 from app.serve.registry import ServedModel
 from app.serve.schemas import SessionSaveRequest
 from app.serve.session_jobs import is_session_name, save_request
@@ -86,7 +86,7 @@ async def _read(served: ServedModel, ids: list[int], request: Request):
     """The caches holding ``ids``, read by the scheduler (``save_request``); cancelled if the client leaves."""
     handles = submit(served.worker, save_request(ids), 1)
     choices = [ChoiceState(0, False, ())]
-    done = await reply_unless_gone(request, handles, choices, ReplyClock())
+    done = await reply_unless_gone(request, handles, choices)
     if not done or handles[0].caches is None:
         raise APIError(503, "The conversation was not read (the request was cancelled): nothing was saved.",
                        code="session_not_saved")

@@ -8,8 +8,6 @@ requests watch the connection (``reply_unless_gone``) while they wait.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator
 
 from starlette.requests import Request as HTTPRequest
 
@@ -18,10 +16,6 @@ from app.serve.errors import APIError, from_engine_error
 from mlxcore import OverloadedError, PromptTooLongError
 from mlxcore import RequestFailedError, RequestHandle
 from mlxcore import Request
-from mlxcore import Event, TokenEvent
-
-_DONE = object()
-MERGED_EVENTS = 64  # events of a request's choices taken from their handles and not yet sent
 
 
 def submit(worker, request: Request, n: int) -> list[RequestHandle]:
@@ -51,67 +45,11 @@ def cancel_all(handles: list[RequestHandle]) -> None:
         handle.cancel()  # a no-op once it finished
 
 
-class ReplyClock:
-    """When a reply's tokens arrived: for the TTFT and inter-token histograms (as the client sees them)."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.first: float | None = None
-        self.gaps: list[float] = []
-        self._last: dict[int, float] = {}
-
-    def tick(self, index: int, event: Event) -> None:
-        if not isinstance(event, TokenEvent):
-            return
-        now = time.perf_counter()
-        self.first = self.first or now
-        if index in self._last:
-            self.gaps.append(now - self._last[index])
-        self._last[index] = now
-
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first is None else self.first - self.start
-
-
-async def merged(handles: list[RequestHandle]) -> AsyncIterator[tuple[int, Event]]:
-    """(choice index, event) from every handle, in arrival order; raises what a handle raises."""
-    if len(handles) == 1:
-        async for event in handles[0].aevents():
-            yield 0, event
-        return
-    # Bounded: while the client does not read, the pumps stop taking events from the handles, so their
-    # unread counts grow and the engine pauses these choices (back-pressure; ``BatchRunner``).
-    queue: asyncio.Queue = asyncio.Queue(maxsize=MERGED_EVENTS)
-
-    async def pump(index: int, handle: RequestHandle) -> None:
-        try:
-            async for event in handle.aevents():
-                await queue.put((index, event))
-            await queue.put((index, _DONE))
-        except Exception as error:  # RequestFailedError: the reader re-raises it
-            await queue.put((index, error))
-
-    tasks = [asyncio.create_task(pump(i, h)) for i, h in enumerate(handles)]
-    try:
-        left = len(handles)
-        while left:
-            index, item = await queue.get()
-            if isinstance(item, Exception):
-                raise item
-            if item is _DONE:
-                left -= 1
-                continue
-            yield index, item
-    finally:
-        for task in tasks:
-            task.cancel()
-
-
-async def follow(handles: list[RequestHandle], choices: list[ChoiceState], clock: ReplyClock) -> None:
+async def follow(handles: list[RequestHandle], choices: list[ChoiceState]) -> None:
     """Feed every event to its choice until all choices end."""
-    async for index, event in merged(handles):
-        clock.tick(index, event)
+    inbox = RequestHandle.read_all(handles)
+    while inbox.open:
+        index, event = inbox.take(await inbox.get())
         choices[index].feed(event)
 
 
@@ -121,10 +59,9 @@ async def until_disconnected(request: HTTPRequest) -> None:
         pass
 
 
-async def reply_unless_gone(request: HTTPRequest, handles: list[RequestHandle], choices: list[ChoiceState],
-                            clock: ReplyClock) -> bool:
+async def reply_unless_gone(request: HTTPRequest, handles: list[RequestHandle], choices: list[ChoiceState]) -> bool:
     """Wait for every choice to end; if the client leaves first, cancel them all and return False."""
-    work = asyncio.create_task(follow(handles, choices, clock))
+    work = asyncio.create_task(follow(handles, choices))
     watch = asyncio.create_task(until_disconnected(request))
     try:
         await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)

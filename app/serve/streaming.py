@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -30,9 +31,9 @@ from app.serve.choices import ChoiceState, Delta
 from app.serve.errors import APIError, from_engine_error
 from app.serve.exchange import Exchange
 from app.serve.replies import chat_chunk, chat_role_chunk, completion_chunk, usage_chunk
-from app.serve.running import cancel_all, merged
+from app.serve.running import cancel_all
 from app.serve.state import ServerState
-from mlxcore import RequestFailedError
+from mlxcore import RequestFailedError, RequestHandle
 
 Chunk = Callable[[ChoiceState, Delta], dict]
 AppStatus.disable_automatic_graceful_drain()  # see the module docstring: we end streams ourselves
@@ -60,19 +61,18 @@ class Frames(Protocol):
 
 @dataclass
 class OpenAIFrames:
-    """OpenAI's stream: ``first`` chunks, a chunk per delta (``keep_empty``: also one that adds only a logprob),
-    the usage chunk when asked for (``usage``), ``[DONE]``."""
+    """OpenAI's stream: ``first`` chunks, a chunk per event (one that adds only a logprob too), the usage chunk
+    when asked for (``usage``), ``[DONE]``."""
 
     chunk: Chunk
     first: list[dict]
     usage: Callable[[], dict] | None
-    keep_empty: bool
 
     def opening(self) -> list[bytes]:
         return [event(chunk) for chunk in self.first]
 
     def delta(self, choice: ChoiceState, delta: Delta) -> list[bytes]:
-        return [event(self.chunk(choice, delta))] if not delta.empty or self.keep_empty else []
+        return [event(self.chunk(choice, delta))]
 
     def closing(self) -> list[bytes]:
         return ([event(self.usage())] if self.usage else []) + [event("[DONE]")]
@@ -87,8 +87,9 @@ async def relay(state: ServerState, exchange: Exchange, scope_state: dict, frame
     try:
         for first in frames.opening():
             yield first
-        async for index, item in merged(exchange.handles):
-            exchange.clock.tick(index, item)
+        inbox = RequestHandle.read_all(exchange.handles)
+        while inbox.open:
+            index, item = inbox.take(await inbox.get())
             choice = exchange.choices[index]
             for frame in frames.delta(choice, choice.feed(item)):
                 yield frame
@@ -105,31 +106,25 @@ async def relay(state: ServerState, exchange: Exchange, scope_state: dict, frame
 
 def chat_stream(state: ServerState, exchange: Exchange, scope_state: dict, *, logprobs: bool,
                 include_usage: bool) -> EventSourceResponse:
+    head = exchange.header.object(chunk=True)
     text_of = exchange.served.tokens.token_text if logprobs else None
-
-    def chunk(choice: ChoiceState, delta: Delta) -> dict:
-        return chat_chunk(exchange.header, choice.index, delta, text_of=text_of, usage_field=include_usage)
-
-    opening = [chat_role_chunk(exchange.header, c.index, include_usage) for c in exchange.choices]
-    frames = OpenAIFrames(chunk, opening, _usage(exchange, include_usage), keep_empty=logprobs)
+    chunk = partial(chat_chunk, head, text_of=text_of, usage_field=include_usage)
+    opening = [chat_role_chunk(head, c.index, include_usage) for c in exchange.choices]
+    frames = OpenAIFrames(chunk, opening, _usage(head, exchange, include_usage))
     return sse_response(state, relay(state, exchange, scope_state, frames))
 
 
 def completion_stream(state: ServerState, exchange: Exchange, scope_state: dict, *, logprobs: bool,
                       include_usage: bool) -> EventSourceResponse:
+    head = exchange.header.object(chunk=True)
     text_of = exchange.served.tokens.token_text if logprobs else None
-
-    def chunk(choice: ChoiceState, delta: Delta) -> dict:
-        offset = len(choice.content) - len(delta.content)  # where this delta starts in the choice's text
-        return completion_chunk(exchange.header, choice.index, delta, text_of=text_of, usage_field=include_usage,
-                                offset=offset)
-
-    frames = OpenAIFrames(chunk, [], _usage(exchange, include_usage), keep_empty=logprobs)
+    chunk = partial(completion_chunk, head, text_of=text_of, usage_field=include_usage)
+    frames = OpenAIFrames(chunk, [], _usage(head, exchange, include_usage))
     return sse_response(state, relay(state, exchange, scope_state, frames))
 
 
-def _usage(exchange: Exchange, include_usage: bool) -> Callable[[], dict] | None:
-    return (lambda: usage_chunk(exchange.header, exchange.usage())) if include_usage else None
+def _usage(head: dict, exchange: Exchange, include_usage: bool) -> Callable[[], dict] | None:
+    return (lambda: usage_chunk(head, exchange.usage())) if include_usage else None
 
 
 def sse_response(state: ServerState, events: AsyncIterator[bytes],

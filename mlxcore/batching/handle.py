@@ -1,23 +1,23 @@
 """What a caller gets for a submitted request: its events, readable from any thread or an asyncio loop.
 
 The engine thread puts events in; the caller reads them with ``events()`` (a
-blocking iterator) or ``aevents()`` (an async iterator that never blocks the
-loop: the engine thread hands each event to the loop with
-``call_soon_threadsafe``). The stream ends after one ``FinalEvent``; if the
-engine fails first, reading raises ``RequestFailedError``. ``cancel()`` may be
-called from any thread at any time: the request stops at the next step, its
-blocks are free after it, and its stream ends with a ``FinalEvent`` whose
-finish reason is ``"cancelled"``. ``unread`` counts the events put and not yet
-read: the runner pauses a reply whose reader falls behind (``BatchRunner``), so
-what waits here stays bounded.
-"""
+blocking iterator) or, in an asyncio loop, with ``RequestHandle.read_all``:
+an ``Inbox`` that gathers the events of several handles without blocking the
+loop (the engine thread hands each event to it with ``call_soon_threadsafe``).
+The stream ends after one ``FinalEvent``; if the engine fails first, reading
+raises ``RequestFailedError``. ``cancel()`` may be called from any thread at
+any time: the request stops at the next step, its blocks are free after it,
+and its stream ends with a ``FinalEvent`` whose finish reason is
+``"cancelled"``. ``unread`` counts the events put and not yet read: the runner
+pauses a reply whose reader falls behind (``BatchRunner``), so what waits here
+stays bounded."""
 
 from __future__ import annotations
 
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NoReturn, cast
 
 from mlxcore.batching.request import Request
@@ -46,8 +46,9 @@ class RequestHandle:
         self._cancel = cancel
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._async_queue: asyncio.Queue[object] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # an ``Inbox``'s, once one reads this handle
+        self._inbox: asyncio.Queue[tuple[int, object]] | None = None
+        self._index = 0  # this handle's place in that inbox
         # Events put and not yet taken by the reader (back-pressure: the runner pauses the reply while this is
         # large); changed under ``_lock``.
         self.unread = 0
@@ -61,28 +62,26 @@ class RequestHandle:
 
     # the engine thread's side -------------------------------------------------
 
-    def put(self, event: Event) -> None:
+    def put(self, event: Event | _Failure) -> None:
+        """Hand ``event`` to the reader (``fail`` hands a failure the same way)."""
         if isinstance(event, FinalEvent):
             self.finished.set()
-        self._deliver(event)
+        with self._lock:
+            self.unread += 1
+            if self._loop is None:
+                self._queue.put(event)
+                return
+            loop, inbox, index = self._loop, self._inbox, self._index
+        assert inbox is not None  # set with the loop
+        try:
+            loop.call_soon_threadsafe(inbox.put_nowait, (index, event))
+        except RuntimeError:  # the reader's loop is closed: nobody is reading any more
+            pass
 
     def fail(self, error: BaseException) -> None:
         if not self.finished.is_set():
             self.finished.set()
-            self._deliver(_Failure(error))
-
-    def _deliver(self, item: object) -> None:
-        with self._lock:
-            self.unread += 1
-            if self._loop is None:
-                self._queue.put(item)
-                return
-            loop, target = self._loop, self._async_queue
-        assert target is not None  # set with the loop
-        try:
-            loop.call_soon_threadsafe(target.put_nowait, item)
-        except RuntimeError:  # the reader's loop is closed: nobody is reading any more
-            pass
+            self.put(_Failure(error))
 
     # the caller's side --------------------------------------------------------
 
@@ -108,18 +107,18 @@ class RequestHandle:
                 events.append(cast(Event, item))  # what ``put`` delivered
         return events, None
 
-    async def aevents(self) -> AsyncIterator[Event]:
-        """The request's events in an asyncio loop (call from that loop)."""
-        mine: asyncio.Queue[object] = asyncio.Queue()
+    @staticmethod
+    def read_all(handles: list[RequestHandle]) -> Inbox:
+        """The events of ``handles`` in the running asyncio loop, as they arrive (see ``Inbox``)."""
+        return Inbox(handles)
+
+    def _read_into(self, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[tuple[int, object]],
+                   index: int) -> None:
+        """From now on ``put`` hands events to ``inbox`` in ``loop`` (see ``Inbox``), this one first."""
         with self._lock:
-            self._loop, self._async_queue = asyncio.get_running_loop(), mine
+            self._loop, self._inbox, self._index = loop, inbox, index
             while not self._queue.empty():  # what came before this reader arrived
-                mine.put_nowait(self._queue.get_nowait())
-        while True:
-            item = await mine.get()
-            yield self._taken(item)
-            if isinstance(item, FinalEvent):
-                return
+                inbox.put_nowait((index, self._queue.get_nowait()))
 
     def _taken(self, item: object) -> Event:
         """The event ``item`` is (what ``put`` delivered), now read; ``RequestFailedError`` if the engine failed."""
@@ -128,6 +127,36 @@ class RequestHandle:
         if isinstance(item, _Failure):
             raise_failed(item.error)
         return cast(Event, item)
+
+
+class Inbox:
+    """The events of several handles in one asyncio loop, in the order they arrive, each with its handle's place
+    in ``handles``: ``index, event = inbox.take(await inbox.get())`` while ``inbox.open``. The engine pauses a
+    handle whose events wait here unread (``RequestHandle.unread``), so what waits stays bounded. ``get`` is the
+    queue's own, so nothing stands between the loop and the reader (a generator per handle cost a step per
+    token). Create it in the loop that reads; a handle is read by one inbox (or ``events()``) only."""
+
+    def __init__(self, handles: list[RequestHandle]) -> None:
+        queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
+        self.get = queue.get
+        self.handles = handles
+        self.open = len(handles)  # the handles whose final event (or failure) was not taken yet
+        loop = asyncio.get_running_loop()
+        for index, handle in enumerate(handles):
+            handle._read_into(loop, queue, index)
+
+    def take(self, arrived: tuple[int, object]) -> tuple[int, Event]:
+        """``arrived`` (what ``get`` gave) as (index, event), now read; ``RequestFailedError`` if the engine
+        failed that handle's request."""
+        index, item = arrived
+        handle = self.handles[index]
+        with handle._lock:
+            handle.unread -= 1
+        if isinstance(item, _Failure):
+            raise_failed(item.error)
+        if isinstance(item, FinalEvent):
+            self.open -= 1
+        return index, cast(Event, item)  # what ``put`` delivered
 
 
 def raise_failed(error: BaseException) -> NoReturn:
