@@ -376,3 +376,42 @@ def test_a_batch_of_mixed_sampling_picks_once_a_kind_and_each_reply_as_alone(mon
     batch.run()
     assert [batch.tokens(h) for h in handles] == expected
     assert batch.batch.runner.tally.largest_batch == len(rows)
+
+
+def test_a_step_carrying_prompt_rows_is_not_timed_as_a_plain_step(monkeypatch):
+    """The draft-length controller compares rounds with plain steps: a reply decoding beside another's prompt
+    being read must not learn that plain steps are slow (it would then draft at a loss). The clock jumps while a
+    pass carries prompt rows; no plain step's time may include a jump."""
+    from mlxcore import decision_clock
+    from mlxcore.batching.batch_forward import BatchDecoder
+    from mlxcore.draft_length import DraftLengthController
+
+    clock = [0.0]
+
+    def now() -> float:
+        clock[0] += 0.001
+        return clock[0]
+
+    forward = BatchDecoder.__call__
+
+    def timed(self, caches, inputs, feeds=(), keep=()):
+        if any(not feed.short for feed in feeds):  # a prompt's chunk rides in this pass
+            clock[0] += 100.0
+        return forward(self, caches, inputs, feeds, keep)
+
+    samples: list[float] = []
+    observe = DraftLengthController.observe_plain
+    monkeypatch.setattr(decision_clock, "now", now)
+    monkeypatch.setattr(BatchDecoder, "__call__", timed)
+    monkeypatch.setattr(DraftLengthController, "choose", lambda self: 0)  # plain steps only: each one timed
+    monkeypatch.setattr(DraftLengthController, "observe_plain",
+                        lambda self, seconds: (samples.append(seconds), observe(self, seconds)))
+    batch = Collector(LocalBatch(engine(draft=True), step_tokens=CHUNKED))
+    params = GenerationParams(max_tokens=40)
+    first = batch.submit(Request(tuple(prompt(1, 20)), params))[0]
+    batch.step(8)
+    second = batch.submit(Request(tuple(prompt(2, 200)), params))[0]  # read in chunks beside the first's steps
+    batch.run()
+    assert len(batch.tokens(first)) == len(batch.tokens(second)) == 40
+    assert len(samples) > 20, "plain steps were timed"
+    assert max(samples) < 1.0, "a step that read prompt rows was timed as a plain step"

@@ -443,9 +443,11 @@ class BatchRunner:
             return emitted + self._finish_rounds(rounds, control, start)
         if control is not None:  # the controller compares a round's tokens per second with a plain step's
             now = decision_clock.now()
-            if self._plain_clock is not None and self._plain_clock[0] == len(seqs):
+            if self._plain_clock is not None and self._plain_clock[0] == len(seqs) and not feeds:
                 control.observe_plain(now - self._plain_clock[1])
-            self._plain_clock = (len(seqs), now)
+            # A step whose pass carried prompt rows times no plain step, nor does the next, which waits for that
+            # pass: a reply beside a prompt being read would learn that plain steps are slow, and draft at a loss.
+            self._plain_clock = None if feeds else (len(seqs), now)
         return emitted
 
     def _draft_control(self, seqs: list[Sequence], lone: bool) -> DraftLengthController | None:
