@@ -11,7 +11,10 @@ A position's acceptance is learned only by drafting it, so now and then a round
 drafts one past the best k: an estimate that fell early (a reply's first words)
 is not kept for good.
 
-While it decodes plainly it probes now and then; a probe first feeds the draft
+While it decodes plainly it probes now and then, with a round of one draft: whether
+the draft's first guess is taken decides whether any k pays, and a failed probe then
+costs one draft pass and a verification of two rows (a probe of the best k drafted k,
+each a verification row more, which a CPU pays in full). A probe first feeds the draft
 every token it missed, at a measured C seconds a token. Plain steps after a round
 number as many as the tokens a probe would feed, so probing costs about C / P of
 the plain time whatever the wait: where that is over ``probe_budget`` (a hybrid
@@ -99,7 +102,7 @@ class DraftLengthController:
             return k
         if self.plain_run >= self.probe_wait and self._probe_pays_its_catch_up():  # the draft may do better now
             self.probe_wait = min(2 * self.probe_wait, self.max_probe_every)
-            return k
+            return 1  # whether its first guess is taken now decides whether any k pays: the cheapest round asks
         return 0
 
     def _probe_pays_its_catch_up(self) -> bool:

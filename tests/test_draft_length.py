@@ -106,6 +106,16 @@ def test_a_rounds_own_short_catch_ups_do_not_stop_probes():
     assert any(k > 0 for k in chosen[200:])
 
 
+def test_a_probe_drafts_one_token():
+    """A draft that stopped paying is probed with the cheapest round: one draft, whose acceptance (the first
+    position's) is what decides whether any k pays. (Rounds that cost a step more than their drafts, as a
+    synchronised round does: a probe of the best k drafted 6 or 7 here.)"""
+    controller = DraftLengthController(max_k=8, probe_every=24)
+    chosen = run(controller, 600, 0.004, 0.0004, lambda k: 0, round_overhead=0.004)
+    probes = [k for k in chosen[50:] if k > 0]
+    assert probes and set(probes) == {1}
+
+
 def test_failed_probes_back_off():
     """A draft that never agrees: probes come less and less often, up to the cap."""
     controller = DraftLengthController(max_k=8, probe_every=24, max_probe_every=384)
