@@ -60,10 +60,29 @@ class DraftLengthController:
 
     def for_rows(self, rows: int) -> DraftLengthController:
         """The controller of steps that decode ``rows`` replies: a batch's steps and rounds take other times
-        than a lone reply's (this one), so each batch size learns its own; the learning lasts the engine."""
+        than a lone reply's (this one), so each batch size learns its own; the learning lasts the engine. A new
+        size starts from the nearest size's learning (``learn_from``)."""
         if rows == 1:
             return self
-        return self._by_rows.setdefault(rows, DraftLengthController(max_k=self.max_k))
+        made = self._by_rows.get(rows)
+        if made is None:
+            made = self._by_rows[rows] = DraftLengthController(max_k=self.max_k)
+            known = [(abs(size - rows), size, each) for size, each in self._by_rows.items() if each.draft_samples]
+            if self.draft_samples:
+                known.append((rows - 1, 1, self))
+            if known:
+                made.learn_from(min(known, key=lambda entry: entry[:2])[2])
+        return made
+
+    def learn_from(self, other: DraftLengthController) -> None:
+        """Start from what ``other`` (another batch size's) learned: the acceptance (the pair's and the text's,
+        whatever the batch), a catch-up token's seconds and the probing pace. Its own times it measures (a plain
+        step, then one round of one draft), so a new size does not draft a draft known to lose, nor probe it
+        at once."""
+        self.accept = list(other.accept)
+        if other.catch_up_samples:
+            self.catch_up_samples.append(statistics.median(other.catch_up_samples))
+        self.probe_wait = other.probe_wait
 
     @property
     def plain_step(self) -> float | None:
@@ -89,7 +108,7 @@ class DraftLengthController:
         if self.plain_step is None:
             return 0  # measure a plain step first: it is the baseline every k must beat
         if self.per_draft is None:
-            return min(4, self.max_k)
+            return 1  # then a round's and a draft pass's times, with the cheapest round
         if self.round_run >= self.refresh_every:
             return 0
         k, rate = self.best()
