@@ -47,7 +47,7 @@ class DraftLengthController:
             raise ValueError(f"the draft length cap must be at least 1, not {self.max_k}")
         self.accept = [0.8] * self.max_k  # a_j: P(draft j accepted | drafts before it), optimistic: draft early
         self.plain_samples: deque[float] = deque(maxlen=self.window)  # recent seconds of a plain target step (P)
-        self.draft_samples: deque[float] = deque(maxlen=self.window)  # ... of one draft pass (D)
+        self.draft_samples: deque[tuple[int, float]] = deque(maxlen=self.window)  # (k, seconds) of k draft passes
         self.fixed_samples: deque[float] = deque(maxlen=self.window)  # ... of a round beyond its drafts (F)
         self.catch_up_samples: deque[float] = deque(maxlen=self.window)  # ... a token of a draft's catch-up (C)
         self.plain_run = 0  # plain steps since the last speculative round
@@ -57,6 +57,9 @@ class DraftLengthController:
         self.unexplored_rounds = 0  # rounds since one drafted past the best k
         self._best: tuple[int, float] | None = None  # best() until the next round
         self._by_rows: dict[int, DraftLengthController] = {}  # ``for_rows``
+        self._traced: set[int] = set()  # draft lengths whose rounds ran
+        self._per_draft: float | None = None  # D (``_fit_draft``)
+        self._fixed_in_steps = 1.0  # a round's fixed time in plain steps, until a round here measures it
 
     def for_rows(self, rows: int) -> DraftLengthController:
         """The controller of steps that decode ``rows`` replies: a batch's steps and rounds take other times
@@ -76,10 +79,16 @@ class DraftLengthController:
 
     def learn_from(self, other: DraftLengthController) -> None:
         """Start from what ``other`` (another batch size's) learned: the acceptance (the pair's and the text's,
-        whatever the batch), a catch-up token's seconds and the probing pace. Its own times it measures (a plain
-        step, then one round of one draft), so a new size does not draft a draft known to lose, nor probe it
-        at once."""
+        whatever the batch), a draft pass's and a catch-up token's seconds (one sample each, which this size's
+        own soon outvote), a round's fixed time in plain steps and the probing pace. Its plain step it measures
+        first, as ever: so a new size neither spends measuring rounds on a draft known to lose, nor waits to
+        draft one known to win."""
         self.accept = list(other.accept)
+        if other.round_fixed is not None and other.plain_step:  # a round's fixed part grows with the batch's step
+            self._fixed_in_steps = other.round_fixed / other.plain_step
+        if other.per_draft is not None:
+            self.draft_samples.append((1, other.per_draft))
+            self._per_draft = other.per_draft
         if other.catch_up_samples:
             self.catch_up_samples.append(statistics.median(other.catch_up_samples))
         self.probe_wait = other.probe_wait
@@ -91,8 +100,19 @@ class DraftLengthController:
 
     @property
     def per_draft(self) -> float | None:
-        """D: seconds of one draft pass (median of recent samples)."""
-        return statistics.median(self.draft_samples) if self.draft_samples else None
+        """D: seconds of one draft pass (``_fit_draft``)."""
+        return self._per_draft
+
+    def _fit_draft(self) -> None:
+        """D from the timed draft phases: one of k passes costs s + D k, s its synchronisation and its first
+        feed (a round's fixed cost, which F then holds). Fitted when recent timings span several k; else their
+        median per pass (which charges s to the passes: a timing at small k makes every k look dear)."""
+        per_pass = statistics.median(seconds / k for k, seconds in self.draft_samples)
+        ks = [k for k, _ in self.draft_samples]
+        slope = 0.0
+        if len(set(ks)) > 1:
+            slope = statistics.linear_regression(ks, [seconds for _, seconds in self.draft_samples]).slope
+        self._per_draft = slope if 0.0 < slope < per_pass else per_pass
 
     @property
     def round_fixed(self) -> float | None:
@@ -108,7 +128,7 @@ class DraftLengthController:
         if self.plain_step is None:
             return 0  # measure a plain step first: it is the baseline every k must beat
         if self.per_draft is None:
-            return 1  # then a round's and a draft pass's times, with the cheapest round
+            return min(4, self.max_k)  # then a draft pass's time: over several, which share a round's fixed costs
         if self.round_run >= self.refresh_every:
             return 0
         k, rate = self.best()
@@ -150,7 +170,9 @@ class DraftLengthController:
         return total
 
     def round_seconds(self, k: int) -> float:
-        fixed = self.round_fixed if self.round_fixed is not None else self.plain_step or 0.0
+        fixed = self.round_fixed
+        if fixed is None:  # no round measured here yet: in plain steps, as the size it learned from measured it
+            fixed = (self.plain_step or 0.0) * self._fixed_in_steps
         return fixed + k * (self.per_draft or 0.0)
 
     def observe_plain(self, seconds: float) -> None:
@@ -166,16 +188,20 @@ class DraftLengthController:
         ``draft_seconds``: the time its k draft passes took, when this round was timed. ``proposed``: each
         reply's drafted count where it may be fewer than k (prompt lookup's)."""
         self._best = None
+        # A draft length's first round traces its pass anew (mx.compile, for a new row count): not its time.
+        traced = k in self._traced
+        self._traced.add(k)
         kept_counts = [accepted] if isinstance(accepted, int) else accepted
         for kept, drafted in zip(kept_counts, proposed or [k] * len(kept_counts)):
             for j in range(min(kept + 1, drafted)):  # positions after the first rejection were not tested
                 self.accept[j] += self.weight * ((1.0 if j < kept else 0.0) - self.accept[j])
-        if draft_seconds is not None:
-            self.draft_samples.append(draft_seconds / k)
+        if draft_seconds is not None and traced:
+            self.draft_samples.append((k, draft_seconds))
+            self._fit_draft()
             self.untimed_rounds = 0
         else:
             self.untimed_rounds += 1
-        if self.per_draft is not None:
+        if self.per_draft is not None and traced:
             self.fixed_samples.append(max(seconds - k * self.per_draft, 0.0))
         self.plain_run = 0
         self.round_run += 1

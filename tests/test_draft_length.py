@@ -162,16 +162,33 @@ def test_draft_passes_are_timed_now_and_then():
 
 def test_a_new_batch_size_starts_from_what_the_nearest_size_learned():
     """Acceptance is the pair's and the text's, whatever the batch: a batch size seen for the first time starts
-    from the nearest size's, so after measuring its own times (a plain step, a round of one draft) it neither
-    drafts a draft known to lose (an optimistic start drafted it for rounds) nor waits to draft one known
-    to win."""
+    from the nearest size's (and its draft pass's time), so after measuring its own plain step it neither
+    drafts a draft known to lose (a fresh start measured two rounds, then drafted on optimistic estimates) nor
+    waits to draft one known to win."""
     losing = DraftLengthController(max_k=8, probe_every=24)
     run(losing, 300, 0.004, 0.0004, lambda k: 0, round_overhead=0.004)
-    fresh = DraftLengthController(max_k=8).for_rows(4)  # nothing learned anywhere: an optimistic start
-    assert run(fresh, 4, 0.006, 0.0005, lambda k: 0, round_overhead=0.006)[1:] == [1, 8, 8]
+    fresh = DraftLengthController(max_k=8).for_rows(4)  # nothing learned anywhere
+    assert run(fresh, 4, 0.006, 0.0005, lambda k: 0, round_overhead=0.006) == [0, 4, 4, 8]
     batch = losing.for_rows(4)
-    assert run(batch, 40, 0.006, 0.0005, lambda k: 0, round_overhead=0.006) == [0, 1] + [0] * 38
+    assert run(batch, 40, 0.006, 0.0005, lambda k: 0, round_overhead=0.006) == [0] * 40
     winning = DraftLengthController(max_k=8)
     run(winning, 100, 0.004, 0.0004, lambda k: k)
-    assert run(winning.for_rows(4), 3, 0.006, 0.0005, lambda k: k) == [0, 1, 8]
+    assert run(winning.for_rows(4), 3, 0.006, 0.0005, lambda k: k) == [0, 8, 8]
     assert winning.for_rows(4) is winning.for_rows(4) and winning.for_rows(1) is winning
+
+
+def test_a_draft_lengths_first_round_is_not_its_time():
+    """A draft length's first round traces its passes anew (mx.compile, for a new row count): timed, the trace
+    made a draft that pays look slow, and the controller decoded plainly, probing now and then."""
+    controller, traced, chosen = DraftLengthController(max_k=8), set(), []
+    for _ in range(80):
+        k = controller.choose()
+        chosen.append(k)
+        if k == 0:
+            controller.observe_plain(0.004)
+            continue
+        trace = 0.0 if k in traced else 0.05
+        traced.add(k)
+        timed = controller.draft_timing_due()
+        controller.observe_round(k, k, 0.006 + 0.0004 * k + trace, 0.0004 * k + trace if timed else None)
+    assert chosen[-20:].count(8) >= 19
