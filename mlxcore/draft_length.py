@@ -70,8 +70,9 @@ class DraftLengthController:
         made = self._by_rows.get(rows)
         if made is None:
             made = self._by_rows[rows] = DraftLengthController(max_k=self.max_k)
-            known = [(abs(size - rows), size, each) for size, each in self._by_rows.items() if each.draft_samples]
-            if self.draft_samples:
+            known = [(abs(size - rows), size, each) for size, each in self._by_rows.items()
+                     if each.per_draft is not None]
+            if self.per_draft is not None:
                 known.append((rows - 1, 1, self))
             if known:
                 made.learn_from(min(known, key=lambda entry: entry[:2])[2])
@@ -79,16 +80,14 @@ class DraftLengthController:
 
     def learn_from(self, other: DraftLengthController) -> None:
         """Start from what ``other`` (another batch size's) learned: the acceptance (the pair's and the text's,
-        whatever the batch), a draft pass's and a catch-up token's seconds (one sample each, which this size's
-        own soon outvote), a round's fixed time in plain steps and the probing pace. Its plain step it measures
+        whatever the batch), a draft pass's seconds (until this size times its own), a catch-up token's (one
+        sample, which this size's own soon outvote), a round's fixed time in plain steps and the probing pace. Its plain step it measures
         first, as ever: so a new size neither spends measuring rounds on a draft known to lose, nor waits to
         draft one known to win."""
         self.accept = list(other.accept)
         if other.round_fixed is not None and other.plain_step:  # a round's fixed part grows with the batch's step
             self._fixed_in_steps = other.round_fixed / other.plain_step
-        if other.per_draft is not None:
-            self.draft_samples.append((1, other.per_draft))
-            self._per_draft = other.per_draft
+        self._per_draft = other.per_draft  # (not a sample: this size's own timings are fitted alone)
         if other.catch_up_samples:
             self.catch_up_samples.append(statistics.median(other.catch_up_samples))
         self.probe_wait = other.probe_wait
