@@ -84,7 +84,10 @@ def attention_for(q: mx.array, segments: list[Segment], scale: float, mask: Mask
                                                         mask=mask), None
         return fused
     n = q.shape[2]
-    masking = None if mask is None or isinstance(mask, str) and n == 1 else partial(_masked, mask=mask, n=n)
+    if isinstance(mask, str):  # causal: query i sees keys up to keys - n + i (made once, for every layer)
+        keys = sum(_length(k) for k, _ in segments)
+        mask = None if n == 1 else mx.arange(keys)[None] <= mx.arange(n)[:, None] + (keys - n)
+    masking = None if mask is None else partial(_masked, mask=mask.reshape(mask.shape[-2:]), n=n)
     return partial(_grouped, scale=scale, mask=masking, fast=profile.fast_exp, final=final)
 
 
@@ -238,16 +241,9 @@ def _grouped_mask_ok(mask: Mask) -> bool:
         isinstance(mask, mx.array) and all(size == 1 for size in mask.shape[:-2]))
 
 
-def _masked(scores: mx.array, *, mask: Mask, n: int) -> mx.array:
-    """Apply ``mask`` to scores (B, kv_heads, rep * L, keys) whose rows are (query head, query) pairs."""
-    if mask is None:
-        return scores
+def _masked(scores: mx.array, *, mask: mx.array, n: int) -> mx.array:
+    """Apply ``mask`` (L, keys) to scores (B, kv_heads, rep * L, keys) whose rows are (query head, query) pairs."""
     kv_heads, rows, keys = scores.shape[1:]
-    if isinstance(mask, str):  # causal: query i sees keys up to keys - L + i
-        if n == 1:
-            return scores
-        mask = mx.arange(keys)[None] <= mx.arange(n)[:, None] + (keys - n)
-    mask = mask.reshape(mask.shape[-2:])
     if n == 1 and mask.dtype == mx.bool_:  # one query: the (1, keys) row broadcasts over every head as it is
         return mx.where(mask, scores, -mx.inf)
     grouped = scores.reshape(-1, kv_heads, rows // n, n, keys)

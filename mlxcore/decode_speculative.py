@@ -46,6 +46,8 @@ FORCED = 8  # tokens the grammar forces after a constrained draft's, checked in 
 
 Emitted = tuple[int, float, bool]  # (token, log-probability, drafted)
 Proposal = tuple[mx.array, mx.array | None]  # drafted tokens (k,), the distributions they were drawn from (k, V)
+Judged = tuple[mx.array, mx.array, mx.array, mx.array]  # n accepted, the next token, the log-probabilities of the
+# checked + 1 candidates, the drafted tokens: lazy (``SpeculativeDecoder.judge``)
 
 
 @dataclass
@@ -101,7 +103,7 @@ class SpeculativeDecoder:
         tcache.begin(len(fed) + checked)
         inputs = mx.concatenate([mx.array(fed), drafted])[None]
         logits = self.target(inputs, cache=tcache.layers)[0, -(checked + 1):]  # (checked + 1, V)
-        n, emitted = self.verdict(logits, drafted, q, k)
+        n, emitted = self.verdict(self.judge(logits, drafted, q), k)
         self.controller.observe_round(k, min(n, k), decision_clock.now() - start, draft_seconds)
         rewind(tcache, checked - n)
         rewind(dcache, max(k - 1 - n, 0))  # (it fed d_1..d_k-1, none of the forced tokens)
@@ -116,19 +118,34 @@ class SpeculativeDecoder:
         return (mx.concatenate([drafted, mx.array(forced, dtype=drafted.dtype)]),
                 None if q is None else mx.concatenate([q, one_hot(forced, q.shape[-1], q.dtype)]))
 
-    def verdict(self, logits: mx.array, drafted: mx.array, q: mx.array | None, k: int | None = None
-                ) -> tuple[int, list[Emitted]]:
+    def judge(self, logits: mx.array, drafted: mx.array, q: mx.array | None) -> Judged:
         """Rejection sampling of the target's ``logits`` (checked + 1, V) over the ``drafted`` (checked,) (drawn
-        from ``q``; after the ``k`` the drafter proposed, the grammar's forced ones): n accepted, and the n + 1
-        tokens the round emits (one evaluation); counted."""
-        k = drafted.size if k is None else k
+        from ``q``), queued lazily for ``verdict``: the replies of a batch's round are judged, then evaluated
+        at once."""
         logits = logits[:, : self.vocab]
         if self.constraint is not None:
             logits = self._masked(logits, drafted)
-        n, t, logprobs = self._accept(logits, drafted, q)
+        if q is None:
+            n, t = verify_greedy(mx.argmax(logits, axis=-1), drafted)
+        else:
+            n, t = verify(distribution(logits, self.params), q, drafted, self.keys.next())
+        chosen = mx.concatenate([drafted, t[None]])  # (checked + 1,): d_1..d_k, then t
+        chosen = mx.where(mx.arange(chosen.size) == n, t, chosen)  # t sits right after the accepted run
+        logprobs = mx.take_along_axis(logits, chosen[:, None], axis=-1)[:, 0] - mx.logsumexp(logits, axis=-1)
+        return n, t, logprobs, drafted
+
+    def verdict(self, judged: Judged, k: int) -> tuple[int, list[Emitted]]:
+        """``judge``'s n accepted, and the n + 1 tokens the round emits (evaluated here, unless the caller did
+        for every reply at once); counted. ``k``: the tokens the drafter proposed (the grammar's forced ones
+        follow them)."""
+        mx.eval(*judged)
+        n_array, t, logprobs, drafted = judged
+        n = int(n_array)
         proposed = cast("list[int]", drafted.tolist())
         self._count(k, n)
-        return n, [(token, logprob, i < n) for i, (token, logprob) in enumerate(zip(proposed[:n] + [t], logprobs))]
+        emitted = proposed[:n] + [int(t)]
+        return n, [(token, logprob, i < n) for i, (token, logprob)
+                   in enumerate(zip(emitted, cast("list[float]", logprobs[: n + 1].tolist())))]
 
     def _forced(self, drafted: mx.array) -> list[int]:
         """The tokens the grammar forces after d_1..d_k (llguidance's fast-forward: a key, a separator), at
@@ -236,19 +253,6 @@ class SpeculativeDecoder:
         constraint.rollback(taken)
         filled = mx.array(mask.allowed()[:, : self.vocab])
         return mx.where(mx.concatenate([mx.stack(known), filled]) if known else filled, logits, -mx.inf)
-
-    def _accept(self, logits: mx.array, drafted: mx.array, q: mx.array | None) -> tuple[int, int, list[float]]:
-        """(n accepted, next token, log-probabilities of the n + 1 emitted tokens), after one evaluation."""
-        if q is None:
-            n, t = verify_greedy(mx.argmax(logits, axis=-1), drafted)
-        else:
-            n, t = verify(distribution(logits, self.params), q, drafted, self.keys.next())
-        chosen = mx.concatenate([drafted, t[None]])  # (k + 1,): d_1..d_k, then t
-        chosen = mx.where(mx.arange(chosen.size) == n, t, chosen)  # t sits right after the accepted run
-        logprobs = mx.take_along_axis(logits, chosen[:, None], axis=-1)[:, 0] - mx.logsumexp(logits, axis=-1)
-        mx.eval(n, t, logprobs, drafted)
-        n_value = int(n)
-        return n_value, int(t), cast("list[float]", logprobs[: n_value + 1].tolist())
 
     def _count(self, k: int, n: int) -> None:
         c = self.counters

@@ -80,6 +80,30 @@ def test_rows_follow_joins_leaves_reorders_and_outside_changes(monkeypatch, alon
         step(decoder, [e, d, b], [17 + i, 18 + i, 19 + i])
 
 
+def test_a_row_changed_outside_the_batch_is_copied_again_only_from_the_change(monkeypatch, profile):  # noqa: F811
+    """A speculative round's rows (tokens read outside the batch, then some rewound) are copied into the
+    row, not the whole sequence again; a rewind alone copies nothing. Each row still reads the pool's tokens."""
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)
+    a, b = new_cache(pool, 0, 13), new_cache(pool, 1, 22)
+    decoder = BatchDecoder(forward_for(MODEL))
+    step(decoder, [a, b], [5, 6])
+    plan, copied = decoder.mirror.plan, []
+
+    def recording(caches):
+        made = plan(caches)
+        copied.append([(caches.index(cache), start, cache.offset) for cache, start, _ in made.fills])
+        return made
+    monkeypatch.setattr(decoder.mirror, "plan", recording)
+    read(a, prompt(3, 5))  # a round's five rows...
+    a.trim(2)  # ...of which three are kept
+    del HELD[a][-2:]
+    step(decoder, [a, b], [7, 8])
+    b.trim(1)
+    del HELD[b][-1:]
+    step(decoder, [a, b], [9, 10])
+    assert copied == [[(0, 14, 17)], []]
+
+
 def test_the_mirror_grows_past_its_first_capacity(monkeypatch):
     monkeypatch.setattr(batch_mirror, "CAPACITY_STEP", 8)
     pool = make_block_pool(MODEL, block_size=4, slab_blocks=8)

@@ -16,6 +16,7 @@ from scipy.stats import chisquare
 
 from bench.batch_load import stream_prompt
 from bench.draft_lengths import FixedDraftLength
+from mlxcore.batching import batch_mirror
 from mlxcore.batching.local import LocalBatch, drain
 from mlxcore.batching.request import Request
 from mlxcore.engine import Engine, KVConfig
@@ -81,6 +82,30 @@ def test_replies_drafting_side_by_side_equal_each_alone_without_a_draft(k, which
         assert all(s.draft_proposed > 0 for s in stats), "every reply drafted beside the others"
         if which == "untrained":
             assert sum(s.draft_accepted for s in stats) < sum(s.draft_proposed for s in stats) / 2
+
+
+def test_the_drafts_later_passes_are_its_batchs_decode_rows_read_from_its_mirror(monkeypatch):
+    """Replies side by side draft their tokens after the first as decode rows of the draft's batch, read from
+    the draft pool's mirror (one attention a layer for them all, not one a reply), and each round copies into
+    it only what the draft read since (not the reply); once nothing decodes its bytes go back."""
+    mirrors: dict[int, list] = {}  # id of a mirror's pool -> each plan's copied tokens
+    plan = batch_mirror.BatchMirror.plan
+
+    def recording(self, caches):
+        made = plan(self, caches)
+        mirrors.setdefault(id(self.pool), []).append(sum(cache.offset - start for cache, start, _ in made.fills))
+        return made
+    monkeypatch.setattr(batch_mirror.BatchMirror, "plan", recording)
+    made = engine(DRAFT.model, 4)
+    batch = LocalBatch(made)
+    prompts = [stream_prompt(VOCAB, s, 30 + 11 * s) for s in range(3)]
+    got = run(batch, [Request(tuple(p), GREEDY) for p in prompts])
+    for p, events in zip(prompts, got):
+        assert tokens(events) == alone(p, GREEDY)
+    copied = mirrors[id(made.pool("draft"))]
+    assert len(copied) >= 3 * 5, "each round's three later draft passes read the mirror"
+    assert max(copied[1:]) <= 2 * 3, "after the first, a round copies what each reply's draft read since: a token or two"
+    assert batch.runner.drafter.decoder.mirror.bytes == 0
 
 
 def test_plain_and_sampled_rows_beside_drafting_ones_are_as_alone():

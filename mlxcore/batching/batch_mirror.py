@@ -10,7 +10,8 @@ The mirror keeps the copy instead: row r holds one sequence's tokens in order,
 so that one ``put_along_axis`` writes each step's new keys and values (beside the pool's
 own write: the pool stays the record). A row is filled from the pool only when
 its sequence joins the batch or was changed outside it (a prompt chunk, a
-rewind, a speculative run): ``PagedCache.edits`` and the length tell. That copy
+speculative round's rows), and then only from where it changed (``PagedCache.intact``:
+a round refills its k + 1 tokens, not the reply, and a rewind alone none). That copy
 is part of the step's pass, as the writes are: the mirror never makes the
 engine wait for a computation. Rows double their length as they grow (copied
 over, not read again from the pool). A sequence much longer than the others is
@@ -48,7 +49,6 @@ Where = tuple[mx.array, ...]  # per stored part, the flat rows (put_along_axis's
 @dataclass
 class _Row:
     cache: weakref.ref  # the PagedCache this row copies
-    edits: int  # its ``edits`` when the row was last written
     length: int  # tokens the row holds
 
 
@@ -58,7 +58,8 @@ class MirrorStep:
 
     mirrored: list[tuple[int, int]]  # (batch row, mirror row) of the sequences read from the mirror
     alone: list[tuple[int, PagedCache]]  # (batch row, cache) of much longer ones, read from the pool alone
-    fills: list[tuple[PagedCache, Where]]  # stale rows' caches, and where their tokens go: copied from the pool first
+    fills: list[tuple[PagedCache, int, Where]]  # stale rows' caches, where their stale tokens start in the
+    # sequence and where they go in the row: copied from the pool first
     select: mx.array | None  # (M,) the mirrored batch rows, to pick their keys and values; None: every row
     writes: Where  # where each new key and value number goes
     valid: mx.array  # (R, 1, 1, longest) True where a mirror row holds a token, the new ones included
@@ -98,15 +99,20 @@ class BatchMirror:
         if len(self.rows) > self.row_count or needed > self.capacity:
             if not self._grow(len(self.rows), needed):
                 return None
-        stale = [(row, caches[b], caches[b].offset) for b, row in zip(mirrored, rows)
-                 if caches[b].offset and ((entry := self.rows[row]) is None or entry.edits != caches[b].edits
-                                          or entry.length != caches[b].offset)]
+        stale = []  # (row, cache, from): the tokens from there on are not the row's
+        for b, row in zip(mirrored, rows):
+            entry, cache = self.rows[row], caches[b]
+            start = 0 if entry is None else min(entry.length, cache.intact)
+            if start < cache.offset:
+                stale.append((row, cache, start))
         return self._step(list(zip(mirrored, rows)), [(b, caches[b]) for b in alone], lengths, stale)
 
     def commit(self, caches: list[PagedCache], step: MirrorStep) -> None:
         """After the batch's ``begin``: each mirrored row holds its sequence as the pass leaves it."""
         for b, row in step.mirrored:
-            self.rows[row] = _Row(weakref.ref(caches[b]), caches[b].edits, caches[b].offset + 1)
+            cache = caches[b]
+            self.rows[row] = _Row(weakref.ref(cache), cache.offset + 1)
+            cache.intact = cache.offset + 1  # the pass writes its new token in the row too
 
     def live(self, step: MirrorStep) -> bool:
         """Whether ``step`` may still be used (the budget may have taken the storage back since)."""
@@ -122,8 +128,8 @@ class BatchMirror:
         and the pool's next write still finds that storage read by nothing pending, so it is made in place
         (reading it before would have either copied the pool's storage or waited for the computation to
         catch up). Float rows (one part) run without helper calls: a pass does this every layer."""
-        for cache, where in step.fills:
-            keys, values = cache.layers[index].state  # (1, kv_heads, length, width) each (per part): the tokens held
+        for cache, start, where in step.fills:
+            keys, values = cache.tokens_from(index, start)  # (1, kv_heads, tokens, width) each (per part)
             held = zip(keys, values) if isinstance(keys, tuple) else [(keys, values)]
             self._put(index, where, [mx.concatenate(list(pair)) for pair in held])
         if step.select is not None:
@@ -257,7 +263,8 @@ class BatchMirror:
         place[sources] = rows
         place[[b for b, _ in alone]] = count + np.arange(len(alone))
         identity = list(range(batch))
-        fills = [(cache, self._flat_index(np.full(length, row), np.arange(length))) for row, cache, length in stale]
+        fills = [(cache, start, self._flat_index(np.full(cache.offset - start, row), np.arange(start, cache.offset)))
+                 for row, cache, start in stale]
         valid_rows = mx.array(valid)
         return MirrorStep(mirrored, alone, fills,
                           select=None if sources == identity else mx.array(np.asarray(sources, np.int32)),

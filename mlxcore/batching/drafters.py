@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping, Sequence as Listed
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import mlx.core as mx
 
@@ -31,6 +31,7 @@ from mlxcore.decode_speculative import Proposal, SpeculativeDecoder, one_hot, re
 from mlxcore.draft_length import DraftLengthController
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.budget import KVBudget
+from mlxcore.kv.paged import PagedCache
 from mlxcore.prompt_lookup import NgramIndex
 
 if TYPE_CHECKING:
@@ -56,6 +57,9 @@ class Drafter(Protocol):
     def propose(self, seqs: list[Sequence], decoders: Listed[SpeculativeDecoder], k: int) -> list[Proposal | None]:
         """Up to k tokens (k,) for each of ``seqs`` and their distributions, or None (no proposal); lazy."""
 
+    def release(self) -> None:
+        """Nothing decodes now: what it keeps for a batch goes back to the KV budget."""
+
     def took(self, taken: list[Taken], kept: Mapping[int, mx.array]) -> None:
         """The target read, for good, ``count`` tokens of each (seq, start, count) at positions start, start + 1,
         ... (a prompt chunk, a verification's fed and kept rows, a step's plain decode rows); ``kept``: the
@@ -67,8 +71,9 @@ class Drafter(Protocol):
 
 
 class ModelDrafter:
-    """A draft model: a first pass of rows feeds each reply what the draft has not seen, then k - 1 batched
-    decode steps on the draft's cache (see ``spec_rows.py``)."""
+    """A draft model: a first pass of rows feeds each reply what the draft has not seen, then k - 1 decode
+    steps, for replies side by side the decode rows of the draft's batch on its pool (its mirror, as the
+    target's batch: one attention a layer for them all; see ``spec_rows.py``)."""
 
     samples: bool = True
     keeps: tuple[int, ...] = ()
@@ -92,7 +97,11 @@ class ModelDrafter:
             decoder.start_proposal()
         tokens = _draw(decoders, logits)
         for _ in range(k - 1):
-            tokens = _draw(decoders, self._pass([(cache, tokens[row:row + 1]) for row, cache in enumerate(dcaches)]))
+            # replies side by side: decode rows of the draft's batch (their caches are on its pool)
+            step = self.decoder(cast("list[PagedCache]", dcaches), tokens) if len(dcaches) > 1 else \
+                self._pass([(dcaches[0], tokens)])
+            assert step is not None  # (a pass of decode rows)
+            tokens = _draw(decoders, step)
         return [decoder.proposal() for decoder in decoders]
 
     def _pass(self, rows: list[tuple[ModelCache, list[int] | mx.array]]) -> mx.array:
@@ -106,6 +115,9 @@ class ModelDrafter:
 
     def took(self, taken: list[Taken], kept: Mapping[int, mx.array]) -> None:
         """Nothing: the draft reads the reply's tokens itself."""
+
+    def release(self) -> None:
+        self.decoder.release()
 
     def verified(self, seq: Sequence, k: int, n: int) -> None:
         rewind(_draft_cache(seq), max(k - 1 - n, 0))  # it fed d_1..d_k-1, none of the forced tokens
@@ -142,6 +154,9 @@ class LookupDrafter:
 
     def took(self, taken: list[Taken], kept: Mapping[int, mx.array]) -> None:
         """Nothing: it reads token ids only."""
+
+    def release(self) -> None:
+        """Nothing: it keeps nothing for a batch."""
 
     def verified(self, seq: Sequence, k: int, n: int) -> None:
         """Nothing: the index follows the reply's ids (rewound ids are indexed again)."""
@@ -215,6 +230,9 @@ class BlockDrafter:
     def verified(self, seq: Sequence, k: int, n: int) -> None:
         """Nothing: only the accepted rows are taken (``took``)."""
 
+    def release(self) -> None:
+        """Nothing: a reply's context lives with its caches."""
+
 
 class LookupFirst:
     """Prompt lookup beside a draft model or a block drafter (``mlxchat``'s default where there is one): a reply
@@ -264,6 +282,9 @@ class LookupFirst:
 
     def took(self, taken: list[Taken], kept: Mapping[int, mx.array]) -> None:
         self.other.took(taken, kept)
+
+    def release(self) -> None:
+        self.other.release()
 
     def verified(self, seq: Sequence, k: int, n: int) -> None:
         assert seq.speculative is not None  # a drafting reply's

@@ -171,8 +171,15 @@ class BatchRunner:
         self.steps.last = None
         for seq in list(self.scheduler.running):
             self._end(seq, error=error)
-        self.decoder.release()
+        self._release_mirrors()
         self.feeds = []
+
+    def _release_mirrors(self) -> None:
+        """The batch's mirrors of the pools (``batch_mirror.py``), the target's and the draft's, go back to the
+        budget."""
+        self.decoder.release()
+        if self.drafter is not None:
+            self.drafter.release()
 
     @contextmanager
     def _alone(self, seq: Sequence) -> Iterator[None]:
@@ -268,7 +275,7 @@ class BatchRunner:
         if self.feeds:
             self._read_chunks()
         if not self.scheduler.running:
-            self.decoder.release()  # the batch's mirror of the pool (batch_mirror.py) goes back to the budget
+            self._release_mirrors()
         self.clearing.after_step(bool(plan.prefill), idle=not self.scheduler.running)
         seconds = decision_clock.now() - start
         self.tally.step(len(plan.decode), decoded, seconds)

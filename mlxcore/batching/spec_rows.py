@@ -44,11 +44,16 @@ class BatchRound:
         sizes = [drafted.size + 1 for drafted, _ in self.proposals]
         rows = target.logits(mx.concatenate([feed.h[-size:] for feed, size in zip(self.verify, sizes)]))[:, 0]
         mx.async_eval(rows)  # (rows, V): each reply's k + 1 in turn
-        out, start = [], 0
-        taken: list[Taken] = []
-        for seq, feed, (drafted, q), size, k in zip(self.drafting, self.verify, self.proposals, sizes, self.proposed):
-            n, emitted = _decoder(seq).verdict(rows[start:start + size], drafted, q, k)
+        judged, start = [], 0
+        for seq, (drafted, q), size in zip(self.drafting, self.proposals, sizes):
+            judged.append(_decoder(seq).judge(rows[start:start + size], drafted, q))
             start += size
+        mx.eval(judged)  # every reply's verdict in one evaluation
+        out: list[tuple[int, int, list[Emitted]]] = []
+        taken: list[Taken] = []
+        for seq, feed, (drafted, _), judgement, k in zip(self.drafting, self.verify, self.proposals, judged,
+                                                         self.proposed):
+            n, emitted = _decoder(seq).verdict(judgement, k)
             rewind(_target(seq), drafted.size - n)
             self.drafter.verified(seq, k, n)
             taken.append((seq, feed.start, len(feed.ids) - drafted.size + n))  # the fed tokens and the n kept

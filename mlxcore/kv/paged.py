@@ -134,7 +134,9 @@ class PagedCache(ModelCache):
         self._gather: Gather | None = None  # the table's runs, made again when the table changes
         self._span: tuple[tuple[int, int], Span | None] | None = None  # ((length, queries), span and mask) of this pass
         self._reads: tuple[Reads, Mask] | None = None  # this pass's (``read_plan``)
-        self.edits = 0  # bumped by every change of the tokens held (a copy of them knows it is stale)
+        # Leading tokens unchanged since the batch's mirror last copied the sequence (it sets this): a change
+        # lowers it to where the change starts, so the copy takes again only the tokens from there.
+        self.intact = 0
         self._hashed_full = -1  # full blocks when ``hash_blocks`` last hashed (-1: since the table changed)
         # Its last prefix lookup's blocks read back from the disk tier: tokens, and seconds spent reading them.
         self.disk_read_tokens, self.disk_read_seconds = 0, 0.0
@@ -143,7 +145,7 @@ class PagedCache(ModelCache):
 
     def reuse_prefix(self, ids: Sequence[int]) -> int:
         self.settle()
-        self.edits += 1
+        self.intact = 0
         reused = self.offset = self.pool.manager.reuse_prefix(self.seq_id, ids)
         self._table_changed()
         self.disk_read_tokens, self.disk_read_seconds = 0, 0.0
@@ -159,7 +161,7 @@ class PagedCache(ModelCache):
         if ids:
             self.hash_blocks(ids)
         self._plan = None
-        self.edits += 1
+        self.intact = 0
         self.pool.manager.release(self.seq_id)
         self._table_changed()
         self.offset = 0
@@ -282,7 +284,7 @@ class PagedCache(ModelCache):
         pool cannot)."""
         if self._plan is not None:
             self.settle()
-        self.edits += 1
+        self.intact = min(self.intact, self.offset)  # its tokens are written from there
         try:  # raises before any change if the pool is full
             plan = self.pool.manager.append(self.seq_id, count, self.pool.make_room)
         except PoolExhaustedError:
@@ -311,7 +313,7 @@ class PagedCache(ModelCache):
             raise TrimError(f"Cannot rewind the paged KV cache by {n} tokens: it holds {self.offset}.")
         if n:
             self.offset -= n
-            self.edits += 1
+            self.intact = min(self.intact, self.offset)
             self._hashed_full = -1  # a block it refills is hashed again
             self._sync_table()
         return n
@@ -354,6 +356,11 @@ class PagedCache(ModelCache):
         if self._written == len(self.layers):
             self.offset = plan.start + plan.length
             self._plan, self._written, self._reads = None, 0, None
+
+    def tokens_from(self, index: int, start: int) -> tuple:
+        """Layer ``index``'s keys and values from position ``start`` to the committed length, (1, kv_heads,
+        tokens, width) each: a view when one run of blocks holds them (the batch's mirror takes them so)."""
+        return self.pool.storage[index].fetch(self._gather_index(), self.offset, start)
 
     def _fetch(self, layer: PagedLayerCache) -> tuple[mx.array, mx.array]:
         """The layer's tokens in one array: a view of storage if they are one run, else a copy."""

@@ -50,14 +50,16 @@ class Gather:
         self.runs = [tuple(run) for run in runs]  # (slab, first slot in the slab, slots)
         self._rows: dict[tuple[int, int], mx.array] = {}  # (kv_heads, slab slots) -> (kv_heads, slots) rows
 
-    def places(self, length: int) -> list[Place]:
-        """The runs that hold the first ``length`` tokens, (slab, first slot, slots), the last cut to them."""
-        runs, left = [], length
-        for slab, start, size in self.runs:
-            if left <= 0:
+    def places(self, length: int, start: int = 0) -> list[Place]:
+        """The runs that hold tokens ``start`` to ``length``, (slab, first slot, slots), cut to them."""
+        runs, at = [], 0  # ``at``: the position of the run's first token
+        for slab, first, size in self.runs:
+            if at >= length:
                 break
-            runs.append((slab, start, min(size, left)))
-            left -= size
+            skip, end = max(start - at, 0), min(size, length - at)
+            if skip < end:
+                runs.append((slab, first + skip, end - skip))
+            at += size
         return runs
 
     def span(self, length: int) -> tuple[tuple[int, int, int], npt.NDArray[np.int32]] | None:
@@ -166,18 +168,16 @@ class LayerStorage:
             written.extend(self.slabs[slab])
         return parts, written
 
-    def fetch(self, gather: Gather, length: int) -> tuple:
-        """The first ``length`` tokens of a sequence in order, keys and values (1, kv_heads, length, width).
+    def fetch(self, gather: Gather, length: int, start: int = 0) -> tuple:
+        """Tokens ``start`` to ``length`` of a sequence in order, keys and values (1, kv_heads, tokens, width).
 
-        A view of storage when the sequence's first run of blocks holds them all, else a gathered copy
-        (for callers that need one array: session files, and attention that cannot read segments).
+        A view of storage when one run of blocks holds them all, else a gathered copy (for callers that need
+        one array: session files, the batch's mirror, and attention that cannot read segments).
         """
-        if not self.slabs or not gather.runs:
-            return self._empty()
-        slab, start, size = gather.runs[0]
-        if length <= size:
-            return self._split([part[:, :, start:start + length, :] for part in self.slabs[slab]])
-        return self.gather(gather, length)
+        places = gather.places(length, start) if self.slabs else []
+        if len(places) == 1:
+            return self.view(*places[0])
+        return self.gather(gather, length, start) if places else self._empty()
 
     def read(self, reads: Reads) -> list[tuple]:
         """Keys and values of a sequence as attention reads them (``PagedCache.read_plan``): each place's
@@ -205,19 +205,19 @@ class LayerStorage:
             parts = [part[:, :, start:start + size, :] for part in parts]
         return self._split(parts)
 
-    def gather(self, gather: Gather, length: int) -> tuple:
-        """A new contiguous copy of the first ``length`` tokens (keys, values)."""
+    def gather(self, gather: Gather, length: int, start: int = 0) -> tuple:
+        """A new contiguous copy of tokens ``start`` to ``length`` (keys, values)."""
         slabs = {slab for slab, _, _ in gather.runs}
         if len(slabs) == 1:  # one take, however many runs (joining their slices costs an operation each)
             slab = slabs.pop()
             parts = []
             for part in self.slabs[slab]:
                 two, heads, capacity, width = part.shape
-                rows = gather.rows(heads, capacity)[..., :length]
+                rows = gather.rows(heads, capacity)[..., start:length]
                 # take over rows gives (2, kv_heads, length, width), contiguous
                 parts.append(mx.take(part.reshape(two * heads * capacity, width), rows, axis=0))
             return self._split(parts)
-        keys, values = zip(*self.read(gather.places(length)))
+        keys, values = zip(*self.read(gather.places(length, start)))
         return _joined(keys), _joined(values)
 
     def _split(self, parts: Sequence[mx.array]) -> tuple:
