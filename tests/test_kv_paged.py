@@ -255,6 +255,6 @@ def test_interleaved_sequences_read_back_through_every_gather_path(sequences):
     assert len(caches[0]._gather_index().runs) == 8
     cache, reference = caches[0], references[0].layers[1]
     for start in (0, 3, 4, 13, cache.offset - 1, cache.offset):  # a sequence's tail, as the batch's mirror takes it
-        keys, values = cache.tokens_from(1, start)
+        keys, values = cache.tokens(1, start)
         np.testing.assert_allclose(np.array(keys), np.array(reference.keys[..., start:reference.offset, :]), atol=1e-4)
         np.testing.assert_allclose(np.array(values), np.array(reference.values[..., start:reference.offset, :]), atol=1e-4)

@@ -129,7 +129,7 @@ class BatchMirror:
         (reading it before would have either copied the pool's storage or waited for the computation to
         catch up). Float rows (one part) run without helper calls: a pass does this every layer."""
         for cache, start, where in step.fills:
-            keys, values = cache.tokens_from(index, start)  # (1, kv_heads, tokens, width) each (per part)
+            keys, values = cache.tokens(index, start)  # (1, kv_heads, tokens, width) each (per part)
             held = zip(keys, values) if isinstance(keys, tuple) else [(keys, values)]
             self._put(index, where, [mx.concatenate(list(pair)) for pair in held])
         if step.select is not None:

@@ -71,7 +71,7 @@ class PagedLayerCache:
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         """Write (1, kv_heads, L, head_dim) keys/values of the tokens ``begin`` announced; return the whole sequence."""
         self._owner._write_layer(self, keys, values)
-        return self._owner._fetch(self)
+        return self._owner.tokens(self.index)
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Mask:
         mask: Mask = create_attention_mask(N, offset=self.offset, return_array=return_array, window_size=window_size)
@@ -92,7 +92,7 @@ class PagedLayerCache:
     @property
     def state(self) -> tuple[mx.array, mx.array]:
         """This layer's keys and values in token order, (1, kv_heads, offset, head_dim) each."""
-        return self._owner._fetch(self)
+        return self._owner.tokens(self.index)
 
     @property
     def meta_state(self) -> tuple[str, ...]:
@@ -172,7 +172,7 @@ class PagedCache(ModelCache):
         as they are stored (``stored.tensor_names``), so a file holds the same bytes as the pool."""
         self.settle()
         fmt = self.pool.geometry.format
-        arrays = [stored.flat(*self._fetch(layer)) for layer in self.layers] if self.offset else []
+        arrays = [stored.flat(*self.tokens(index)) for index in range(len(self.layers))] if self.offset else []
         meta: CacheMeta = {"kind": self.kind, "tokens": self.held_ids(ids), "block_size": self.pool.block_size,
                 "kv_format": fmt.name, "kv_bits": fmt.bits, "group_size": fmt.group_size}
         return layer_tensors(stored.tensor_names(fmt), arrays), meta
@@ -357,14 +357,11 @@ class PagedCache(ModelCache):
             self.offset = plan.start + plan.length
             self._plan, self._written, self._reads = None, 0, None
 
-    def tokens_from(self, index: int, start: int) -> tuple:
-        """Layer ``index``'s keys and values from position ``start`` to the committed length, (1, kv_heads,
-        tokens, width) each: a view when one run of blocks holds them (the batch's mirror takes them so)."""
-        return self.pool.storage[index].fetch(self._gather_index(), self.offset, start)
-
-    def _fetch(self, layer: PagedLayerCache) -> tuple[mx.array, mx.array]:
-        """The layer's tokens in one array: a view of storage if they are one run, else a copy."""
-        return self.pool.storage[layer.index].fetch(self._gather_index(), layer.offset)
+    def tokens(self, index: int, start: int = 0) -> tuple:
+        """Layer ``index``'s keys and values from position ``start`` to what it holds, in token order, (1,
+        kv_heads, tokens, width) each: a view of storage when one run of blocks holds them, else a copy (the
+        batch's mirror takes a sequence's tail so)."""
+        return self.pool.storage[index].fetch(self._gather_index(), self.layers[index].offset, start)
 
     def _span_mask(self, length: int, queries: int) -> Span | None:
         """``Gather.span`` of the first ``length`` tokens with its (queries, slots) mask, made once a pass."""
