@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 
 from mlxcore.blas import preload_optimized_blas
 from mlxcore.open_files import guard_mlx_lm_import
+from mlxcore.precision import keep_float32_products
 
 preload_optimized_blas()  # must run before mlx.core is imported anywhere
+keep_float32_products()  # before MLX's first product, which reads it
 guard_mlx_lm_import()  # before mlx_lm is imported anywhere: its import sets the open-file limit
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers (``__getattr__`` loads them)

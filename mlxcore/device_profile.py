@@ -34,6 +34,9 @@ class DeviceProfile:
     fused_attention: bool  # attention by mx.fast.scaled_dot_product_attention; else grouped products + fast_exp
     fast_exp: bool  # softmax, log-sum-exp and SiLU through fast_exp (whole-array polynomials), not MLX's exp
     prefill_chunk: int  # prompt tokens a pass while a prompt is read alone by Engine.generate or prefill()
+    # Whether a pass starts each layer as soon as its graph is built (one evaluation a layer), or is one
+    # evaluation (as mlx-lm's step): MLX's CPU queue is short, and a GPU pays a launch for each evaluation.
+    eval_each_layer: bool
     # A batch step's token budget: decode rows count one each, prompt chunks their tokens (every chunk through
     # every layer). It trades a joining prompt's first token (fewer, larger steps) against the running streams'
     # gaps (a step with a chunk lasts as long as its rows take): docs/device-profile.md.
@@ -57,12 +60,12 @@ PROFILES = {
     # (Sarathi-Serve, vLLM) for small gaps: past about 10 tokens a 4-bit layer is bound by compute
     # (docs/decisions.md, "A join on a GPU"), so a step with a chunk lasts about as long as its tokens take. Fused kernels throughout (a batch's dense rows, the
     # mirror, are one fused kernel a layer). The read thresholds are the CPU's until a GPU measures its own.
-    "gpu": DeviceProfile("gpu", fused_attention=True, fast_exp=False, prefill_chunk=2048, step_tokens=512,
-                         **_CPU_READS),
+    "gpu": DeviceProfile("gpu", fused_attention=True, fast_exp=False, prefill_chunk=2048, eval_each_layer=False,
+                         step_tokens=512, **_CPU_READS),
     # MLX's CPU attention over a long prefix grows with the chunk (scores of chunk x keys), so short chunks
     # read a prompt fastest; the step's budget is half the GPU's, as its passes take longer a token.
-    "cpu": DeviceProfile("cpu", fused_attention=False, fast_exp=True, prefill_chunk=128, step_tokens=256,
-                         **_CPU_READS),
+    "cpu": DeviceProfile("cpu", fused_attention=False, fast_exp=True, prefill_chunk=128, eval_each_layer=True,
+                         step_tokens=256, **_CPU_READS),
 }
 
 _forced: DeviceProfile | None = None

@@ -76,6 +76,29 @@ def test_each_sequence_of_a_batch_decodes_as_it_would_alone(path, kv_bits, profi
     assert (decoder.mirror is not None and decoder.mirror.bytes > 0) == (path == "mirror")
 
 
+def test_a_pass_is_one_evaluation_on_a_gpu_and_one_a_layer_on_the_cpu(profile, monkeypatch):  # noqa: F811
+    """The GPU's pass is one evaluation, as mlx-lm's step is (each evaluation is a launch there); the CPU
+    starts each layer while the next one's graph is built. Either way the pool's writes go with the pass:
+    nothing the pass wrote is left lazy, and the next pass reads it."""
+    forward = forward_for(MODEL)
+    pool = make_block_pool(MODEL, block_size=4, slab_blocks=8, budget=None)
+    caches = [make_model_cache(MODEL, "paged", pool=pool, block_size=4) for _ in prompts()[:2]]
+    for cache, p in zip(caches, prompts()):
+        prefill(forward, cache, p[:-1], 64)
+    evaluated: list[tuple] = []
+    monkeypatch.setattr(mx, "async_eval", lambda *arrays, real=mx.async_eval: evaluated.append(arrays) or real(*arrays))
+    decoder, last, outs = BatchDecoder(forward), [p[-1] for p in prompts()[:2]], [[], []]
+    for _ in range(STEPS):
+        evaluated.clear()
+        last = mx.argmax(decoder(caches, mx.array(last)), axis=-1).tolist()
+        assert len(evaluated) == (1 if profile.kind == "gpu" else len(MODEL.model.layers))
+        writes = [a for arrays in evaluated for a in arrays[1]]
+        assert len(writes) >= len(MODEL.model.layers), "every layer's write to the pool is evaluated"
+        for out, token in zip(outs, last):
+            out.append(token)
+    assert outs == [alone(p) for p in prompts()[:2]]
+
+
 @pytest.mark.parametrize("path", ["mirror", "per sequence"])
 @pytest.mark.parametrize("size", [1, 5])
 @pytest.mark.parametrize("readers", [1, 2])

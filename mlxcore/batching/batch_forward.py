@@ -34,6 +34,7 @@ from mlxcore.batching.batch_mirror import BatchMirror
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
 from mlxcore.decode_attention import Attended, Attention, attention_for, normalized
+from mlxcore.device_profile import current
 from mlxcore.errors import ModelLoadError
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.geometry import model_geometry
@@ -97,6 +98,8 @@ class BatchDecoder:
         where = offsets[0] if len(offsets) == 1 else mx.concatenate(offsets)
         slots = slot_groups(on_pool) if pool is not None else None
         self.kept = {}
+        each_layer = current().eval_each_layer
+        writes: list[mx.array] = []  # the pool's writes, when the pass is one evaluation
         for index, layer in enumerate(self.forward._layers):
             before = layer.before_batch if compiled else layer.before_rows
             q, both = before(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
@@ -124,9 +127,14 @@ class BatchDecoder:
             for feed, start in zip(feeds, starts):
                 if index in feed.keep:
                     feed.kept[index] = x[start:start + len(feed.ids)]
-            # Start this layer while the next one's graph is built (MLX's CPU queue is short); the pool's
-            # write too, which a pass reading the mirror does not depend on: left lazy, writes would pile up.
-            mx.async_eval(x, written)
+            # The pool's write is evaluated with the pass: a pass reading the mirror does not depend on it, and
+            # left lazy, writes would pile up. The CPU starts each layer while the next one's graph is built.
+            if each_layer:
+                mx.async_eval(x, written)
+            else:
+                writes.extend(written)
+        if not each_layer:
+            mx.async_eval(x, writes)
         for feed, start in zip(feeds, starts):
             feed.h = x[start:start + len(feed.ids)]
         for cache in caches:
