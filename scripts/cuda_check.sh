@@ -14,6 +14,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env
 python3 -c "import mlxcore, mlx.core as mx, os; from mlxcore import device_profile as d; \
 print(mx.__version__, mx.default_device(), d.current(), 'TF32', os.environ.get('MLX_ENABLE_TF32'))" | tee -a "$OUT/env.txt"
 el unpacked
+timeout 120 python3 bench/studies/cuda_prompt_rows.py 2>&1 | tee "$OUT/prompt_rows.txt"  # docs/cuda.md
 # SIGINT: pytest prints its failures so far when the time is up.
 timeout -s INT -k 15 "${TESTS_S:-300}" python3 -m pytest -o addopts="" -p no:cacheprovider -n 12 --dist loadfile -q \
   -rfE --tb=short --timeout 120 ${TESTS:-tests/test_gpu_branches.py tests/test_engine.py tests/test_spec_rows.py \
