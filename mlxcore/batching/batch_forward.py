@@ -61,6 +61,7 @@ class BatchDecoder:
         self.forward = forward
         self.mirror: BatchMirror | None = None
         self.kept: dict[int, mx.array] = {}  # layer -> the last pass's decode rows' outputs (B, 1, hidden)
+        self.each_layer = current().eval_each_layer  # the device's, as the forward's graphs are
 
     def __call__(self, caches: list[PagedCache], inputs: mx.array | None,
                  feeds: Sequence[PromptFeed] = (), keep: tuple[int, ...] = ()) -> mx.array | None:
@@ -98,8 +99,7 @@ class BatchDecoder:
         where = offsets[0] if len(offsets) == 1 else mx.concatenate(offsets)
         slots = slot_groups(on_pool) if pool is not None else None
         self.kept = {}
-        each_layer = current().eval_each_layer
-        writes: list[mx.array] = []  # the pool's writes, when the pass is one evaluation
+        each_layer, writes = self.each_layer, list[mx.array]()  # (the pool's writes, when the pass is one evaluation)
         for index, layer in enumerate(self.forward._layers):
             before = layer.before_batch if compiled else layer.before_rows
             q, both = before(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
