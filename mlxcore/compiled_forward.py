@@ -74,6 +74,7 @@ class _FusedLayer:
 
     def __init__(self, layer: nn.Module, compiled: bool) -> None:
         attn, mlp = layer.self_attn, layer.mlp
+        self.heads = attn.n_heads
         qkv = fuse([attn.q_proj, attn.k_proj, attn.v_proj])  # one product where the formats allow
         if _dense_mlp(mlp):
             gate_up = fuse([mlp.gate_proj, mlp.up_proj])

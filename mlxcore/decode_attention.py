@@ -27,12 +27,13 @@ MLX's CPU attention broadcasts a 5-D product per query head.
 from __future__ import annotations
 
 import itertools
-from functools import partial
+from functools import lru_cache, partial
 from collections.abc import Callable, Sequence
 from typing import cast
 
 import mlx.core as mx
 
+from mlxcore.compile_support import compile_works
 from mlxcore.cpu_attention import reads_spans, segmented_causal_attention
 from mlxcore.device_profile import current
 from mlxcore.fast_exp import exp_below_parts
@@ -89,6 +90,57 @@ def attention_for(q: mx.array, segments: list[Segment], scale: float, mask: Mask
         mask = None if n == 1 else mx.arange(keys)[None] <= mx.arange(n)[:, None] + (keys - n)
     masking = None if mask is None else partial(_masked, mask=mask.reshape(mask.shape[-2:]), n=n)
     return partial(_grouped, scale=scale, mask=masking, fast=profile.fast_exp, final=final)
+
+
+FusedRun = Callable[[mx.array, mx.array, mx.array], mx.array]  # (queries, keys, values) -> attention
+ExpParts = Callable[[mx.array, mx.array, mx.array], tuple[mx.array, mx.array]]  # (queries, keys, mask) -> exp parts
+Weighted = Callable[[mx.array, mx.array], mx.array]  # (weights, values) -> attention
+
+
+@lru_cache(maxsize=64)
+def run_attention(fused: bool, rows: int, heads: int, kv_heads: int,
+                  dim: int) -> tuple[FusedRun, None] | tuple[ExpParts, Weighted]:
+    """Attention of one sequence's ``rows`` queries (rows, heads, 1, dim; scaled: a decode row, a
+    verification's) over one run of float keys and values (1, kv_heads, T, dim) each, in compiled shapeless
+    pieces: a new length does not trace anew, and a layer calls them without a Python frame (a lone reply's
+    pass runs them in every layer). (first, then):
+
+    - ``fused`` (one row: MLX builds a fused kernel's masks from the shapes it first sees): first(q, keys,
+      values) is the attention, shaped as the queries; then is None;
+    - the grouped products, the operations of ``_grouped``: first(q, keys, mask) gives the exp parts of the
+      scores (``fast_exp``; the mask is ``causal_mask``), their view to float32 stays outside (it cannot be
+      shapeless), then(weights, values) the attention, shaped as the queries.
+
+    The shapes they reshape by are baked into the trace, so each (rows, heads, kv_heads, dim) has its own."""
+    assert rows == 1 or not fused, "several rows take the grouped products"
+    grouped, out_shape = (1, kv_heads, heads // kv_heads * rows, dim), (1, heads, rows, dim)
+
+    def attention(q: mx.array, keys: mx.array, values: mx.array) -> mx.array:
+        out = mx.fast.scaled_dot_product_attention(q.transpose(2, 1, 0, 3), keys, values, scale=1.0)
+        return out.transpose(2, 1, 0, 3)
+
+    def exp_parts(q: mx.array, keys: mx.array, mask: mx.array) -> tuple[mx.array, mx.array]:
+        scores = (q.transpose(2, 1, 0, 3).reshape(grouped) @ keys.swapaxes(-1, -2)).astype(mx.float32)
+        scores = mx.where(mask, scores, -mx.inf)
+        return exp_below_parts()(scores, mx.max(scores, axis=-1, keepdims=True))
+
+    def weighted(weights: mx.array, values: mx.array) -> mx.array:
+        total = mx.sum(weights, axis=-1, keepdims=True)
+        out = weights.astype(values.dtype) @ values
+        return _as(out / total, out.dtype).reshape(out_shape).transpose(2, 1, 0, 3)
+
+    if not compile_works():
+        return (attention, None) if fused else (exp_parts, weighted)
+    if fused:
+        return mx.compile(attention, shapeless=True), None
+    return mx.compile(exp_parts, shapeless=True), mx.compile(weighted, shapeless=True)
+
+
+def causal_mask(rows: int, heads: int, kv_heads: int, keys: int) -> mx.array:
+    """``run_attention``'s mask for ``rows`` queries, the last of ``keys`` positions, each seeing the keys up to
+    its own (one row sees them all): (rep * rows, keys), a row per (query head of a kv head, query)."""
+    mask = mx.arange(keys)[None] <= mx.arange(rows)[:, None] + (keys - rows)
+    return mx.tile(mask, (heads // kv_heads, 1))
 
 
 def dequantized(segments: list[Segment], dim: int) -> list[FloatSegment]:

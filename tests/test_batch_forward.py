@@ -99,6 +99,40 @@ def test_a_pass_is_one_evaluation_on_a_gpu_and_one_a_layer_on_the_cpu(profile, m
     assert outs == [alone(p) for p in prompts()[:2]]
 
 
+@pytest.mark.parametrize("rows", [1, 4])
+def test_a_decoding_reply_in_one_run_attends_without_helper_calls(rows, profile, monkeypatch):  # noqa: F811
+    """A lone reply's rows (a decode row; a verification's four) written to one slab and read as one run take
+    ``run_attention``'s compiled pieces in every layer: no call to the storage's scatter and read or the feed's
+    attention (what a lone reply's token costs in Python), except a verification under the GPU's profile,
+    which stays on MLX's fused kernel. Its logits, and the keys and values it leaves in the pool, are the
+    general path's."""
+    import mlxcore.batching.batch_forward as batch_forward
+    from mlxcore.kv.slab_storage import LayerStorage
+    forward, prompt = forward_for(MODEL), prompts()[3]
+    caches = [make_model_cache(MODEL, "paged", block_size=4) for _ in range(2)]  # a pool each
+    for cache in caches:
+        prefill(forward, cache, prompt[:-1], 64)
+    helpers: list[str] = []
+    for owner, name in ((LayerStorage, "scatter"), (LayerStorage, "read"), (PromptFeed, "attend")):
+        monkeypatch.setattr(owner, name, lambda *a, real=getattr(owner, name), name=name, **k:
+                            helpers.append(name) or real(*a, **k))
+    one_run = batch_forward._one_run
+    for step in range(6):  # past a block's end and a pool's first slab of 8 blocks
+        ids = [(prompt[-1] + 17 * step + row) % 383 + 1 for row in range(rows)]
+        helpers.clear()
+        fast = forward_rows(forward, caches[0], ids)
+        expected_helpers = 3 * len(MODEL.model.layers) if profile.kind == "gpu" and rows > 1 else 0
+        assert len(helpers) == expected_helpers
+        monkeypatch.setattr(batch_forward, "_one_run", lambda *args: None)  # the general path
+        general = forward_rows(forward, caches[1], ids)
+        monkeypatch.setattr(batch_forward, "_one_run", one_run)
+        assert helpers, "the general path calls the helpers"
+        assert mx.allclose(fast, general, atol=1e-5).item()
+    for index in range(len(MODEL.model.layers)):
+        for ours, theirs in zip(caches[0].tokens(index), caches[1].tokens(index)):
+            assert ours.shape == theirs.shape and mx.allclose(ours, theirs, atol=1e-6).item()
+
+
 @pytest.mark.parametrize("path", ["mirror", "per sequence"])
 @pytest.mark.parametrize("size", [1, 5])
 @pytest.mark.parametrize("readers", [1, 2])
