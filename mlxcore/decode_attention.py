@@ -108,7 +108,7 @@ def run_attention(fused: bool, rows: int, heads: int, kv_heads: int,
     - ``fused`` (one row: MLX builds a fused kernel's masks from the shapes it first sees): first(q, keys,
       values) is the attention, shaped as the queries; then is None;
     - the grouped products, the operations of ``_grouped``: first(q, keys, mask) gives the exp parts of the
-      scores (``fast_exp``; the mask is ``causal_mask``), their view to float32 stays outside (it cannot be
+      scores (``fast_exp``; the mask is ``grouped_mask``), their view to float32 stays outside (it cannot be
       shapeless), then(weights, values) the attention, shaped as the queries.
 
     The shapes they reshape by are baked into the trace, so each (rows, heads, kv_heads, dim) has its own."""
@@ -136,10 +136,12 @@ def run_attention(fused: bool, rows: int, heads: int, kv_heads: int,
     return mx.compile(exp_parts, shapeless=True), mx.compile(weighted, shapeless=True)
 
 
-def causal_mask(rows: int, heads: int, kv_heads: int, keys: int) -> mx.array:
-    """``run_attention``'s mask for ``rows`` queries, the last of ``keys`` positions, each seeing the keys up to
-    its own (one row sees them all): (rep * rows, keys), a row per (query head of a kv head, query)."""
-    mask = mx.arange(keys)[None] <= mx.arange(rows)[:, None] + (keys - rows)
+def grouped_mask(mask: mx.array | str, rows: int, heads: int, kv_heads: int, keys: int) -> mx.array:
+    """``run_attention``'s mask for ``rows`` queries over ``keys`` slots: ``mask``, "causal" (the queries are the
+    last positions, each seeing the keys up to its own) or booleans (rows, keys) (a span's: ``PagedCache.read_plan``),
+    as (rep * rows, keys), a row per (query head of a kv head, query)."""
+    if isinstance(mask, str):
+        mask = mx.arange(keys)[None] <= mx.arange(rows)[:, None] + (keys - rows)
     return mx.tile(mask, (heads // kv_heads, 1))
 
 

@@ -99,38 +99,54 @@ def test_a_pass_is_one_evaluation_on_a_gpu_and_one_a_layer_on_the_cpu(profile, m
     assert outs == [alone(p) for p in prompts()[:2]]
 
 
+@pytest.mark.parametrize("replies", [1, 2])
 @pytest.mark.parametrize("rows", [1, 4])
-def test_a_decoding_reply_in_one_run_attends_without_helper_calls(rows, profile, monkeypatch):  # noqa: F811
-    """A lone reply's rows (a decode row; a verification's four) written to one slab and read as one run take
-    ``run_attention``'s compiled pieces in every layer: no call to the storage's scatter and read or the feed's
-    attention (what a lone reply's token costs in Python), except a verification under the GPU's profile,
-    which stays on MLX's fused kernel. Its logits, and the keys and values it leaves in the pool, are the
-    general path's."""
+def test_decoding_replies_in_one_place_each_attend_without_helper_calls(rows, replies, profile, monkeypatch):  # noqa: F811
+    """Replies' rows alone in a pass (a lone reply's decode row; verifications of four rows, one reply's or a
+    batch's), each reply's tokens in one place of one slab (a run, or runs read as a span), take
+    ``run_attention``'s compiled pieces in every layer: no call to the storage's scatter and read or the
+    feed's attention (what a reply's token costs in Python), except, under the GPU's profile, verifications
+    and replies whose runs are read as a span, which stay on MLX's fused kernel. The logits, and the keys and
+    values the pass leaves in the pool, are the general path's."""
     import mlxcore.batching.batch_forward as batch_forward
     from mlxcore.kv.slab_storage import LayerStorage
-    forward, prompt = forward_for(MODEL), prompts()[3]
-    caches = [make_model_cache(MODEL, "paged", block_size=4) for _ in range(2)]  # a pool each
-    for cache in caches:
-        prefill(forward, cache, prompt[:-1], 64)
+    forward = forward_for(MODEL)
+    sides = []  # this path's caches, then the general path's: a pool each
+    for _ in range(2):
+        pool = make_block_pool(MODEL, block_size=4, slab_blocks=64, budget=None)
+        caches = [make_model_cache(MODEL, "paged", pool=pool, block_size=4) for _ in range(replies)]
+        for cache, prompt in zip(caches, prompts()[2:]):
+            prefill(forward, cache, prompt[:-1], 64)
+        sides.append(caches)
     helpers: list[str] = []
     for owner, name in ((LayerStorage, "scatter"), (LayerStorage, "read"), (PromptFeed, "attend")):
         monkeypatch.setattr(owner, name, lambda *a, real=getattr(owner, name), name=name, **k:
                             helpers.append(name) or real(*a, **k))
-    one_run = batch_forward._one_run
-    for step in range(6):  # past a block's end and a pool's first slab of 8 blocks
-        ids = [(prompt[-1] + 17 * step + row) % 383 + 1 for row in range(rows)]
+    runs = batch_forward._runs
+
+    def step(caches: list, ids: list[list[int]]) -> list[mx.array]:
+        feeds = [PromptFeed(forward, cache, mine, decoding=True) for cache, mine in zip(caches, ids)]
+        BatchDecoder(forward)([], None, feeds)
+        for feed in feeds:
+            feed.ran()
+        return [forward.logits(feed.h) for feed in feeds]
+
+    for turn in range(6):  # past blocks' ends (two replies' blocks interleave: spans)
+        ids = [[(17 * turn + 5 * reply + row) % 383 + 1 for row in range(rows)] for reply in range(replies)]
         helpers.clear()
-        fast = forward_rows(forward, caches[0], ids)
-        expected_helpers = 3 * len(MODEL.model.layers) if profile.kind == "gpu" and rows > 1 else 0
-        assert len(helpers) == expected_helpers
-        monkeypatch.setattr(batch_forward, "_one_run", lambda *args: None)  # the general path
-        general = forward_rows(forward, caches[1], ids)
-        monkeypatch.setattr(batch_forward, "_one_run", one_run)
+        fast = step(sides[0], ids)
+        # under the GPU's profile one row a reply in one run (its fused kernel cannot take a span's mask shapeless)
+        one_run = all(len(cache._gather_index().runs) == 1 for cache in sides[0])
+        assert (len(helpers) == 0) == (profile.kind == "cpu" or rows == 1 and one_run)
+        monkeypatch.setattr(batch_forward, "_runs", lambda *args: None)  # the general path
+        general = step(sides[1], ids)
+        monkeypatch.setattr(batch_forward, "_runs", runs)
         assert helpers, "the general path calls the helpers"
-        assert mx.allclose(fast, general, atol=1e-5).item()
-    for index in range(len(MODEL.model.layers)):
-        for ours, theirs in zip(caches[0].tokens(index), caches[1].tokens(index)):
-            assert ours.shape == theirs.shape and mx.allclose(ours, theirs, atol=1e-6).item()
+        assert all(mx.allclose(a, b, atol=1e-5).item() for a, b in zip(fast, general))
+    for ours, theirs in zip(*sides):
+        for index in range(len(MODEL.model.layers)):
+            for mine, general_kv in zip(ours.tokens(index), theirs.tokens(index)):
+                assert mine.shape == general_kv.shape and mx.allclose(mine, general_kv, atol=1e-6).item()
 
 
 @pytest.mark.parametrize("path", ["mirror", "per sequence"])

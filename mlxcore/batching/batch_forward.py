@@ -22,9 +22,10 @@ rows read their keys and values one of two ways:
 
 What each way costs: docs/decisions.md ("Batching: the mirror", "The running batch on a GPU").
 
-A pass of one decoding reply's rows (a lone reply's decode row, a verification's, a draft's) in one run of
-float storage writes and attends each layer in a few MLX operations, with no Python call (``_one_run``,
-``decode_attention.run_attention``): what a lone reply's token costs in Python is its step, not its layers.
+A pass of decoding replies' rows alone (a lone reply's decode row, verifications, a draft's), each reply's
+tokens in one place of float storage, writes and attends each layer in a few MLX operations, with no Python
+call (``_runs``, ``decode_attention.run_attention``): what a lone reply's token costs in Python is its
+step, not its layers.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import mlx.core as mx
 from mlxcore.batching.batch_mirror import BatchMirror
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.compiled_forward import CompiledForward
-from mlxcore.decode_attention import Attended, Attention, attention_for, causal_mask, normalized, run_attention
+from mlxcore.decode_attention import Attended, Attention, attention_for, grouped_mask, normalized, run_attention
 from mlxcore.device_profile import current
 from mlxcore.errors import ModelLoadError
 from mlxcore.kv.base import ModelCache
@@ -104,12 +105,12 @@ class BatchDecoder:
         slots = slot_groups(on_pool) if pool is not None else None
         self.kept = {}
         each_layer, writes = self.each_layer, list[mx.array]()  # (the pool's writes, when the pass is one evaluation)
-        run = _one_run(self.forward, pool, feeds, slots) if rows == 0 and len(feeds) == 1 and compiled else None
+        runs = _runs(self.forward, pool, feeds, slots, starts) if rows == 0 and compiled else None
         for index, layer in enumerate(self.forward._layers):
             before = layer.before_batch if compiled else layer.before_rows
             q, both = before(x, where)  # (rows, heads, 1, dim) scaled; (2, kv_heads, rows, dim)
-            if run is not None and pool is not None:  # a decoding reply's rows in one run: no helper call
-                slab, at, first, stop, (attention, then), mask = run
+            if runs is not None and pool is not None:  # decoding replies' rows, each in one place: no helper call
+                slab, at, each = runs
                 storage = pool.storage[index]
                 part = mx.put_along_axis(storage.slabs[slab][0], at, both, axis=2)
                 storage.slabs[slab], written = (part,), [part]
@@ -117,14 +118,17 @@ class BatchDecoder:
                 parts, written = pool.storage[index].scatter(slots, both)
             else:  # a chunk on a cache of one sequence: its layer writes it (``PromptFeed.attend``)
                 written = []
-            if run is not None:
-                keys, values = part[0:1, :, first:stop], part[1:2, :, first:stop]
-                if then is None:  # the fused kernel
-                    out = attention(q, keys, values)
-                else:  # the grouped products, the softmax's view between their compiled pieces
-                    p, bits = attention(q, keys, mask)
-                    out = then(p * bits.view(mx.float32), values)
-                x = layer.after_final(x, out)
+            if runs is not None:
+                outs = []
+                for start, end, first, stop, (attention, then), mask in each:
+                    keys, values = part[0:1, :, first:stop], part[1:2, :, first:stop]
+                    mine = q if len(each) == 1 else q[start:end]
+                    if then is None:  # the fused kernel
+                        outs.append(attention(mine, keys, values))
+                    else:  # the grouped products, the softmax's view between their compiled pieces
+                        p, bits = attention(mine, keys, mask)
+                        outs.append(then(p * bits.view(mx.float32), values))
+                x = layer.after_final(x, outs[0] if len(outs) == 1 else mx.concatenate(outs))
             elif len(feeds) == 1 and reads is None:  # one sequence's rows (a lone reply's, a prompt's): no list
                 out = feeds[0].attend(q, index, both if pool is None else None)
                 x = (layer.after_final if compiled else layer.after_rows)(x, out)
@@ -215,27 +219,32 @@ def warm_up(forward: CompiledForward) -> None:
         mx.eval(forward_rows(forward, cache, [0] * count))
 
 
-def _one_run(forward: CompiledForward, pool: BlockPool | None, feeds: Sequence[PromptFeed],
-             slots: list[SlotGroup] | None) -> tuple | None:
-    """How a pass of one decoding reply's rows (a decode row, a verification's, a draft's; ``PromptFeed.short``)
-    writes and reads each layer when it can do so in a few MLX operations, with no helper call: its tokens
-    written to one slab of float storage and read, the new ones included, as one run. (slab, its slots broadcast
-    to the rows' keys and values, the run's first slot and its end, ``run_attention``'s pieces, the grouped
-    products' mask); None otherwise (``LayerStorage.scatter`` and ``PromptFeed.attend`` then)."""
-    feed = feeds[0]
-    if pool is None or feed.paged is None or pool.geometry.format.quantized or slots is None or len(slots) != 1:
+def _runs(forward: CompiledForward, pool: BlockPool | None, feeds: Sequence[PromptFeed],
+          slots: list[SlotGroup] | None, starts: list[int]) -> tuple | None:
+    """How a pass of decoding replies' rows alone (decode rows of lone replies, verifications, a draft's;
+    ``PromptFeed.short``) writes and reads each layer when it can do so in a few MLX operations, with no
+    helper call: every row written to one slab of float storage, and each reply's tokens, its new ones
+    included, read as one place in it (a run, or a span of runs with its gaps masked). (slab, the rows' slots
+    broadcast to their keys and values, and for each reply: its first row and its end, its place's first slot
+    and its end, ``run_attention``'s pieces, the grouped products' mask); None otherwise
+    (``LayerStorage.scatter`` and ``PromptFeed.attend`` then)."""
+    if pool is None or pool.geometry.format.quantized or slots is None or len(slots) != 1:
         return None
-    heads, geometry, n = forward._layers[0].heads, pool.geometry, len(feed.ids)
-    reads, mask = feed.paged.read_plan(heads)
-    if mask != "causal" or not isinstance(reads, list) or len(reads) != 1 or reads[0][0] != slots[0][0]:
-        return None
-    (slab, start, size), fused = reads[0], current().fused_attention
-    if fused and n > 1:  # MLX's fused kernel reads these as it reads a decode row: a verification stays on it
-        return None
-    pieces = run_attention(fused, n, heads, geometry.kv_heads, geometry.head_dim)
-    mask = None if fused else causal_mask(n, heads, geometry.kv_heads, size)
-    at = mx.broadcast_to(slots[0][1], (2, geometry.kv_heads, n, geometry.head_dim))
-    return slab, at, start, start + size, pieces, mask
+    heads, geometry, fused = forward._layers[0].heads, pool.geometry, current().fused_attention
+    slab, each = slots[0][0], []
+    for feed, start in zip(feeds, starts):
+        n = len(feed.ids)
+        if feed.paged is None or fused and n > 1:  # MLX's fused kernel reads a verification as a decode row
+            return None
+        reads, mask = feed.paged.read_plan(heads)  # (a span of runs in one slab is one place, its gaps masked)
+        if (not isinstance(reads, list) or len(reads) != 1 or reads[0][0] != slab or mask is None
+                or fused and not isinstance(mask, str)):  # (the fused kernel's own masks cannot be shapeless)
+            return None
+        _, first, size = reads[0]
+        each.append((start, start + n, first, first + size, run_attention(fused, n, heads, geometry.kv_heads,
+                     geometry.head_dim), None if fused else grouped_mask(mask, n, heads, geometry.kv_heads, size)))
+    rows = starts[-1] - starts[0]
+    return slab, mx.broadcast_to(slots[0][1], (2, geometry.kv_heads, rows, geometry.head_dim)), each
 
 
 def _pool(on_pool: list[PagedCache], feeds: Sequence[PromptFeed]) -> BlockPool | None:
