@@ -44,7 +44,7 @@ from mlxcore.errors import ModelLoadError
 from mlxcore.kv.base import ModelCache
 from mlxcore.kv.geometry import model_geometry
 from mlxcore.kv.paged import PagedCache
-from mlxcore.kv.paged_pool import BlockPool
+from mlxcore.kv.paged_pool import BlockPool, make_block_pool
 from mlxcore.kv.protocol import Mask
 from mlxcore.kv.slab_storage import Reads, SlotGroup
 from mlxcore.kv.standard import StandardCache
@@ -207,16 +207,19 @@ def feed_rows(forward: CompiledForward, cache: ModelCache, ids: list[int] | mx.a
 
 
 def warm_up(forward: CompiledForward) -> None:
-    """Build the batched pass's compiled kernels now, on a throwaway cache, rather than during the first reply.
+    """Build the batched pass's compiled kernels now, on throwaway caches, rather than during the first reply:
+    the halves and a reply's attention on the pool (``run_attention``), and on a cache of one sequence.
 
     On Linux, MLX compiles them with the system C++ compiler the first time a machine sees them (tens of
     seconds), then reuses them from its disk cache.
     """
     if not forward.enabled:
         return
-    cache = StandardCache(model_geometry(forward.wrapped))
-    for count in WARM_UP_ROWS:
-        mx.eval(forward_rows(forward, cache, [0] * count))
+    paged = PagedCache(make_block_pool(forward.wrapped, max_kv=2 * sum(WARM_UP_ROWS)))
+    for cache in (paged, StandardCache(model_geometry(forward.wrapped))):
+        for count in sorted(WARM_UP_ROWS, reverse=True):  # (more rows first: a pass reading one key is not a run)
+            mx.eval(forward_rows(forward, cache, [0] * count))
+    paged.release()
 
 
 def _runs(forward: CompiledForward, pool: BlockPool | None, feeds: Sequence[PromptFeed],
@@ -241,6 +244,8 @@ def _runs(forward: CompiledForward, pool: BlockPool | None, feeds: Sequence[Prom
                 or fused and not isinstance(mask, str)):  # (the fused kernel's own masks cannot be shapeless)
             return None
         _, first, size = reads[0]
+        if size < 2:  # MLX's shapeless kernels crash on a softmax over one key (a sequence's first token)
+            return None
         each.append((start, start + n, first, first + size, run_attention(fused, n, heads, geometry.kv_heads,
                      geometry.head_dim), None if fused else grouped_mask(mask, n, heads, geometry.kv_heads, size)))
     rows = starts[-1] - starts[0]
