@@ -22,6 +22,9 @@ MLX's CPU attention broadcasts a 5-D product per query head.
   a causal chunk of queries (a prompt read alone or beside decoding) in blocks of
   keys that stay in cache (``cpu_attention``), quantized runs made float first.
   Outputs agree to float32 rounding.
+
+A reply's rows over one place of float storage (``run_attention``: a lone reply's decode row, verifications)
+take the same operations compiled shapeless, so that a layer calls them without a Python frame.
 """
 
 from __future__ import annotations
