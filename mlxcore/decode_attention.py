@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 from functools import lru_cache, partial
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import Protocol, cast
 
 import mlx.core as mx
 
@@ -96,7 +96,14 @@ def attention_for(q: mx.array, segments: list[Segment], scale: float, mask: Mask
 
 
 FusedRun = Callable[[mx.array, mx.array, mx.array], mx.array]  # (queries, keys, values) -> attention
-ExpParts = Callable[[mx.array, mx.array, mx.array], tuple[mx.array, mx.array]]  # (queries, keys, mask) -> exp parts
+
+
+class ExpParts(Protocol):
+    """(queries, keys, the mask if any) -> the exp parts of the scores."""
+
+    def __call__(self, q: mx.array, keys: mx.array, *mask: mx.array) -> tuple[mx.array, mx.array]: ...
+
+
 Weighted = Callable[[mx.array, mx.array], mx.array]  # (weights, values) -> attention
 
 
@@ -110,8 +117,8 @@ def run_attention(fused: bool, rows: int, heads: int, kv_heads: int,
 
     - ``fused`` (one row: MLX builds a fused kernel's masks from the shapes it first sees): first(q, keys,
       values) is the attention, shaped as the queries; then is None;
-    - the grouped products, the operations of ``_grouped``: first(q, keys, mask) gives the exp parts of the
-      scores (``fast_exp``; the mask is ``grouped_mask``), their view to float32 stays outside (it cannot be
+    - the grouped products, the operations of ``_grouped``: first(q, keys, *mask) gives the exp parts of the
+      scores (``fast_exp``; the mask is ``grouped_mask``'s, none for one row that sees every key), their view to float32 stays outside (it cannot be
       shapeless), then(weights, values) the attention, shaped as the queries.
 
     The shapes they reshape by are baked into the trace, so each (rows, heads, kv_heads, dim) has its own."""
@@ -122,9 +129,10 @@ def run_attention(fused: bool, rows: int, heads: int, kv_heads: int,
         out = mx.fast.scaled_dot_product_attention(q.transpose(2, 1, 0, 3), keys, values, scale=1.0)
         return out.transpose(2, 1, 0, 3)
 
-    def exp_parts(q: mx.array, keys: mx.array, mask: mx.array) -> tuple[mx.array, mx.array]:
+    def exp_parts(q: mx.array, keys: mx.array, *mask: mx.array) -> tuple[mx.array, mx.array]:
         scores = (q.transpose(2, 1, 0, 3).reshape(grouped) @ keys.swapaxes(-1, -2)).astype(mx.float32)
-        scores = mx.where(mask, scores, -mx.inf)
+        if mask:
+            scores = mx.where(mask[0], scores, -mx.inf)
         return exp_below_parts()(scores, mx.max(scores, axis=-1, keepdims=True))
 
     def weighted(weights: mx.array, values: mx.array) -> mx.array:
@@ -139,13 +147,16 @@ def run_attention(fused: bool, rows: int, heads: int, kv_heads: int,
     return mx.compile(exp_parts, shapeless=True), mx.compile(weighted, shapeless=True)
 
 
-def grouped_mask(mask: mx.array | str, rows: int, heads: int, kv_heads: int, keys: int) -> mx.array:
+def grouped_mask(mask: mx.array | str, rows: int, heads: int, kv_heads: int, keys: int) -> tuple[mx.array, ...]:
     """``run_attention``'s mask for ``rows`` queries over ``keys`` slots: ``mask``, "causal" (the queries are the
     last positions, each seeing the keys up to its own) or booleans (rows, keys) (a span's: ``PagedCache.read_plan``),
-    as (rep * rows, keys), a row per (query head of a kv head, query)."""
+    as (rep * rows, keys), a row per (query head of a kv head, query); none (an empty tuple) for one causal row,
+    which sees every key."""
     if isinstance(mask, str):
+        if rows == 1:
+            return ()
         mask = mx.arange(keys)[None] <= mx.arange(rows)[:, None] + (keys - rows)
-    return mx.tile(mask, (heads // kv_heads, 1))
+    return (mx.tile(mask, (heads // kv_heads, 1)),)
 
 
 def dequantized(segments: list[Segment], dim: int) -> list[FloatSegment]:

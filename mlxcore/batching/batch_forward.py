@@ -126,7 +126,7 @@ class BatchDecoder:
                     if then is None:  # the fused kernel
                         outs.append(attention(mine, keys, values))
                     else:  # the grouped products, the softmax's view between their compiled pieces
-                        p, bits = attention(mine, keys, mask)
+                        p, bits = attention(mine, keys, *mask)
                         outs.append(then(p * bits.view(mx.float32), values))
                 x = layer.after_final(x, outs[0] if len(outs) == 1 else mx.concatenate(outs))
             elif len(feeds) == 1 and reads is None:  # one sequence's rows (a lone reply's, a prompt's): no list
@@ -229,7 +229,7 @@ def _runs(forward: CompiledForward, pool: BlockPool | None, feeds: Sequence[Prom
     helper call: every row written to one slab of float storage, and each reply's tokens, its new ones
     included, read as one place in it (a run, or a span of runs with its gaps masked). (slab, the rows' slots
     broadcast to their keys and values, and for each reply: its first row and its end, its place's first slot
-    and its end, ``run_attention``'s pieces, the grouped products' mask); None otherwise
+    and its end, ``run_attention``'s pieces, the grouped products' mask if any); None otherwise
     (``LayerStorage.scatter`` and ``PromptFeed.attend`` then)."""
     if pool is None or pool.geometry.format.quantized or slots is None or len(slots) != 1:
         return None
@@ -247,7 +247,7 @@ def _runs(forward: CompiledForward, pool: BlockPool | None, feeds: Sequence[Prom
         if size < 2:  # MLX's shapeless kernels crash on a softmax over one key (a sequence's first token)
             return None
         each.append((start, start + n, first, first + size, run_attention(fused, n, heads, geometry.kv_heads,
-                     geometry.head_dim), None if fused else grouped_mask(mask, n, heads, geometry.kv_heads, size)))
+                     geometry.head_dim), () if fused else grouped_mask(mask, n, heads, geometry.kv_heads, size)))
     rows = starts[-1] - starts[0]
     return slab, mx.broadcast_to(slots[0][1], (2, geometry.kv_heads, rows, geometry.head_dim)), each
 
