@@ -3,9 +3,11 @@
 Measured, not assumed: the acceptance rate at each draft position (given the
 earlier ones were accepted), the seconds of a plain target step P, the seconds
 D of one draft pass (timed now and then in a round that synchronises after
-drafting) and the fixed seconds F of a round beyond its drafts (the verify pass
-and the synchronisation), so a round of k costs about F + D k. Expected tokens
-per round are 1 + sum_{j<=k} prod_{i<=j} a_i.
+drafting) and the fixed seconds F of a round beyond its drafts (the verify pass,
+the synchronisation, emitting its tokens), so a round of k costs about F + D k.
+Both kinds of step are timed alike, from the last step's end to their tokens
+emitted (``BatchRunner._decode``). Expected tokens per round are
+1 + sum_{j<=k} prod_{i<=j} a_i.
 
 A position's acceptance is learned only by drafting it, so now and then a round
 drafts one past the best k: an estimate that fell early (a reply's first words)
@@ -179,10 +181,10 @@ class DraftLengthController:
         self.plain_run += 1
         self.round_run = 0
 
-    def observe_round(self, k: int, accepted: int | list[int], seconds: float,
+    def observe_round(self, k: int, accepted: int | list[int], seconds: float | None,
                       draft_seconds: float | None = None, proposed: list[int] | None = None) -> None:
         """Record one round: k drafted, ``accepted`` kept (by each reply of a batch's round), ``seconds`` from
-        start to verdict.
+        start to verdict (None: a round not to time, whose pass read a prompt's rows too).
 
         ``draft_seconds``: the time its k draft passes took, when this round was timed. ``proposed``: each
         reply's drafted count where it may be fewer than k (prompt lookup's)."""
@@ -200,7 +202,7 @@ class DraftLengthController:
             self.untimed_rounds = 0
         else:
             self.untimed_rounds += 1
-        if self.per_draft is not None and traced:
+        if self.per_draft is not None and traced and seconds is not None:
             self.fixed_samples.append(max(seconds - k * self.per_draft, 0.0))
         self.plain_run = 0
         self.round_run += 1

@@ -378,13 +378,14 @@ def test_a_batch_of_mixed_sampling_picks_once_a_kind_and_each_reply_as_alone(mon
     assert batch.batch.runner.tally.largest_batch == len(rows)
 
 
-def test_a_step_carrying_prompt_rows_is_not_timed_as_a_plain_step(monkeypatch):
-    """The draft-length controller compares rounds with plain steps: a reply decoding beside another's prompt
-    being read must not learn that plain steps are slow (it would then draft at a loss). The clock jumps while a
-    pass carries prompt rows; no plain step's time may include a jump."""
+PROMPT_JUMP = 100.0  # what the clocks below add while a pass carries a prompt's rows
+
+
+def jumping_clock(monkeypatch) -> list[float]:
+    """A decision clock that ticks a millisecond a reading and jumps ``PROMPT_JUMP`` while a pass carries a
+    prompt's chunk."""
     from mlxcore import decision_clock
     from mlxcore.batching.batch_forward import BatchDecoder
-    from mlxcore.draft_length import DraftLengthController
 
     clock = [0.0]
 
@@ -396,22 +397,66 @@ def test_a_step_carrying_prompt_rows_is_not_timed_as_a_plain_step(monkeypatch):
 
     def timed(self, caches, inputs, feeds=(), keep=()):
         if any(not feed.short for feed in feeds):  # a prompt's chunk rides in this pass
-            clock[0] += 100.0
+            clock[0] += PROMPT_JUMP
         return forward(self, caches, inputs, feeds, keep)
 
-    samples: list[float] = []
-    observe = DraftLengthController.observe_plain
     monkeypatch.setattr(decision_clock, "now", now)
     monkeypatch.setattr(BatchDecoder, "__call__", timed)
-    monkeypatch.setattr(DraftLengthController, "choose", lambda self: 0)  # plain steps only: each one timed
-    monkeypatch.setattr(DraftLengthController, "observe_plain",
-                        lambda self, seconds: (samples.append(seconds), observe(self, seconds)))
-    batch = Collector(LocalBatch(engine(draft=True), step_tokens=CHUNKED))
+    return clock
+
+
+def one_joins_in_chunks(batch: Collector) -> None:
+    """A reply decodes; a second joins, its 200-token prompt read in chunks beside the first's steps."""
     params = GenerationParams(max_tokens=40)
     first = batch.submit(Request(tuple(prompt(1, 20)), params))[0]
     batch.step(8)
-    second = batch.submit(Request(tuple(prompt(2, 200)), params))[0]  # read in chunks beside the first's steps
+    second = batch.submit(Request(tuple(prompt(2, 200)), params))[0]
     batch.run()
     assert len(batch.tokens(first)) == len(batch.tokens(second)) == 40
+
+
+def test_a_step_carrying_prompt_rows_is_not_timed_as_a_plain_step(monkeypatch):
+    """The draft-length controller compares rounds with plain steps: a reply decoding beside another's prompt
+    being read must not learn that plain steps are slow (it would then draft at a loss). The clock jumps while a
+    pass carries prompt rows; no plain step's time may include a jump."""
+    from mlxcore.draft_length import DraftLengthController
+
+    jumping_clock(monkeypatch)
+    samples: list[float] = []
+    observe = DraftLengthController.observe_plain
+    monkeypatch.setattr(DraftLengthController, "choose", lambda self: 0)  # plain steps only: each one timed
+    monkeypatch.setattr(DraftLengthController, "observe_plain",
+                        lambda self, seconds: (samples.append(seconds), observe(self, seconds)))
+    one_joins_in_chunks(Collector(LocalBatch(engine(draft=True), step_tokens=CHUNKED)))
     assert len(samples) > 20, "plain steps were timed"
     assert max(samples) < 1.0, "a step that read prompt rows was timed as a plain step"
+
+
+def test_a_round_is_timed_as_a_plain_step_is(monkeypatch):
+    """A round's time runs, as a plain step's does, from the last step's end to its tokens emitted (emitting a
+    round's several tokens a reply is part of what it costs), less the draft's catch-up on a joining reply's
+    prompt (the controller learns it apart), and a round whose pass read a prompt's rows is not timed (it would
+    learn that drafting is dear)."""
+    from mlxcore.batching.runner import BatchRunner
+    from mlxcore.draft_length import DraftLengthController
+
+    clock = jumping_clock(monkeypatch)
+    emitting = 10.0  # the clock's jump while a round emits its tokens
+    emit = BatchRunner._emit_round
+
+    def slow_emit(self, seq, tokens):
+        clock[0] += emitting
+        return emit(self, seq, tokens)
+
+    samples: list[float | None] = []
+    observe = DraftLengthController.observe_round
+    monkeypatch.setattr(BatchRunner, "_emit_round", slow_emit)
+    monkeypatch.setattr(DraftLengthController, "choose", lambda self: 2)  # a round every step
+    monkeypatch.setattr(DraftLengthController, "observe_round",
+                        lambda self, k, accepted, seconds, *args, **kwargs:
+                        (samples.append(seconds), observe(self, k, accepted, seconds, *args, **kwargs)))
+    one_joins_in_chunks(Collector(LocalBatch(engine(draft=True), step_tokens=CHUNKED)))
+    timed = [seconds for seconds in samples if seconds is not None]
+    assert len(timed) > 20 and len(timed) < len(samples), "rounds were timed, and those beside a prompt were not"
+    assert min(timed) >= emitting, "a round's time includes emitting its tokens"
+    assert max(timed) < PROMPT_JUMP, "a round whose pass (or the pass before) read prompt rows was timed"

@@ -90,7 +90,9 @@ class BatchRunner:
         self.keeps = self.drafter.keeps if self.drafter is not None and self.rows else ()
         self.steps.drafter = self.drafter if self.keeps else None  # plain steps keep them for it too
         self.steps.drafts = self._drafts
-        self._plain_clock: tuple[int, float] | None = None  # (replies, when) of the last plain step with a draft
+        # (replies, when, a round?) of the end of the last step with a draft that read no prompt rows: a step's
+        # time, plain or a round, runs from there to its tokens emitted, so the controller compares like with like
+        self._step_clock: tuple[int, float, bool] | None = None
 
     # requests ---------------------------------------------------------------
 
@@ -429,7 +431,8 @@ class BatchRunner:
         start, emitted, rounds = 0.0, 0, None
         plain = seqs
         if k:
-            start = decision_clock.now()
+            clock = self._step_clock
+            start = clock[1] if clock is not None and clock[0] == len(seqs) else decision_clock.now()
             emitted, rounds = self._start_rounds(seqs, k)
             # (emitting the drafting replies' pending picks may have ended some)
             drafting = set(map(id, rounds.drafting)) if rounds is not None else set()
@@ -447,14 +450,16 @@ class BatchRunner:
             self._emitted(seq, token, logprob, False, top)
             emitted += 1
         if rounds is not None and control is not None:
-            return emitted + self._finish_rounds(rounds, control, start)
-        if control is not None:  # the controller compares a round's tokens per second with a plain step's
-            now = decision_clock.now()
-            if self._plain_clock is not None and self._plain_clock[0] == len(seqs) and not feeds:
-                control.observe_plain(now - self._plain_clock[1])
-            # A step whose pass carried prompt rows times no plain step, nor does the next, which waits for that
-            # pass: a reply beside a prompt being read would learn that plain steps are slow, and draft at a loss.
-            self._plain_clock = None if feeds else (len(seqs), now)
+            emitted += self._finish_rounds(rounds, control, None if feeds else start)
+        elif control is not None and not k:  # the controller compares a round's tokens per second with a plain step's
+            clock = self._step_clock
+            # (the first plain step after a round reads no pick: it waits for no pass, so it is not a step's time)
+            if clock is not None and clock[0] == len(seqs) and not clock[2] and not feeds:
+                control.observe_plain(decision_clock.now() - clock[1])
+        # A step whose pass carried prompt rows is not timed, nor is the next, which waits for that pass: a reply
+        # beside a prompt being read would learn that its steps are slow, and draft at a loss (plain) or not draft
+        # when it pays (a round). A step without the controller breaks the chain (it may be long ago).
+        self._step_clock = None if control is None or feeds else (len(seqs), decision_clock.now(), rounds is not None)
         return emitted
 
     def _draft_control(self, seqs: list[Sequence], lone: bool) -> DraftLengthController | None:
@@ -468,7 +473,6 @@ class BatchRunner:
         """Emit the drafting replies' pending picks, then queue their drafts and announce their verifying rows
         (``spec_rows.py``); tokens emitted, and the round (None when nobody drafts after all: a round that
         does not fit in the pools gives the drafts back, and every reply decodes plainly)."""
-        self._plain_clock = None
         drafting = [seq for seq in seqs if self._drafts(seq)]
         emitted = sum(self._emit_pending(seq) for seq in drafting)
         drafting = [seq for seq in drafting if self._alive(seq)]
@@ -476,6 +480,7 @@ class BatchRunner:
             return emitted, None
         assert self.rows and self.drafter is not None  # (``_draft_control``)
         control = self.engine.draft_control.for_rows(len(seqs))
+        catch_up = decision_clock.now()
         for seq in drafting:
             decoder = self._speculative(seq)
             decoder.counters.draft_lengths.append(k)
@@ -486,6 +491,7 @@ class BatchRunner:
         start = decision_clock.now()
         try:
             rounds = BatchRound(self.engine.target_forward, self.drafter, drafting, k)
+            rounds.catch_up_seconds = start - catch_up
             if control.draft_timing_due():  # now and then: one more sync, to learn what a draft pass costs
                 mx.eval([drafted for drafted, _ in rounds.proposals])
                 rounds.draft_seconds = decision_clock.now() - start
@@ -499,12 +505,16 @@ class BatchRunner:
             return emitted, None
         return emitted, rounds if rounds.drafting else None
 
-    def _finish_rounds(self, rounds: BatchRound, control: DraftLengthController, start: float) -> int:
-        """The batch's rounds after the step's pass: each reply's verdict emitted; tokens emitted."""
+    def _finish_rounds(self, rounds: BatchRound, control: DraftLengthController, start: float | None) -> int:
+        """The batch's rounds after the step's pass: each reply's verdict emitted; tokens emitted. The round is
+        timed from ``start`` to its tokens emitted, as a plain step is (None: not timed), less the draft's
+        catch-up, which the controller learns apart (``catch_up_draft``)."""
         verdicts = rounds.verdicts(self.engine.target_forward)
-        control.observe_round(rounds.k, [n for _, n, _ in verdicts], decision_clock.now() - start,
+        emitted = sum(self._emit_round(seq, tokens) for seq, (_, _, tokens) in zip(rounds.drafting, verdicts))
+        control.observe_round(rounds.k, [n for _, n, _ in verdicts],
+                              None if start is None else decision_clock.now() - start - rounds.catch_up_seconds,
                               rounds.draft_seconds, proposed=[k for k, _, _ in verdicts])
-        return sum(self._emit_round(seq, tokens) for seq, (_, _, tokens) in zip(rounds.drafting, verdicts))
+        return emitted
 
     def _emit_round(self, seq: Sequence, tokens: list[Emitted]) -> int:
         """Emit a round's tokens for ``seq`` up to where its reply ends; tokens emitted."""
@@ -543,7 +553,7 @@ class BatchRunner:
 
     def _round(self, seq: Sequence, k: int) -> int:
         """One speculative round for ``seq`` (its pending pick emitted first); tokens emitted."""
-        self._plain_clock = None
+        self._step_clock = None
         if not self._alive(seq):  # that pick ended it
             return 0
         decoder, caches = seq.speculative, seq.caches
