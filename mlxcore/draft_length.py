@@ -43,6 +43,7 @@ class DraftLengthController:
     refresh_every: int = 64  # while drafting, take one plain step after this many rounds to re-measure P
     explore_every: int = 16  # while drafting, draft one past the best k after this many rounds
     time_draft_every: ClassVar[int] = 32  # rounds between two timings of the draft passes
+    first_plain_steps: ClassVar[int] = 3  # plain steps timed before any round: P is their median, not one step's
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
@@ -126,8 +127,8 @@ class DraftLengthController:
 
     def choose(self) -> int:
         """The draft length for the next round; 0 means one plain decoding step."""
-        if self.plain_step is None:
-            return 0  # measure a plain step first: it is the baseline every k must beat
+        if len(self.plain_samples) < self.first_plain_steps:
+            return 0  # measure plain steps first: the baseline every k must beat, which rounds re-measure rarely
         if self.per_draft is None:
             return min(4, self.max_k)  # then a draft pass's time: over several, which share a round's fixed costs
         if self.round_run >= self.refresh_every:

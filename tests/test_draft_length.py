@@ -168,12 +168,12 @@ def test_a_new_batch_size_starts_from_what_the_nearest_size_learned():
     losing = DraftLengthController(max_k=8, probe_every=24)
     run(losing, 300, 0.004, 0.0004, lambda k: 0, round_overhead=0.004)
     fresh = DraftLengthController(max_k=8).for_rows(4)  # nothing learned anywhere
-    assert run(fresh, 4, 0.006, 0.0005, lambda k: 0, round_overhead=0.006) == [0, 4, 4, 8]
+    assert run(fresh, 6, 0.006, 0.0005, lambda k: 0, round_overhead=0.006) == [0, 0, 0, 4, 4, 8]
     batch = losing.for_rows(4)
     assert run(batch, 40, 0.006, 0.0005, lambda k: 0, round_overhead=0.006) == [0] * 40
     winning = DraftLengthController(max_k=8)
     run(winning, 100, 0.004, 0.0004, lambda k: k)
-    assert run(winning.for_rows(4), 3, 0.006, 0.0005, lambda k: k) == [0, 8, 8]
+    assert run(winning.for_rows(4), 5, 0.006, 0.0005, lambda k: k) == [0, 0, 0, 8, 8]
     assert winning.for_rows(4) is winning.for_rows(4) and winning.for_rows(1) is winning
 
 
@@ -192,3 +192,21 @@ def test_a_draft_lengths_first_round_is_not_its_time():
         timed = controller.draft_timing_due()
         controller.observe_round(k, k, 0.006 + 0.0004 * k + trace, 0.0004 * k + trace if timed else None)
     assert chosen[-20:].count(8) >= 19
+
+
+def test_the_plain_baseline_is_several_steps_not_one():
+    """Rounds re-measure the plain step only now and then (``refresh_every``), so a baseline of one plain step
+    lasts: one slow step (a join's, a trace's) made a draft that loses look as if it paid. The baseline is the
+    median of the first few; here the first step is five times the others, and rounds of any k lose."""
+    controller = DraftLengthController(max_k=8)
+    steps = iter([0.020] + [0.004] * 100)
+    chosen = []
+    for _ in range(60):
+        k = controller.choose()
+        chosen.append(k)
+        if k == 0:
+            controller.observe_plain(next(steps))
+        else:  # a round costs two plain steps and a draft pass a token; half its drafts are kept
+            controller.observe_round(k, k // 2, 0.008 + 0.003 * k, 0.003 * k if controller.draft_timing_due() else None)
+    assert chosen[:3] == [0, 0, 0]
+    assert chosen[3:].count(0) >= 50, "a draft that loses is left after the rounds that measure it"
