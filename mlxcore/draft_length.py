@@ -127,14 +127,15 @@ class DraftLengthController:
 
     def choose(self) -> int:
         """The draft length for the next round; 0 means one plain decoding step."""
-        if len(self.plain_samples) < self.first_plain_steps:
+        plain = self.plain_step
+        if plain is None or len(self.plain_samples) < self.first_plain_steps:
             return 0  # measure plain steps first: the baseline every k must beat, which rounds re-measure rarely
         if self.per_draft is None:
             return min(4, self.max_k)  # then a draft pass's time: over several, which share a round's fixed costs
         if self.round_run >= self.refresh_every:
             return 0
         k, rate = self.best()
-        if rate > 1.0 / self.plain_step:
+        if rate > 1.0 / plain:
             self.probe_wait = self.probe_every  # drafting pays: probe promptly if that changes
             self.unexplored_rounds += 1
             if k < self.max_k and self.unexplored_rounds >= self.explore_every:
