@@ -3,8 +3,9 @@
 Measured, not assumed: the acceptance rate at each draft position (given the
 earlier ones were accepted), the seconds of a plain target step P, the seconds
 D of one draft pass (timed now and then in a round that synchronises after
-drafting) and the fixed seconds F of a round beyond its drafts (the verify pass,
-the synchronisation, emitting its tokens), so a round of k costs about F + D k.
+drafting) and the seconds F of a round beyond its drafts (the verify pass, the
+synchronisation, emitting its tokens), so a round of k costs about F + D k; F
+itself grows with k where a pass's time grows with its rows (``_fit_fixed``).
 Both kinds of step are timed alike, from the last step's end to their tokens
 emitted (``BatchRunner._decode``). Expected tokens per round are
 1 + sum_{j<=k} prod_{i<=j} a_i.
@@ -51,7 +52,8 @@ class DraftLengthController:
         self.accept = [0.8] * self.max_k  # a_j: P(draft j accepted | drafts before it), optimistic: draft early
         self.plain_samples: deque[float] = deque(maxlen=self.window)  # recent seconds of a plain target step (P)
         self.draft_samples: deque[tuple[int, float]] = deque(maxlen=self.window)  # (k, seconds) of k draft passes
-        self.fixed_samples: deque[float] = deque(maxlen=self.window)  # ... of a round beyond its drafts (F)
+        self.fixed_samples: deque[tuple[int, float]] = deque(maxlen=self.window)  # (k, seconds) of a round
+        # beyond its drafts (F)
         self.catch_up_samples: deque[float] = deque(maxlen=self.window)  # ... a token of a draft's catch-up (C)
         self.plain_run = 0  # plain steps since the last speculative round
         self.round_run = 0  # speculative rounds since the last plain step
@@ -63,6 +65,7 @@ class DraftLengthController:
         self._traced: set[int] = set()  # draft lengths whose rounds ran
         self._per_draft: float | None = None  # D (``_fit_draft``)
         self._fixed_in_steps = 1.0  # a round's fixed time in plain steps, until a round here measures it
+        self._fixed_line = (0.0, 0.0)  # F at k as base + slope k (``_fit_fixed``)
 
     def for_rows(self, rows: int) -> DraftLengthController:
         """The controller of steps that decode ``rows`` replies: a batch's steps and rounds take other times
@@ -118,8 +121,21 @@ class DraftLengthController:
 
     @property
     def round_fixed(self) -> float | None:
-        """F: seconds of a round beyond its draft passes (median of recent samples)."""
-        return statistics.median(self.fixed_samples) if self.fixed_samples else None
+        """F: seconds of a round beyond its draft passes (median of recent samples, at the k they drafted)."""
+        return statistics.median(seconds for _, seconds in self.fixed_samples) if self.fixed_samples else None
+
+    def _fit_fixed(self) -> None:
+        """F as base + slope k over the recent rounds (probes draft one, exploring rounds one more): the
+        verification's k + 1 rows a reply cost more with k where a pass's time grows with its rows (a CPU's
+        products), which the draft passes' timing does not see; where rows are nearly free (a GPU reading the
+        weights once for them all) the slope is about 0. Until the rounds span two lengths, F is flat."""
+        ks = [k for k, _ in self.fixed_samples]
+        slope = 0.0
+        if len(set(ks)) > 1:
+            fitted = statistics.linear_regression(ks, [seconds for _, seconds in self.fixed_samples]).slope
+            cap = statistics.median(seconds / k for k, seconds in self.fixed_samples)  # (so that base >= 0)
+            slope = min(max(fitted, 0.0), cap)
+        self._fixed_line = (statistics.median(seconds - slope * k for k, seconds in self.fixed_samples), slope)
 
     def draft_timing_due(self) -> bool:
         """Whether the coming round should synchronise after drafting, to time the draft passes."""
@@ -173,8 +189,10 @@ class DraftLengthController:
         return total
 
     def round_seconds(self, k: int) -> float:
-        fixed = self.round_fixed
-        if fixed is None:  # no round measured here yet: in plain steps, as the size it learned from measured it
+        if self.fixed_samples:
+            base, slope = self._fixed_line
+            fixed = base + slope * k
+        else:  # no round measured here yet: in plain steps, as the size it learned from measured it
             fixed = (self.plain_step or 0.0) * self._fixed_in_steps
         return fixed + k * (self.per_draft or 0.0)
 
@@ -205,6 +223,7 @@ class DraftLengthController:
         else:
             self.untimed_rounds += 1
         if self.per_draft is not None and traced and seconds is not None:
-            self.fixed_samples.append(max(seconds - k * self.per_draft, 0.0))
+            self.fixed_samples.append((k, max(seconds - k * self.per_draft, 0.0)))
+            self._fit_fixed()
         self.plain_run = 0
         self.round_run += 1
