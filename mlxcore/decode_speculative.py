@@ -165,11 +165,10 @@ class SpeculativeDecoder:
         return forced
 
     def catch_up_draft(self, dcache: ModelCache, ids: list[int], controller: DraftLengthController) -> None:
-        """Feed the draft what it missed during plain steps, before (and not timed as part of) a round;
-        ``controller``, of the step's batch size, learns what it cost.
-
-        The controller times rounds to learn what each drafted token costs; a
-        catch-up folded into that would make drafting look expensive for good.
+        """Feed the draft what it missed during plain steps, before a round; ``controller``, of the step's batch
+        size, learns what it cost. A lone reply's round is timed after it (a catch-up folded into the time of
+        its rounds would make drafting look expensive for good); a batch's round includes it (replies join there
+        often, and each one's prompt read by the draft is a cost only drafting pays).
         """
         missed = ids[dcache.offset:-1]
         assert self.draft is not None, "only a draft model has a cache to catch up"

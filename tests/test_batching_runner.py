@@ -381,9 +381,9 @@ def test_a_batch_of_mixed_sampling_picks_once_a_kind_and_each_reply_as_alone(mon
 PROMPT_JUMP = 100.0  # what the clocks below add while a pass carries a prompt's rows
 
 
-def jumping_clock(monkeypatch) -> list[float]:
+def jumping_clock(monkeypatch, target: list[object] | None = None) -> list[float]:
     """A decision clock that ticks a millisecond a reading and jumps ``PROMPT_JUMP`` while a pass carries a
-    prompt's chunk."""
+    prompt's chunk (when ``target`` holds a decoder: only that decoder's passes)."""
     from mlxcore import decision_clock
     from mlxcore.batching.batch_forward import BatchDecoder
 
@@ -396,7 +396,7 @@ def jumping_clock(monkeypatch) -> list[float]:
     forward = BatchDecoder.__call__
 
     def timed(self, caches, inputs, feeds=(), keep=()):
-        if any(not feed.short for feed in feeds):  # a prompt's chunk rides in this pass
+        if any(not feed.short for feed in feeds) and (not target or self is target[0]):  # a prompt's chunk rides
             clock[0] += PROMPT_JUMP
         return forward(self, caches, inputs, feeds, keep)
 
@@ -434,13 +434,14 @@ def test_a_step_carrying_prompt_rows_is_not_timed_as_a_plain_step(monkeypatch):
 
 def test_a_round_is_timed_as_a_plain_step_is(monkeypatch):
     """A round's time runs, as a plain step's does, from the last step's end to its tokens emitted (emitting a
-    round's several tokens a reply is part of what it costs), less the draft's catch-up on a joining reply's
-    prompt (the controller learns it apart), and a round whose pass read a prompt's rows is not timed (it would
-    learn that drafting is dear)."""
+    round's several tokens a reply is part of what it costs), and a round whose pass read a prompt's rows is not
+    timed (it would learn that drafting is dear). (The clock jumps for the target's prompt rows only: the draft's
+    reading of a joining reply's prompt is a cost of the round.)"""
     from mlxcore.batching.runner import BatchRunner
     from mlxcore.draft_length import DraftLengthController
 
-    clock = jumping_clock(monkeypatch)
+    target: list[object] = []
+    clock = jumping_clock(monkeypatch, target)
     emitting = 10.0  # the clock's jump while a round emits its tokens
     emit = BatchRunner._emit_round
 
@@ -455,7 +456,10 @@ def test_a_round_is_timed_as_a_plain_step_is(monkeypatch):
     monkeypatch.setattr(DraftLengthController, "observe_round",
                         lambda self, k, accepted, seconds, *args, **kwargs:
                         (samples.append(seconds), observe(self, k, accepted, seconds, *args, **kwargs)))
-    one_joins_in_chunks(Collector(LocalBatch(engine(draft=True), step_tokens=CHUNKED)))
+    batch = LocalBatch(engine(draft=True), step_tokens=CHUNKED)
+    target.append(batch.runner.decoder)
+    one_joins_in_chunks(Collector(batch))
+    assert clock[0] > 2 * PROMPT_JUMP, "the target's passes read the prompt in chunks"
     timed = [seconds for seconds in samples if seconds is not None]
     assert len(timed) > 20 and len(timed) < len(samples), "rounds were timed, and those beside a prompt were not"
     assert min(timed) >= emitting, "a round's time includes emitting its tokens"

@@ -480,7 +480,6 @@ class BatchRunner:
             return emitted, None
         assert self.rows and self.drafter is not None  # (``_draft_control``)
         control = self.engine.draft_control.for_rows(len(seqs))
-        catch_up = decision_clock.now()
         for seq in drafting:
             decoder = self._speculative(seq)
             decoder.counters.draft_lengths.append(k)
@@ -491,7 +490,6 @@ class BatchRunner:
         start = decision_clock.now()
         try:
             rounds = BatchRound(self.engine.target_forward, self.drafter, drafting, k)
-            rounds.catch_up_seconds = start - catch_up
             if control.draft_timing_due():  # now and then: one more sync, to learn what a draft pass costs
                 mx.eval([drafted for drafted, _ in rounds.proposals])
                 rounds.draft_seconds = decision_clock.now() - start
@@ -507,12 +505,12 @@ class BatchRunner:
 
     def _finish_rounds(self, rounds: BatchRound, control: DraftLengthController, start: float | None) -> int:
         """The batch's rounds after the step's pass: each reply's verdict emitted; tokens emitted. The round is
-        timed from ``start`` to its tokens emitted, as a plain step is (None: not timed), less the draft's
-        catch-up, which the controller learns apart (``catch_up_draft``)."""
+        timed from ``start`` to its tokens emitted, as a plain step is (None: not timed), the draft's catch-up
+        included: a reply that joins a batch that drafts costs its prompt's reading by the draft too."""
         verdicts = rounds.verdicts(self.engine.target_forward)
         emitted = sum(self._emit_round(seq, tokens) for seq, (_, _, tokens) in zip(rounds.drafting, verdicts))
         control.observe_round(rounds.k, [n for _, n, _ in verdicts],
-                              None if start is None else decision_clock.now() - start - rounds.catch_up_seconds,
+                              None if start is None else decision_clock.now() - start,
                               rounds.draft_seconds, proposed=[k for k, _, _ in verdicts])
         return emitted
 

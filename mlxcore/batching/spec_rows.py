@@ -27,7 +27,6 @@ class BatchRound:
         proposals = drafter.propose(seqs, [_decoder(seq) for seq in seqs], k)
         self.k, self.drafter = k, drafter
         self.draft_seconds: float | None = None  # what the draft passes took, when the runner timed them
-        self.catch_up_seconds = 0.0  # what feeding the drafts what they missed took before (not the round's)
         self.drafting = [seq for seq, proposal in zip(seqs, proposals) if proposal is not None]
         self.proposed = [proposal[0].size for proposal in proposals if proposal is not None]  # the drafter's
         # ... and after a constrained draft's, the tokens its grammar forces, checked in the same rows
