@@ -118,8 +118,9 @@ def run_attention(fused: bool, rows: int, heads: int, kv_heads: int,
     - ``fused`` (one row: MLX builds a fused kernel's masks from the shapes it first sees): first(q, keys,
       values) is the attention, shaped as the queries; then is None;
     - the grouped products, the operations of ``_grouped``: first(q, keys, *mask) gives the exp parts of the
-      scores (``fast_exp``; the mask is ``grouped_mask``'s, none for one row that sees every key), their view to float32 stays outside (it cannot be
-      shapeless), then(weights, values) the attention, shaped as the queries.
+      scores (``fast_exp``; the mask is ``grouped_mask``'s, none for one row that sees every key), their view
+      to float32 stays outside (it cannot be shapeless), then(weights, values) the attention, shaped as the
+      queries.
 
     The shapes they reshape by are baked into the trace, so each (rows, heads, kv_heads, dim) has its own."""
     assert rows == 1 or not fused, "several rows take the grouped products"

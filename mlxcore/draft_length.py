@@ -113,11 +113,8 @@ class DraftLengthController:
         feed (a round's fixed cost, which F then holds). Fitted when recent timings span several k; else their
         median per pass (which charges s to the passes: a timing at small k makes every k look dear)."""
         per_pass = statistics.median(seconds / k for k, seconds in self.draft_samples)
-        ks = [k for k, _ in self.draft_samples]
-        slope = 0.0
-        if len(set(ks)) > 1:
-            slope = statistics.linear_regression(ks, [seconds for _, seconds in self.draft_samples]).slope
-        self._per_draft = slope if 0.0 < slope < per_pass else per_pass
+        slope = _slope(self.draft_samples)
+        self._per_draft = slope if slope is not None and 0.0 < slope < per_pass else per_pass
 
     @property
     def round_fixed(self) -> float | None:
@@ -129,12 +126,10 @@ class DraftLengthController:
         verification's k + 1 rows a reply cost more with k where a pass's time grows with its rows (a CPU's
         products), which the draft passes' timing does not see; where rows are nearly free (a GPU reading the
         weights once for them all) the slope is about 0. Until the rounds span two lengths, F is flat."""
-        ks = [k for k, _ in self.fixed_samples]
-        slope = 0.0
-        if len(set(ks)) > 1:
-            fitted = statistics.linear_regression(ks, [seconds for _, seconds in self.fixed_samples]).slope
+        slope = _slope(self.fixed_samples) or 0.0
+        if slope:
             cap = statistics.median(seconds / k for k, seconds in self.fixed_samples)  # (so that base >= 0)
-            slope = min(max(fitted, 0.0), cap)
+            slope = min(max(slope, 0.0), cap)
         self._fixed_line = (statistics.median(seconds - slope * k for k, seconds in self.fixed_samples), slope)
 
     def draft_timing_due(self) -> bool:
@@ -228,3 +223,11 @@ class DraftLengthController:
             self._fit_fixed()
         self.plain_run = 0
         self.round_run += 1
+
+
+def _slope(samples: deque[tuple[int, float]]) -> float | None:
+    """The least-squares slope of seconds over k of (k, seconds) samples; None while they are all at one k."""
+    ks = [k for k, _ in samples]
+    if len(set(ks)) < 2:
+        return None
+    return statistics.linear_regression(ks, [seconds for _, seconds in samples]).slope
