@@ -131,6 +131,10 @@ def test_a_failing_step_ends_its_requests_and_the_engine_goes_on(monkeypatch):
             list(handle.events(timeout=30))
         result["alive"] = worker.alive
         result["next"] = list(worker.submit(Request((1, 2, 3), GenerationParams(max_tokens=5))).events(timeout=30))
+        # The engine thread snapshots its stats after the step that sent the final event: wait for that snapshot
+        deadline = time.monotonic() + 30
+        while worker.stats().running and time.monotonic() < deadline:
+            time.sleep(0.01)
         result["stats"] = worker.stats()
 
     result = serve(worker, client)
