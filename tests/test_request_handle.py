@@ -30,8 +30,8 @@ async def read(handles: list[RequestHandle], engine: threading.Thread) -> list[t
     engine.start()
     taken = []
     while inbox.open:
-        index, event = inbox.take(await inbox.get())
-        taken.append((index, event.token if isinstance(event, TokenEvent) else "end"))
+        for index, events in await inbox.arrived():
+            taken += [(index, event.token if isinstance(event, TokenEvent) else "end") for event in events]
     return taken
 
 
@@ -61,3 +61,25 @@ def test_an_engine_failure_reaches_the_reader():
 
     with pytest.raises(RequestFailedError, match="out of memory"):
         asyncio.run(read([failing, fine], threading.Thread(target=engine)))
+
+
+def test_what_arrived_together_is_taken_at_once_and_a_failure_after_the_events_before_it():
+    replying, failing = handle(), handle()
+
+    async def reader() -> tuple[list, list]:
+        inbox = RequestHandle.read_all([replying, failing])
+        for i in range(5):  # a round's tokens, put before the reader looks
+            replying.put(token(i))
+        failing.put(token(7))
+        first = [(index, [event.token for event in events]) for index, events in await inbox.arrived()]
+        replying.put(token(5))
+        failing.fail(RuntimeError("out of memory"))
+        second = [(index, [event.token for event in events]) for index, events in await inbox.arrived()]
+        with pytest.raises(RequestFailedError, match="out of memory"):
+            await inbox.arrived()
+        return first, second
+
+    first, second = asyncio.run(reader())
+    assert first == [(0, [0, 1, 2, 3, 4]), (1, [7])]
+    assert second == [(0, [5])]  # the events before the failure are read first
+    assert replying.unread == 0

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from app.serve.choices import ChoiceState, completion_logprobs, held_back
+from app.serve.choices import ChoiceState, Delta, coalesce, completion_logprobs, held_back
 from app.serve.prompts import with_empty_blocks
+from mlxcore import CallDelta
 from mlxcore.events import FinalEvent, GenerationStats, TokenEvent
 from mlxcore.think_blocks import EMPTY
 
@@ -118,3 +119,33 @@ def test_requests_asking_for_one_grammar_at_once_share_one_compile(monkeypatch):
     got = asyncio.run(twenty_and_one())
     assert len(calls) == 2 and len(set(calls)) == 2, f"{len(calls)} compiles"
     assert all(grammar.compiled is got[0].compiled for grammar in got[:20]) and got[20].compiled is not None
+
+
+ADD = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+
+
+def test_a_rounds_tokens_go_out_as_one_delta_that_says_what_theirs_said():
+    choice = ChoiceState(0, tools=ADD)
+    texts = ["<think>", "\nsum", "</think>", "\n\nLet me add.", "\n<tool_call>", '\n{"name": "add", ',
+             '"arguments": {"a": 1', "}}\n</tool_call>"]
+    each = [choice.feed(TokenEvent(token=i, text=text, logprob=-0.1 * i)) for i, text in enumerate(texts)]
+    each.append(choice.feed(FinalEvent("eos", "", GenerationStats())))
+    (one,) = coalesce(each)
+    assert one.reasoning == "".join(d.reasoning for d in each) == "\nsum"
+    assert one.content == "".join(d.content for d in each) == "Let me add."
+    assert [lp.token for lp in one.logprobs] == list(range(len(texts)))  # every token's logprob, in order
+    assert one.finish_reason == "tool_calls"
+    (call,) = one.tool_calls  # the call's id and name, then all its arguments, in one piece
+    assert (call.id, call.name) == (choice.tool_calls[0].id, "add")
+    assert call.arguments == "".join(c.arguments for d in each for c in d.tool_calls) == '{"a": 1}'
+
+
+def test_deltas_that_one_chunk_would_reorder_stay_apart():
+    call = CallDelta(0, "call_1", "add", '{"a"')
+    pieces = [Delta(tool_calls=(call,)), Delta(tool_calls=(CallDelta(0, arguments=": 1}"),)), Delta(content="done"),
+              Delta(reasoning="hm"), Delta(content="!", finish_reason="stop"), Delta(content="late")]
+    merged = coalesce(pieces)
+    # text after a call, reasoning after text, anything after the finish: each starts a chunk of its own
+    assert [(d.reasoning, d.content, [c.arguments for c in d.tool_calls]) for d in merged] == [
+        ("", "", ['{"a": 1}']), ("", "done", []), ("hm", "!", []), ("", "late", [])]
+    assert merged[2].finish_reason == "stop"

@@ -2,15 +2,16 @@
 reply parser, ``mlxcore.reply_parser``), logprobs, finish.
 
 ``ChoiceState.feed(event)`` returns what the event adds (a ``Delta``), which a
-stream sends at once; the state keeps the sums, which a non-streaming reply
-sends at the end. The same object serves both, so the two cannot disagree.
+stream sends at once (the deltas of events that arrived together as one,
+``coalesce``); the state keeps the sums, which a non-streaming reply sends at
+the end. The same object serves both, so the two cannot disagree.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from mlxcore import CallDelta, Event, FinalEvent, ParsedDelta, ReplyParser, TokenEvent, ToolCall
@@ -29,13 +30,43 @@ class TokenLogprob:
 
 @dataclass(frozen=True)
 class Delta:
-    """What one event adds to a choice."""
+    """What events add to a choice: one event's (``ChoiceState.feed``), or a run of them (``coalesce``)."""
 
     reasoning: str = ""
     content: str = ""
-    logprob: TokenLogprob | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()  # the tokens' own
     finish_reason: str | None = None  # OpenAI's: "stop", "length" or "tool_calls"
     tool_calls: tuple[CallDelta, ...] = ()
+
+    def then(self, after: Delta) -> Delta | None:
+        """This delta and the next as one, or None where one chunk would reorder them: each API sends a chunk's
+        reasoning, then its text, then its calls, so text after a call (or reasoning after text) starts anew."""
+        if self.finish_reason is not None:
+            return None
+        kinds = [i for i, part in enumerate((after.reasoning, after.content, after.tool_calls)) if part]
+        if kinds and any(part for part in (self.reasoning, self.content, self.tool_calls)[kinds[0] + 1:]):
+            return None
+        calls = list(self.tool_calls)
+        for piece in after.tool_calls:  # a call's arguments go on in one piece
+            if calls and calls[-1].index == piece.index and piece.id is None:
+                calls[-1] = replace(calls[-1], arguments=calls[-1].arguments + piece.arguments)
+            else:
+                calls.append(piece)
+        return Delta(self.reasoning + after.reasoning, self.content + after.content, self.logprobs + after.logprobs,
+                     after.finish_reason, tuple(calls))
+
+
+def coalesce(deltas: list[Delta]) -> list[Delta]:
+    """``deltas`` (of one choice, in order) as few as can be sent in their order: a speculative round's tokens, or
+    what arrived while the server was busy, go out as one chunk rather than one each."""
+    out: list[Delta] = []
+    for delta in deltas:
+        joined = out[-1].then(delta) if out else None
+        if joined is None:
+            out.append(delta)
+        else:
+            out[-1] = joined
+    return out
 
 
 @dataclass
@@ -74,12 +105,13 @@ class ChoiceState:
 
     def feed(self, event: Event) -> Delta:
         """What ``event`` adds (the sums grow by it)."""
-        logprob, hold = None, 0
+        logprobs: tuple[TokenLogprob, ...] = ()
+        hold = 0
         if isinstance(event, TokenEvent):
             self.tokens += 1
             self.arrivals.append(time.perf_counter())
-            logprob = TokenLogprob(event.token, event.logprob, event.top_logprobs)
-            self.logprobs.append(logprob)
+            logprobs = (TokenLogprob(event.token, event.logprob, event.top_logprobs),)
+            self.logprobs.append(logprobs[0])
             self._raw += event.text
             hold = self._tails.feed(event.text) if self._tails.stops else 0  # what may begin a stop string
         elif event.finish_reason == "stop":
@@ -91,7 +123,7 @@ class ChoiceState:
             parsed = self._finish(event, parsed)
         self.reasoning += parsed.reasoning
         self.content += parsed.content
-        return Delta(parsed.reasoning, parsed.content, logprob, self.finish_reason, parsed.calls)
+        return Delta(parsed.reasoning, parsed.content, logprobs, self.finish_reason, parsed.calls)
 
     def _finish(self, event: FinalEvent, parsed: ParsedDelta) -> ParsedDelta:
         """The reply ended: its finish reason; ``parsed`` and what the parser held back."""

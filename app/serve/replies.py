@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from app.serve.choices import ChoiceState, Delta, TokenLogprob, chat_logprobs, completion_logprobs
+from app.serve.choices import ChoiceState, Delta, chat_logprobs, completion_logprobs
 from mlxcore import CallDelta
 
 TextOf = Callable[[int], str]
@@ -86,7 +86,7 @@ def chat_chunk(head: dict, choice: ChoiceState, delta: Delta, *, text_of: TextOf
         body["content"] = delta.content
     if delta.tool_calls:
         body["tool_calls"] = tool_call_chunks(delta.tool_calls)
-    logprobs = chat_logprobs([delta.logprob], text_of) if text_of and delta.logprob else None
+    logprobs = chat_logprobs(list(delta.logprobs), text_of) if text_of and delta.logprobs else None
     chunk = head | {"choices": [{"index": choice.index, "delta": body, "logprobs": logprobs,
                                  "finish_reason": delta.finish_reason}]}
     return chunk | ({"usage": None} if usage_field else {})
@@ -102,9 +102,8 @@ def chat_role_chunk(head: dict, index: int, usage_field: bool) -> dict:
 def completion_chunk(head: dict, choice: ChoiceState, delta: Delta, *, text_of: TextOf | None,
                      usage_field: bool) -> dict:
     """One streamed event of a completions choice (``head`` as for ``chat_chunk``)."""
-    entries: list[TokenLogprob] = [delta.logprob] if delta.logprob else []
     offset = len(choice.content) - len(delta.content)  # where this delta starts in the choice's text
-    logprobs = completion_logprobs(entries, text_of, offset) if text_of and entries else None
+    logprobs = completion_logprobs(list(delta.logprobs), text_of, offset) if text_of and delta.logprobs else None
     chunk = head | {"choices": [{"index": choice.index, "text": delta.content, "logprobs": logprobs,
                                  "finish_reason": delta.finish_reason}]}
     return chunk | ({"usage": None} if usage_field else {})

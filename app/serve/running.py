@@ -49,8 +49,9 @@ async def follow(handles: list[RequestHandle], choices: list[ChoiceState]) -> No
     """Feed every event to its choice until all choices end."""
     inbox = RequestHandle.read_all(handles)
     while inbox.open:
-        index, event = inbox.take(await inbox.get())
-        choices[index].feed(event)
+        for index, events in await inbox.arrived():
+            for event in events:
+                choices[index].feed(event)
 
 
 async def until_disconnected(request: HTTPRequest) -> None:

@@ -1,4 +1,5 @@
-"""Server-sent events for ``"stream": true``: one chunk per token of each choice, then ``[DONE]``.
+"""Server-sent events for ``"stream": true``: a chunk per choice for the tokens that arrived together (one
+token each, unless a speculative round's or the server was busy), then ``[DONE]``.
 
 ``relay`` is the one loop of every stream (OpenAI's here, Anthropic's in
 ``anthropic_stream.py``): it feeds the choices and cancels them when the stream
@@ -27,7 +28,7 @@ from typing import Protocol
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from sse_starlette.sse import AppStatus
 
-from app.serve.choices import ChoiceState, Delta
+from app.serve.choices import ChoiceState, Delta, coalesce
 from app.serve.errors import APIError, from_engine_error
 from app.serve.exchange import Exchange
 from app.serve.replies import chat_chunk, chat_role_chunk, completion_chunk, usage_chunk
@@ -89,10 +90,13 @@ async def relay(state: ServerState, exchange: Exchange, scope_state: dict, frame
             yield first
         inbox = RequestHandle.read_all(exchange.handles)
         while inbox.open:
-            index, item = inbox.take(await inbox.get())
-            choice = exchange.choices[index]
-            for frame in frames.delta(choice, choice.feed(item)):
-                yield frame
+            sent: list[bytes] = []  # what arrived together goes out in one write
+            for index, events in await inbox.arrived():
+                choice = exchange.choices[index]
+                for delta in coalesce([choice.feed(event) for event in events]):
+                    sent += frames.delta(choice, delta)
+            if sent:
+                yield b"".join(sent)
         closing, outcome = frames.closing(), None
         for last in closing:
             yield last

@@ -47,7 +47,7 @@ class RequestHandle:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None  # an ``Inbox``'s, once one reads this handle
-        self._inbox: asyncio.Queue[tuple[int, object]] | None = None
+        self._inbox: asyncio.Queue[tuple[int, tuple[object, ...]]] | None = None
         self._index = 0  # this handle's place in that inbox
         # Events put and not yet taken by the reader (back-pressure: the runner pauses the reply while this is
         # large); changed under ``_lock``.
@@ -62,19 +62,21 @@ class RequestHandle:
 
     # the engine thread's side -------------------------------------------------
 
-    def put(self, event: Event | _Failure) -> None:
-        """Hand ``event`` to the reader (``fail`` hands a failure the same way)."""
-        if isinstance(event, FinalEvent):
+    def put(self, *events: Event | _Failure) -> None:
+        """Hand ``events`` to the reader, in order, as one arrival: an ``Inbox`` takes a speculative round's
+        tokens together (``fail`` hands a failure the same way)."""
+        if isinstance(events[-1], FinalEvent):
             self.finished.set()
         with self._lock:
-            self.unread += 1
+            self.unread += len(events)
             if self._loop is None:
-                self._queue.put(event)
+                for event in events:
+                    self._queue.put(event)
                 return
             loop, inbox, index = self._loop, self._inbox, self._index
         assert inbox is not None  # set with the loop
         try:
-            loop.call_soon_threadsafe(inbox.put_nowait, (index, event))
+            loop.call_soon_threadsafe(inbox.put_nowait, (index, events))
         except RuntimeError:  # the reader's loop is closed: nobody is reading any more
             pass
 
@@ -112,13 +114,13 @@ class RequestHandle:
         """The events of ``handles`` in the running asyncio loop, as they arrive (see ``Inbox``)."""
         return Inbox(handles)
 
-    def _read_into(self, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[tuple[int, object]],
+    def _read_into(self, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[tuple[int, tuple[object, ...]]],
                    index: int) -> None:
         """From now on ``put`` hands events to ``inbox`` in ``loop`` (see ``Inbox``), this one first."""
         with self._lock:
             self._loop, self._inbox, self._index = loop, inbox, index
             while not self._queue.empty():  # what came before this reader arrived
-                inbox.put_nowait((index, self._queue.get_nowait()))
+                inbox.put_nowait((index, (self._queue.get_nowait(),)))
 
     def _taken(self, item: object) -> Event:
         """The event ``item`` is (what ``put`` delivered), now read; ``RequestFailedError`` if the engine failed."""
@@ -130,33 +132,48 @@ class RequestHandle:
 
 
 class Inbox:
-    """The events of several handles in one asyncio loop, in the order they arrive, each with its handle's place
-    in ``handles``: ``index, event = inbox.take(await inbox.get())`` while ``inbox.open``. The engine pauses a
-    handle whose events wait here unread (``RequestHandle.unread``), so what waits stays bounded. ``get`` is the
-    queue's own, so nothing stands between the loop and the reader (a generator per handle cost a step per
-    token). Create it in the loop that reads; a handle is read by one inbox (or ``events()``) only."""
+    """The events of several handles in one asyncio loop: ``for index, events in await inbox.arrived()`` while
+    ``inbox.open``, each handle's events in order, with its place in ``handles``. A call takes everything that
+    arrived since the last one, so a reader takes a speculative round's tokens (or what came while it was
+    busy) at once, and can send them as one chunk. The engine pauses a handle whose events wait here unread
+    (``RequestHandle.unread``), so what waits stays bounded. Create it in the loop that reads; a handle is read
+    by one inbox (or ``events()``) only."""
 
     def __init__(self, handles: list[RequestHandle]) -> None:
-        queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
-        self.get = queue.get
+        self._queue: asyncio.Queue[tuple[int, tuple[object, ...]]] = asyncio.Queue()
         self.handles = handles
         self.open = len(handles)  # the handles whose final event (or failure) was not taken yet
+        self._failed: BaseException | None = None  # a failure that came after events still to be read
         loop = asyncio.get_running_loop()
         for index, handle in enumerate(handles):
-            handle._read_into(loop, queue, index)
+            handle._read_into(loop, self._queue, index)
 
-    def take(self, arrived: tuple[int, object]) -> tuple[int, Event]:
-        """``arrived`` (what ``get`` gave) as (index, event), now read; ``RequestFailedError`` if the engine
-        failed that handle's request."""
-        index, item = arrived
-        handle = self.handles[index]
-        with handle._lock:
-            handle.unread -= 1
-        if isinstance(item, _Failure):
-            raise_failed(item.error)
-        if isinstance(item, FinalEvent):
-            self.open -= 1
-        return index, cast(Event, item)  # what ``put`` delivered
+    async def arrived(self) -> list[tuple[int, list[Event]]]:
+        """The events that arrived since the last call (waiting for one), by handle, now read;
+        ``RequestFailedError`` once the engine failed a handle's request (after the events before it)."""
+        if self._failed is not None:
+            raise_failed(self._failed)
+        queue = self._queue
+        items = [await queue.get()]
+        while not queue.empty():
+            items.append(queue.get_nowait())
+        grouped: dict[int, list[Event]] = {}
+        for index, events in items:
+            handle = self.handles[index]
+            with handle._lock:
+                handle.unread -= len(events)
+            for item in events:
+                if isinstance(item, _Failure):
+                    self._failed = item.error
+                    break
+                if isinstance(item, FinalEvent):
+                    self.open -= 1
+                grouped.setdefault(index, []).append(cast(Event, item))  # what ``put`` delivered
+            if self._failed is not None:
+                break
+        if not grouped and self._failed is not None:
+            raise_failed(self._failed)
+        return list(grouped.items())
 
 
 def raise_failed(error: BaseException) -> NoReturn:

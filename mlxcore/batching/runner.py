@@ -27,7 +27,7 @@ from mlxcore.batching.policies import Policy
 from mlxcore.batching.prompt_feed import PromptFeed
 from mlxcore.batching.request import Request
 from mlxcore.batching.scheduler import Scheduler, StepPlan
-from mlxcore.batching.sequence import Sequence
+from mlxcore.batching.sequence import Generated, Sequence
 from mlxcore.batching.drafters import drafter_of
 from mlxcore.batching.spec_rows import BatchRound
 from mlxcore.batching.pool_account import NoPool, PoolAccount
@@ -447,8 +447,7 @@ class BatchRunner:
             if seq.constraint is not None and seq.constraint.failed is not None:  # never a token past it
                 self._end(seq, error=seq.constraint.failed)
                 continue
-            self._emitted(seq, token, logprob, False, top)
-            emitted += 1
+            emitted += self._emitted(seq, [(token, logprob, False, top)])
         if rounds is not None and control is not None:
             emitted += self._finish_rounds(rounds, control, None if feeds else start)
         elif control is not None and not k:  # the controller compares a round's tokens per second with a plain step's
@@ -516,21 +515,19 @@ class BatchRunner:
 
     def _emit_round(self, seq: Sequence, tokens: list[Emitted]) -> int:
         """Emit a round's tokens for ``seq`` up to where its reply ends; tokens emitted."""
-        for done, (token, logprob, from_draft) in enumerate(tokens, 1):
-            self._emitted(seq, token, logprob, from_draft, ())
-            if not self._alive(seq):  # the reply ended there: the rest are not its tokens
-                assert seq.speculative is not None
-                seq.speculative.counters.round_tokens -= len(tokens) - done
-                return done
-        return len(tokens)
+        done = self._emitted(seq, [(token, logprob, from_draft, ()) for token, logprob, from_draft in tokens])
+        if done < len(tokens):  # the reply ended there: the rest are not its tokens
+            assert seq.speculative is not None
+            seq.speculative.counters.round_tokens -= len(tokens) - done
+        return done
 
     def _emit_pending(self, seq: Sequence) -> int:
         """Emit ``seq``'s pending pick now (before it leaves batched decoding); tokens emitted."""
         read = self.steps.take_pending(seq)
         if read is None:
             return 0
-        self._emitted(*read[:3], False, read[3])
-        return 1
+        seq, token, logprob, top = read
+        return self._emitted(seq, [(token, logprob, False, top)])
 
     def _preempted(self, seq: Sequence) -> None:
         """Let go of a preempted sequence's caches (its pending pick emitted first: it is a real token)."""
@@ -580,13 +577,14 @@ class BatchRunner:
         """Whether ``seq`` is still the sequence its request id runs in (not ended, not handed on)."""
         return self.sequences.get(seq.request_id) is seq
 
-    def _emitted(self, seq: Sequence, token: int, logprob: float, from_draft: bool,
-                 top: tuple[tuple[int, float], ...]) -> None:
-        self.tally.tokens += 1
-        finish = seq.emit(token, logprob, from_draft, top)
+    def _emitted(self, seq: Sequence, tokens: list[Generated]) -> int:
+        """Emit ``tokens`` for ``seq`` up to one that ends its reply (then it ends); tokens emitted."""
+        done, finish = seq.emit(tokens)
+        self.tally.tokens += done
         if finish:
             self.steps.drop(seq)
             self._end(seq, reason=finish)
+        return done
 
     # endings ----------------------------------------------------------------
 

@@ -34,6 +34,8 @@ from mlxcore.reply_text import ReplyText
 from mlxcore.sampling import TokenPicker
 from mlxcore.sampling_graphs import graph_of
 
+Generated = tuple[int, float, bool, tuple[tuple[int, float], ...]]  # a token, its logprob, drafted?, top logprobs
+
 
 class Sequence:
     """One choice of a request, from its arrival to its final event."""
@@ -173,21 +175,26 @@ class Sequence:
             self.caches.draft.release()
             self.caches.draft = None
 
-    def emit(self, token: int, logprob: float, from_draft: bool = False,
-             top: tuple[tuple[int, float], ...] = ()) -> str | None:
-        """Record a generated token and put its event; the finish reason if the reply ends with it."""
+    def emit(self, tokens: list[Generated]) -> tuple[int, str | None]:
+        """Record generated tokens, up to one that ends the reply, and put their events as one arrival (a
+        speculative round's go to a client together); how many, and the finish reason if the reply ended."""
         now = time.monotonic()
         if self.first_token is None:
             self.first_token = now
         self.last_token = now
-        self.ids.append(token)
+        reply, events, finish = self.reply, [], None
+        assert reply is not None  # (a scheduler test's sequence emits nothing)
+        for token, logprob, from_draft, top in tokens:
+            self.ids.append(token)
+            delta, finish = reply.add(token)
+            events.append(TokenEvent(token=token, text=delta, logprob=logprob, from_draft=from_draft,
+                                     finish_reason=finish, top_logprobs=top))
+            if finish:
+                break
         if self.caches is not None:  # the blocks its caches filled become prefix hits
             self.caches.hash_blocks()
-        assert self.reply is not None  # (a scheduler test's sequence emits nothing)
-        delta, finish = self.reply.add(token)
-        self.handle.put(TokenEvent(token=token, text=delta, logprob=logprob, from_draft=from_draft,
-                                   finish_reason=finish, top_logprobs=top))
-        return finish
+        self.handle.put(*events)
+        return len(events), finish
 
     def finish(self, reason: str, stats_extra: dict | None = None) -> None:
         """Put the final event (``reason``: eos, length, stop or cancelled) with the request's figures;
