@@ -76,10 +76,11 @@ class SpeculativeDecoder:
         self.state: object = None  # what the drafter keeps for this reply (prompt lookup's index)
         self._draft_masks: list[mx.array] = []  # (vocab,) bool: the masks the draft proposed under, this round
 
-    def round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:
+    def round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> tuple[list[Emitted], float | None]:
         """One round after ``ids`` (prompt and reply so far), with one synchronisation: every pass is queued
-        lazily. Should it fail, both caches are trimmed back to a prefix of ``ids[:-1]`` (the target's all of
-        it) before the error goes on."""
+        lazily; its tokens, and what its k draft passes took when the controller asked (the runner times the
+        round, as a batch's). Should it fail, both caches are trimmed back to a prefix of ``ids[:-1]`` (the
+        target's all of it) before the error goes on."""
         try:
             return self._round(tcache, dcache, ids, k)
         except BaseException:
@@ -87,7 +88,7 @@ class SpeculativeDecoder:
             hold(dcache, ids[:-1])
             raise
 
-    def _round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> list[Emitted]:
+    def _round(self, tcache: ModelCache, dcache: ModelCache, ids: list[int], k: int) -> tuple[list[Emitted], float | None]:
         assert self.draft is not None, "a round of a model not run split drafts with a draft model"
         self.catch_up_draft(dcache, ids, self.controller)
         start = decision_clock.now()
@@ -104,10 +105,9 @@ class SpeculativeDecoder:
         inputs = mx.concatenate([mx.array(fed), drafted])[None]
         logits = self.target(inputs, cache=tcache.layers)[0, -(checked + 1):]  # (checked + 1, V)
         n, emitted = self.verdict(self.judge(logits, drafted, q), k)
-        self.controller.observe_round(k, min(n, k), decision_clock.now() - start, draft_seconds)
         rewind(tcache, checked - n)
         rewind(dcache, max(k - 1 - n, 0))  # (it fed d_1..d_k-1, none of the forced tokens)
-        return emitted
+        return emitted, draft_seconds
 
     def with_forced(self, drafted: mx.array, q: mx.array | None) -> tuple[mx.array, mx.array | None]:
         """The proposal and the tokens the grammar forces after it (``_forced``), checked in the same pass
@@ -166,10 +166,8 @@ class SpeculativeDecoder:
 
     def catch_up_draft(self, dcache: ModelCache, ids: list[int], controller: DraftLengthController) -> None:
         """Feed the draft what it missed during plain steps, before a round; ``controller``, of the step's batch
-        size, learns what it cost. A lone reply's round is timed after it (a catch-up folded into the time of
-        its rounds would make drafting look expensive for good); a batch's round includes it (replies join there
-        often, and each one's prompt read by the draft is a cost only drafting pays).
-        """
+        size, learns what it cost. The round's time includes it: a prompt read by the draft is a cost only
+        drafting pays."""
         missed = ids[dcache.offset:-1]
         assert self.draft is not None, "only a draft model has a cache to catch up"
         if len(missed) > FORCED + 1:  # a whole prompt when it starts: in the device's prefill chunks (a round's

@@ -199,8 +199,8 @@ class DraftLengthController:
     def observe_round(self, k: int, accepted: int | list[int], seconds: float | None,
                       draft_seconds: float | None = None, proposed: list[int] | None = None) -> None:
         """Record one round: k drafted, ``accepted`` kept (by each reply of a batch's round), ``seconds`` it took
-        (a batch's, as a plain step's: from the last step's end to its tokens emitted; a hybrid model's lone
-        round, from its drafting to its verdict; None: a round not to time, whose pass read a prompt's rows too).
+        (as a plain step's: from the last step's end to its tokens emitted; None: a round not to time, whose
+        pass read a prompt's rows too).
 
         ``draft_seconds``: the time its k draft passes took, when this round was timed. ``proposed``: each
         reply's drafted count where it may be fewer than k (prompt lookup's)."""

@@ -318,6 +318,37 @@ def test_speculative_greedy_is_plain_greedy(folder, hybrid_draft, pair, k):
     assert caches.tokens == (prompt + expected)[:caches.target.offset]  # what it holds is what was said
 
 
+def test_a_lone_round_is_timed_as_a_batchs_round_is(folder, monkeypatch):
+    """A hybrid model's round (a lone reply's, ``SpeculativeDecoder.round``) is timed as a batch's round and a
+    plain step are, from the last step's end to its tokens emitted: emitting a round's tokens is part of what
+    it costs (a clock that jumps while a round emits)."""
+    from mlxcore import decision_clock
+    from mlxcore.batching.runner import BatchRunner
+    from mlxcore.draft_length import DraftLengthController
+    from test_speculative import controller
+
+    clock, emitting = [0.0], 10.0
+
+    def now() -> float:
+        clock[0] += 0.001
+        return clock[0]
+
+    emit, observe, samples = BatchRunner._emit_round, DraftLengthController.observe_round, []
+
+    def slow_emit(self, seq, tokens):
+        clock[0] += emitting
+        return emit(self, seq, tokens)
+
+    monkeypatch.setattr(decision_clock, "now", now)
+    monkeypatch.setattr(BatchRunner, "_emit_round", slow_emit)
+    monkeypatch.setattr(DraftLengthController, "observe_round", lambda self, k, accepted, seconds, *args, **kwargs:
+                        (samples.append(seconds), observe(self, k, accepted, seconds, *args, **kwargs)))
+    spec = open_engine(ModelChoice(model=str(folder), draft="mini-draft"), kv=KINDS["standard"], num_draft=5).engine
+    spec.draft_control = controller(2)
+    list(spec.generate(list(range(300, 330)), spec.new_caches(), GREEDY))
+    assert len(samples) > 5 and min(samples) >= emitting, samples
+
+
 def test_what_a_hybrid_model_does_not_run_on_yet_is_refused(qwen35_folder):
     opened = open_engine(str(qwen35_folder))  # the default paged cache: the standard one instead, said in the note
     assert opened.engine.kv.kind == "standard" and "without prefix sharing" in opened.note

@@ -424,9 +424,10 @@ class BatchRunner:
         control = self._draft_control(seqs, lone)
         k = control.choose() if control is not None else 0
         if k and not self.rows:  # a lone reply of a model not run split here (a hybrid one)
+            assert control is not None  # (k came from it)
             with self._alone(seqs[0]):
                 self._speculative(seqs[0]).counters.draft_lengths.append(k)
-                return self._emit_pending(seqs[0]) + self._round(seqs[0], k)
+                return self._emit_pending(seqs[0]) + self._round(seqs[0], k, control)
             return 0  # it failed, and ended
         start, emitted, rounds = 0.0, 0, None
         plain = seqs
@@ -546,9 +547,11 @@ class BatchRunner:
                                                  self.engine.draft_control, seq.constraint)
         return seq.speculative
 
-    def _round(self, seq: Sequence, k: int) -> int:
-        """One speculative round for ``seq`` (its pending pick emitted first); tokens emitted."""
-        self._step_clock = None
+    def _round(self, seq: Sequence, k: int, control: DraftLengthController) -> int:
+        """One speculative round for ``seq`` (its pending pick emitted first); tokens emitted. Timed as a batch's
+        round is, from the last step's end to its tokens emitted."""
+        clock, self._step_clock = self._step_clock, None
+        start = clock[1] if clock is not None and clock[0] == 1 else decision_clock.now()
         if not self._alive(seq):  # that pick ended it
             return 0
         decoder, caches = seq.speculative, seq.caches
@@ -557,12 +560,16 @@ class BatchRunner:
         if seq.constraint is not None:
             seq.constraint.catch_up(seq.reply_ids)  # the round's masks follow what was emitted
         try:
-            tokens = decoder.round(caches.target, caches.draft, seq.ids, k)
+            tokens, draft_seconds = decoder.round(caches.target, caches.draft, seq.ids, k)
         except PoolExhaustedError:  # no room for a round (other chats hold the rest): on without the draft
             log.info("request %s: no KV room for a draft round; it decodes on without the draft", seq.group)
             seq.leave_draft()
             return 0
-        return self._emit_round(seq, tokens)
+        emitted = self._emit_round(seq, tokens)
+        now = decision_clock.now()
+        control.observe_round(k, min(sum(drafted for _, _, drafted in tokens), k), now - start, draft_seconds)
+        self._step_clock = (1, now, True)
+        return emitted
 
     def _drafts(self, seq: Sequence) -> bool:
         """Whether this reply may decode speculatively: with the draft model (while its draft cache is
